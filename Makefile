@@ -1,0 +1,41 @@
+# The README's two commands are `make demo` (main job) and `make test` (test suite).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_CPU := torch==2.13.0
+
+.PHONY: setup test demo bench lint format clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Installs the CPU torch wheel first when no torch is present, so that the loose `torch>=2.4`
+# range does not pull a multi-GB CUDA build; GPU users keep the torch they already have.
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH_CPU)
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+test: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+demo: setup
+	HF_HUB_OFFLINE=1 $(BIN)/bandpo demo
+
+bench: setup
+	$(BIN)/python benchmarks/bench_bounds.py
+	$(BIN)/python benchmarks/bench_loss.py
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info src/*.egg-info .pytest_cache .ruff_cache
