@@ -1,0 +1,217 @@
+"""f-divergences for the Band operator, with their closed-form bounds where they exist.
+
+Notation (see ``bandpo.core.bounds``): ``p = pi_old(a|s)`` is the old probability of the sampled token,
+``q = 1 - p`` (always computed as ``-expm1(logp)``), ``r = pi_new(a|s) / pi_old(a|s)`` the token ratio.
+A generator ``f`` is convex with ``f(1) = 0``; the trust region ``sum_b P(b) f(Q(b)/P(b)) <= delta`` projected
+onto the sampled token gives the scalar equation (the complement rescaled uniformly, paper Lemma 1)
+
+    g_f(p, r) = p f(r) + q f((1 - r p) / q) = delta,       r in [0, 1/p],
+
+whose two roots are the Band bounds ``lo <= 1 <= hi``.
+
+Every divergence is registered once in ``DIVERGENCES``; config validation, the CLI and the docs read it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from bandpo.registry import Registry
+
+# (logp, delta) -> (lo, hi), all (...) float tensors in the compute dtype, 0 <= lo <= 1 <= hi <= 1/p,
+# exact also at p = 0 (logp = -inf: lo = 0, hi = inf) and p = 1 (hi = 1).
+ClosedForm = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """One f-divergence of the Band operator.
+
+    Attributes:
+        name: registry name.
+        generator: ``f(u)`` for ``u >= 0``, elementwise on float tensors; convex with ``f(1) = 0``.
+        description: one line for tables and ``--help``.
+        closed_form: exact bounds ``(logp, delta) -> (lo, hi)`` when they exist.
+        fast_solver: name of the fast exact iterative solver in ``bandpo.core.solvers`` (``"kl"``) when there
+            is one; otherwise the generic bracketed solver serves.
+        tabulate: scalar-``delta`` calls may use a cached interpolation table (built by the exact solver).
+        limit_lo_at_one: ``lim_{p -> 1} lo``, for the docs and the tests.
+    """
+
+    name: str
+    generator: Callable[[Tensor], Tensor]
+    description: str
+    closed_form: ClosedForm | None = None
+    fast_solver: str | None = None
+    tabulate: bool = False
+    limit_lo_at_one: Callable[[float], float] | None = None
+
+    def g(self, p: Tensor, r: Tensor) -> Tensor:
+        """The projected divergence ``g_f(p, r) = p f(r) + (1-p) f((1-rp)/(1-p))`` (naive; for tests/plots)."""
+        q = 1.0 - p
+        return p * self.generator(r) + q * self.generator((1.0 - r * p) / q)
+
+
+DIVERGENCES: Registry[Divergence] = Registry("divergence")
+
+
+def register_divergence(div: Divergence, aliases: tuple[str, ...] = ()) -> Divergence:
+    """Add a divergence to the registry (names must be new)."""
+    return DIVERGENCES.register(div.name, div, aliases)
+
+
+def get_divergence(name: str) -> Divergence:
+    """Look up a registered divergence by name or alias (unknown names list the valid ones)."""
+    return DIVERGENCES.get(name)
+
+
+# --------------------------------------------------------------------------------------------- generators
+def _xlogx(u: Tensor) -> Tensor:
+    """u log u with the limit 0 at u = 0."""
+    return torch.where(u > 0, u * torch.log(torch.where(u > 0, u, torch.ones_like(u))), torch.zeros_like(u))
+
+
+def _f_kl(u: Tensor) -> Tensor:  # KL(pi_old || pi_new): f(u) = -log u
+    return -torch.log(u)
+
+
+def _f_reverse_kl(u: Tensor) -> Tensor:  # KL(pi_new || pi_old): f(u) = u log u
+    return _xlogx(u)
+
+
+def _f_tv(u: Tensor) -> Tensor:
+    return 0.5 * torch.abs(u - 1.0)
+
+
+def _f_chi2(u: Tensor) -> Tensor:
+    return (u - 1.0) ** 2
+
+
+def _f_neyman(u: Tensor) -> Tensor:
+    return (u - 1.0) ** 2 / u
+
+
+def _f_hellinger(u: Tensor) -> Tensor:
+    return (torch.sqrt(u) - 1.0) ** 2
+
+
+def _f_js(u: Tensor) -> Tensor:
+    # JS(P, Q) = 1/2 KL(P||M) + 1/2 KL(Q||M), M = (P+Q)/2, as a generator in u = Q/P:
+    # f(u) = 1/2 [u log u - (1+u) log((1+u)/2)].
+    return 0.5 * (_xlogx(u) - (1.0 + u) * (torch.log1p(u) - math.log(2.0)))
+
+
+# ------------------------------------------------------------------------------------------- closed forms
+def _symmetric_clamped(p: Tensor, width: Tensor) -> tuple[Tensor, Tensor]:
+    """[1 - width, 1 + width] clamped to the simplex [0, 1/p]."""
+    lo = torch.clamp(1.0 - width, min=0.0)
+    hi = torch.minimum(1.0 + width, torch.reciprocal(p))
+    return lo, hi
+
+
+def _tv_bounds(logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+    # g = p |r - 1|  ->  r = 1 -/+ delta / p
+    p = torch.exp(logp)
+    return _symmetric_clamped(p, delta / p)
+
+
+def _chi2_bounds(logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+    # g = p (r - 1)^2 / (1 - p)  ->  r = 1 -/+ sqrt(delta (1 - p) / p)
+    p, q = torch.exp(logp), -torch.expm1(logp)
+    return _symmetric_clamped(p, torch.sqrt(delta * q / p))
+
+
+def _neyman_bounds(logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+    # g = p (r-1)^2 / (r (1 - r p)) = delta  <=>  p (1+delta) r^2 - (2p + delta) r + p = 0.
+    # hi = (2p + delta + sqrt(D)) / (2p (1 + delta)),  D = 4 p delta (1-p) + delta^2;
+    # lo from the product of the roots, lo * hi = 1 / (1 + delta): no cancellation as p -> 0.
+    p, q = torch.exp(logp), -torch.expm1(logp)
+    s = 2.0 * p + delta + torch.sqrt(4.0 * p * delta * q + delta * delta)
+    hi = torch.minimum(s / (2.0 * p * (1.0 + delta)), torch.reciprocal(p))
+    lo = 2.0 * p / s
+    return lo, hi
+
+
+def _hellinger_bounds(logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+    # g = 2 - 2 (p sqrt(r) + sqrt((1-p)(1-rp))) = delta. With k = 1 - delta/2:
+    # sqrt(r) = k -/+ sqrt((1-p)(1-k^2)/p); lo = 0 when p <= 1-k^2, hi = 1/p when p >= k^2.
+    # (delta >= 2 is the whole simplex: k clamps to 0.)
+    p, q = torch.exp(logp), -torch.expm1(logp)
+    k = torch.clamp(1.0 - 0.5 * delta, min=0.0)
+    one_minus_k2 = torch.clamp(delta * (1.0 - 0.25 * delta), max=1.0)  # = 1 - k^2 without cancellation
+    m = torch.sqrt(q * one_minus_k2 / p)
+    inv_p = torch.reciprocal(p)
+    lo = torch.where(p <= one_minus_k2, torch.zeros_like(p), (k - m) ** 2)
+    hi = torch.where(p >= k * k, inv_p, torch.minimum((k + m) ** 2, inv_p))
+    return lo, hi
+
+
+register_divergence(
+    Divergence(
+        "kl",
+        _f_kl,
+        "KL(pi_old || pi_new), f(u) = -log u: the paper's default; never saturates",
+        fast_solver="kl",
+        tabulate=True,
+        limit_lo_at_one=lambda d: math.exp(-d),
+    ),
+    aliases=("bandkl",),
+)
+register_divergence(
+    Divergence(
+        "reverse_kl",
+        _f_reverse_kl,
+        "KL(pi_new || pi_old), f(u) = u log u; hi = 1/p for p >= exp(-delta), lo = 0 for p <= 1 - exp(-delta)",
+    )
+)
+register_divergence(
+    Divergence(
+        "tv",
+        _f_tv,
+        "total variation, f(u) = |u - 1| / 2: r = 1 -/+ delta / p",
+        closed_form=_tv_bounds,
+        limit_lo_at_one=lambda d: max(1.0 - d, 0.0),
+    ),
+    aliases=("bandtv",),
+)
+register_divergence(
+    Divergence(
+        "chi2",
+        _f_chi2,
+        "Pearson chi^2, f(u) = (u - 1)^2: r = 1 -/+ sqrt(delta (1 - p) / p)",
+        closed_form=_chi2_bounds,
+        limit_lo_at_one=lambda d: 1.0,
+    ),
+    aliases=("bandchi2", "pearson_chi2"),
+)
+register_divergence(
+    Divergence(
+        "neyman_chi2",
+        _f_neyman,
+        "Neyman chi^2, f(u) = (u - 1)^2 / u: quadratic closed form; never saturates",
+        closed_form=_neyman_bounds,
+        limit_lo_at_one=lambda d: 1.0 / (1.0 + d),
+    )
+)
+register_divergence(
+    Divergence(
+        "hellinger",
+        _f_hellinger,
+        "squared Hellinger, f(u) = (sqrt(u) - 1)^2: closed form with saturation at both simplex edges",
+        closed_form=_hellinger_bounds,
+        limit_lo_at_one=lambda d: max(1.0 - 0.5 * d, 0.0) ** 2,
+    )
+)
+register_divergence(
+    Divergence(
+        "js",
+        _f_js,
+        "Jensen-Shannon, f(u) = [u log u - (1+u) log((1+u)/2)] / 2; saturates (JS <= log 2)",
+    ),
+    aliases=("jensen_shannon",),
+)

@@ -1,0 +1,45 @@
+"""Policy losses built on the Band operator: clip rules, the clipped objective, diagnostics."""
+
+from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_mean
+from bandpo.losses.clip_rules import (
+    CLIP_RULES,
+    AdaptiveBandClip,
+    BandClip,
+    ClipHigher,
+    ClipRule,
+    DCPOClip,
+    FixedClip,
+    clip_rule_params,
+    make_clip_rule,
+    register_clip_rule,
+)
+from bandpo.losses.policy_loss import (
+    KL_ESTIMATORS,
+    PROB_BINS,
+    clip_metrics,
+    group_advantages,
+    kl_penalty,
+    policy_loss,
+)
+
+__all__ = [
+    "CLIP_RULES",
+    "KL_ESTIMATORS",
+    "LOSS_AGG_MODES",
+    "PROB_BINS",
+    "AdaptiveBandClip",
+    "BandClip",
+    "ClipHigher",
+    "ClipRule",
+    "DCPOClip",
+    "FixedClip",
+    "aggregate",
+    "clip_metrics",
+    "clip_rule_params",
+    "group_advantages",
+    "kl_penalty",
+    "make_clip_rule",
+    "masked_mean",
+    "policy_loss",
+    "register_clip_rule",
+]

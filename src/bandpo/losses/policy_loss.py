@@ -1,0 +1,298 @@
+"""The BandPO / GRPO policy loss with pluggable clip rules, regularisers and the paper's diagnostics.
+
+Per token (SPEC section 3), with ``A`` the advantage, ``r = exp(clamp(logp - logp_old, -20, 20))`` and
+``[lo, hi]`` from the clip rule:
+
+    L1 = max(-A r, -A clamp(r, lo, hi))
+    L  = min(L1, -A c)   if A < 0   (dual clip, c = clip_ratio_c)
+    L  = L1              otherwise
+
+The upper bound binds only for ``A > 0`` and the lower only for ``A < 0``; a binding bound zeroes that token's
+gradient. Optional: truncated importance weights multiply ``L``; a KL penalty to a reference policy and an
+entropy bonus are added after aggregation with their coefficients.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from bandpo.core.errors import check_float_tensor
+from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_max, masked_mean, masked_min
+from bandpo.losses.clip_rules import ClipRule, make_clip_rule
+from bandpo.registry import Registry
+
+LOG_RATIO_CLAMP = 20.0
+PROB_BIN_EDGES = (0.2, 0.4, 0.6, 0.8)
+TAIL_PROB = 0.2
+
+KL_ESTIMATORS: Registry[str] = Registry("kl estimator")
+KL_ESTIMATORS.register("k1", "log pi - log pi_ref (unbiased, can be negative)", aliases=("kl",))
+KL_ESTIMATORS.register("k2", "(log pi - log pi_ref)^2 / 2", aliases=("mse",))
+KL_ESTIMATORS.register(
+    "k3", "exp(ref - logp) - (ref - logp) - 1, clamped to [-10, 10]", aliases=("low_var_kl",)
+)
+
+
+def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, estimator: str = "low_var_kl") -> Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from sampled tokens; (B, T) -> (B, T).
+
+    k1 = logp - ref; k2 = (logp - ref)^2 / 2; k3 (low_var_kl) = exp(ref - logp) - (ref - logp) - 1, clamped
+    to [-10, 10] like verl.
+    """
+    name = KL_ESTIMATORS.canonical(estimator)
+    diff = log_prob - ref_log_prob
+    if name == "k1":
+        return diff
+    if name == "k2":
+        return 0.5 * diff * diff
+    neg = torch.clamp(-diff, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return torch.clamp(torch.exp(neg) - neg - 1.0, -10.0, 10.0)
+
+
+def _bin_names() -> list[str]:
+    edges = (0.0, *PROB_BIN_EDGES, 1.0)
+    return [f"p{edges[i]:.1f}-{edges[i + 1]:.1f}" for i in range(len(edges) - 1)]
+
+
+PROB_BINS = _bin_names()
+
+
+def _check_shapes(
+    log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, response_mask: Tensor
+) -> Tensor:
+    for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
+        check_float_tensor(name, x)
+    if log_prob.dim() != 2:
+        raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
+    if old_log_prob.shape != log_prob.shape:
+        raise ValueError(
+            f"old_log_prob shape {tuple(old_log_prob.shape)} must equal log_prob shape {tuple(log_prob.shape)}"
+        )
+    if response_mask.shape != log_prob.shape:
+        raise ValueError(
+            f"response_mask shape {tuple(response_mask.shape)} must equal log_prob shape {tuple(log_prob.shape)}"
+        )
+    if advantages.shape == log_prob.shape[:1]:
+        advantages = advantages.unsqueeze(-1).expand_as(log_prob)  # (B,) -> (B, T)
+    elif advantages.shape != log_prob.shape:
+        raise ValueError(
+            f"advantages shape {tuple(advantages.shape)} must be (B,) or (B, T) = {tuple(log_prob.shape)}"
+        )
+    return advantages
+
+
+def policy_loss(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    clip_rule: ClipRule | str = "band",
+    *,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    clip_ratio_c: float | None = 10.0,
+    rollout_is_weights: Tensor | None = None,
+    ref_log_prob: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "low_var_kl",
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
+    check_values: bool = True,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped policy-gradient loss (module docstring) and its diagnostics.
+
+    Args:
+        log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable).
+        old_log_prob: (B, T) float, log pi_old (the behaviour policy of the update; detached here).
+        advantages: (B,) or (B, T) float.
+        response_mask: (B, T) bool or 0/1, real response tokens. Masked-out positions may hold anything.
+        clip_rule: a ``ClipRule`` or a registered name (built with defaults).
+        loss_agg_mode: one of ``LOSS_AGG_MODES.names()``.
+        clip_ratio_c: dual-clip constant (> 1) for negative advantages; ``None`` disables dual clip.
+        rollout_is_weights: (B, T) float, truncated importance weights (e.g. vLLM/trainer mismatch), detached.
+        ref_log_prob: (B, T) float, reference policy log-probs for the KL penalty (needed when kl_coef > 0).
+        kl_coef, kl_estimator: KL penalty coefficient and estimator (``KL_ESTIMATORS.names()``).
+        entropy: (B, T) float, per-token policy entropy; logged, used by entropy-driven rules, and the bonus.
+        entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef * agg(entropy)``).
+        check_values: raise on non-finite values at real tokens and on a mask that is not 0/1 (syncs).
+
+    Returns:
+        ``(loss, metrics)``: () float loss; metrics maps names (``clip/...``, ``band/...``, ``policy/...``,
+        ``loss/...``) to detached () tensors, with no host sync.
+    """
+    advantages = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
+    LOSS_AGG_MODES.canonical(loss_agg_mode)
+    rule = make_clip_rule(clip_rule) if isinstance(clip_rule, str) else clip_rule
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
+    if kl_coef < 0 or entropy_coef < 0:
+        raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {kl_coef!r} and {entropy_coef!r}")
+    if kl_coef > 0 and ref_log_prob is None:
+        raise ValueError("kl_coef > 0 needs ref_log_prob (B, T)")
+    for name, x in (
+        ("rollout_is_weights", rollout_is_weights),
+        ("ref_log_prob", ref_log_prob),
+        ("entropy", entropy),
+    ):
+        if x is not None and x.shape != log_prob.shape:
+            raise ValueError(
+                f"{name} shape {tuple(x.shape)} must equal log_prob shape {tuple(log_prob.shape)}"
+            )
+
+    if response_mask.dtype == torch.bool:
+        mask = response_mask
+    else:
+        if check_values and bool(((response_mask != 0) & (response_mask != 1)).any()):
+            raise ValueError("response_mask must hold only 0 and 1 (or be a bool tensor)")
+        mask = response_mask != 0
+    if check_values:
+        for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
+            bad = ~torch.isfinite(x) & mask
+            if bool(bad.any()):
+                raise ValueError(
+                    f"{name} holds {int(bad.sum())} non-finite value(s) at real tokens (mask = 1)"
+                )
+
+    # Padded positions may hold anything: replace them before any arithmetic so no NaN reaches the graph.
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    logp = torch.where(mask, log_prob, zero)
+    old = torch.where(mask, old_log_prob.detach().to(log_prob.dtype), zero)
+    adv = torch.where(mask, advantages.detach().to(log_prob.dtype), zero)
+    ent = None if entropy is None else torch.where(mask, entropy.detach(), torch.zeros_like(entropy))
+
+    lo, hi = rule.bounds(old, ent if rule.needs_entropy else None)
+    lo, hi = lo.to(log_prob.dtype), hi.to(log_prob.dtype)
+    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * torch.clamp(ratio, lo, hi)
+    pg = torch.maximum(pg_unclipped, pg_clipped)
+    if clip_ratio_c is not None:
+        pg_dual = torch.minimum(pg, -adv * clip_ratio_c)
+        dual_active = (adv < 0) & (pg_dual < pg)
+        pg = torch.where(adv < 0, pg_dual, pg)
+    else:
+        dual_active = torch.zeros_like(mask)
+    if rollout_is_weights is not None:
+        pg = pg * torch.where(mask, rollout_is_weights.detach().to(pg.dtype), zero)
+
+    pg_loss = aggregate(pg, mask, loss_agg_mode)
+    loss = pg_loss
+    metrics: dict[str, Tensor] = {"loss/policy": pg_loss.detach()}
+    if ref_log_prob is not None:
+        ref = torch.where(mask, ref_log_prob.detach().to(log_prob.dtype), zero)
+        kl = aggregate(kl_penalty(logp, ref, kl_estimator), mask, loss_agg_mode)
+        loss = loss + kl_coef * kl
+        metrics["loss/kl"] = kl.detach()
+    if entropy is not None:
+        ent_agg = aggregate(torch.where(mask, entropy, torch.zeros_like(entropy)), mask, loss_agg_mode)
+        if entropy_coef > 0:
+            loss = loss - entropy_coef * ent_agg
+        metrics["loss/entropy"] = ent_agg.detach()
+        metrics["policy/entropy"] = masked_mean(ent, mask)
+    metrics["loss/total"] = loss.detach()
+    metrics.update(
+        clip_metrics(
+            ratio.detach(), lo, hi, adv, mask, old, dual_active=dual_active, log_ratio=log_ratio.detach()
+        )
+    )
+    return loss, metrics
+
+
+def clip_metrics(
+    ratio: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    old_log_prob: Tensor,
+    *,
+    dual_active: Tensor | None = None,
+    log_ratio: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Clipping diagnostics (detached () tensors, no host sync). All inputs (B, T); ``advantages`` broadcast.
+
+    ``clip/frac_up``: share of real tokens with r > hi and A > 0 (upper bound binds);
+    ``clip/frac_down``: r < lo and A < 0; ``clip/frac``: their sum (tokens whose clipped term is active: zero
+    gradient); ``clip/frac_out``: r outside [lo, hi] whatever A; ``clip/frac_dual``: dual clip active.
+    Per old-probability bin (edges 0.2/0.4/0.6/0.8; names ``clip/frac_up/p0.0-0.2`` ...): the same shares
+    among the bin's tokens, and ``tokens/share/<bin>`` the bin's share of tokens. ``clip/tail_share``: share of
+    clipped tokens with p_old <= 0.2 (0 when nothing is clipped). ``band/{lo,hi}_{mean,min,max}``;
+    ``policy/ppo_kl`` (k1, verl's name) and ``policy/approx_kl`` (k3) of KL(old || new); ratio stats.
+    """
+    with torch.no_grad():
+        m = mask.bool()
+        adv = advantages.expand_as(ratio)
+        up = (ratio > hi) & (adv > 0) & m
+        down = (ratio < lo) & (adv < 0) & m
+        clipped = up | down
+        out = ((ratio > hi) | (ratio < lo)) & m
+        f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
+        n_tok = m.to(f).sum().clamp(min=1.0)
+        met: dict[str, Tensor] = {
+            "clip/frac": clipped.to(f).sum() / n_tok,
+            "clip/frac_up": up.to(f).sum() / n_tok,
+            "clip/frac_down": down.to(f).sum() / n_tok,
+            "clip/frac_out": out.to(f).sum() / n_tok,
+        }
+        if dual_active is not None:
+            met["clip/frac_dual"] = (dual_active & m).to(f).sum() / n_tok
+        p_old = torch.exp(old_log_prob.to(f))
+        bin_idx = torch.bucketize(
+            p_old, torch.tensor(PROB_BIN_EDGES, dtype=f, device=p_old.device), right=True
+        )
+        for i, name in enumerate(PROB_BINS):
+            in_bin = (bin_idx == i) & m
+            n_bin = in_bin.to(f).sum()
+            denom = n_bin.clamp(min=1.0)
+            met[f"clip/frac_up/{name}"] = (up & in_bin).to(f).sum() / denom
+            met[f"clip/frac_down/{name}"] = (down & in_bin).to(f).sum() / denom
+            met[f"clip/frac/{name}"] = (clipped & in_bin).to(f).sum() / denom
+            met[f"tokens/share/{name}"] = n_bin / n_tok
+        tail = (p_old <= TAIL_PROB) & m
+        n_clipped = clipped.to(f).sum()
+        met["clip/tail_share"] = (clipped & tail).to(f).sum() / n_clipped.clamp(min=1.0)
+        met["clip/tail_share_up"] = (up & tail).to(f).sum() / up.to(f).sum().clamp(min=1.0)
+        for name, x in (("lo", lo), ("hi", hi)):
+            x = x.to(f)
+            met[f"band/{name}_mean"] = masked_mean(x, m)
+            met[f"band/{name}_min"] = masked_min(x, m)
+            met[f"band/{name}_max"] = masked_max(x, m)
+        lr = torch.log(ratio.to(f)) if log_ratio is None else log_ratio.to(f)
+        met["policy/ppo_kl"] = masked_mean(-lr, m)
+        met["policy/approx_kl"] = masked_mean(torch.expm1(lr) - lr, m)
+        r = ratio.to(f)
+        met["policy/ratio_mean"] = masked_mean(r, m)
+        met["policy/ratio_max"] = masked_max(r, m)
+        met["policy/ratio_min"] = masked_min(r, m)
+    return met
+
+
+def group_advantages(
+    rewards: Tensor, group_size: int, normalize_std: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """GRPO advantages: ``(r - mean_group) / (std_group + eps)``.
+
+    Args:
+        rewards: (B,) float, with B = n_groups * G and each group's G completions contiguous.
+        group_size: G >= 1.
+        normalize_std: divide by the group's (unbiased) standard deviation (Dr. GRPO: False).
+        eps: added to the std.
+
+    Returns:
+        (B,) float advantages. Groups whose rewards are all equal get exactly 0 (no signal, no 1/eps blow-up);
+        G = 1 gives 0.
+    """
+    check_float_tensor("rewards", rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must have shape (B,), got {tuple(rewards.shape)}")
+    if not isinstance(group_size, int) or group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(
+            f"group_size must be a positive integer dividing the number of rewards {rewards.numel()}, got {group_size!r}"
+        )
+    g = rewards.view(-1, group_size)  # (n_groups, G)
+    centred = g - g.mean(dim=1, keepdim=True)
+    constant = (g == g[:, :1]).all(dim=1, keepdim=True)  # (n_groups, 1)
+    if normalize_std and group_size > 1:
+        centred = centred / (g.std(dim=1, keepdim=True) + eps)
+    return torch.where(constant, torch.zeros_like(centred), centred).view(-1)

@@ -1,0 +1,74 @@
+"""A small name -> object registry: the single source of truth for each family of names.
+
+Config validation, CLI choices and docs all read ``Registry.names()``, so a list of valid names is never
+written twice. Lookups of unknown names fail with the valid names in the message; registering a name twice
+is an error.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names (and optional aliases) to objects of one family, e.g. divergences or clip rules."""
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}
+
+    def register(self, name: str, obj: T, aliases: tuple[str, ...] = ()) -> T:
+        """Register ``obj`` under ``name`` (and ``aliases``); a name already taken raises ``ValueError``."""
+        for key in (name, *aliases):
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"{self.family} names must be non-empty strings, got {key!r}")
+            if key in self._items or key in self._aliases:
+                raise ValueError(f"{self.family} {key!r} is already registered")
+        self._items[name] = obj
+        for alias in aliases:
+            self._aliases[alias] = name
+        return obj
+
+    def decorator(self, name: str, aliases: tuple[str, ...] = ()) -> Callable[[T], T]:
+        """``@registry.decorator("name")`` form of :meth:`register`."""
+
+        def wrap(obj: T) -> T:
+            return self.register(name, obj, aliases)
+
+        return wrap
+
+    def canonical(self, name: str) -> str:
+        """The registered name for ``name`` or one of its aliases; unknown names raise ``ValueError``."""
+        if isinstance(name, str):
+            if name in self._items:
+                return name
+            if name in self._aliases:
+                return self._aliases[name]
+        valid = ", ".join(self.names())
+        hint = ""
+        if isinstance(name, str):
+            close = difflib.get_close_matches(name, [*self._items, *self._aliases], n=1)
+            if close:
+                hint = f" (did you mean {close[0]!r}?)"
+        raise ValueError(f"unknown {self.family} {name!r}{hint}; valid names: {valid}")
+
+    def get(self, name: str) -> T:
+        return self._items[self.canonical(name)]
+
+    def names(self) -> list[str]:
+        """Registered names (aliases excluded), in registration order."""
+        return list(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in self._items or name in self._aliases)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
