@@ -11,6 +11,7 @@ Methods (``method=``):
         Relative error <= 1e-6 against a float64 reference (measured in ``benchmarks/bench_bounds.py``).
     ``"newton"``: KL only; Halley iterations, any per-token delta.
     ``"bisection"``: the generic bracketed solver; any divergence, any user generator f; the reference.
+        Runs in float64 whatever the compute dtype (float32 only on devices without float64, e.g. MPS).
     ``"auto"``: closed_form if available, else table for a scalar delta, else newton (KL), else bisection.
 """
 
@@ -121,17 +122,21 @@ def _exact_solver(div: Divergence, method: str) -> Callable[[Tensor, Tensor], tu
     def solve(logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
         if method == "closed_form":  # the formulas handle p = 0 and p = 1 exactly
             return div.closed_form(logp, delta)
+        if method == "bisection" and logp.dtype != torch.float64 and logp.device.type != "mps":
+            # the generic solver evaluates g_f by cancellation-prone sums: run it in float64 (the slow,
+            # reference path) wherever the device has float64
+            lo, hi = solve(logp.double(), delta.double())
+            return lo.to(logp.dtype), hi.to(logp.dtype)
         dt = logp.dtype
         logp_c = torch.clamp(logp, _LOGP_MIN[dt], -_Q_MIN[dt])
-        p = torch.exp(logp_c)
-        q = -torch.expm1(logp_c)
+        log1mp = torch.log(-torch.expm1(logp_c))
         if method == "newton":
-            log_lo, log_x_hi = solvers.kl_bounds(p, q, logp_c, torch.log(q), delta)
-            return torch.exp(log_lo), torch.exp(log_x_hi - logp)
-        lo, hi = solvers.generic_bounds(div.generator, p, q, delta)
-        # hi = (1 - y)/p with the unclamped p: p = 0 -> inf; p = 1 -> min with 1/p below
-        hi = hi * torch.exp(logp_c - logp)
-        return lo, torch.minimum(hi, torch.exp(-logp))
+            log_lo, log_hi = solvers.kl_bounds(logp_c, log1mp, delta)
+        else:
+            lo, hi = solvers.generic_bounds(div.generator, logp_c, log1mp, delta)
+            log_lo, log_hi = torch.log(lo), torch.log(hi)
+        # back to the unclamped p: hi = x / p, so p = 0 gives inf; then keep it inside 1/p
+        return torch.exp(log_lo), torch.exp(torch.minimum(log_hi + (logp_c - logp), -logp))
 
     return solve
 

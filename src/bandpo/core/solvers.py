@@ -28,105 +28,125 @@ Generator = Callable[[Tensor], Tensor]
 
 
 def default_iterations(dtype: torch.dtype) -> int:
-    """Bisection steps that shrink a unit bracket below the dtype's resolution."""
-    return 64 if dtype == torch.float64 else 32
+    """Bisection steps that shrink the logit bracket (width <= 2 * 750) below the dtype's resolution."""
+    return 72 if dtype == torch.float64 else 36
+
+
+_THETA_MAX = {torch.float64: 750.0, torch.float32: 105.0}
 
 
 def generic_bounds(
-    f: Generator, p: Tensor, q: Tensor, delta: Tensor, iterations: int | None = None
+    f: Generator, logp: Tensor, log1mp: Tensor, delta: Tensor, iterations: int | None = None
 ) -> tuple[Tensor, Tensor]:
     """Band bounds for any convex generator ``f`` by fixed-step bisection.
 
     Args:
-        f: generator, elementwise on tensors of ``p``'s dtype, convex with ``f(1) = 0``. ``inf`` is allowed
+        f: generator, elementwise on tensors of ``logp``'s dtype, convex with ``f(1) = 0``. ``inf`` is allowed
             (e.g. ``-log 0``); ``nan`` is treated as infeasible.
-        p, q: (...) float, ``p = pi_old(a|s)`` in (0, 1) and ``q = 1 - p`` (computed without cancellation).
+        logp, log1mp: (...) float, ``log p`` and ``log(1 - p)`` for ``p`` in (0, 1), both finite.
         delta: (...) or scalar tensor, trust-region radius > 0.
-        iterations: bisection steps per side (default: 64 in float64, 32 in float32).
+        iterations: bisection steps per side (default: 72 in float64, 36 in float32).
 
     Returns:
         ``(lo, hi)``, (...) float: the feasible end of the final bracket, so ``g_f(p, lo), g_f(p, hi) <= delta``.
 
-    The upper side is parametrised by the complement's new mass ``y = 1 - r p`` in [0, q] (``r = (1-y)/p``,
-    ``c = y/q``), the lower side by the token's new mass ``x = r p`` in [0, p] (``c = 1 + (p-x)/q``): both
-    keep ``r`` and ``c`` free of cancellation at either end of the simplex. Saturation (Prop. 3) is the
-    bracket end ``y = 0`` (``hi = 1/p``) or ``x = 0`` (``lo = 0``) being feasible, checked explicitly.
+    Both sides are bisected in the logit of the token's new probability, ``theta = logit(r p)``, which
+    represents the new mass of the token ``x = sigmoid(theta)`` and of the complement ``1 - x =
+    sigmoid(-theta)`` without cancellation at either end of the simplex:
+    ``r = exp(logsigmoid(theta) - log p)``, ``c = exp(logsigmoid(-theta) - log(1-p))``. The upper root lies in
+    ``[logit p, THETA_MAX]`` and the lower one in ``[-THETA_MAX, logit p]``. Saturation (Prop. 3) is checked
+    explicitly at ``r = 1/p`` (``hi = 1/p``) and ``r = 0`` (``lo = 0``).
     """
-    iterations = default_iterations(p.dtype) if iterations is None else iterations
-    p, q, delta = torch.broadcast_tensors(p, q, delta)
+    dt = logp.dtype
+    iterations = default_iterations(dt) if iterations is None else iterations
+    theta_max = _THETA_MAX.get(dt, 105.0)
+    logp, log1mp, delta = torch.broadcast_tensors(logp, log1mp, delta)
+    p, q = torch.exp(logp), torch.exp(log1mp)
 
-    def g_upper(y: Tensor) -> Tensor:
-        return p * f((1.0 - y) / p) + q * f(y / q)
+    def g(theta: Tensor) -> Tensor:
+        r = torch.exp(F.logsigmoid(theta) - logp)
+        c = torch.exp(F.logsigmoid(-theta) - log1mp)
+        return p * f(r) + q * f(c)
 
-    def g_lower(x: Tensor) -> Tensor:
-        return p * f(x / p) + q * f(1.0 + (p - x) / q)
-
-    zero = torch.zeros_like(p)
-    # upper: feasible end starts at y = q (r = 1), the other at y = 0 (r = 1/p)
-    y_in, y_out = q.clone(), zero.clone()
-    x_in, x_out = p.clone(), zero.clone()
+    theta0 = logp - log1mp
+    far = torch.full_like(logp, theta_max)
+    hi_in, hi_out = theta0.clone(), far  # feasible end / infeasible end
+    lo_in, lo_out = theta0.clone(), -far
     for _ in range(iterations):
-        y_mid = 0.5 * (y_in + y_out)
-        ok = g_upper(y_mid) <= delta
-        y_in = torch.where(ok, y_mid, y_in)
-        y_out = torch.where(ok, y_out, y_mid)
-        x_mid = 0.5 * (x_in + x_out)
-        ok = g_lower(x_mid) <= delta
-        x_in = torch.where(ok, x_mid, x_in)
-        x_out = torch.where(ok, x_out, x_mid)
-    y_in = torch.where(g_upper(zero) <= delta, zero, y_in)
-    x_in = torch.where(g_lower(zero) <= delta, zero, x_in)
-    return x_in / p, (1.0 - y_in) / p
+        mid = 0.5 * (hi_in + hi_out)
+        ok = g(mid) <= delta
+        hi_in, hi_out = torch.where(ok, mid, hi_in), torch.where(ok, hi_out, mid)
+        mid = 0.5 * (lo_in + lo_out)
+        ok = g(mid) <= delta
+        lo_in, lo_out = torch.where(ok, mid, lo_in), torch.where(ok, lo_out, mid)
+    zero = torch.zeros_like(p)
+    hi = torch.exp(F.logsigmoid(hi_in) - logp)
+    lo = torch.exp(F.logsigmoid(lo_in) - logp)
+    hi = torch.where(p * f(torch.reciprocal(p)) + q * f(zero) <= delta, torch.reciprocal(p), hi)
+    lo = torch.where(p * f(zero) + q * f(torch.reciprocal(q)) <= delta, zero, lo)
+    return lo, hi
 
 
-def kl_bounds(
-    p: Tensor, q: Tensor, logp: Tensor, log1mp: Tensor, delta: Tensor, iterations: int = 3
-) -> tuple[Tensor, Tensor]:
+_U_SWITCH = 30.0  # beyond, log(1 + a (e^u - 1)) ~ log a + u has no cancellation left to avoid
+
+
+def kl_bounds(logp: Tensor, log1mp: Tensor, delta: Tensor, iterations: int = 3) -> tuple[Tensor, Tensor]:
     """Band bounds for ``KL(pi_old || pi_new)`` by Halley's method; ``delta`` may be a per-token tensor.
 
-    With ``x = r p`` the token's new probability, ``g = KL(Bern(p) || Bern(x))``. In logit coordinates
-    ``theta = logit(x)`` this is the Bregman divergence of ``softplus``:
+    With ``x = r p`` the token's new probability, ``g = KL(Bern(p) || Bern(x))``. The upper root for ``p`` and
+    the lower root (mirrored: ``x -> 1 - x``, ``p <-> q``) are the same problem, so both sides are solved at
+    once on a stacked (2, ...) tensor as "the upper root for a in {p, q}", ``b = 1 - a``, in the log-odds shift
+    ``u = logit(x) - logit(a) > 0``:
 
-        g(theta) = softplus(theta) - p theta - H(p),     H(p) = -p log p - q log q,
+        g(u) = log(1 + a (e^u - 1)) - a u              (evaluated as written for a <= 1/2,
+             = b u + log(1 + b (e^-u - 1))              and in this form for a > 1/2: no cancellation)
+        g'(u) = x - a = a b (1 - e^-u) e^(u - L),   g''(u) = x (1 - x) = a b e^(u - 2L),
+        L = log(1 + a (e^u - 1)).
 
-    convex in ``theta``, with ``g' = x - p`` and ``g'' = x (1 - x)``. The upper root for ``p`` and the lower root
-    (mirrored: ``theta -> -theta``, ``p <-> q``) are the same problem, so both sides are solved at once on a
-    stacked (2, ...) tensor as "upper root for a in {p, q}", written without cancellation as
-
-        h(theta) = softplus(-theta) + b theta - H - delta = 0,   b = 1 - a,   theta > logit(a).
-
-    Start: the smaller of the quadratic guess ``logit(a) + sqrt(2 delta / (a b))`` and the outer guess from
-    ``g >= b log(b / (1 - x)) + a log a``; Halley then converges cubically (measured: 3 steps reach float64
-    round-off over p in [1e-30, 1 - 1e-7], delta in [1e-3, 1]).
+    ``g`` is convex in ``u``. Start: the smaller of the quadratic guess ``sqrt(2 delta / (a b))`` and the outer
+    guess from ``g >= b log(b / (1 - x)) + a log a``; Halley then converges cubically (3 steps reach float64
+    round-off over p in [1e-30, 1 - 1e-7], delta in [1e-3, 1]: ``tests/core/test_bounds.py``).
+    Results: ``log hi = u_p - L_p`` and ``log lo = -L_q``.
 
     Args:
-        p, q, logp, log1mp: (...) float, ``p`` in (0, 1), ``q = 1-p``, their logs (``logp`` clamped, finite).
+        logp, log1mp: (...) float, ``log p`` and ``log(1 - p)``, both finite (p in (0, 1)).
         delta: (...) or scalar tensor > 0.
         iterations: Halley steps.
 
     Returns:
-        ``(log_lo, log_hi_times_p)``: ``log lo`` and ``log(hi * p) = log x_hi``; the caller subtracts its own
-        (unclamped) ``logp`` so that ``p = 0`` maps to ``hi = inf`` exactly.
+        ``(log_lo, log_hi)``, (...) float.
     """
-    a = torch.stack(torch.broadcast_tensors(p, q))  # (2, ...)
-    b = torch.stack(torch.broadcast_tensors(q, p))
-    loga = torch.stack(torch.broadcast_tensors(logp, log1mp))
+    loga = torch.stack(torch.broadcast_tensors(logp, log1mp))  # (2, ...)
     logb = torch.stack(torch.broadcast_tensors(log1mp, logp))
-    d = delta.expand_as(a) if delta.dim() <= a.dim() - 1 else delta
-    entropy = -(p * logp + q * log1mp)  # (...)
-    theta0 = loga - logb
+    a, b = torch.exp(loga), torch.exp(logb)
+    d = delta
+    small = a <= 0.5
     c = (d - a * loga) / b
-    theta_outer = torch.log(-torch.expm1(logb - c)) - logb + c
-    theta = torch.minimum(theta_outer, theta0 + torch.sqrt(2.0 * d / (a * b)))
+    u_outer = torch.log(-torch.expm1(logb - c)) + c - loga
+    u = torch.minimum(u_outer, torch.sqrt(2.0 * d / (a * b)))
+    tiny = torch.finfo(logp.dtype).tiny
+
+    def form_a(
+        u: Tensor,
+    ) -> Tensor:  # log(1 + a (e^u - 1)): log1p for small u, logaddexp(log b, log a + u) beyond
+        return torch.where(
+            u < _U_SWITCH,
+            torch.log1p(a * torch.expm1(torch.clamp(u, max=_U_SWITCH))),
+            torch.logaddexp(logb, loga + u),
+        )
+
     for _ in range(iterations):
-        sig_neg = torch.sigmoid(-theta)
-        h = F.softplus(-theta) + b * theta - entropy - d
-        h1 = b - sig_neg  # = sigmoid(theta) - a, cancellation-free for a -> 1
-        h2 = sig_neg * (1.0 - sig_neg)
-        theta = theta - 2.0 * h * h1 / (2.0 * h1 * h1 - h * h2)
-    log_x_hi = -F.softplus(-theta[0])
-    log_lo = -F.softplus(theta[1]) - logp
-    return log_lo, log_x_hi
+        emn = torch.expm1(-u)
+        log_d_a = form_a(u)
+        tail_b = torch.log1p(b * emn)
+        h = torch.where(small, log_d_a - a * u, b * u + tail_b) - d
+        big_l = torch.where(small, log_d_a, u + tail_b)
+        # Halley step u -= t / (1 - t k / 2), t = h / h1, k = h2 / h1, in logs so nothing under- or overflows
+        t = h * torch.exp(big_l - u - loga - logb) / (-emn)
+        k = torch.exp(-big_l) / (-emn)
+        u = torch.clamp(u - t / (1.0 - 0.5 * t * k), min=tiny)
+    big_l = torch.where(small, form_a(u), u + torch.log1p(b * torch.expm1(-u)))
+    return -big_l[1], u[0] - big_l[0]
 
 
 # --------------------------------------------------------------------------------------------------- tables

@@ -1,0 +1,242 @@
+"""band_bounds against an independent mpmath reference, across divergences, methods, dtypes and extremes."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import bandpo
+from bandpo.core.bounds import METHODS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from reference import g_value, reference_bounds  # noqa: E402
+
+NAMES = bandpo.DIVERGENCES.names()
+P_GRID = [1e-30, 1e-12, 1e-6, 1e-3, 0.01, 0.08, 0.2, 0.5, 0.8, 0.95, 0.999, 1 - 1e-5, 1 - 1e-7]
+DELTAS = [1e-3, 0.01, 0.05, 0.2, 1.0]
+
+
+def methods_for(name: str) -> list[str]:
+    div = bandpo.get_divergence(name)
+    out = ["auto", "bisection"]
+    if div.closed_form is not None:
+        out.append("closed_form")
+    if div.fast_solver == "kl":
+        out += ["newton", "table"]
+    return out
+
+
+def rel_err(got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    """``|got - ref| / (rtol |ref| + atol)``: <= 1 means within ``rtol`` relative or ``atol`` absolute.
+
+    The absolute floor only matters for bounds far below 1 (e.g. lo = 1e-20), whose relative error is
+    ill-conditioned and irrelevant to a ratio clamp."""
+    both_inf = torch.isinf(got) & torch.isinf(ref) & (torch.sign(got) == torch.sign(ref))
+    err = (got - ref).abs() / (rtol * ref.abs() + atol)
+    return torch.where(both_inf, torch.zeros_like(err), err)
+
+
+def _reference(name: str, logp: torch.Tensor, delta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    vals = [reference_bounds(name, float(v), delta) for v in logp.tolist()]
+    lo = torch.tensor([v[0] for v in vals], dtype=torch.float64)
+    hi = torch.tensor([v[1] for v in vals], dtype=torch.float64)
+    return lo, hi
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float64_matches_mpmath_reference(name: str) -> None:
+    """Every method, float64 compute: relative error <= 1e-6 (absolute 1e-12 for bounds near 0)."""
+    logp = torch.log(torch.tensor(P_GRID, dtype=torch.float64))
+    for delta in DELTAS:
+        ref_lo, ref_hi = _reference(name, logp, delta)
+        for method in methods_for(name):
+            lo, hi = bandpo.band_bounds(logp, delta, name, cap=None, method=method)
+            assert lo.dtype == torch.float64 and hi.dtype == torch.float64
+            e_lo, e_hi = rel_err(lo, ref_lo, 1e-6, 1e-12), rel_err(hi, ref_hi, 1e-6, 1e-12)
+            assert max(e_lo.max().item(), e_hi.max().item()) <= 1, (name, method, delta, e_lo, e_hi)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float32_matches_float64(name: str) -> None:
+    """float32 compute against the float64 generic solver (checked against mpmath above) on the same inputs:
+    relative error <= 1e-4, absolute 2e-7 (~2 ulp of 1.0) for bounds near 0."""
+    logp32 = torch.log(torch.tensor(P_GRID, dtype=torch.float64)).float()
+    for delta in DELTAS:
+        ref_lo, ref_hi = bandpo.band_bounds(logp32.double(), delta, name, cap=None, method="bisection")
+        for method in methods_for(name):
+            lo, hi = bandpo.band_bounds(logp32, delta, name, cap=None, method=method)
+            assert lo.dtype == torch.float32 and hi.dtype == torch.float32
+            e_lo = rel_err(lo.double(), ref_lo, 1e-4, 2e-7)
+            e_hi = rel_err(hi.double(), ref_hi, 1e-4, 2e-7)
+            assert max(e_lo.max().item(), e_hi.max().item()) <= 1, (name, method, delta, e_lo, e_hi)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_root_residual(name: str) -> None:
+    """Where a bound is neither saturated nor capped, g_f(p, bound) = delta to high accuracy."""
+    logp = torch.log(torch.tensor([1e-4, 0.03, 0.3, 0.6, 0.9, 0.99], dtype=torch.float64))
+    for delta in (0.01, 0.05, 0.3):
+        lo, hi = bandpo.band_bounds(logp, delta, name, cap=None)
+        for lp, a, b in zip(logp.tolist(), lo.tolist(), hi.tolist()):
+            if a > 1e-12:
+                assert abs(g_value(name, lp, a) - delta) <= 1e-6 * delta, (name, lp, "lo", a)
+            if b < math.exp(-lp) * (1 - 1e-12):
+                assert abs(g_value(name, lp, b) - delta) <= 1e-6 * delta, (name, lp, "hi", b)
+
+
+def test_paper_reference_values() -> None:
+    """SPEC section 2: KL, delta = 0.05."""
+    logp = torch.log(torch.tensor([0.08, 0.5, 0.9], dtype=torch.float64))
+    lo, hi = bandpo.band_bounds(logp, 0.05, "kl")
+    assert lo.tolist() == pytest.approx([0.262, 0.692, 0.867], abs=6e-4)
+    assert hi.tolist() == pytest.approx([2.411, 1.308, 1.076], abs=6e-4)
+
+
+@pytest.mark.parametrize("method", ["table", "newton", "bisection"])
+def test_kl_dense_grid_against_float64_newton(method: str) -> None:
+    """Dense random grid: every KL method agrees with the Halley solver run in float64 (itself checked above)."""
+    g = torch.Generator().manual_seed(0)
+    s = torch.rand(20000, generator=g, dtype=torch.float64) * 80 - 40
+    logp = -torch.exp(
+        torch.rand(20000, generator=g, dtype=torch.float64) * 70 - 60
+    )  # logp in [-e^10, -e^-60]
+    logp = torch.cat([logp, s.clamp(max=-1e-3)])
+    for delta in (1e-3, 0.05, 1.0):
+        ref_lo, ref_hi = bandpo.band_bounds(logp, delta, "kl", cap=None, method="newton")
+        lo, hi = bandpo.band_bounds(logp, delta, "kl", cap=None, method=method)
+        assert rel_err(lo, ref_lo, 1e-6, 1e-12).max() <= 1
+        assert rel_err(hi, ref_hi, 1e-6, 1e-12).max() <= 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_extremes_are_finite_and_ordered(name: str, dtype: torch.dtype) -> None:
+    info = torch.finfo(dtype)
+    vals = [-math.inf, -1e4, -745.0, -100.0, -30.0, -1.0, -1e-3, -1e-30, 0.0, -info.tiny, info.min]
+    logp = torch.tensor(vals, dtype=torch.float64).clamp(min=info.min).to(dtype)
+    for cap in (10.0, None):
+        lo, hi = bandpo.band_bounds(logp, 0.05, name, cap=cap)
+        assert lo.dtype == dtype and hi.dtype == dtype
+        assert not torch.isnan(lo).any() and not torch.isnan(hi).any()
+        assert (lo >= 0).all() and (lo <= 1).all() and (hi >= 1).all()
+        if cap is not None:
+            assert (hi <= cap).all()
+    lo, hi = bandpo.band_bounds(logp, 0.05, name, cap=None)
+    p0 = torch.isinf(logp.double()) & (logp.double() < 0)
+    assert (lo[p0] == 0).all() and torch.isinf(hi[p0]).all()  # p = 0: the whole simplex upwards
+    assert (hi[logp == 0] == 1).all()  # p = 1: no room to grow
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_limits_at_p_one(name: str) -> None:
+    div = bandpo.get_divergence(name)
+    if div.limit_lo_at_one is None:
+        pytest.skip("no closed-form limit")
+    for delta in (0.01, 0.05, 0.5):
+        lo, hi = bandpo.band_bounds(torch.tensor([0.0, -1e-12], dtype=torch.float64), delta, name)
+        assert lo.tolist() == pytest.approx([div.limit_lo_at_one(delta)] * 2, rel=1e-6)
+        assert hi.tolist() == pytest.approx([1.0, 1.0], abs=1e-9)
+
+
+def test_shapes_empty_and_scalar() -> None:
+    for shape in [(), (0,), (3, 0), (2, 3, 4)]:
+        logp = -torch.rand(shape) if shape else torch.tensor(-0.3)
+        for name in NAMES:
+            lo, hi = bandpo.band_bounds(logp, 0.05, name)
+            assert lo.shape == logp.shape and hi.shape == logp.shape
+
+
+def test_per_token_delta_matches_scalar_calls() -> None:
+    logp = torch.log(torch.tensor([[0.01, 0.2], [0.5, 0.9]], dtype=torch.float64))
+    delta = torch.tensor([[0.01, 0.05], [0.2, 1.0]], dtype=torch.float64)
+    for name in NAMES:
+        lo, hi = bandpo.band_bounds(logp, delta, name)
+        for idx in [(0, 0), (0, 1), (1, 0), (1, 1)]:
+            a, b = bandpo.band_bounds(logp[idx], float(delta[idx]), name)
+            assert lo[idx].item() == pytest.approx(a.item(), rel=1e-6)
+            assert hi[idx].item() == pytest.approx(b.item(), rel=1e-6)
+    # a row of radii broadcasts along the batch
+    lo, hi = bandpo.band_bounds(logp, torch.tensor([0.01, 0.05], dtype=torch.float64), "kl")
+    assert lo.shape == logp.shape
+
+
+def test_cap_and_relax() -> None:
+    logp = torch.log(torch.tensor([1e-6, 0.08, 0.5, 0.99]))
+    lo, hi = bandpo.band_bounds(logp, 0.05, "kl", cap=2.0)
+    assert hi.max().item() == pytest.approx(2.0)
+    lo_r, hi_r = bandpo.band_bounds(logp, 0.05, "kl", relax=(0.2, 0.28))
+    lo_b, hi_b = bandpo.band_bounds(logp, 0.05, "kl")
+    assert torch.equal(lo_r, torch.minimum(lo_b, torch.tensor(0.8)))
+    assert torch.allclose(hi_r, torch.maximum(hi_b, torch.tensor(1.28)))
+
+
+def test_user_generator_matches_registered() -> None:
+    logp = torch.log(torch.tensor([1e-5, 0.1, 0.5, 0.9], dtype=torch.float64))
+
+    def pearson(u: torch.Tensor) -> torch.Tensor:
+        return (u - 1) ** 2
+
+    lo, hi = bandpo.band_bounds(logp, 0.05, pearson, cap=None)
+    lo2, hi2 = bandpo.band_bounds(logp, 0.05, "chi2", cap=None)
+    assert torch.allclose(lo, lo2, rtol=1e-9) and torch.allclose(hi, hi2, rtol=1e-9)
+
+    def alpha_half(
+        u: torch.Tensor,
+    ) -> torch.Tensor:  # alpha-divergence, alpha = 1/2: 4 (1 - sqrt(u)) + 2 (u - 1)
+        return 4 * (1 - torch.sqrt(u)) + 2 * (u - 1)
+
+    lo, hi = bandpo.band_bounds(logp, 0.05, alpha_half, cap=None)
+    h_lo, h_hi = bandpo.band_bounds(logp, 0.05 / 2, "hellinger", cap=None)  # = 2 x squared Hellinger
+    assert torch.allclose(lo, h_lo, rtol=1e-9) and torch.allclose(hi, h_hi, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        ({"old_logp": torch.tensor([0.1])}, ValueError, r"old_logp must hold log-probabilities.*0\.1"),
+        ({"old_logp": torch.tensor([float("nan")])}, ValueError, "old_logp must hold log-probabilities"),
+        ({"old_logp": torch.tensor([float("inf")])}, ValueError, "old_logp must hold log-probabilities"),
+        ({"old_logp": torch.tensor([-1, -2])}, TypeError, "old_logp must be a floating-point tensor"),
+        ({"old_logp": [-0.1]}, TypeError, "old_logp must be a torch.Tensor"),
+        ({"delta": -0.1}, ValueError, r"delta must be a finite number > 0, got -0.1"),
+        ({"delta": 0.0}, ValueError, "delta must be a finite number > 0"),
+        ({"delta": float("inf")}, ValueError, "delta must be a finite number > 0"),
+        ({"delta": torch.tensor([0.1, -1.0])}, ValueError, r"delta must hold finite numbers > 0, found -1.0"),
+        ({"delta": torch.ones(3)}, ValueError, r"delta of shape \(3,\) must broadcast"),
+        (
+            {"divergence": "kll"},
+            ValueError,
+            r"unknown divergence 'kll' \(did you mean 'kl'\?\); valid names: kl,",
+        ),
+        ({"divergence": 3}, TypeError, "divergence must be a name"),
+        ({"divergence": lambda u: (u - 1) ** 2 + 1}, ValueError, r"f\(1\) = 0"),
+        ({"divergence": lambda u: -((u - 1) ** 2)}, ValueError, "must be convex"),
+        ({"divergence": lambda u: torch.log(u)}, ValueError, "must be convex"),
+        ({"cap": 0.5}, ValueError, "cap must be >= 1"),
+        ({"relax": (0.2,)}, ValueError, "relax must be None or a pair"),
+        ({"method": "fast"}, ValueError, "method must be one of"),
+        ({"method": "closed_form"}, ValueError, "not available for divergence 'kl'"),
+        ({"method": "table", "delta": torch.full((2,), 0.1)}, ValueError, "needs a scalar delta"),
+        ({"method": "newton", "divergence": "js"}, ValueError, "available for divergence 'kl' only"),
+        ({"compute_dtype": torch.float16}, ValueError, "compute_dtype must be"),
+    ],
+)
+def test_bad_input(kwargs: dict, exc: type, match: str) -> None:
+    args = {"old_logp": torch.tensor([-0.5, -2.0])} | kwargs
+    with pytest.raises(exc, match=match):
+        bandpo.band_bounds(**args)
+
+
+def test_value_checks_can_be_switched_off() -> None:
+    lo, hi = bandpo.band_bounds(torch.tensor([0.5, -1.0]), 0.05, "kl", check_values=False)
+    assert lo.shape == (2,)  # no error, no sync: garbage in, finite clamped garbage out
+
+
+def test_methods_constant_lists_auto() -> None:
+    assert METHODS[0] == "auto"
+    assert {"kl", "tv", "chi2", "neyman_chi2", "hellinger", "reverse_kl", "js"} <= set(NAMES)
+    assert "bandkl" in bandpo.DIVERGENCES and bandpo.get_divergence("bandkl").name == "kl"
