@@ -1,0 +1,427 @@
+"""BandPO for TRL: ``BandPOConfig`` / ``BandPOTrainer``, subclasses of TRL's ``GRPOConfig`` / ``GRPOTrainer``.
+
+The trainer applies a clip rule's per-token ratio bounds ``[lo, hi]`` (``bandpo.losses.clip_rules``) inside
+TRL's *own* loss, so TRL's aggregation (``loss_type``), KL term, vLLM importance-sampling correction, entropy
+masks, entropy bonus, off-policy mask and metrics all keep working; no line of TRL's loss is copied.
+
+How the bounds get into TRL's loss (TRL 1.16.x). ``GRPOTrainer._compute_loss`` clips with
+
+    coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)
+
+and reads ``self.epsilon_low`` / ``self.epsilon_high`` at call time; ``torch.clamp`` accepts tensor bounds that
+broadcast against ``coef_1`` (B, T). ``BandPOTrainer._compute_loss`` arms a hook and calls the parent. The hook
+wraps ``_get_per_token_logps_and_entropies``, the one forward the parent's loss makes: as soon as it returns the
+current log-probs and entropies, the hook takes the old log-probs exactly as TRL does
+(``inputs["old_per_token_logps"]``, or the current log-probs detached when TRL left it ``None`` because every
+update is on-policy), computes ``lo, hi = rule.bounds(old, entropy)`` and sets the per-token tensors
+``self.epsilon_low = 1 - lo`` and ``self.epsilon_high = hi - 1`` (B, T). The parent then clamps with them, and its
+own ``clip_ratio/*`` metrics count against them too. The scalar values are restored when the parent returns.
+If the hook did not fire exactly once during the parent call (TRL changed its loss path), the step raises
+instead of silently training with TRL's fixed interval; the import also refuses TRL versions outside
+``SUPPORTED_TRL`` (set ``BANDPO_ALLOW_UNSUPPORTED_TRL=1`` to try one anyway, with a warning).
+
+Settings that cannot work are refused in ``BandPOConfig.__post_init__`` (before any model loads):
+``importance_sampling_level="sequence"`` (GSPO: one ratio per sequence, no token probability to build Band on)
+and the loss types whose ``epsilon`` is not a token-ratio clip (``cispo``, ``sapo``, ``vespo``) or which are
+sequence-level objectives (``luspo``); TRL's own ``epsilon`` / ``epsilon_high`` are refused too (the clip rule
+sets the bounds). When every update is on-policy the ratio is exactly 1 and no clip rule can bind: the trainer
+warns once (``OnPolicyClipWarning``).
+
+Metrics: every loss call appends, next to TRL's, the diagnostics of ``bandpo.losses.clip_metrics``
+(``clip/frac``, ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_out``, per old-probability bin, ``clip/tail_share``,
+``band/{lo,hi}_{mean,min,max}``, ``policy/ppo_kl``, ...) and ``policy/entropy``. They are computed on the tokens
+of all processes (padded and gathered with ``accelerator.gather``, as TRL does for its entropy mask), so they are
+exact global values, not means of per-process ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+from torch import Tensor
+
+try:
+    import trl
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+    from trl import GRPOConfig, GRPOTrainer
+except ImportError as err:  # pragma: no cover - exercised only without trl
+    raise ImportError(
+        "bandpo.integrations.trl needs TRL 1.16.x: pip install 'bandpo[trl]' (or 'trl>=1.16,<1.17')"
+    ) from err
+
+from bandpo.losses.aggregation import masked_mean
+from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
+from bandpo.losses.policy_loss import clip_metrics
+
+__all__ = [
+    "SUPPORTED_LOSS_TYPES",
+    "SUPPORTED_TRL",
+    "BandPOConfig",
+    "BandPOTrainer",
+    "OnPolicyClipWarning",
+    "check_trl_version",
+]
+
+SUPPORTED_TRL = ">=1.16,<1.17"
+"""TRL versions whose ``GRPOTrainer._compute_loss`` this adapter was written against and tested with."""
+
+ALLOW_UNSUPPORTED_TRL_ENV = "BANDPO_ALLOW_UNSUPPORTED_TRL"
+
+SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+"""TRL 1.16 loss types that clip the token ratio with ``torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)``
+(they differ only in aggregation)."""
+
+REFUSED_LOSS_TYPES = {
+    "cispo": "its epsilon_high is an absolute cap on the detached importance weight, not a ratio bound",
+    "sapo": "it replaces clipping by a soft sigmoid gate and has no ratio bounds",
+    "vespo": "it weights sequence-level importance ratios with a Gamma function and has no ratio bounds",
+    "luspo": "it is a sequence-level objective (importance_sampling_level='sequence'), Band needs token ratios",
+}
+"""TRL loss types that cannot take per-token bounds, with the reason (shown in the error message)."""
+
+# Band-specific shortcut fields of BandPOConfig -> the clip-rule parameter they set.
+_SHORTCUTS = {
+    "band_divergence": "divergence",
+    "band_delta": "delta",
+    "band_cap": "cap",
+    "band_relax": "relax",
+}
+
+
+def check_trl_version(version: str | None = None) -> None:
+    """Raise ``ImportError`` if ``version`` (default: the installed TRL) is outside ``SUPPORTED_TRL``.
+
+    With the environment variable ``BANDPO_ALLOW_UNSUPPORTED_TRL=1`` it warns instead; the trainer still
+    raises at the first step if TRL's loss path no longer calls the hook this adapter relies on.
+    """
+    version = trl.__version__ if version is None else version
+    try:
+        parsed = Version(version)
+    except InvalidVersion:  # e.g. "unknown": counts as unsupported
+        parsed = None
+    if parsed is not None and SpecifierSet(SUPPORTED_TRL).contains(parsed, prereleases=True):
+        return
+    msg = (
+        f"bandpo.integrations.trl supports trl{SUPPORTED_TRL}, found trl {version}: BandPOTrainer injects its "
+        "bounds into GRPOTrainer._compute_loss, whose internals change between TRL releases. Install "
+        f"'trl{SUPPORTED_TRL}', or set {ALLOW_UNSUPPORTED_TRL_ENV}=1 to try this version anyway."
+    )
+    if os.environ.get(ALLOW_UNSUPPORTED_TRL_ENV, "").lower() in ("1", "true", "yes"):
+        warnings.warn(msg, stacklevel=2)
+        return
+    raise ImportError(msg)
+
+
+check_trl_version()
+
+
+class OnPolicyClipWarning(UserWarning):
+    """Every update is on-policy (ratio exactly 1), so no clip rule can bind."""
+
+
+@dataclass
+class BandPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus the clip rule that replaces GRPO's fixed ``[1 - epsilon, 1 + epsilon_high]``.
+
+    The rule is built by name from the registry (``bandpo.CLIP_RULES``) with ``clip_rule_kwargs``; the
+    ``band_*`` fields are shortcuts for the parameters of the Band rules (``band``, ``adaptive_band``) and
+    apply to any rule that has a parameter of that name. Everything is validated in ``__post_init__``.
+
+    Args:
+        clip_rule: a registered clip rule name (``CLIP_RULES.names()``: grpo, clip_higher, dcpo, band,
+            adaptive_band, ...). Default ``"band"``.
+        clip_rule_kwargs: parameters of the rule, a dict or its JSON string (from the command line), e.g.
+            ``{"divergence": "kl", "delta": 0.05}``; unknown names raise with the valid ones.
+        band_divergence: shortcut for ``clip_rule_kwargs["divergence"]`` (kl, tv, chi2, ...).
+        band_delta: shortcut for the trust-region radius ``clip_rule_kwargs["delta"]`` (not TRL's ``delta``,
+            the INTELLECT-2 two-sided clip, which still works as in TRL).
+        band_cap: shortcut for the upper-bound cap ``clip_rule_kwargs["cap"]``. ``None`` keeps the rule's
+            default (10); to remove the cap pass ``clip_rule_kwargs={"cap": None}``.
+        band_relax: shortcut for ``clip_rule_kwargs["relax"]``: ``[eps_low, eps_high]``, union with the fixed
+            interval ``[1 - eps_low, 1 + eps_high]``.
+
+    TRL's ``epsilon`` / ``epsilon_high`` are not used: leave them at their defaults (for GRPO's fixed interval
+    use ``clip_rule="grpo"`` with ``clip_rule_kwargs={"eps_low": 0.2, "eps_high": 0.28}``).
+    """
+
+    clip_rule: str = field(
+        default="band",
+        metadata={
+            "help": "Clip rule that sets the per-token ratio bounds; a name registered in bandpo.CLIP_RULES "
+            f"({', '.join(CLIP_RULES.names())}, or one registered later)."
+        },
+    )
+    clip_rule_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Parameters of the clip rule, as a dict or a JSON string, e.g. '{\"delta\": 0.05}'."
+        },
+    )
+    band_divergence: str | None = field(
+        default=None,
+        metadata={"help": "Band's f-divergence (kl, tv, chi2, ...); None keeps the rule's default (kl)."},
+    )
+    band_delta: float | None = field(
+        default=None,
+        metadata={"help": "Band's trust-region radius delta > 0; None keeps the rule's default (0.05)."},
+    )
+    band_cap: float | None = field(
+        default=None,
+        metadata={"help": "Cap (>= 1) on Band's upper ratio bound; None keeps the rule's default (10)."},
+    )
+    band_relax: list[float] | None = field(
+        default=None,
+        metadata={"help": "Two numbers eps_low eps_high: union of Band with [1 - eps_low, 1 + eps_high]."},
+    )
+
+    def __post_init__(self) -> None:
+        # Our checks first: they are cheap and need nothing from TrainingArguments' device setup.
+        self._validate_bandpo_fields()
+        super().__post_init__()
+
+    def _validate_bandpo_fields(self) -> None:
+        if self.loss_type not in SUPPORTED_LOSS_TYPES:
+            reason = REFUSED_LOSS_TYPES.get(self.loss_type, "it is not a TRL 1.16 loss type")
+            raise ValueError(
+                f"loss_type={self.loss_type!r} cannot be used with a clip rule: {reason}. "
+                f"Allowed: {', '.join(SUPPORTED_LOSS_TYPES)}"
+            )
+        if self.importance_sampling_level != "token":
+            raise ValueError(
+                f"importance_sampling_level={self.importance_sampling_level!r} is not supported: clip rules bound "
+                "the per-token ratio pi(a|s) / pi_old(a|s) using the token's old probability, and a sequence-level "
+                "ratio (GSPO) has no token probability. Allowed: 'token'"
+            )
+        if self.epsilon != 0.2 or self.epsilon_high is not None:
+            raise ValueError(
+                f"epsilon={self.epsilon!r} / epsilon_high={self.epsilon_high!r} are TRL's fixed clip range, which "
+                "BandPOConfig replaces by clip_rule: leave them at their defaults (0.2 / None). For a fixed "
+                "interval use clip_rule='grpo' with clip_rule_kwargs={'eps_low': ..., 'eps_high': ...}; for Band's "
+                "union with one, band_relax=[eps_low, eps_high]"
+            )
+        if isinstance(self.clip_rule_kwargs, str):
+            try:
+                self.clip_rule_kwargs = json.loads(self.clip_rule_kwargs)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"clip_rule_kwargs must be a dict or a JSON object string, got {self.clip_rule_kwargs!r} ({err})"
+                ) from err
+        if self.clip_rule_kwargs is not None and not isinstance(self.clip_rule_kwargs, dict):
+            raise ValueError(
+                f"clip_rule_kwargs must be a dict or a JSON object string, got {self.clip_rule_kwargs!r}"
+            )
+        if self.band_relax is not None:
+            self.band_relax = list(self.band_relax)
+        self.build_clip_rule()
+
+    def clip_rule_params(self) -> dict[str, Any]:
+        """The parameters passed to the clip rule: ``clip_rule_kwargs`` merged with the ``band_*`` shortcuts."""
+        if not isinstance(self.clip_rule, str):
+            raise ValueError(
+                f"clip_rule must be a registered name, got {self.clip_rule!r}; valid names: "
+                f"{', '.join(CLIP_RULES.names())}"
+            )
+        valid = clip_rule_params(self.clip_rule)  # unknown names raise with the valid names
+        params = dict(self.clip_rule_kwargs or {})
+        for shortcut, param in _SHORTCUTS.items():
+            value = getattr(self, shortcut)
+            if value is None:
+                continue
+            if param not in valid:
+                raise ValueError(
+                    f"{shortcut}={value!r} does not apply to clip_rule={self.clip_rule!r}, which has no {param!r} "
+                    f"parameter (its parameters: {', '.join(valid) or 'none'})"
+                )
+            if param in params:
+                raise ValueError(
+                    f"{shortcut}={value!r} and clip_rule_kwargs[{param!r}]={params[param]!r} both set {param!r}; "
+                    "set it once"
+                )
+            params[param] = value
+        return params
+
+    def build_clip_rule(self) -> ClipRule:
+        """The configured ``ClipRule`` (built through the registry; parameters validated by the rule)."""
+        try:
+            return make_clip_rule(self.clip_rule, **self.clip_rule_params())
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"invalid clip rule configuration (clip_rule={self.clip_rule!r}): {err}"
+            ) from err
+
+    @property
+    def clipping_can_bind(self) -> bool:
+        """False when TRL makes every update on-policy, so the ratio is exactly 1 and no clip rule can bind.
+
+        Mirrors ``GRPOTrainer._generate_and_score_completions``: TRL tracks old log-probs only when
+        ``gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0``; otherwise each generation
+        batch is consumed within one optimizer step by the policy that generated it.
+        """
+        generate_every = self.steps_per_generation * self.num_iterations
+        return self.gradient_accumulation_steps % generate_every != 0
+
+
+class _LossCapture(NamedTuple):
+    """What the hook saw in one ``_compute_loss`` call, for the metrics. All (B, T) except ``advantages``."""
+
+    log_prob: Tensor  # current log-probs, detached
+    old_log_prob: Tensor  # the log-probs the bounds were computed from (0 at padding)
+    lo: Tensor
+    hi: Tensor
+    mask: Tensor  # bool, the tokens TRL's loss counts (completion_mask * tool_mask)
+    advantages: Tensor  # (B, 1) or (B, T)
+    entropy: Tensor | None
+
+
+class BandPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose ratio clip uses the per-token bounds of ``args.clip_rule`` (module docstring).
+
+    Same constructor as ``GRPOTrainer``; ``args`` must be a ``BandPOConfig``. ``self.clip_rule`` holds the rule.
+    ``adaptive_band`` (and any rule with ``needs_entropy``) gets the per-token entropy of the current policy that
+    TRL's loss forward computes anyway (``compute_entropy=True``), detached; on the first update of a generation
+    it equals the rollout policy's entropy.
+    """
+
+    _tag_names: ClassVar[list[str]] = ["trl", "grpo", "bandpo"]
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: BandPOConfig | None = None, **kwargs: Any):
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            args = BandPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-BandPO")
+        elif not isinstance(args, BandPOConfig):
+            raise TypeError(
+                f"args must be a BandPOConfig (GRPOConfig plus the clip rule), got {type(args).__name__}"
+            )
+        self.clip_rule: ClipRule = args.build_clip_rule()
+        self._bandpo_loss_inputs: dict[str, Any] | None = None
+        self._bandpo_capture: _LossCapture | None = None
+        super().__init__(model, reward_funcs, args=args, **kwargs)
+        if not args.clipping_can_bind and self.accelerator.is_main_process:
+            warnings.warn(
+                f"Every update is on-policy (num_iterations={args.num_iterations}, "
+                f"steps_per_generation={args.steps_per_generation}, gradient_accumulation_steps="
+                f"{args.gradient_accumulation_steps}): the ratio pi / pi_old is exactly 1, so the clip rule "
+                f"{self.clip_rule.describe()} never binds and training equals unclipped GRPO. Clipping binds when "
+                "gradient_accumulation_steps is not a multiple of steps_per_generation * num_iterations, e.g. "
+                "steps_per_generation > gradient_accumulation_steps (several optimizer steps per generation "
+                "batch, the authors use 4) or num_iterations > 1.",
+                OnPolicyClipWarning,
+                stacklevel=2,
+            )
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
+        """TRL's loss with the clip rule's bounds: arm the hook, call the parent, log our metrics."""
+        scalar_eps = (self.epsilon_low, self.epsilon_high)
+        self._bandpo_loss_inputs = inputs
+        self._bandpo_capture = None
+        try:
+            loss = super()._compute_loss(model, inputs)
+            capture = self._bandpo_capture
+        finally:
+            self.epsilon_low, self.epsilon_high = scalar_eps
+            self._bandpo_loss_inputs = None
+            self._bandpo_capture = None
+        if capture is None:
+            raise RuntimeError(
+                f"BandPOTrainer's bounds were not applied: GRPOTrainer._compute_loss (trl {trl.__version__}) did "
+                "not call _get_per_token_logps_and_entropies. This TRL version's loss path differs from the one "
+                f"supported (trl{SUPPORTED_TRL})."
+            )
+        self._log_clip_metrics(capture)
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        """The parent's forward; inside ``_compute_loss`` it also installs the per-token bounds."""
+        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        if self._bandpo_loss_inputs is not None:
+            self._install_bounds(self._bandpo_loss_inputs, out[0], out[1])
+        return out
+
+    def _install_bounds(self, inputs: dict[str, Any], log_prob: Tensor, entropy: Tensor | None) -> None:
+        """Set ``self.epsilon_low/high`` to (B, T) tensors ``1 - lo`` / ``hi - 1`` for the parent's clamp.
+
+        ``log_prob``: (B, T) float, the current policy's log-probs of the completion tokens.
+        ``entropy``: (B, T) float or None, the current policy's per-token entropy.
+        """
+        if self._bandpo_capture is not None:
+            raise RuntimeError(
+                "GRPOTrainer._compute_loss called _get_per_token_logps_and_entropies twice: this TRL version's "
+                f"loss path differs from the one BandPOTrainer supports (trl{SUPPORTED_TRL})"
+            )
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        mask = mask.bool()
+        # Exactly TRL's old log-probs: None when every update is on-policy (then old == current, detached).
+        old = inputs.get("old_per_token_logps")
+        old = log_prob.detach() if old is None else old.detach()
+        if old.shape != log_prob.shape or mask.shape != log_prob.shape:
+            raise RuntimeError(
+                f"unexpected shapes from TRL: log-probs {tuple(log_prob.shape)}, old log-probs "
+                f"{tuple(old.shape)}, completion mask {tuple(mask.shape)}"
+            )
+        # float32 (float64 if the log-probs are) so that 1 - (1 - lo) keeps lo to ~1 ulp even for bf16 models.
+        work = torch.float64 if log_prob.dtype == torch.float64 else torch.float32
+        zero = torch.zeros((), dtype=work, device=log_prob.device)
+        old = torch.where(mask, old.to(work), zero)  # padding: p = 1, finite bounds
+        ent = None
+        if entropy is not None:
+            ent = torch.where(mask, entropy.detach().to(work), zero)
+        if self.clip_rule.needs_entropy and ent is None:
+            raise RuntimeError(
+                f"clip rule {self.clip_rule.name!r} needs the per-token entropy, but TRL's loss forward returned "
+                "none (compute_entropy=False)"
+            )
+        lo, hi = self.clip_rule.bounds(old, ent if self.clip_rule.needs_entropy else None)
+        lo, hi = lo.to(work), hi.to(work)
+        self.epsilon_low = 1.0 - lo  # the parent clamps coef_1 to [1 - epsilon_low, 1 + epsilon_high]
+        self.epsilon_high = hi - 1.0
+        advantages = inputs["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)  # (B, 1), as in the parent
+        self._bandpo_capture = _LossCapture(
+            log_prob=log_prob.detach().to(work),
+            old_log_prob=old,
+            lo=lo,
+            hi=hi,
+            mask=mask,
+            advantages=advantages.detach().to(work),
+            entropy=ent,
+        )
+
+    def _log_clip_metrics(self, c: _LossCapture) -> None:
+        """Append ``clip_metrics`` of the tokens of all processes to ``self._metrics[mode]`` (one gather)."""
+        mode = "train" if self.model.training else "eval"
+        zero = torch.zeros((), dtype=c.lo.dtype, device=c.lo.device)
+        log_ratio = torch.where(c.mask, c.log_prob - c.old_log_prob, zero)
+        entropy = torch.zeros_like(c.lo) if c.entropy is None else c.entropy
+        channels = [
+            log_ratio,
+            c.lo,
+            c.hi,
+            c.advantages.expand_as(c.lo),
+            c.mask.to(c.lo.dtype),
+            c.old_log_prob,
+            entropy,
+        ]
+        local = torch.stack(channels, dim=-1).contiguous()  # (B, T, C)
+        # Completion lengths and batch sizes may differ across processes: pad (mask 0) before gathering.
+        local = self.accelerator.pad_across_processes(local, dim=1, pad_index=0)
+        local = self.accelerator.pad_across_processes(local, dim=0, pad_index=0)
+        full = self.accelerator.gather(local)  # (world * B, T_max, C)
+        log_ratio, lo, hi, adv, mask, old, entropy = full.unbind(dim=-1)
+        mask = mask > 0.5
+        # TRL's coef_1 is exp(log_ratio) unclamped; the clamp only guards the metrics against overflow.
+        ratio = torch.exp(torch.clamp(log_ratio, -20.0, 20.0))
+        metrics = clip_metrics(ratio, lo, hi, adv, mask, old, log_ratio=log_ratio)
+        if c.entropy is not None:
+            metrics["policy/entropy"] = masked_mean(entropy, mask)
+        values = torch.stack([v.to(torch.float64) for v in metrics.values()]).tolist()  # one host sync
+        for key, value in zip(metrics, values):
+            self._metrics[mode][key].append(value)

@@ -1,0 +1,552 @@
+"""Tests for ``bandpo.integrations.trl``: config validation, the bounds TRL applies, training with every clip
+rule on a tiny local Qwen2, metrics, the on-policy warning, and a two-process run through ``accelerate launch``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl")
+
+import torch
+from torch import Tensor
+
+from bandpo import CLIP_RULES, band_bounds
+from bandpo.integrations import trl as bandpo_trl
+from bandpo.integrations.trl import (
+    BandPOConfig,
+    BandPOTrainer,
+    OnPolicyClipWarning,
+    check_trl_version,
+)
+from bandpo.losses import AdaptiveBandClip, BandClip, FixedClip
+
+OUR_METRICS = (
+    "clip/frac",
+    "clip/frac_up",
+    "clip/frac_down",
+    "clip/frac_out",
+    "clip/frac_up/p0.0-0.2",
+    "clip/frac_down/p0.8-1.0",
+    "tokens/share/p0.0-0.2",
+    "clip/tail_share",
+    "clip/tail_share_up",
+    "band/lo_mean",
+    "band/hi_mean",
+    "band/hi_max",
+    "policy/ppo_kl",
+    "policy/entropy",
+)
+
+
+def vowel_digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
+    """Number of vowels and digits in the completion: spread inside every group, so advantages are nonzero."""
+    return [float(sum(ch in "aeiou0123456789" for ch in c)) for c in completions]
+
+
+def make_config(tmp_path: Path, **overrides: Any) -> BandPOConfig:
+    """Off-policy by default: 2 mini-batches x 2 iterations per generation, 1 micro-step per optimizer step, so
+    steps 2-4 of each generation update a policy that has moved; a large learning rate makes clipping bind."""
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        steps_per_generation=2,
+        num_iterations=2,
+        max_completion_length=8,
+        learning_rate=3e-2,
+        lr_scheduler_type="constant",
+        max_steps=4,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return BandPOConfig(**kwargs)
+
+
+def make_trainer(args: BandPOConfig, model: Any, tokenizer: Any, dataset: Any) -> BandPOTrainer:
+    return BandPOTrainer(
+        model=model,
+        reward_funcs=vowel_digit_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Version pin
+
+
+def test_supported_trl_version_passes() -> None:
+    check_trl_version()
+    check_trl_version("1.16.0")
+    check_trl_version("1.16.7")
+
+
+@pytest.mark.parametrize("version", ["1.15.2", "1.17.0", "2.0.0", "unknown"])
+def test_unsupported_trl_version_is_refused(version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(bandpo_trl.ALLOW_UNSUPPORTED_TRL_ENV, raising=False)
+    with pytest.raises(ImportError, match=rf"supports trl>=1\.16,<1\.17, found trl {version}"):
+        check_trl_version(version)
+    monkeypatch.setenv(bandpo_trl.ALLOW_UNSUPPORTED_TRL_ENV, "1")
+    with pytest.warns(UserWarning, match="supports trl"):
+        check_trl_version(version)
+
+
+def test_bandpo_imports_without_trl() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["trl"] = None  # makes `import trl` fail
+        import bandpo, bandpo.integrations
+        assert "trl" not in dir(bandpo.integrations)
+        try:
+            import bandpo.integrations.trl
+        except ImportError as err:
+            assert "pip install" in str(err), err
+        else:
+            raise AssertionError("bandpo.integrations.trl imported without trl")
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Config
+
+
+def test_config_default_is_band(tmp_path: Path) -> None:
+    args = BandPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    rule = args.build_clip_rule()
+    assert isinstance(rule, BandClip)
+    assert (rule.divergence, rule.delta, rule.cap, rule.relax) == ("kl", 0.05, 10.0, None)
+
+
+def test_config_shortcuts_and_kwargs(tmp_path: Path) -> None:
+    args = BandPOConfig(
+        output_dir=str(tmp_path),
+        report_to="none",
+        use_cpu=True,
+        band_divergence="tv",
+        band_delta=0.1,
+        band_cap=5.0,
+        band_relax=[0.2, 0.28],
+    )
+    rule = args.build_clip_rule()
+    assert (rule.divergence, rule.delta, rule.cap, rule.relax) == ("tv", 0.1, 5.0, (0.2, 0.28))
+
+    args = BandPOConfig(
+        output_dir=str(tmp_path),
+        report_to="none",
+        use_cpu=True,
+        clip_rule="adaptive_band",
+        clip_rule_kwargs='{"power": 1.0, "cap": null}',  # the command line passes JSON
+        band_delta=0.02,
+    )
+    rule = args.build_clip_rule()
+    assert isinstance(rule, AdaptiveBandClip)
+    assert (rule.power, rule.cap, rule.delta) == (1.0, None, 0.02)
+    assert args.clip_rule_kwargs == {"power": 1.0, "cap": None}
+
+    args = BandPOConfig(
+        output_dir=str(tmp_path),
+        report_to="none",
+        use_cpu=True,
+        clip_rule="grpo",
+        clip_rule_kwargs={"eps_low": 0.2, "eps_high": 0.28},
+    )
+    assert args.build_clip_rule() == FixedClip(eps_low=0.2, eps_high=0.28)
+
+
+def test_config_from_command_line(tmp_path: Path) -> None:
+    from transformers import HfArgumentParser
+
+    (args,) = HfArgumentParser(BandPOConfig).parse_args_into_dataclasses(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--report_to",
+            "none",
+            "--use_cpu",
+            "--clip_rule",
+            "band",
+            "--band_delta",
+            "0.1",
+            "--band_relax",
+            "0.2",
+            "0.28",
+            "--clip_rule_kwargs",
+            '{"divergence": "chi2"}',
+        ]
+    )
+    rule = args.build_clip_rule()
+    assert (rule.divergence, rule.delta, rule.relax) == ("chi2", 0.1, (0.2, 0.28))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"clip_rule": "bandd"}, r"unknown clip rule 'bandd'.*valid names: grpo, clip_higher, dcpo, band"),
+        ({"band_delta": -0.1}, r"delta must be a finite number > 0, got -0\.1"),
+        ({"band_divergence": "nope"}, r"unknown divergence 'nope'.*valid names"),
+        ({"band_cap": 0.5}, r"cap must be >= 1"),
+        ({"band_relax": [0.2]}, r"relax must be None or a pair"),
+        (
+            {"clip_rule": "grpo", "band_delta": 0.1},
+            r"band_delta=0\.1 does not apply to clip_rule='grpo'.*eps_low",
+        ),
+        (
+            {"band_delta": 0.1, "clip_rule_kwargs": {"delta": 0.2}},
+            r"band_delta=0\.1 and clip_rule_kwargs\['delta'\]=0\.2 both set",
+        ),
+        ({"clip_rule_kwargs": {"detla": 0.1}}, r"unknown parameter\(s\) 'detla'.*valid: divergence, delta"),
+        ({"clip_rule_kwargs": "{delta: 0.1}"}, r"clip_rule_kwargs must be a dict or a JSON object string"),
+        (
+            {"clip_rule_kwargs": [0.1]},
+            r"clip_rule_kwargs must be a dict or a JSON object string, got \[0\.1\]",
+        ),
+        (
+            {"importance_sampling_level": "sequence"},
+            r"importance_sampling_level='sequence' is not supported.*'token'",
+        ),
+        (
+            {"loss_type": "cispo"},
+            r"loss_type='cispo' cannot be used.*absolute cap.*Allowed: grpo, bnpo, dr_grpo, dapo",
+        ),
+        ({"loss_type": "sapo"}, r"loss_type='sapo' cannot be used.*soft sigmoid gate"),
+        ({"loss_type": "vespo"}, r"loss_type='vespo' cannot be used.*Gamma"),
+        ({"loss_type": "luspo"}, r"loss_type='luspo' cannot be used.*sequence-level"),
+        ({"loss_type": "not_a_loss"}, r"loss_type='not_a_loss' cannot be used.*not a TRL 1\.16 loss type"),
+        ({"epsilon": 0.3}, r"epsilon=0\.3 / epsilon_high=None are TRL's fixed clip range"),
+        ({"epsilon_high": 0.28}, r"epsilon_high=0\.28 are TRL's fixed clip range.*clip_rule='grpo'"),
+    ],
+)
+def test_config_errors(tmp_path: Path, overrides: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        BandPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, **overrides)
+
+
+@pytest.mark.parametrize("loss_type", bandpo_trl.SUPPORTED_LOSS_TYPES)
+def test_config_accepts_token_clip_loss_types(tmp_path: Path, loss_type: str) -> None:
+    BandPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, loss_type=loss_type)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "can_bind"),
+    [
+        ({}, False),  # TRL's default: steps_per_generation = gradient_accumulation_steps, num_iterations = 1
+        ({"gradient_accumulation_steps": 4}, False),
+        ({"gradient_accumulation_steps": 4, "steps_per_generation": 2}, False),  # 2 generations per step
+        ({"steps_per_generation": 4}, True),
+        ({"num_iterations": 2}, True),
+        ({"gradient_accumulation_steps": 2, "steps_per_generation": 4}, True),
+    ],
+)
+def test_clipping_can_bind(tmp_path: Path, overrides: dict[str, Any], can_bind: bool) -> None:
+    kwargs: dict[str, Any] = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, num_generations=2)
+    args = BandPOConfig(**{**kwargs, **overrides})
+    assert args.clipping_can_bind is can_bind
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Trainer
+
+
+def test_trainer_needs_bandpo_config(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    from trl import GRPOConfig
+
+    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    with pytest.raises(TypeError, match=r"args must be a BandPOConfig.*got GRPOConfig"):
+        BandPOTrainer(
+            model=tiny_model, reward_funcs=vowel_digit_reward, args=args, train_dataset=tiny_dataset
+        )
+
+
+def test_on_policy_warning(
+    tmp_path: Path, tiny_model_dir: Path, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    on_policy = make_config(tmp_path, steps_per_generation=None, num_iterations=1)
+    with pytest.warns(OnPolicyClipWarning, match=r"num_iterations=1, steps_per_generation=1") as record:
+        make_trainer(
+            on_policy, AutoModelForCausalLM.from_pretrained(tiny_model_dir), tiny_tokenizer, tiny_dataset
+        )
+    assert sum(issubclass(w.category, OnPolicyClipWarning) for w in record) == 1
+    assert "never binds" in str(record[0].message)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OnPolicyClipWarning)
+        make_trainer(
+            make_config(tmp_path),
+            AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+            tiny_tokenizer,
+            tiny_dataset,
+        )
+
+
+def _log_rows(trainer: BandPOTrainer) -> list[dict[str, float]]:
+    return [row for row in trainer.state.log_history if "loss" in row]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", CLIP_RULES.names())
+def test_train_every_clip_rule(
+    tmp_path: Path, rule: str, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    args = make_config(tmp_path, clip_rule=rule)
+    trainer = make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+
+    rows = _log_rows(trainer)
+    assert len(rows) == args.max_steps
+    assert all(math.isfinite(row["loss"]) for row in rows)
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert changed, "no parameter changed"
+    for row in rows:
+        missing = [k for k in (*OUR_METRICS, "entropy", "clip_ratio/region_mean") if k not in row]
+        assert not missing, f"metrics missing from the log: {missing}"
+        # TRL's own clip counter runs on the bounds we installed: it agrees with ours.
+        assert row["clip/frac"] == pytest.approx(row["clip_ratio/region_mean"], abs=1e-6)
+        assert row["clip/frac_up"] == pytest.approx(row["clip_ratio/high_mean"], abs=1e-6)
+        assert row["clip/frac_down"] == pytest.approx(row["clip_ratio/low_mean"], abs=1e-6)
+        assert row["policy/entropy"] == pytest.approx(row["entropy"], rel=1e-5)
+    assert rows[0]["clip/frac_out"] == 0.0  # first update of a generation: ratio exactly 1
+    assert max(row["clip/frac_out"] for row in rows) > 0, "clipping never became active"
+    assert max(row["clip/frac"] for row in rows) > 0
+    # The trainer's scalar epsilons are restored after each loss call.
+    assert isinstance(trainer.epsilon_low, float) and isinstance(trainer.epsilon_high, float)
+
+
+@pytest.mark.slow
+def test_train_keeps_trl_features(
+    tmp_path: Path, tiny_model_dir: Path, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    """TRL's KL term, entropy mask, entropy bonus, two-sided clip and another aggregation still run with Band."""
+
+    args = make_config(
+        tmp_path,
+        loss_type="grpo",
+        beta=0.01,
+        top_entropy_quantile=0.5,
+        entropy_coef=0.01,
+        delta=3.0,
+        clip_rule="band",
+        band_divergence="tv",
+        band_delta=0.1,
+        model_init_kwargs={"dtype": torch.float32},
+    )
+    trainer = make_trainer(args, str(tiny_model_dir), tiny_tokenizer, tiny_dataset)
+    trainer.train()
+    rows = _log_rows(trainer)
+    assert len(rows) == args.max_steps
+    for row in rows:
+        assert math.isfinite(row["loss"])
+        assert all(k in row for k in (*OUR_METRICS, "kl", "entropy_coef"))
+        assert row["clip/frac"] == pytest.approx(row["clip_ratio/region_mean"], abs=1e-6)
+    assert max(row["kl"] for row in rows) > 0
+    assert max(row["clip/frac_out"] for row in rows) > 0
+
+
+class ClampSpy:
+    """Records the tensor bounds of ``torch.clamp`` calls made by ``GRPOTrainer._compute_loss`` itself,
+    with the parent's local old log-probs, mask and entropies at that moment."""
+
+    def __init__(self) -> None:
+        self.real = torch.clamp
+        self.records: list[dict[str, Tensor]] = []
+
+    def __call__(self, input: Tensor, min: Any = None, max: Any = None, *args: Any, **kwargs: Any) -> Tensor:
+        frame = sys._getframe(1)
+        code = frame.f_code
+        if (
+            code.co_name == "_compute_loss"
+            and code.co_filename.endswith("grpo_trainer.py")
+            and isinstance(min, Tensor)
+            and isinstance(max, Tensor)
+        ):
+            loc = frame.f_locals
+            self.records.append(
+                {
+                    "lo": min.detach().clone(),
+                    "hi": max.detach().clone(),
+                    "old": loc["old_per_token_logps"].detach().clone(),
+                    "current": loc["per_token_logps"].detach().clone(),
+                    "mask": loc["mask"].bool().clone(),
+                    "entropies": loc["entropies"].detach().clone(),
+                }
+            )
+        return self.real(input, min, max, *args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("rule", "off_policy"), [("band", True), ("band", False), ("adaptive_band", True), ("dcpo", True)]
+)
+def test_bounds_applied_by_trl_equal_band_bounds(
+    tmp_path: Path,
+    rule: str,
+    off_policy: bool,
+    tiny_model: Any,
+    tiny_tokenizer: Any,
+    tiny_dataset: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    overrides: dict[str, Any] = {"clip_rule": rule, "max_steps": 3}
+    if not off_policy:  # TRL leaves old_per_token_logps None and uses the current log-probs, detached
+        overrides.update(steps_per_generation=None, num_iterations=1)
+    args = make_config(tmp_path, **overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OnPolicyClipWarning)
+        trainer = make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset)
+    spy = ClampSpy()
+    monkeypatch.setattr(torch, "clamp", spy)
+    trainer.train()
+    monkeypatch.undo()
+
+    assert len(spy.records) == args.max_steps, "TRL's clamp did not receive tensor bounds on every step"
+    rule_obj = trainer.clip_rule
+    for rec in spy.records:
+        mask, old = rec["mask"], rec["old"]
+        assert rec["lo"].shape == old.shape == rec["hi"].shape
+        if not off_policy:
+            torch.testing.assert_close(old, rec["current"], rtol=0, atol=0)
+        if rule == "band":
+            lo, hi = band_bounds(old, 0.05, "kl", cap=10.0)
+        elif rule == "adaptive_band":
+            lo, hi = band_bounds(old, rule_obj.radius(rec["entropies"]), "kl", cap=10.0)
+        else:
+            lo, hi = rule_obj.bounds(old)
+        torch.testing.assert_close(rec["lo"][mask], lo[mask], rtol=0, atol=2e-7)
+        torch.testing.assert_close(rec["hi"][mask], hi[mask], rtol=0, atol=2e-6)
+
+
+def test_missing_hook_raises(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If TRL's loss stops calling the forward we hook, the step fails instead of using TRL's fixed clip."""
+    from trl import GRPOTrainer
+
+    trainer = make_trainer(make_config(tmp_path, max_steps=1), tiny_model, tiny_tokenizer, tiny_dataset)
+    monkeypatch.setattr(
+        trainer,
+        "_get_per_token_logps_and_entropies",
+        GRPOTrainer._get_per_token_logps_and_entropies.__get__(trainer),
+    )
+    with pytest.raises(RuntimeError, match="bounds were not applied"):
+        trainer.train()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Two processes (accelerate launch, CPU, gloo)
+
+MULTI_PROCESS_SCRIPT = '''
+"""Two-process BandPO run (written by tests/integrations/test_trl.py)."""
+import json
+import sys
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from bandpo.integrations.trl import BandPOConfig, BandPOTrainer
+
+model_dir, out_dir = sys.argv[1], sys.argv[2]
+
+
+def reward(completions, **kwargs):
+    return [float(sum(ch in "aeiou0123456789" for ch in c)) for c in completions]
+
+
+args = BandPOConfig(
+    output_dir=out_dir, clip_rule="band", per_device_train_batch_size=4, num_generations=4,
+    steps_per_generation=2, num_iterations=2, max_completion_length=8, learning_rate=3e-2,
+    lr_scheduler_type="constant", max_steps=4, logging_steps=1, report_to="none", save_strategy="no",
+    use_cpu=True, seed=0, disable_tqdm=True,
+)
+trainer = BandPOTrainer(
+    model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+    reward_funcs=reward,
+    args=args,
+    train_dataset=Dataset.from_dict({"prompt": [f"{i}+{i + 1}=" for i in range(16)]}),
+    processing_class=AutoTokenizer.from_pretrained(model_dir),
+)
+trainer.train()
+if trainer.accelerator.is_main_process:
+    with open(f"{out_dir}/result.json", "w") as f:
+        json.dump({"num_processes": trainer.accelerator.num_processes, "log_history": trainer.state.log_history}, f)
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_accelerate_launch(tmp_path: Path, tiny_model_dir: Path) -> None:
+    script = tmp_path / "bandpo_two_procs.py"
+    script.write_text(MULTI_PROCESS_SCRIPT)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.accelerate_cli",
+        "launch",
+        "--multi_gpu",  # the torchrun launcher; ACCELERATE_USE_CPU + use_cpu make it multi-CPU with gloo
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(script),
+        str(tiny_model_dir),
+        str(out_dir),
+    ]
+    env = {
+        **os.environ,
+        "ACCELERATE_USE_CPU": "true",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, f"accelerate launch failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+
+    result = json.loads((out_dir / "result.json").read_text())
+    assert result["num_processes"] == 2
+    rows = [row for row in result["log_history"] if "loss" in row]
+    assert len(rows) == 4
+    for row in rows:
+        assert math.isfinite(row["loss"])
+        assert all(k in row for k in OUR_METRICS)
+        # Ours are computed on the gathered tokens of both processes, TRL's by an all-reduce of sums and counts:
+        # equal only if both are global.
+        assert row["clip/frac"] == pytest.approx(row["clip_ratio/region_mean"], abs=1e-6)
+        assert row["policy/entropy"] == pytest.approx(row["entropy"], rel=1e-5)
+    assert max(row["clip/frac_out"] for row in rows) > 0
