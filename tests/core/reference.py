@@ -42,7 +42,7 @@ def _root_log(h, a, b, iterations: int = 84):
     return (a + b) / 2
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference_bounds(name: str, logp: float, delta: float) -> tuple[float, float]:
     """(lo, hi) as floats for divergence ``name`` at old log-probability ``logp`` (a float64 value)."""
     f = GENERATORS[name]
