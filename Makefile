@@ -15,6 +15,7 @@ $(BIN)/python:
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH_CPU)
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps "verl==0.9.1"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -26,8 +27,7 @@ demo: setup
 	HF_HUB_OFFLINE=1 $(BIN)/bandpo demo
 
 bench: setup
-	$(BIN)/python benchmarks/bench_bounds.py
-	$(BIN)/python benchmarks/bench_loss.py
+	$(BIN)/bandpo bench --json runs/bench.json
 
 lint: setup
 	$(BIN)/ruff check .

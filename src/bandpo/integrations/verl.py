@@ -1,0 +1,450 @@
+"""BandPO in verl: the policy-loss modes ``bandpo`` and ``dcpo``, selected by config, without a fork.
+
+verl (>= 0.9) dispatches the actor's policy loss by name through ``verl.trainer.ppo.core_algos``'s registry
+(``register_policy_loss`` / ``get_policy_loss_fn``) with the value of ``actor.policy_loss.loss_mode``. This
+module puts two modes into that registry:
+
+``bandpo``
+    Band bounds (``bandpo.make_clip_rule("band", ...)``: any registered divergence, radius ``delta``, upper
+    bound capped at ``cap``; ``relax=True`` takes the union with verl's fixed interval
+    ``[1 - actor.clip_ratio_low, 1 + actor.clip_ratio_high]``).
+``dcpo``
+    DCPO's dynamic adaptive clipping with ``eps_low = actor.clip_ratio_low``, ``eps_high =
+    actor.clip_ratio_high`` (the authors use 0.16 / 0.20) and the upper bound capped at ``cap``.
+
+Per token, exactly as ``bandpo.policy_loss`` (SPEC section 3), with ``r = exp(clamp(logp - logp_old, -20,
+20))``, ``[lo, hi]`` from the rule and ``c = actor.clip_ratio_c``:
+
+    L1 = max(-A r, -A clamp(r, lo, hi));   L = min(L1, -A c) if A < 0 else L1;   L *= rollout_is_weights
+
+then aggregated with verl's own ``agg_loss`` and the actor config's ``global_batch_info`` (dp size, global
+token and sequence counts, ``loss_scale_factor``), as verl's built-in ``vanilla`` loss does, so the loss is
+invariant to the data-parallel / micro-batch split and every verl ``loss_agg_mode`` works (including
+``token-sum``, which ``bandpo.policy_loss`` does not have). The KL-to-reference and entropy terms stay verl's
+(``actor.use_kl_loss``, ``actor.entropy_coeff``).
+
+Configuration: Band's parameters travel in ``actor.policy_loss`` through the dataclass
+:class:`BandPOPolicyLossConfig` (a subclass of verl's ``PolicyLossConfig``), selected with ``_target_``::
+
+    actor_rollout_ref.actor.policy_loss._target_=bandpo.integrations.verl.BandPOPolicyLossConfig
+    actor_rollout_ref.actor.policy_loss.loss_mode=bandpo
+    +actor_rollout_ref.actor.policy_loss.divergence=kl
+    +actor_rollout_ref.actor.policy_loss.delta=0.05
+
+verl builds ``ActorConfig`` with ``omega_conf_to_dataclass`` (hydra ``instantiate``, recursive over
+``_target_``), so the parameters are validated when the config is built, before any model is loaded. Without
+the ``_target_`` override, ``loss_mode=bandpo`` runs with the defaults of :class:`BandPOPolicyLossConfig`.
+
+Registration in every process (the driver and each Ray worker): ``import verl`` (>= 0.9) loads every entry
+point of the group ``verl.plugins``; bandpo declares ``bandpo = "bandpo.integrations.verl:register"``.
+verl only *loads* the entry point (imports this module and looks ``register`` up; it does not call it and
+logs failures at DEBUG level only), so importing this module registers the modes; :func:`register` is
+idempotent and can be called again. The ``_target_`` above imports this module too, wherever verl builds
+the actor config. For verl 0.6-0.8 (no entry-point discovery) set ``VERL_USE_EXTERNAL_MODULES=
+bandpo.integrations.verl`` in the environment of every process (verl imports the listed modules at
+``import verl``). verl < 0.6 expected a 4-tuple from policy losses and is not supported.
+
+Metrics (returned as Python floats, one device->host transfer per call; verl reduces them across micro-batches
+with a mean): verl's names ``actor/pg_clipfrac`` (clipped term active), ``actor/ppo_kl`` (k1 KL(old || new)),
+``actor/pg_clipfrac_lower`` (dual clip active), plus ``bandpo.clip_metrics`` under ``actor/`` (``actor/clip/
+frac_up``, ``actor/clip/tail_share``, ``actor/band/hi_mean``, ...). verl adds ``actor/pg_loss`` itself.
+
+This module needs verl; ``import bandpo`` does not import it.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from bandpo.losses.clip_rules import ClipRule, make_clip_rule
+from bandpo.losses.policy_loss import LOG_RATIO_CLAMP, clip_metrics
+
+try:
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
+    from verl.workers.config import PolicyLossConfig
+except ImportError as _err:  # pragma: no cover - exercised only without verl
+    raise ImportError(
+        "bandpo.integrations.verl needs verl >= 0.9 (pip install 'bandpo[verl]'); "
+        f"importing it failed with: {_err}"
+    ) from _err
+
+__all__ = [
+    "LOSS_MODES",
+    "VERL_METRIC_NAMES",
+    "BandPOPolicyLossConfig",
+    "TokenTerms",
+    "clip_rule_from_config",
+    "compute_policy_loss_bandpo",
+    "compute_policy_loss_clip_rule",
+    "compute_policy_loss_dcpo",
+    "per_token_policy_loss",
+    "register",
+]
+
+#: verl's metric names for the standard PPO diagnostics, mapped to ``bandpo.clip_metrics`` names.
+VERL_METRIC_NAMES: dict[str, str] = {
+    "actor/pg_clipfrac": "clip/frac",
+    "actor/ppo_kl": "policy/ppo_kl",
+    "actor/pg_clipfrac_lower": "clip/frac_dual",
+}
+
+
+@dataclass
+class BandPOPolicyLossConfig(PolicyLossConfig):
+    """verl's ``actor.policy_loss`` config with BandPO's parameters (select it with ``_target_``).
+
+    Inherits every field of verl's ``PolicyLossConfig`` (``loss_mode``, ``rollout_correction``, ...).
+
+    Args:
+        loss_mode: verl's registered policy-loss name; ``"bandpo"`` (default) or ``"dcpo"`` use the fields below.
+        divergence: ``bandpo`` only: a registered divergence name (``bandpo.DIVERGENCES.names()``), default KL.
+        delta: ``bandpo`` only: trust-region radius, > 0 (the authors' 0.05).
+        cap: maximum of the upper bound (>= 1), both modes; the authors' ``upper_bound_max`` = 10. ``None``:
+            Band is capped by ``1/p`` only, DCPO keeps its own cap 10.
+        relax: ``bandpo`` only: union with verl's fixed interval ``[1 - clip_ratio_low, 1 + clip_ratio_high]``
+            (the authors' ablation: it hurts).
+        method: ``bandpo`` only: ``band_bounds`` solver (``"auto"``, ``"closed_form"``, ``"table"``,
+            ``"newton"``, ``"bisection"``).
+
+    Raises:
+        ValueError: at construction (i.e. when verl builds the actor config) for an unknown divergence or method,
+            ``delta <= 0`` or ``cap < 1``, naming the field and the value received.
+    """
+
+    loss_mode: str = "bandpo"
+    divergence: str = "kl"
+    delta: float = 0.05
+    cap: float | None = 10.0
+    relax: bool = False
+    method: str = "auto"
+
+    def __post_init__(self) -> None:
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        if not isinstance(self.relax, bool):
+            raise ValueError(f"policy_loss.relax must be true or false, got {self.relax!r}")
+        try:
+            _band_rule(self.divergence, self.delta, self.cap, None, self.method)
+            _dcpo_rule(0.0, 0.0, 10.0 if self.cap is None else self.cap)
+        except ValueError as err:
+            raise ValueError(f"invalid BandPO policy_loss config: {err}") from err
+
+
+class TokenTerms(NamedTuple):
+    """Per-token pieces of the clipped objective, all (B, T). Padded positions (mask 0) hold 0 in every
+    float field (``ratio`` holds 1)."""
+
+    loss: Tensor  #: per-token objective L (rollout IS weights applied), differentiable w.r.t. log_prob
+    ratio: Tensor  #: r = exp(log_ratio), detached
+    log_ratio: Tensor  #: clamp(logp - logp_old, -20, 20), detached
+    lo: Tensor  #: lower ratio bound
+    hi: Tensor  #: upper ratio bound
+    advantages: Tensor  #: A broadcast to (B, T), detached
+    old_log_prob: Tensor  #: log pi_old, detached
+    mask: Tensor  #: bool, real response tokens
+    dual_active: Tensor  #: bool, dual clip binds (A < 0 and L1 > -A c)
+
+
+def per_token_policy_loss(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    clip_rule: ClipRule,
+    *,
+    clip_ratio_c: float | None = 10.0,
+    rollout_is_weights: Tensor | None = None,
+) -> TokenTerms:
+    """The per-token loss matrix of ``bandpo.policy_loss`` before aggregation (module docstring formula).
+
+    Equivalent to ``bandpo.policy_loss`` without its regularisers and value checks: aggregating ``loss`` with
+    ``bandpo.losses.aggregate`` gives ``bandpo.policy_loss``'s policy term (tested).
+
+    Args:
+        log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable).
+        old_log_prob: (B, T) float, log pi_old (detached here).
+        advantages: (B,) or (B, T) float (detached here).
+        response_mask: (B, T) bool or 0/1 float/int, real response tokens; padded positions may hold anything.
+        clip_rule: a ``ClipRule`` giving the ratio bounds from the old log-probabilities.
+        clip_ratio_c: dual-clip constant > 1 for negative advantages; ``None`` disables the dual clip.
+        rollout_is_weights: (B, T) float, rollout importance weights multiplying L (detached here).
+
+    Raises:
+        ValueError: on shapes that do not match ``log_prob`` (B, T) or ``clip_ratio_c <= 1``.
+    """
+    if log_prob.dim() != 2:
+        raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
+    shape = log_prob.shape
+    if advantages.shape == shape[:1]:
+        advantages = advantages.unsqueeze(-1).expand(shape)  # (B,) -> (B, T)
+    for name, x in (
+        ("old_log_prob", old_log_prob),
+        ("advantages", advantages),
+        ("response_mask", response_mask),
+        ("rollout_is_weights", rollout_is_weights),
+    ):
+        if x is not None and x.shape != shape:
+            raise ValueError(f"{name} shape {tuple(x.shape)} must equal log_prob shape {tuple(shape)}")
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c!r}")
+
+    mask = response_mask if response_mask.dtype == torch.bool else response_mask != 0
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    # Padded positions may hold anything: replace them before any arithmetic so no NaN reaches the graph.
+    logp = torch.where(mask, log_prob, zero)
+    old = torch.where(mask, old_log_prob.detach().to(log_prob.dtype), zero)
+    adv = torch.where(mask, advantages.detach().to(log_prob.dtype), zero)
+
+    lo, hi = clip_rule.bounds(old)
+    lo, hi = lo.to(log_prob.dtype), hi.to(log_prob.dtype)
+    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))  # L1
+    if clip_ratio_c is not None:
+        dual = torch.minimum(loss, -adv * clip_ratio_c)
+        dual_active = (adv < 0) & (dual < loss)
+        loss = torch.where(adv < 0, dual, loss)
+    else:
+        dual_active = torch.zeros_like(mask)
+    if rollout_is_weights is not None:
+        loss = loss * torch.where(mask, rollout_is_weights.detach().to(loss.dtype), zero)
+    return TokenTerms(loss, ratio.detach(), log_ratio.detach(), lo, hi, adv, old, mask, dual_active)
+
+
+# ---- config -> clip rule -------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _band_rule(
+    divergence: str, delta: float, cap: float | None, relax: tuple[float, float] | None, method: str
+) -> ClipRule:
+    return make_clip_rule("band", divergence=divergence, delta=delta, cap=cap, relax=relax, method=method)
+
+
+@functools.lru_cache(maxsize=64)
+def _dcpo_rule(eps_low: float, eps_high: float, cap: float) -> ClipRule:
+    return make_clip_rule("dcpo", eps_low=eps_low, eps_high=eps_high, cap=cap)
+
+
+def _get(config: Any, key: str, default: Any) -> Any:
+    """``config[key]`` for verl dataclass configs, OmegaConf ``DictConfig``s and dicts; ``default`` if absent
+    or ``None``."""
+    value = config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
+    return default if value is None else value
+
+
+def _clip_ratios(config: Any) -> tuple[float, float]:
+    """verl's ``(clip_ratio_low, clip_ratio_high)``, each falling back to ``clip_ratio`` like ``vanilla``."""
+    eps = _get(config, "clip_ratio", 0.2)
+    return float(_get(config, "clip_ratio_low", eps)), float(_get(config, "clip_ratio_high", eps))
+
+
+_DEFAULTS = BandPOPolicyLossConfig.__dataclass_fields__
+
+
+def _param(policy_loss: Any, key: str) -> Any:
+    """A BandPO field of ``actor.policy_loss``; its dataclass default when the config lacks it (e.g. verl's
+    plain ``PolicyLossConfig``). ``None`` is kept (``cap=None`` means no cap)."""
+    default = _DEFAULTS[key].default
+    if policy_loss is None:
+        return default
+    if hasattr(policy_loss, "get"):
+        return policy_loss.get(key, default)
+    return getattr(policy_loss, key, default)
+
+
+def clip_rule_from_config(loss_mode: str, config: Any) -> ClipRule:
+    """The clip rule that ``loss_mode`` (``"bandpo"`` or ``"dcpo"``) uses under verl's actor ``config``.
+
+    Reads Band's parameters from ``config.policy_loss`` (defaults of :class:`BandPOPolicyLossConfig` where
+    absent) and the fixed clip ratios (``clip_ratio_low`` / ``clip_ratio_high``, falling back to
+    ``clip_ratio``) from the actor config. Rules are cached per parameter set.
+    """
+    if loss_mode not in LOSS_MODES:
+        raise ValueError(f"loss_mode must be one of {', '.join(LOSS_MODES)}, got {loss_mode!r}")
+    policy_loss = _get(config, "policy_loss", None)
+    cap = _param(policy_loss, "cap")
+    cap = None if cap is None else float(cap)
+    eps_low, eps_high = _clip_ratios(config)
+    if loss_mode == "dcpo":
+        return _dcpo_rule(eps_low, eps_high, 10.0 if cap is None else cap)
+    relax = _param(policy_loss, "relax")
+    return _band_rule(
+        str(_param(policy_loss, "divergence")),
+        float(_param(policy_loss, "delta")),
+        cap,
+        (eps_low, eps_high) if relax else None,
+        str(_param(policy_loss, "method")),
+    )
+
+
+# ---- the policy losses ---------------------------------------------------------------------------------
+
+
+def _to_floats(metrics: dict[str, Tensor]) -> dict[str, float]:
+    """Detached () tensors -> Python floats with a single device->host transfer."""
+    if not metrics:
+        return {}
+    values = torch.stack([v.detach().to(torch.float64).reshape(()) for v in metrics.values()]).tolist()
+    return dict(zip(metrics, values))
+
+
+def compute_policy_loss_clip_rule(
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Tensor | None = None,
+    *,
+    clip_rule: ClipRule,
+) -> tuple[Tensor, dict[str, float]]:
+    """verl's policy-loss contract for any bandpo ``ClipRule``: ``(loss, metrics)``.
+
+    Args:
+        old_log_prob, log_prob, advantages, response_mask: (B, T), as verl passes them (see
+            :func:`per_token_policy_loss`).
+        loss_agg_mode: any verl mode (``token-mean``, ``token-sum``, ``seq-mean-token-mean``,
+            ``seq-mean-token-sum``, ``seq-mean-token-sum-norm``).
+        config: verl's ``ActorConfig`` (or a ``DictConfig``/dict with the same keys): ``clip_ratio_c`` (default 3.0
+            as in verl) and ``global_batch_info`` are read.
+        rollout_is_weights: (B, T) float or ``None``, verl's rollout-correction weights.
+        clip_rule: the bounds.
+
+    Returns:
+        ``(loss, metrics)``: () float loss from ``verl.trainer.ppo.core_algos.agg_loss``; metrics maps
+        verl's names and ``actor/<bandpo name>`` to Python floats.
+    """
+    if config is None:
+        raise ValueError("config (verl's ActorConfig) is required, got None")
+    clip_ratio_c = float(_get(config, "clip_ratio_c", 3.0))
+    terms = per_token_policy_loss(
+        log_prob,
+        old_log_prob,
+        advantages,
+        response_mask,
+        clip_rule,
+        clip_ratio_c=clip_ratio_c,
+        rollout_is_weights=rollout_is_weights,
+    )
+    global_batch_info = dict(_get(config, "global_batch_info", None) or {})
+    loss = agg_loss(
+        loss_mat=terms.loss, loss_mask=terms.mask, loss_agg_mode=loss_agg_mode, **global_batch_info
+    )
+    ours = clip_metrics(
+        terms.ratio,
+        terms.lo,
+        terms.hi,
+        terms.advantages,
+        terms.mask,
+        terms.old_log_prob,
+        dual_active=terms.dual_active,
+        log_ratio=terms.log_ratio,
+    )
+    metrics = {verl_name: ours[name] for verl_name, name in VERL_METRIC_NAMES.items()}
+    metrics.update({f"actor/{name}": value for name, value in ours.items()})
+    return loss, _to_floats(metrics)
+
+
+def compute_policy_loss_bandpo(
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """verl policy loss ``bandpo``: the clipped objective with Band bounds (see the module docstring)."""
+    rule = clip_rule_from_config("bandpo", config)
+    return compute_policy_loss_clip_rule(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        config,
+        rollout_is_weights,
+        clip_rule=rule,
+    )
+
+
+def compute_policy_loss_dcpo(
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """verl policy loss ``dcpo``: the clipped objective with DCPO's bounds (eps from the actor's clip ratios)."""
+    rule = clip_rule_from_config("dcpo", config)
+    return compute_policy_loss_clip_rule(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        config,
+        rollout_is_weights,
+        clip_rule=rule,
+    )
+
+
+#: The policy-loss modes this module registers in verl, by name.
+LOSS_MODES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
+    "bandpo": compute_policy_loss_bandpo,
+    "dcpo": compute_policy_loss_dcpo,
+}
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def register(*, overwrite: bool = False) -> list[str]:
+    """Put :data:`LOSS_MODES` into verl's policy-loss registry; idempotent.
+
+    Importing this module already calls it (verl's ``verl.plugins`` entry-point loading only imports the
+    module). A name that verl already maps to *another* function (e.g. a future built-in ``dcpo``) is left
+    alone unless ``overwrite=True``.
+
+    Returns:
+        The names that map to this module's losses afterwards.
+
+    Raises:
+        ValueError: a name is taken by another function and ``overwrite`` is false (the other names are
+            registered first).
+    """
+    conflicts = []
+    for name, fn in LOSS_MODES.items():
+        existing = POLICY_LOSS_REGISTRY.get(name)
+        if existing is fn:
+            continue
+        # A reloaded copy of this module counts as ours (same qualified name), anything else is a conflict.
+        if existing is None or overwrite or _qualname(existing) == _qualname(fn):
+            register_policy_loss(name)(fn)
+        else:
+            conflicts.append(f"{name!r} (taken by {_qualname(existing)})")
+    if conflicts:
+        raise ValueError(
+            f"verl already registers policy loss(es) {', '.join(conflicts)}; "
+            "call bandpo.integrations.verl.register(overwrite=True) to replace them"
+        )
+    return [name for name, fn in LOSS_MODES.items() if POLICY_LOSS_REGISTRY.get(name) is fn]
+
+
+try:
+    register()
+except ValueError as _conflict:
+    warnings.warn(str(_conflict), RuntimeWarning, stacklevel=2)

@@ -1,0 +1,515 @@
+"""bandpo.integrations.verl against a real verl (skipped without it): registration, config, loss, metrics.
+
+Reference equivalence: ``get_policy_loss_fn("bandpo" | "dcpo")`` called as verl calls it, with an ``ActorConfig``
+built by verl's own config machinery, gives ``bandpo.policy_loss``'s loss and gradients for every aggregation
+mode; with a fixed clip rule the adapter reproduces verl's ``vanilla`` loss and metrics exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+verl = pytest.importorskip("verl", reason="verl is not installed (pip install 'bandpo[verl]')")
+
+from omegaconf import OmegaConf  # noqa: E402  (verl's dependency: importable once verl is)
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+from verl.utils.metric import Metric  # noqa: E402
+
+import bandpo  # noqa: E402
+import bandpo.integrations  # noqa: E402
+import bandpo.integrations.verl as bverl  # noqa: E402
+from bandpo.losses.aggregation import aggregate  # noqa: E402
+from bandpo.losses.clip_rules import FixedClip  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "verl" / "run_bandpo_qwen2.5_3b.sh"
+TARGET = "bandpo.integrations.verl.BandPOPolicyLossConfig"
+SHARED_AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+VERL_METRICS = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
+TOL = {"rtol": 1e-7, "atol": 1e-10}  # float64; verl's seq-mean-token-mean adds 1e-8 to token counts
+
+
+def actor_config(
+    loss_mode: str = "bandpo",
+    *,
+    target: str | None = TARGET,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio_c: float = 10.0,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    **policy_loss: Any,
+) -> Any:
+    """A verl ``ActorConfig`` built as verl builds it: OmegaConf node with ``_target_`` -> hydra instantiate."""
+    node: dict[str, Any] = {"loss_mode": loss_mode, **policy_loss}
+    node["_target_"] = target or "verl.workers.config.PolicyLossConfig"
+    cfg = OmegaConf.create(
+        {
+            "_target_": "verl.workers.config.ActorConfig",
+            "strategy": "fsdp",
+            "rollout_n": 4,
+            "ppo_micro_batch_size_per_gpu": 2,
+            "loss_agg_mode": loss_agg_mode,
+            "clip_ratio_c": clip_ratio_c,
+            "clip_ratio_low": clip_ratio_low,
+            "clip_ratio_high": clip_ratio_high,
+            "policy_loss": node,
+        }
+    )
+    return omega_conf_to_dataclass(cfg)
+
+
+def make_batch(
+    batch: int = 6, length: int = 12, seed: int = 0, dtype: torch.dtype = torch.float64, pad_nan: bool = False
+) -> dict[str, torch.Tensor]:
+    """Old/new log-probs spanning tail and head tokens, ratios far enough from 1 to clip both ways and trigger
+    the dual clip, GRPO-style per-sequence advantages of both signs, ragged bool mask (no empty row)."""
+    g = torch.Generator().manual_seed(seed)
+    p_old = torch.rand(batch, length, generator=g, dtype=torch.float64) ** 2 * 0.98 + 0.01
+    old = torch.log(p_old)
+    new = (old + 0.8 * torch.randn(batch, length, generator=g, dtype=torch.float64)).clamp(max=-1e-4)
+    adv = torch.randn(batch, 1, generator=g, dtype=torch.float64).expand(batch, length).clone()
+    lengths = torch.randint(1, length + 1, (batch,), generator=g)
+    lengths[0] = length
+    mask = torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T) bool
+    weights = torch.rand(batch, length, generator=g, dtype=torch.float64) + 0.5
+    if pad_nan:
+        old = torch.where(mask, old, torch.full_like(old, float("nan")))
+        new = torch.where(mask, new, torch.full_like(new, float("nan")))
+    return {
+        "old_log_prob": old.to(dtype),
+        "log_prob": new.to(dtype).requires_grad_(),
+        "advantages": adv.to(dtype),
+        "response_mask": mask,
+        "rollout_is_weights": weights.to(dtype),
+    }
+
+
+def call_verl_style(fn: Any, data: dict[str, torch.Tensor], config: Any, weights: bool = True) -> Any:
+    """Keyword call exactly as verl 0.9's ``ppo_loss`` makes it."""
+    return fn(
+        old_log_prob=data["old_log_prob"],
+        log_prob=data["log_prob"],
+        advantages=data["advantages"],
+        response_mask=data["response_mask"],
+        loss_agg_mode=config.loss_agg_mode,
+        config=config,
+        rollout_is_weights=data["rollout_is_weights"] if weights else None,
+    )
+
+
+def loss_and_grad(compute: Any, log_prob: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    log_prob.grad = None
+    loss = compute()[0]
+    (grad,) = torch.autograd.grad(loss, log_prob)
+    return loss.detach(), grad
+
+
+# ---- registration ---------------------------------------------------------------------------------------
+
+
+def test_registry_holds_our_modes_after_import() -> None:
+    for name, fn in bverl.LOSS_MODES.items():
+        assert POLICY_LOSS_REGISTRY[name] is fn
+        assert get_policy_loss_fn(name) is fn
+    assert set(bverl.LOSS_MODES) == {"bandpo", "dcpo"}
+
+
+def test_register_is_idempotent_and_keeps_foreign_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert bverl.register() == ["bandpo", "dcpo"]
+    assert bverl.register() == ["bandpo", "dcpo"]
+
+    def other_dcpo(**kwargs: Any) -> Any:
+        raise AssertionError("not called")
+
+    monkeypatch.setitem(POLICY_LOSS_REGISTRY, "dcpo", other_dcpo)
+    monkeypatch.delitem(POLICY_LOSS_REGISTRY, "bandpo")
+    with pytest.raises(ValueError, match=r"'dcpo' \(taken by .*other_dcpo\).*overwrite=True"):
+        bverl.register()
+    assert POLICY_LOSS_REGISTRY["bandpo"] is bverl.compute_policy_loss_bandpo  # the free name was registered
+    assert POLICY_LOSS_REGISTRY["dcpo"] is other_dcpo
+    assert bverl.register(overwrite=True) == ["bandpo", "dcpo"]
+
+
+_PROBE = (
+    "import sys, verl\n"
+    "from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY as R\n"
+    "print(','.join(sorted(n for n in ('bandpo', 'dcpo') if n in R and R[n].__module__ == "
+    "'bandpo.integrations.verl')))\n"
+)
+
+
+def test_import_verl_in_a_fresh_process_registers_through_the_entry_point() -> None:
+    """As in a Ray worker: a new interpreter that only runs ``import verl`` (which loads the ``verl.plugins``
+    entry points while verl itself is still being imported)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "bandpo,dcpo"
+
+
+def test_verl_use_external_modules_route_registers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route for verl 0.6-0.8: ``VERL_USE_EXTERNAL_MODULES=bandpo.integrations.verl`` makes ``import verl``
+    call ``import_external_libs`` on it; replayed here on a fresh copy of the module (restored afterwards)."""
+    from verl.utils.import_utils import import_external_libs
+
+    monkeypatch.delitem(sys.modules, "bandpo.integrations.verl")
+    monkeypatch.setattr(bandpo.integrations, "verl", bverl)  # the re-import rebinds it; undo restores ours
+    for name in bverl.LOSS_MODES:
+        monkeypatch.delitem(POLICY_LOSS_REGISTRY, name)
+    import_external_libs(["bandpo.integrations.verl"])
+    fresh = sys.modules["bandpo.integrations.verl"]
+    assert fresh is not bverl
+    assert POLICY_LOSS_REGISTRY["bandpo"] is fresh.compute_policy_loss_bandpo
+    assert POLICY_LOSS_REGISTRY["dcpo"] is fresh.compute_policy_loss_dcpo
+
+
+# ---- config ---------------------------------------------------------------------------------------------
+
+
+def test_actor_config_carries_band_parameters() -> None:
+    cfg = actor_config(divergence="tv", delta=0.1, cap=5.0, relax=True)
+    assert type(cfg).__name__ == "ActorConfig"
+    assert isinstance(cfg.policy_loss, bverl.BandPOPolicyLossConfig)
+    assert (cfg.policy_loss.divergence, cfg.policy_loss.delta, cfg.policy_loss.cap) == ("tv", 0.1, 5.0)
+    rule = bverl.clip_rule_from_config("bandpo", cfg)
+    assert rule == bandpo.make_clip_rule("band", divergence="tv", delta=0.1, cap=5.0, relax=(0.2, 0.2))
+    assert bverl.clip_rule_from_config("bandpo", cfg) is rule  # cached
+
+
+def test_plain_verl_policy_loss_config_uses_band_defaults() -> None:
+    cfg = actor_config(target=None)
+    assert type(cfg.policy_loss).__name__ == "PolicyLossConfig"
+    assert bverl.clip_rule_from_config("bandpo", cfg) == bandpo.make_clip_rule("band")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"delta": -0.1}, "delta"),
+        ({"divergence": "not_a_divergence"}, "not_a_divergence"),
+        ({"cap": 0.5}, "cap"),
+        ({"method": "magic"}, "magic"),
+    ],
+)
+def test_invalid_band_parameters_fail_when_the_config_is_built(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        bverl.BandPOPolicyLossConfig(**params)
+    with pytest.raises(Exception, match=message):  # hydra wraps it in an InstantiationException
+        actor_config(**params)
+
+
+def _example_overrides(**env: str) -> list[str]:
+    result = subprocess.run(
+        ["bash", str(EXAMPLE)],
+        env={**os.environ, "DRY_RUN": "1", **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("loss_mode", ["bandpo", "dcpo", "vanilla"])
+def test_example_script_overrides_compose_with_verls_config(loss_mode: str) -> None:
+    """The launch script's overrides compose against verl's ppo_trainer.yaml, pass verl's driver-side
+    ``validate_config`` and build an actor config carrying our policy loss, as verl's workers do (the GRPO
+    baseline, ``LOSS_MODE=vanilla``, keeps verl's plain config)."""
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import validate_config
+
+    overrides = _example_overrides(LOSS_MODE=loss_mode, DIVERGENCE="hellinger", DELTA="0.07")
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    validate_config(cfg, use_reference_policy=True, use_critic=False)
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert actor.policy_loss.loss_mode == loss_mode
+    if loss_mode == "vanilla":
+        assert type(actor.policy_loss).__name__ == "PolicyLossConfig"
+    else:
+        assert isinstance(actor.policy_loss, bverl.BandPOPolicyLossConfig)
+        assert (actor.policy_loss.divergence, actor.policy_loss.delta) == ("hellinger", 0.07)
+    assert (actor.clip_ratio_c, actor.loss_agg_mode, actor.rollout_n) == (10.0, "seq-mean-token-mean", 16)
+    assert (actor.use_kl_loss, actor.kl_loss_coef, actor.kl_loss_type) == (True, 0.001, "low_var_kl")
+    if loss_mode == "dcpo":
+        assert (actor.clip_ratio_low, actor.clip_ratio_high) == (0.16, 0.2)
+    assert callable(get_policy_loss_fn(actor.policy_loss.loss_mode))
+
+
+# ---- the loss -------------------------------------------------------------------------------------------
+
+
+def test_per_token_policy_loss_aggregates_to_policy_loss() -> None:
+    """The factored per-token matrix equals bandpo.policy_loss for every mode, with NaN padding and (B,)
+    advantages."""
+    data = make_batch(pad_nan=True)
+    rule = bandpo.make_clip_rule("band", divergence="kl", delta=0.05)
+    adv = data["advantages"][:, 0]  # (B,)
+    for mode in SHARED_AGG_MODES:
+        ours = loss_and_grad(
+            lambda mode=mode: (
+                aggregate(
+                    bverl.per_token_policy_loss(
+                        data["log_prob"],
+                        data["old_log_prob"],
+                        adv,
+                        data["response_mask"],
+                        rule,
+                        clip_ratio_c=3.0,
+                        rollout_is_weights=data["rollout_is_weights"],
+                    ).loss,
+                    data["response_mask"],
+                    mode,
+                ),
+            ),
+            data["log_prob"],
+        )
+        ref = loss_and_grad(
+            lambda mode=mode: bandpo.policy_loss(
+                data["log_prob"],
+                data["old_log_prob"],
+                adv,
+                data["response_mask"],
+                rule,
+                loss_agg_mode=mode,
+                clip_ratio_c=3.0,
+                rollout_is_weights=data["rollout_is_weights"],
+            ),
+            data["log_prob"],
+        )
+        assert torch.isfinite(ours[1]).all()
+        torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-14)
+
+
+CASES = [
+    # (loss_mode, policy_loss params, clip ratios (low, high), clip_ratio_c, reference rule)
+    ("bandpo", {}, (0.2, 0.2), 10.0, bandpo.make_clip_rule("band")),
+    (
+        "bandpo",
+        {"divergence": "tv", "delta": 0.1, "cap": 4.0, "relax": True},
+        (0.2, 0.28),
+        3.0,
+        bandpo.make_clip_rule("band", divergence="tv", delta=0.1, cap=4.0, relax=(0.2, 0.28)),
+    ),
+    (
+        "bandpo",
+        {"divergence": "hellinger", "delta": 0.05, "cap": None},
+        (0.2, 0.2),
+        3.0,
+        bandpo.make_clip_rule("band", divergence="hellinger", cap=None),
+    ),
+    ("dcpo", {}, (0.16, 0.2), 10.0, bandpo.make_clip_rule("dcpo", eps_low=0.16, eps_high=0.2)),
+]
+
+
+@pytest.mark.parametrize("agg_mode", SHARED_AGG_MODES)
+@pytest.mark.parametrize(("loss_mode", "params", "ratios", "clip_c", "rule"), CASES)
+@pytest.mark.parametrize("weights", [True, False], ids=["is_weights", "no_weights"])
+def test_registered_loss_matches_bandpo_policy_loss(
+    agg_mode: str,
+    loss_mode: str,
+    params: dict[str, Any],
+    ratios: tuple[float, float],
+    clip_c: float,
+    rule: Any,
+    weights: bool,
+) -> None:
+    config = actor_config(
+        loss_mode,
+        loss_agg_mode=agg_mode,
+        clip_ratio_c=clip_c,
+        clip_ratio_low=ratios[0],
+        clip_ratio_high=ratios[1],
+        **params,
+    )
+    data = make_batch(seed=SHARED_AGG_MODES.index(agg_mode))
+    fn = get_policy_loss_fn(config.policy_loss.loss_mode)
+    ours = loss_and_grad(lambda: call_verl_style(fn, data, config, weights), data["log_prob"])
+    ref = loss_and_grad(
+        lambda: bandpo.policy_loss(
+            data["log_prob"],
+            data["old_log_prob"],
+            data["advantages"],
+            data["response_mask"],
+            rule,
+            loss_agg_mode=agg_mode,
+            clip_ratio_c=clip_c,
+            rollout_is_weights=data["rollout_is_weights"] if weights else None,
+        ),
+        data["log_prob"],
+    )
+    torch.testing.assert_close(ours, ref, **TOL)
+    assert ours[1].abs().sum() > 0
+
+
+def test_token_sum_mode_is_verls() -> None:
+    data = make_batch()
+    fn = get_policy_loss_fn("bandpo")
+    total, _ = call_verl_style(fn, data, actor_config(loss_agg_mode="token-sum"))
+    mean, _ = call_verl_style(fn, data, actor_config(loss_agg_mode="token-mean"))
+    torch.testing.assert_close(total, mean * data["response_mask"].sum(), **TOL)
+
+
+@pytest.mark.parametrize("agg_mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_global_batch_info_is_honoured(agg_mode: str) -> None:
+    """With verl's global batch info for 2 data-parallel ranks holding identical micro-batches, the local loss
+    is the full-batch mean (agg_loss multiplies by dp_size and divides by the global counts)."""
+    data = make_batch()
+    fn = get_policy_loss_fn("bandpo")
+    local, _ = call_verl_style(fn, data, actor_config(loss_agg_mode=agg_mode))
+    config = actor_config(loss_agg_mode=agg_mode)
+    config.global_batch_info.update(
+        dp_size=2,
+        batch_num_tokens=2 * int(data["response_mask"].sum()),
+        global_batch_size=2 * data["response_mask"].shape[0],
+        loss_scale_factor=None,
+    )
+    scaled, _ = call_verl_style(fn, data, config)
+    torch.testing.assert_close(scaled, local, **TOL)
+    config.global_batch_info["dp_size"] = 1  # half the global batch -> half the loss
+    torch.testing.assert_close(call_verl_style(fn, data, config)[0], local / 2, **TOL)
+
+
+def test_fixed_rule_reproduces_verl_vanilla() -> None:
+    """The adapter with verl's own fixed interval is verl's ``vanilla`` loss: same loss, gradients, metrics."""
+    data = make_batch(seed=3)
+    for agg_mode in ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]:
+        config = actor_config("vanilla", loss_agg_mode=agg_mode, clip_ratio_c=3.0, clip_ratio_high=0.28)
+
+        def ours(config: Any = config) -> Any:
+            return bverl.compute_policy_loss_clip_rule(
+                data["old_log_prob"],
+                data["log_prob"],
+                data["advantages"],
+                data["response_mask"],
+                config.loss_agg_mode,
+                config,
+                data["rollout_is_weights"],
+                clip_rule=FixedClip(eps_low=0.2, eps_high=0.28),
+            )
+
+        vanilla = get_policy_loss_fn("vanilla")
+        got, want = ours(), call_verl_style(vanilla, data, config)
+        torch.testing.assert_close(
+            loss_and_grad(ours, data["log_prob"]),
+            loss_and_grad(lambda v=vanilla, c=config: call_verl_style(v, data, c), data["log_prob"]),
+            **TOL,
+        )
+        for key in VERL_METRICS:
+            assert got[1][key] == pytest.approx(want[1][key], rel=1e-6, abs=1e-9), key
+    assert want[1]["actor/pg_clipfrac"] > 0 and want[1]["actor/pg_clipfrac_lower"] > 0  # both branches hit
+
+
+def test_metrics_have_verls_names_and_ours() -> None:
+    data = make_batch()
+    for mode in bverl.LOSS_MODES:
+        config = actor_config(mode, clip_ratio_c=3.0)
+        loss, metrics = call_verl_style(get_policy_loss_fn(mode), data, config)
+        assert loss.dim() == 0 and loss.requires_grad
+        assert set(VERL_METRICS) <= set(metrics)
+        for key in (
+            "actor/clip/frac_up",
+            "actor/clip/frac_down",
+            "actor/clip/tail_share",
+            "actor/band/hi_mean",
+        ):
+            assert key in metrics
+        assert all(k.startswith("actor/") for k in metrics)
+        assert all(type(v) is float for v in metrics.values())
+        assert metrics["actor/pg_clipfrac"] == metrics["actor/clip/frac"]
+        assert metrics["actor/pg_clipfrac_lower"] == metrics["actor/clip/frac_dual"]
+        assert metrics["actor/ppo_kl"] == metrics["actor/policy/ppo_kl"]
+        aggregated = Metric.from_dict(metrics, aggregation="mean")  # what verl's ppo_loss does with them
+        assert aggregated["actor/pg_clipfrac"].aggregate() == pytest.approx(metrics["actor/pg_clipfrac"])
+
+
+def test_through_verls_ppo_loss() -> None:
+    """verl's own actor loss (``verl.workers.utils.losses.ppo_loss``) with a TensorDict micro-batch in verl's
+    no-padding layout gives bandpo.policy_loss's value and gradients."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+
+    data = make_batch(batch=4, length=6, seed=5)
+    log_prob, mask = data["log_prob"], data["response_mask"]
+    batch, length = log_prob.shape
+    prompt = 3
+    # model output (total_nnz,): per sequence prompt + response tokens, shifted left by one token
+    lengths = mask.sum(1).tolist()
+    pieces = []
+    for b in range(batch):
+        pieces += [log_prob.new_zeros(prompt - 1), log_prob[b, : lengths[b]], log_prob.new_zeros(1)]
+    flat = torch.cat(pieces)
+    micro = TensorDict(
+        {
+            "prompts": torch.ones(batch, prompt, dtype=torch.long),
+            "responses": torch.ones(batch, length, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(batch, prompt, dtype=torch.long), mask.long()], dim=1),
+            "response_mask": mask.long(),
+            "old_log_probs": data["old_log_prob"],
+            "advantages": data["advantages"],
+            "rollout_is_weights": data["rollout_is_weights"],
+        },
+        batch_size=[batch],
+    )
+    tu.assign_non_tensor(micro, dp_size=1, batch_num_tokens=None, global_batch_size=None)
+    config = actor_config(loss_agg_mode="seq-mean-token-mean", divergence="kl", delta=0.05)
+    loss, metrics = ppo_loss(config, {"log_probs": flat}, micro)
+    (grad,) = torch.autograd.grad(loss, log_prob)
+    ref = loss_and_grad(
+        lambda: bandpo.policy_loss(
+            log_prob,
+            data["old_log_prob"],
+            data["advantages"],
+            mask,
+            "band",
+            loss_agg_mode="seq-mean-token-mean",
+            clip_ratio_c=10.0,
+            rollout_is_weights=data["rollout_is_weights"],
+        ),
+        log_prob,
+    )
+    torch.testing.assert_close((loss.detach(), grad), ref, **TOL)
+    assert set(VERL_METRICS) <= set(metrics) and "actor/pg_loss" in metrics
+
+
+def test_low_precision_and_extreme_inputs_stay_finite() -> None:
+    data = make_batch(dtype=torch.bfloat16)
+    with torch.no_grad():
+        data["log_prob"][0, :3] = torch.tensor([-60.0, 0.0, -1e-8])
+        data["old_log_prob"][0, :3] = torch.tensor([0.0, -60.0, -1e-8])
+    loss, metrics = call_verl_style(get_policy_loss_fn("bandpo"), data, actor_config())
+    (grad,) = torch.autograd.grad(loss, data["log_prob"])
+    assert loss.dtype == torch.bfloat16 and torch.isfinite(loss) and torch.isfinite(grad).all()
+    assert all(v == v for v in metrics.values())  # no NaN
+
+
+def test_config_is_required_and_shapes_are_checked() -> None:
+    data = make_batch()
+    with pytest.raises(ValueError, match="config"):
+        bverl.compute_policy_loss_bandpo(
+            data["old_log_prob"], data["log_prob"], data["advantages"], data["response_mask"]
+        )
+    with pytest.raises(ValueError, match="old_log_prob shape"):
+        bverl.compute_policy_loss_bandpo(
+            data["old_log_prob"][:, :-1],
+            data["log_prob"],
+            data["advantages"],
+            data["response_mask"],
+            config=actor_config(),
+        )
+    with pytest.raises(ValueError, match="loss_mode must be one of"):
+        bverl.clip_rule_from_config("vanilla", actor_config())
