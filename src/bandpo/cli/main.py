@@ -14,8 +14,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot-bounds": ("bandpo.cli.plot_bounds", "write the Figure-1-style PNG of ratio bounds against p"),
     "bench": ("bandpo.cli.bench", "time the bound solvers and the loss against baselines on this machine"),
     "train": ("bandpo.cli.train", "train with BandPO (or a baseline clip rule) through TRL"),
-    "eval": ("bandpo.cli.evaluate", "sample k answers per problem and report mean@k / pass@k / best@k / maj@k"),
-    "compare": ("bandpo.cli.compare", "train and evaluate several clip rules over seeds; write plots and a report"),
+    "eval": (
+        "bandpo.cli.evaluate",
+        "sample k answers per problem and report mean@k / pass@k / best@k / maj@k",
+    ),
+    "compare": (
+        "bandpo.cli.compare",
+        "train and evaluate several clip rules over seeds; write plots and a report",
+    ),
     "demo": ("bandpo.cli.demo", "the main job: warm-start the tiny model, train it with BandPO, evaluate"),
 }
 

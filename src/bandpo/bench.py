@@ -1,0 +1,155 @@
+"""Benchmarks (``bandpo bench`` / ``make bench``): bound solvers and the policy loss against baselines.
+
+Every figure is a ratio against a baseline measured in the same run (this machine is noisy): the Band
+solvers against the TV closed form and against the authors' algorithm (plain bisection, 50 iterations per
+side, tol 1e-6, a device->host sync per iteration: SPEC section 2); the loss against GRPO's fixed clip.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from bandpo.core import DIVERGENCES, band_bounds
+from bandpo.losses import make_clip_rule, policy_loss
+
+
+def authors_bisection(
+    logp: Tensor, delta: float, iterations: int = 50, tol: float = 1e-6
+) -> tuple[Tensor, Tensor]:
+    """The authors' KL solver as SPEC section 2 describes it (our transcription, for timing only): bisection on
+    r in [1, 1/p] and [0, 1], 50 iterations per side, early exit when the widest bracket is below ``tol``,
+    which reads the max over the whole tensor on the host every iteration."""
+    p = torch.exp(logp)
+    q = 1.0 - p
+
+    def g(r: Tensor) -> Tensor:
+        return -p * torch.log(r) - q * torch.log((1.0 - r * p) / q)
+
+    out = []
+    for a, b, upper in (
+        (torch.ones_like(p), 1.0 / p, True),
+        (torch.zeros_like(p), torch.ones_like(p), False),
+    ):
+        for _ in range(iterations):
+            mid = 0.5 * (a + b)
+            outside = g(mid) > delta
+            if upper:
+                a, b = torch.where(outside, a, mid), torch.where(outside, mid, b)
+            else:
+                a, b = torch.where(outside, mid, a), torch.where(outside, b, mid)
+            if (b - a).max().item() < tol:  # the per-iteration device->host sync
+                break
+        out.append(a if upper else b)
+    return out[1], out[0]
+
+
+def time_call(fn: Callable[[], object], repeats: int = 5, min_time: float = 0.0) -> float:
+    """Best wall time of ``repeats`` calls after one warm-up, in seconds."""
+    fn()
+    best = math.inf
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def sample_logp(n: int, seed: int = 0, device: str = "cpu") -> Tensor:
+    """Old log-probs shaped like an LLM's sampled tokens: most near 0, a long tail down to p = 1e-8."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=g)
+    logp = torch.where(u < 0.7, -torch.rand(n, generator=g) * 0.1, -torch.rand(n, generator=g) * 18.0)
+    return logp.to(device)
+
+
+def _bound_cases(logp: Tensor) -> dict[str, Callable[[], object]]:
+    """The timed calls on one input, by label."""
+    fixed, dcpo = make_clip_rule("grpo"), make_clip_rule("dcpo")
+    delta_t = torch.full_like(logp, 0.05)
+    cases: dict[str, Callable[[], object]] = {
+        "fixed clip (eps 0.2)": lambda: fixed.bounds(logp),
+        "dcpo": lambda: dcpo.bounds(logp),
+    }
+    for name in DIVERGENCES.names():
+        cases[f"band {name}"] = lambda name=name: band_bounds(logp, 0.05, name, check_values=False)
+    cases["band kl, per-token delta (newton)"] = lambda: band_bounds(logp, delta_t, "kl", check_values=False)
+    cases["authors' bisection (kl, 50 it/side)"] = lambda: authors_bisection(logp, 0.05)
+    return cases
+
+
+def bench_bounds(
+    sizes: tuple[int, ...] = (1 << 20, 1 << 24), repeats: int = 5, device: str = "cpu"
+) -> list[dict]:
+    """Time per call of each divergence and baseline; returns rows with ratios to TV and to the bisection."""
+    rows: list[dict] = []
+    for n in sizes:
+        times: dict[str, float] = {}
+        for label, fn in _bound_cases(sample_logp(n, device=device)).items():
+            slow = "bisection" in label or label.endswith(("reverse_kl", "js"))
+            times[label] = time_call(fn, repeats=1 if slow and n > 1 << 22 else repeats)
+        tv, bis = times["band tv"], times["authors' bisection (kl, 50 it/side)"]
+        for label, t in times.items():
+            rows.append(
+                {"n": n, "case": label, "ms": 1e3 * t, "x_tv": t / tv, "speedup_vs_bisection": bis / t}
+            )
+    return rows
+
+
+def kl_accuracy(n: int = 200_000) -> dict[str, float]:
+    """Max relative error (absolute 1e-12 floor) of the KL paths against the float64 generic bisection."""
+    g = torch.Generator().manual_seed(1)
+    logp = -torch.exp(torch.rand(n, generator=g, dtype=torch.float64) * 80 - 69)  # p in [~1e-30, 1 - 1e-30]
+    out: dict[str, float] = {}
+    for delta in (1e-3, 0.05, 1.0):
+        ref_lo, ref_hi = band_bounds(logp, delta, "kl", cap=None, method="bisection")
+        for method in ("table", "newton"):
+            for dtype in (torch.float64, torch.float32):
+                x = logp.to(dtype)
+                lo, hi = band_bounds(x, delta, "kl", cap=None, method=method)
+                err = 0.0
+                for got, ref in ((lo.double(), ref_lo), (hi.double(), ref_hi)):
+                    finite = torch.isfinite(ref) & torch.isfinite(got)
+                    e = (got - ref).abs() / (ref.abs() + 1e-12 / (1e-6 if dtype == torch.float64 else 1e-4))
+                    err = max(err, e[finite].max().item())
+                key = f"{method}/{str(dtype).split('.')[-1]}"
+                out[key] = max(out.get(key, 0.0), err)
+    return out
+
+
+def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 5) -> list[dict]:
+    """Forward + backward time of the policy loss with band (kl) and other rules against grpo."""
+    g = torch.Generator().manual_seed(0)
+    old = sample_logp(batch * length).view(batch, length)
+    logits = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
+    adv = torch.randn(batch, generator=g)
+    mask = torch.ones(batch, length)
+    rows = []
+    times = {}
+    for name in ("grpo", "clip_higher", "dcpo", "band", "adaptive_band"):
+        rule = make_clip_rule(name)
+        ent = torch.rand(batch, length, generator=g) if rule.needs_entropy else None
+
+        def step(rule=rule, ent=ent) -> None:
+            lp = logits.clone().requires_grad_(True)
+            loss, _ = policy_loss(lp, old, adv, mask, rule, entropy=ent, check_values=False)
+            loss.backward()
+
+        times[name] = time_call(step, repeats=repeats)
+    for name, t in times.items():
+        rows.append({"case": f"loss fwd+bwd {name}", "ms": 1e3 * t, "x_grpo": t / times["grpo"]})
+    return rows
+
+
+def table_memory_bytes(dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of one cached table copy in ``dtype`` (values + slopes), per (divergence, delta, device)."""
+    n = 160_001
+    return 2 * n * 2 * torch.empty(0, dtype=dtype).element_size()

@@ -1,0 +1,45 @@
+"""``bandpo bench``: bound solvers and the policy loss against baselines measured in the same run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24], help="token counts")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-loss", action="store_true", help="only the bound solvers")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from bandpo import bench
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32 inputs, cap 10, delta 0.05")
+    rows = bench.bench_bounds(tuple(args.sizes), repeats=args.repeats)
+    print(f"\n{'tokens':>9}  {'case':<38} {'ms/call':>10} {'x TV':>8} {'bisection/x':>12}")
+    for r in rows:
+        print(
+            f"{r['n']:>9}  {r['case']:<38} {r['ms']:>10.2f} {r['x_tv']:>8.2f} {r['speedup_vs_bisection']:>12.1f}"
+        )
+    acc = bench.kl_accuracy()
+    print("\nKL accuracy vs float64 bisection, p in [1e-30, 1 - 1e-30], delta in {1e-3, 0.05, 1}:")
+    for k, v in acc.items():
+        print(f"  {k:<16} max relative error {v:.2e}")
+    mem = bench.table_memory_bytes(torch.float32)
+    print(
+        f"KL table memory: {mem / 1e6:.2f} MB per (delta, device) in float32 (+ a float64 master on the CPU)"
+    )
+    loss_rows = [] if args.skip_loss else bench.bench_loss(repeats=args.repeats)
+    if loss_rows:
+        print(f"\n{'case':<30} {'ms':>10} {'x grpo':>8}   (B=64, T=4096, float32, forward + backward)")
+        for r in loss_rows:
+            print(f"{r['case']:<30} {r['ms']:>10.2f} {r['x_grpo']:>8.3f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"bounds": rows, "kl_accuracy": acc, "loss": loss_rows}, indent=1))
+    return 0

@@ -1,0 +1,52 @@
+"""``bandpo bounds``: a table of Band bounds and the allowed probability change for given p and divergences."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from bandpo.core import DIVERGENCES, band_bounds
+
+DEFAULT_P = (0.001, 0.01, 0.08, 0.2, 0.5, 0.9, 0.99)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--p", type=float, nargs="+", default=list(DEFAULT_P), help="old probabilities in (0, 1]"
+    )
+    parser.add_argument(
+        "--divergence", nargs="+", default=DIVERGENCES.names(), choices=DIVERGENCES.names(), metavar="NAME",
+        help=f"divergences (default: all): {', '.join(DIVERGENCES.names())}",
+    )  # fmt: skip
+    parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius (default 0.05)")
+    parser.add_argument("--cap", type=float, default=10.0, help="upper cap on hi; 0 for none (default 10)")
+
+
+def run(args: argparse.Namespace) -> int:
+    bad = [p for p in args.p if not (0 < p <= 1)]
+    if bad:
+        raise SystemExit(f"bandpo bounds: --p values must be in (0, 1], got {bad}")
+    cap = None if args.cap == 0 else args.cap
+    p = torch.tensor(args.p, dtype=torch.float64)
+    logp = torch.log(p)
+    print(
+        f"Band bounds, delta = {args.delta:g}, cap = {cap}  (dpi = allowed change of pi(a|s): [-(1-lo) p, (hi-1) p])"
+    )
+    header = f"{'divergence':<12} {'p':>8} {'lo':>9} {'hi':>10} {'dpi down':>10} {'dpi up':>10} {'simplex 1/p':>12}"
+    print(header)
+    print("-" * len(header))
+    for name in args.divergence:
+        lo, hi = band_bounds(logp, args.delta, name, cap=cap)
+        for pi, a, b in zip(p.tolist(), lo.tolist(), hi.tolist()):
+            print(
+                f"{name:<12} {pi:>8.4g} {a:>9.4f} {b:>10.4f} {-(1 - a) * pi:>10.4f} {(b - 1) * pi:>10.4f} "
+                f"{(1 / pi if pi > 0 else math.inf):>12.4g}"
+            )
+    for label, eps in (("fixed 0.2", 0.2), ("fixed 0.28", 0.28)):
+        for pi in p.tolist():
+            print(
+                f"{label:<12} {pi:>8.4g} {1 - 0.2:>9.4f} {1 + eps:>10.4f} {-0.2 * pi:>10.4f} {eps * pi:>10.4f}"
+            )
+    return 0

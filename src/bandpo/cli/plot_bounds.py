@@ -1,0 +1,26 @@
+"""``bandpo plot-bounds``: the Figure-1-style PNG (ratio bounds and Delta pi against p)."""
+
+from __future__ import annotations
+
+import argparse
+
+from bandpo.core import DIVERGENCES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="bounds.png", help="PNG path (default bounds.png)")
+    parser.add_argument(
+        "--divergence", nargs="+", default=["kl", "tv", "chi2", "hellinger"], choices=DIVERGENCES.names(),
+        metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
+    )  # fmt: skip
+    parser.add_argument("--delta", type=float, default=0.05)
+    parser.add_argument("--cap", type=float, default=10.0, help="upper cap; 0 for none")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bandpo.plots import default_rules, plot_bounds
+
+    rules = default_rules(args.divergence, args.delta, None if args.cap == 0 else args.cap)
+    path = plot_bounds(args.out, rules)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,60 @@
+"""Figures (matplotlib, Agg backend): the paper's Figure-1-style bound plot, reused by the report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from bandpo.losses.clip_rules import ClipRule, make_clip_rule
+
+
+def default_rules(divergences: Sequence[str], delta: float, cap: float | None) -> dict[str, ClipRule]:
+    """Band rules for ``divergences`` next to GRPO (eps 0.2), Clip-Higher (0.28) and DCPO, by label."""
+    rules: dict[str, ClipRule] = {
+        f"band {d} (delta={delta:g})": make_clip_rule("band", divergence=d, delta=delta, cap=cap)
+        for d in divergences
+    }
+    rules["fixed eps=0.2 (GRPO)"] = make_clip_rule("grpo")
+    rules["fixed eps=0.2/0.28 (Clip-Higher)"] = make_clip_rule("clip_higher")
+    rules["DCPO"] = make_clip_rule("dcpo")
+    return rules
+
+
+def plot_bounds(path: str | Path, rules: dict[str, ClipRule], n_points: int = 400) -> Path:
+    """Write a two-panel PNG: ratio bounds [lo, hi] against p_old, and the allowed probability change
+    ``Delta pi = (hi - 1) p`` (up) / ``(1 - lo) p`` (down), for each rule, with the simplex limit 1/p."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = torch.logspace(-3, -1e-4, n_points, dtype=torch.float64)
+    logp = torch.log(p)
+    fig, (ax_r, ax_d) = plt.subplots(1, 2, figsize=(12, 5.4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, rule) in enumerate(rules.items()):
+        lo, hi = rule.bounds(logp)
+        c = colors[i % len(colors)]
+        style = "-" if label.startswith("band") else "--"
+        ax_r.plot(p, hi, style, color=c, label=label)
+        ax_r.plot(p, lo, style, color=c)
+        ax_d.plot(p, (hi - 1) * p, style, color=c, label=label)
+        ax_d.plot(p, -(1 - lo) * p, style, color=c)
+    ax_r.plot(p, 1 / p, ":", color="grey", label="simplex limit 1/p")
+    ax_r.set(xscale="log", yscale="log", xlabel="p_old(a|s)", ylabel="ratio bound", ylim=(0.05, 20))
+    ax_r.set_title("ratio bounds lo <= r <= hi")
+    ax_d.plot(p, 1 - p, ":", color="grey", label="simplex limit 1 - p")
+    ax_d.plot(p, -p, ":", color="grey")
+    ax_d.set(xscale="log", xlabel="p_old(a|s)", ylabel="allowed change of pi(a|s)", ylim=(-1.05, 1.05))
+    ax_d.set_title("Delta pi = (r - 1) p at the bounds")
+    ax_d.axhline(0, color="black", lw=0.5)
+    handles, labels = ax_r.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
