@@ -12,7 +12,8 @@ for _mode, _doc in [
     ("token-mean", "sum over all real tokens / number of real tokens (DAPO)"),
     ("seq-mean-token-mean", "mean over sequences of each sequence's token mean (GRPO; the authors' runs)"),
     ("seq-mean-token-sum", "mean over sequences of each sequence's token sum"),
-    ("seq-mean-token-sum-norm", "sum over all real tokens / (B * T): Dr. GRPO's constant normaliser"),
+    ("seq-mean-token-sum-norm", "seq-mean-token-sum / T: Dr. GRPO's constant normaliser (verl's definition)"),
+    ("token-sum", "sum over all real tokens"),
 ]:
     LOSS_AGG_MODES.register(_mode, _doc)
 
@@ -51,9 +52,12 @@ def aggregate(loss_mat: Tensor, mask: Tensor, mode: str = "seq-mean-token-mean")
     x = loss_mat * m
     if mode == "token-mean":
         return x.sum() / m.sum().clamp(min=1.0)
-    if mode == "seq-mean-token-sum-norm":
-        return x.sum() / max(loss_mat.shape[0] * loss_mat.shape[-1], 1)
+    if mode == "token-sum":
+        return x.sum()
     tokens = m.sum(-1)  # (B,)
-    seq = x.sum(-1) if mode == "seq-mean-token-sum" else x.sum(-1) / tokens.clamp(min=1.0)
+    seq = x.sum(-1) / tokens.clamp(min=1.0) if mode == "seq-mean-token-mean" else x.sum(-1)
     has = (tokens > 0).to(loss_mat.dtype)
-    return (seq * has).sum() / has.sum().clamp(min=1.0)
+    loss = (seq * has).sum() / has.sum().clamp(min=1.0)
+    if mode == "seq-mean-token-sum-norm":
+        loss = loss / max(loss_mat.shape[-1], 1)
+    return loss

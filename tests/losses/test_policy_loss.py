@@ -1,0 +1,253 @@
+"""policy_loss against a naive per-token re-derivation of SPEC section 3, plus gradients, metrics and errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import bandpo
+from bandpo.losses import CLIP_RULES, LOSS_AGG_MODES, group_advantages, make_clip_rule, policy_loss
+
+AGG_MODES = LOSS_AGG_MODES.names()
+
+
+def naive_loss(lp, old, adv, mask, lo, hi, mode, c=10.0, weights=None) -> torch.Tensor:
+    """Token by token, straight from SPEC section 3, then the aggregation written out per mode."""
+    B, T = lp.shape
+    per = [[None] * T for _ in range(B)]
+    for i in range(B):
+        for t in range(T):
+            if not mask[i][t]:
+                continue
+            a = adv[i][t] if adv.dim() == 2 else adv[i]
+            r = torch.exp(torch.clamp(lp[i][t] - old[i][t], -20, 20))
+            l1 = torch.maximum(-a * r, -a * torch.clamp(r, lo[i][t], hi[i][t]))
+            term = torch.minimum(l1, -a * c) if a < 0 else l1
+            per[i][t] = term * (weights[i][t] if weights is not None else 1.0)
+    rows = [[x for x in row if x is not None] for row in per]
+    tokens = [x for row in rows for x in row]
+    zero = lp.sum() * 0
+    if mode == "token-mean":
+        return sum(tokens, zero) / max(len(tokens), 1)
+    if mode == "token-sum":
+        return sum(tokens, zero)
+    seqs = [row for row in rows if row]
+    if mode == "seq-mean-token-mean":
+        vals = [sum(row, zero) / len(row) for row in seqs]
+    else:
+        vals = [sum(row, zero) for row in seqs]
+    out = sum(vals, zero) / max(len(vals), 1)
+    return out / T if mode == "seq-mean-token-sum-norm" else out
+
+
+def make_batch(B=4, T=7, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    old = torch.log(torch.rand(B, T, generator=g, dtype=dtype).clamp(min=1e-4))
+    new = (old + 0.6 * torch.randn(B, T, generator=g, dtype=dtype)).clamp(max=0)
+    adv = torch.randn(B, generator=g, dtype=dtype)
+    mask = (torch.rand(B, T, generator=g) > 0.2).to(dtype)
+    mask[:, 0] = 1
+    return new, old, adv, mask
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+@pytest.mark.parametrize("rule_name", CLIP_RULES.names())
+def test_matches_naive_reference_values_and_grads(mode: str, rule_name: str) -> None:
+    new, old, adv, mask = make_batch()
+    rule = make_clip_rule(rule_name)
+    ent = torch.rand_like(new) * 2
+    lo, hi = rule.bounds(old, ent if rule.needs_entropy else None)
+
+    lp1 = new.clone().requires_grad_(True)
+    loss, _ = policy_loss(lp1, old, adv, mask, rule, loss_agg_mode=mode, entropy=ent)
+    loss.backward()
+    lp2 = new.clone().requires_grad_(True)
+    ref = naive_loss(lp2, old, adv, mask, lo, hi, mode)
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-10, abs=1e-12)
+    assert torch.allclose(lp1.grad, lp2.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_per_token_advantages_and_is_weights() -> None:
+    new, old, adv, mask = make_batch(seed=3)
+    adv_bt = adv[:, None] * torch.linspace(0.5, 1.5, new.shape[1], dtype=new.dtype)
+    w = torch.rand_like(new)
+    rule = make_clip_rule("band")
+    lo, hi = rule.bounds(old)
+    loss, _ = policy_loss(new, old, adv_bt, mask, rule, loss_agg_mode="token-mean", rollout_is_weights=w)
+    ref = naive_loss(new, old, adv_bt, mask, lo, hi, "token-mean", weights=w)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-10)
+
+
+def test_clipped_tokens_get_exactly_zero_gradient() -> None:
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.5]], dtype=torch.float64))
+    # ratios 2.0 (above hi), 1.05 (inside), 0.3 (below lo), 1.0
+    new = old + torch.log(torch.tensor([[2.0, 1.05, 0.3, 1.0]], dtype=torch.float64))
+    for adv_sign, clipped_idx in ((1.0, 0), (-1.0, 2)):
+        lp = new.clone().requires_grad_(True)
+        loss, m = policy_loss(
+            lp, old, torch.tensor([adv_sign], dtype=torch.float64), torch.ones(1, 4), "grpo"
+        )
+        loss.backward()
+        assert lp.grad[0, clipped_idx].item() == 0.0
+        assert lp.grad[0, 1].item() != 0.0 and lp.grad[0, 3].item() != 0.0
+        assert m["clip/frac"].item() == pytest.approx(0.25)
+
+
+def test_band_with_a_constant_interval_reproduces_grpo() -> None:
+    """A vanishing TV radius relaxed to [0.8, 1.2] is exactly the fixed interval: same loss, same gradient."""
+    new, old, adv, mask = make_batch(seed=5)
+    old = old.clamp(min=math.log(0.01))
+    band = make_clip_rule("band", divergence="tv", delta=1e-9, relax=(0.2, 0.2))
+    results = []
+    for rule in (band, make_clip_rule("grpo")):
+        lp = new.clone().requires_grad_(True)
+        loss, m = policy_loss(lp, old, adv, mask, rule)
+        loss.backward()
+        results.append((loss.detach(), lp.grad, m["clip/frac"]))
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+    assert torch.equal(results[0][2], results[1][2])
+
+
+def test_dual_clip_caps_negative_advantage_loss() -> None:
+    old = torch.log(torch.tensor([[0.1]], dtype=torch.float64))
+    new = old + math.log(50.0)  # ratio 50 with a negative advantage
+    loss, m = policy_loss(
+        new, old, torch.tensor([-1.0], dtype=torch.float64), torch.ones(1, 1), "grpo", clip_ratio_c=3.0
+    )
+    assert loss.item() == pytest.approx(3.0)
+    assert m["clip/frac_dual"].item() == 1.0
+    loss, _ = policy_loss(
+        new, old, torch.tensor([-1.0], dtype=torch.float64), torch.ones(1, 1), "grpo", clip_ratio_c=None
+    )
+    assert loss.item() == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_low_precision_inputs(dtype: torch.dtype) -> None:
+    new, old, adv, mask = make_batch(seed=7, dtype=torch.float64)
+    ref, _ = policy_loss(new, old, adv, mask, "band")
+    lp = new.to(dtype).requires_grad_(True)
+    loss, m = policy_loss(lp, old.to(dtype), adv.to(dtype), mask, "band")
+    loss.backward()
+    assert loss.dtype == dtype and torch.isfinite(lp.grad.float()).all()
+    tol = 1e-5 if dtype == torch.float32 else 0.05
+    assert loss.double().item() == pytest.approx(ref.item(), rel=tol, abs=tol)
+    assert all(torch.isfinite(v.float()) for v in m.values())
+
+
+def test_padding_may_hold_anything_and_empty_mask_gives_zero() -> None:
+    new, old, adv, mask = make_batch(seed=9)
+    bad_new, bad_old = new.clone(), old.clone()
+    bad_new[mask == 0] = float("nan")
+    bad_old[mask == 0] = float("inf")
+    lp = bad_new.clone().requires_grad_(True)
+    loss, m = policy_loss(lp, bad_old, adv, mask, "band")
+    loss.backward()
+    ref, _ = policy_loss(new, old, adv, mask, "band")
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-12)
+    assert torch.isfinite(lp.grad).all() and (lp.grad[mask == 0] == 0).all()
+    for mode in AGG_MODES:
+        lp = new.clone().requires_grad_(True)
+        loss, m = policy_loss(lp, old, adv, torch.zeros_like(mask), "band", loss_agg_mode=mode)
+        loss.backward()
+        assert loss.item() == 0.0 and torch.isfinite(lp.grad).all()
+        assert all(torch.isfinite(v) for v in m.values())
+
+
+def test_extreme_log_probs_are_finite_forward_and_backward() -> None:
+    old = torch.tensor([[-1e-9, -50.0, -1000.0, 0.0]], dtype=torch.float32)
+    new = torch.tensor([[-80.0, -1e-6, 0.0, -1000.0]], dtype=torch.float32, requires_grad=True)
+    for rule in CLIP_RULES.names():
+        for a in (1.0, -1.0):
+            loss, _m = policy_loss(
+                new, old, torch.tensor([a]), torch.ones(1, 4), rule, entropy=torch.ones(1, 4)
+            )
+            (g,) = torch.autograd.grad(loss, new)
+            assert torch.isfinite(loss) and torch.isfinite(g).all(), rule
+
+
+def test_kl_penalty_and_entropy_bonus_are_added_and_reported() -> None:
+    new, old, adv, mask = make_batch(seed=11)
+    ref_lp = old + 0.1
+    ent = torch.rand_like(new)
+    base, _ = policy_loss(new, old, adv, mask, "band")
+    loss, m = policy_loss(
+        new, old, adv, mask, "band", ref_log_prob=ref_lp, kl_coef=0.5, entropy=ent, entropy_coef=0.1
+    )
+    assert loss.item() == pytest.approx(
+        base.item() + 0.5 * m["loss/kl"].item() - 0.1 * m["loss/entropy"].item()
+    )
+    k3 = torch.exp(ref_lp - new) - (ref_lp - new) - 1
+    want = bandpo.losses.aggregate(k3, mask, "seq-mean-token-mean")
+    assert m["loss/kl"].item() == pytest.approx(want.item(), rel=1e-10)
+
+
+def test_metrics_on_hand_built_case() -> None:
+    p = torch.tensor([[0.1, 0.1, 0.5, 0.9, 0.3, 0.7]], dtype=torch.float64)
+    r = torch.tensor([[1.5, 0.5, 1.5, 1.0, 0.5, 1.1]], dtype=torch.float64)
+    adv = torch.tensor([[1.0, -1.0, 1.0, 1.0, 1.0, -1.0]], dtype=torch.float64)
+    old = p.log()
+    _loss, m = policy_loss(old + r.log(), old, adv, torch.ones(1, 6), "grpo")
+    # up: tokens 0 (p 0.1) and 2 (p 0.5); down: token 1 (p 0.1); out: also token 4 (r 0.5, A > 0)
+    assert m["clip/frac_up"].item() == pytest.approx(2 / 6)
+    assert m["clip/frac_down"].item() == pytest.approx(1 / 6)
+    assert m["clip/frac"].item() == pytest.approx(3 / 6)
+    assert m["clip/frac_out"].item() == pytest.approx(4 / 6)
+    assert m["clip/tail_share"].item() == pytest.approx(2 / 3)
+    assert m["clip/tail_share_up"].item() == pytest.approx(1 / 2)
+    assert m["clip/frac_up/p0.0-0.2"].item() == pytest.approx(1 / 2)
+    assert m["clip/frac_down/p0.0-0.2"].item() == pytest.approx(1 / 2)
+    assert m["clip/frac/p0.4-0.6"].item() == pytest.approx(1.0)
+    assert m["tokens/share/p0.8-1.0"].item() == pytest.approx(1 / 6)
+    assert m["band/hi_mean"].item() == pytest.approx(1.2)
+    assert m["policy/ratio_max"].item() == pytest.approx(1.5)
+    assert m["policy/ppo_kl"].item() == pytest.approx(-r.log().mean().item())
+    assert all(not v.requires_grad for v in m.values())
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (
+            {"old_log_prob": torch.zeros(2, 4)},
+            r"old_log_prob shape \(2, 4\) must equal log_prob shape \(2, 3\)",
+        ),
+        ({"response_mask": torch.ones(2, 4)}, r"response_mask shape \(2, 4\) must equal"),
+        ({"advantages": torch.zeros(3)}, r"advantages shape \(3,\) must be \(B,\) or \(B, T\)"),
+        ({"response_mask": torch.full((2, 3), 2.0)}, "response_mask must hold only 0 and 1"),
+        ({"advantages": torch.tensor([float("nan"), 0.0])}, "advantages holds 3 non-finite"),
+        ({"loss_agg_mode": "mean"}, r"unknown loss aggregation mode 'mean'.*valid names: token-mean"),
+        ({"clip_rule": "ppo"}, r"unknown clip rule 'ppo'.*valid names: grpo, clip_higher, dcpo, band"),
+        ({"clip_ratio_c": 0.5}, "clip_ratio_c must be > 1"),
+        ({"kl_coef": 0.1}, "kl_coef > 0 needs ref_log_prob"),
+    ],
+)
+def test_bad_input(kwargs: dict, match: str) -> None:
+    args = {
+        "log_prob": -torch.rand(2, 3),
+        "old_log_prob": -torch.rand(2, 3),
+        "advantages": torch.zeros(2),
+        "response_mask": torch.ones(2, 3),
+        "clip_rule": "band",
+    } | kwargs
+    with pytest.raises(ValueError, match=match):
+        policy_loss(**args)
+
+
+def test_group_advantages() -> None:
+    r = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.1, 0.1, 0.1, 0.1])
+    a = group_advantages(r, 4)
+    std = torch.tensor([1.0, 0.0, 1.0, 0.0]).std()
+    assert torch.allclose(a[:4], torch.tensor([0.5, -0.5, 0.5, -0.5]) / (std + 1e-6))
+    assert torch.equal(a[4:], torch.zeros(4))  # constant group: exactly 0
+    assert torch.allclose(
+        group_advantages(r, 4, normalize_std=False)[:4], torch.tensor([0.5, -0.5, 0.5, -0.5])
+    )
+    with pytest.raises(
+        ValueError, match="group_size must be a positive integer dividing the number of rewards 8"
+    ):
+        group_advantages(r, 3)
