@@ -27,7 +27,9 @@ examples:
   bandpo train --config configs/tiny.yaml clip_rule=grpo output_dir=runs/tiny-grpo
   bandpo train --config configs/tiny.yaml --resume
   bandpo train --config my.yaml model.path=/models/qwen data.path=train.jsonl reward.name=dapo
-  accelerate launch --num_processes 2 -m bandpo.cli.main train --config configs/tiny.yaml
+  accelerate launch --num_processes 8 -m bandpo.cli.main train --config configs/qwen2.5-3b-instruct.yaml
+  ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m bandpo.cli.main train \
+      --config configs/tiny.yaml          # data parallel on CPU cores (gloo), as the tests run it
 """
 
 

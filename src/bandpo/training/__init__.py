@@ -1,0 +1,39 @@
+"""Training from a YAML recipe: the engine behind ``bandpo train``.
+
+* :mod:`bandpo.training.config`: :class:`TrainConfig` (TRL's ``GRPOConfig`` / ``BandPOConfig`` fields plus the
+  ``model:``, ``data:`` and ``reward:`` sections), :func:`load_train_config` (YAML file, ``base:`` inheritance,
+  ``key=value`` overrides, typo suggestions).
+* :mod:`bandpo.training.tasks`: the registry of built-in tasks (``countdown``: puzzles + tiny warm-started model).
+* :mod:`bandpo.training.data`: local JSONL / JSON / parquet prompt datasets and prompt formatting (chat templates).
+* :mod:`bandpo.training.callbacks`: the ``metrics.jsonl`` writer.
+* :mod:`bandpo.training.run`: :func:`prepare` (every check, no model loaded) and :func:`train`.
+
+The heavy modules (TRL, transformers) are imported on first use, so ``import bandpo.training`` is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bandpo.training.config import ConfigError, TrainConfig, load_train_config
+    from bandpo.training.run import PreparedRun, prepare, train
+
+_LAZY = {
+    "ConfigError": "bandpo.training.config",
+    "TrainConfig": "bandpo.training.config",
+    "load_train_config": "bandpo.training.config",
+    "PreparedRun": "bandpo.training.run",
+    "prepare": "bandpo.training.run",
+    "train": "bandpo.training.run",
+}
+
+__all__ = ["ConfigError", "PreparedRun", "TrainConfig", "load_train_config", "prepare", "train"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'bandpo.training' has no attribute {name!r}")

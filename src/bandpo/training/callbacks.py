@@ -1,0 +1,141 @@
+"""Trainer callbacks of ``bandpo train``: every logged dict to ``<output_dir>/metrics.jsonl``, and a progress bar
+that prints a one-line summary per log instead of the whole dict (the dict has ~70 keys under BandPO)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import ProgressCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+__all__ = ["METRICS_FILE", "PROGRESS_KEYS", "CompactProgressCallback", "MetricsJSONLCallback", "read_metrics"]
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _json_value(value: Any) -> Any:
+    """Plain JSON values: non-finite floats become ``null``; tensors and numpy scalars become numbers."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return repr(value)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` file (a directory means its ``metrics.jsonl``); a torn last line (the
+    process was killed mid-write) is skipped."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class MetricsJSONLCallback(TrainerCallback):
+    """Appends one JSON line per ``Trainer.log`` call to ``path``: ``{"step", "time", "elapsed_s", **logs}``.
+
+    ``step`` is the optimizer step (``state.global_step``), ``time`` the Unix time, ``elapsed_s`` the seconds since
+    this process began training. Only the main process writes. At the start of training the file is reconciled with
+    the state: a fresh run (``global_step == 0``) starts a new file; a run resumed from a checkpoint at step ``s``
+    keeps the rows with ``step <= s`` and drops the later ones, which the resumed run logs again, so after a crash
+    and ``--resume`` every step appears once.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._start = time.time()
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._start = time.time()
+        if not state.is_world_process_zero:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keep = (
+            []
+            if state.global_step == 0
+            else [r for r in read_metrics(self.path) if r.get("step", 0) <= state.global_step]
+        )
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w") as f:
+            for row in keep:
+                f.write(json.dumps(row) + "\n")
+        os.replace(tmp, self.path)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        now = time.time()
+        row = {"step": state.global_step, "time": round(now, 3), "elapsed_s": round(now - self._start, 3)}
+        row.update({str(k): _json_value(v) for k, v in logs.items()})
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+
+
+PROGRESS_KEYS = ("loss", "reward", "reward_std", "entropy", "kl", "clip/frac", "clip/frac_out", "grad_norm")
+"""Metrics shown on the progress line (all of them go to ``metrics.jsonl`` and the ``report_to`` loggers)."""
+
+
+class CompactProgressCallback(ProgressCallback):
+    """transformers' tqdm progress bar (steps, rate, ETA), printing ``step N | loss ... | reward ... | ...`` with
+    :data:`PROGRESS_KEYS` (and any nonzero ``rewards/*/failures``) at each log instead of the full dict."""
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not state.is_world_process_zero or self.training_bar is None or not logs:
+            return
+        if "train_runtime" in logs:  # the end-of-training summary
+            summary = {
+                k: logs[k] for k in ("train_runtime", "train_steps_per_second", "train_loss") if k in logs
+            }
+            self.training_bar.write(f"done: {_format_items(summary)}")
+            return
+        shown = {k: logs[k] for k in PROGRESS_KEYS if k in logs}
+        shown.update({k: v for k, v in logs.items() if k.endswith("/failures") and v})
+        if shown:
+            self.training_bar.write(f"step {state.global_step} | {_format_items(shown)}")
+
+
+def _format_items(items: dict[str, Any]) -> str:
+    def fmt(value: Any) -> str:
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    return " | ".join(f"{k} {fmt(v)}" for k, v in items.items())

@@ -1,0 +1,472 @@
+"""Run a training config: :func:`prepare` checks everything without loading a model, :func:`train` trains.
+
+::
+
+    from bandpo.training import load_train_config, train
+    config = load_train_config("configs/tiny.yaml", ["max_steps=50", "output_dir=runs/try"])
+    out = train(config)            # -> Path("runs/try"): final model + tokenizer, metrics.jsonl, checkpoints
+    train(config, resume=True)     # continue from the last checkpoint-* in output_dir
+
+What ends up in ``output_dir``: the final model and tokenizer (``from_pretrained`` loads the directory),
+``checkpoint-<step>/`` every ``save_steps``, ``metrics.jsonl`` (every logged dict with ``step`` and ``time``),
+``train_config.yaml`` (the config as run), ``run_info.json`` (resolved model path, data size, processes,
+versions) and, with ``report_to: tensorboard``, TensorBoard event files under ``runs/``.
+
+Data parallel: launched by ``accelerate launch --num_processes N`` (or torchrun), every process runs the same
+:func:`train`; TRL splits the generation batch across processes, the main process builds a task model first (the
+others then load it from the cache) and writes the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bandpo.rewards import REWARDS, SafeRewardFunc, get_reward_func, reward_names, safe_reward_func
+from bandpo.training.config import ConfigError, TrainConfig
+from bandpo.training.data import build_prompt_dataset, load_problems
+from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
+
+__all__ = ["CONFIG_FILE", "RUN_INFO_FILE", "PreparedRun", "last_checkpoint", "prepare", "train"]
+
+CONFIG_FILE = "train_config.yaml"
+RUN_INFO_FILE = "run_info.json"
+
+
+@dataclass
+class PreparedRun:
+    """Everything :func:`train` needs, checked.
+
+    Attributes:
+        config: the training config.
+        args: the ``BandPOConfig`` (TRL's ``GRPOConfig`` + clip rule), validated.
+        reward_funcs: the reward, wrapped by :func:`bandpo.rewards.safe_reward_func`.
+        problems: the training problems (``prompt`` raw, ``answer``, kept columns).
+        model_path: the model directory or Hugging Face id; ``None`` for a task model not built yet.
+        resume_from: the checkpoint to resume from, or ``None``.
+        world_size: number of processes.
+        tokenizer, dataset: the tokenizer and the formatted ``datasets.Dataset`` of prompts, once the model path
+            is known (for a task model, after it is built).
+    """
+
+    config: TrainConfig
+    args: Any
+    reward_funcs: list[SafeRewardFunc]
+    problems: list[dict[str, Any]]
+    model_path: str | None
+    resume_from: Path | None
+    world_size: int
+    tokenizer: Any = None
+    dataset: Any = None
+
+
+def last_checkpoint(output_dir: str | Path) -> Path | None:
+    """The ``checkpoint-<step>`` directory with the highest step in ``output_dir`` (``None`` if there is none)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    found = get_last_checkpoint(str(output_dir))
+    return Path(found) if found else None
+
+
+# ------------------------------------------------------------------------------------------------- checks
+def _trainer_default(name: str) -> Any:
+    from bandpo.integrations.trl import BandPOConfig
+
+    for f in dataclasses.fields(BandPOConfig):
+        if f.name == name:
+            return f.default
+    raise KeyError(name)
+
+
+def _world_size() -> int:
+    return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def _check_batch(config: TrainConfig, world_size: int) -> None:
+    """TRL's rule, with the arithmetic spelled out: the generation batch holds whole groups."""
+
+    def get(name: str) -> Any:
+        return config.trainer.get(name, _trainer_default(name))
+
+    n = get("num_generations")
+    if n is None or n < 2:
+        raise ConfigError(
+            f"num_generations must be an integer >= 2 (GRPO standardises rewards within each group of completions "
+            f"of one prompt), got {n!r}"
+        )
+    per_device = get("per_device_train_batch_size")
+    accumulation = get("gradient_accumulation_steps")
+    steps = get("steps_per_generation")
+    generation_batch = get("generation_batch_size")
+    if steps is not None and generation_batch is not None:
+        raise ConfigError(
+            f"steps_per_generation={steps} and generation_batch_size={generation_batch} are both set; set one"
+        )
+    if generation_batch is None:
+        steps = accumulation if steps is None else steps
+        generation_batch = per_device * world_size * steps
+        how = (
+            f"per_device_train_batch_size ({per_device}) x processes ({world_size}) x steps_per_generation "
+            f"({steps}{' = gradient_accumulation_steps' if get('steps_per_generation') is None else ''})"
+        )
+    else:
+        how = "generation_batch_size"
+        if generation_batch % (per_device * world_size):
+            raise ConfigError(
+                f"generation_batch_size ({generation_batch}) must be a multiple of per_device_train_batch_size "
+                f"({per_device}) x processes ({world_size})"
+            )
+    if generation_batch % n:
+        raise ConfigError(
+            f"num_generations={n} must divide the generation batch: {how} = {generation_batch} completions, which "
+            f"is not a whole number of groups of {n}. Make per_device_train_batch_size x processes x "
+            "steps_per_generation a multiple of num_generations (e.g. per_device_train_batch_size="
+            f"{_suggest_batch(per_device, n)}), or change num_generations"
+        )
+
+
+def _suggest_batch(per_device: int, n: int) -> int:
+    return max(n, ((per_device + n - 1) // n) * n)
+
+
+def _build_reward(config: TrainConfig) -> SafeRewardFunc:
+    name = config.reward.name
+    if name is None:
+        if config.data.task is None:
+            raise ConfigError(
+                f"reward.name is required with data.path; valid names: {', '.join(reward_names())}"
+            )
+        name = TASKS.get(config.data.task).default_reward
+    try:
+        fn = get_reward_func(name, **config.reward.options)
+    except ValueError as err:
+        raise ConfigError(f"reward: {err}") from err
+    safe = safe_reward_func(fn, config.reward.failure_reward)
+    safe.__name__ = REWARDS.canonical(
+        name
+    )  # metrics are named after the registered reward: rewards/<name>/mean
+    return safe
+
+
+def _looks_like_hub_id(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 2 and all(parts) and not path.startswith((".", "~")) and "\\" not in path
+
+
+def _check_model(config: TrainConfig) -> str | None:
+    """The model path to load (``None``: the task model, built later). Raises ``ConfigError`` if it is missing."""
+    model = config.model
+    if model.uses_task_model:
+        if config.data.task is None:
+            raise ConfigError(
+                f"model.path={model.path!r} means the built-in task's own model, but data.task is not set; set "
+                "model.path to a model directory (or a Hugging Face id), or data.task to "
+                f"{', '.join(TASKS.names())}"
+            )
+        spec = TASKS.get(config.data.task)
+        if spec.build_model is None:
+            raise ConfigError(f"task {spec.name!r} has no built-in model: set model.path")
+        if spec.check_model_options is not None:
+            try:
+                spec.check_model_options(model.warm_start)
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
+        return None
+    if model.warm_start:
+        raise ConfigError(
+            f"model.warm_start={model.warm_start!r} applies to the task model only (model.path absent or 'tiny'), "
+            f"but model.path={model.path!r}"
+        )
+    path = Path(os.path.expandvars(str(model.path))).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model.path {str(model.path)!r} is a directory without config.json: not a transformers model "
+                f"directory (it holds: {', '.join(sorted(p.name for p in path.iterdir())[:20]) or 'nothing'})"
+            )
+        return str(path)
+    if path.exists():
+        raise ConfigError(f"model.path {str(model.path)!r} is a file; it must be a model directory")
+    if _looks_like_hub_id(str(model.path)):
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        if constants.HF_HUB_OFFLINE:
+            cached = try_to_load_from_cache(str(model.path), "config.json")
+            if not isinstance(cached, str):
+                raise ConfigError(
+                    f"model.path {str(model.path)!r} is not a local directory and not in the Hugging Face cache, "
+                    "and HF_HUB_OFFLINE=1 forbids downloading it: download it first or point model.path at a "
+                    "local model directory"
+                )
+        return str(model.path)
+    raise ConfigError(
+        f"model.path {str(model.path)!r} does not exist (relative paths are relative to {Path.cwd()}); it must be "
+        "a model directory, a Hugging Face id (org/name) or 'tiny' with data.task"
+    )
+
+
+def _load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def prepare(config: TrainConfig, resume: bool = False, overwrite: bool = False) -> PreparedRun:
+    """Check the whole run without loading a model: batch arithmetic, clip rule and every TRL setting
+    (``BandPOConfig``), reward name and options, model path, dataset files and columns, chat-template use,
+    and the output directory.
+
+    Args:
+        config: the training config.
+        resume: continue from the last checkpoint in ``output_dir`` (none there: start from scratch).
+        overwrite: a fresh run may replace the checkpoints and metrics of an earlier one in ``output_dir``.
+
+    Raises:
+        ConfigError: the first problem found, with the key, the value and what is allowed.
+    """
+    if resume and overwrite:
+        raise ConfigError(
+            "resume and overwrite are exclusive: resume continues the run, overwrite discards it"
+        )
+    world_size = _world_size()
+    _check_batch(config, world_size)
+    from bandpo.integrations.trl import BandPOConfig
+
+    try:
+        args = BandPOConfig(**config.trainer_kwargs())
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from err
+    reward = _build_reward(config)
+    model_path = _check_model(config)
+    answer_key = getattr(reward.fn, "answer_key", None)
+    problems = load_problems(
+        config.data,
+        need_answer=answer_key == "answer",
+        answer_columns=[answer_key] if answer_key and answer_key != "answer" else [],
+    )
+    output_dir = config.output_dir
+    resume_from = None
+    found = last_checkpoint(output_dir)
+    if resume:
+        resume_from = found
+    elif found is not None and not overwrite:
+        raise ConfigError(
+            f"output_dir {str(output_dir)!r} already holds checkpoints (last: {found.name}) from an earlier run: "
+            "pass --resume to continue it, --overwrite to discard it, or choose another output_dir"
+        )
+    prepared = PreparedRun(
+        config=config,
+        args=args,
+        reward_funcs=[reward],
+        problems=problems,
+        model_path=model_path,
+        resume_from=resume_from,
+        world_size=args.world_size,
+    )
+    if model_path is not None:  # the tokenizer is small: check the prompts against it now
+        prepared.tokenizer = _load_tokenizer(model_path)
+        prepared.dataset = build_prompt_dataset(problems, config.data, prepared.tokenizer)
+    return prepared
+
+
+# ------------------------------------------------------------------------------------------------ training
+@functools.cache
+def _trainer_class() -> type:
+    import torch
+
+    from bandpo.integrations.trl import BandPOTrainer
+
+    class RunTrainer(BandPOTrainer):
+        """``BandPOTrainer`` that also logs ``rewards/<name>/failures``: completions of the generation batch
+        (all processes) whose scoring raised and got the failure reward."""
+
+        def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
+            safe = [f for f in self.reward_funcs if isinstance(f, SafeRewardFunc)]
+            before = [f.n_failures for f in safe]
+            out = super()._calculate_rewards(*args, **kwargs)
+            if safe:
+                local = torch.tensor(
+                    [float(f.n_failures - b) for f, b in zip(safe, before)], device=self.accelerator.device
+                )
+                total = self.accelerator.reduce(local, reduction="sum").tolist()
+                mode = "train" if self.model.training else "eval"
+                for f, count in zip(safe, total):
+                    self._metrics[mode][f"rewards/{f.__name__}/failures"].append(float(count))
+            return out
+
+    return RunTrainer
+
+
+def _describe(prepared: PreparedRun, model_path: str, n_rows: int) -> str:
+    args = prepared.args
+    per_step = args.per_device_train_batch_size * prepared.world_size * args.gradient_accumulation_steps
+    generation = args.generation_batch_size
+    updates = args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
+    rule = prepared.args.build_clip_rule().describe()
+    lines = [
+        f"bandpo train: {prepared.config.source or 'config'} -> {args.output_dir}",
+        f"  model      {model_path}",
+        f"  data       {n_rows} prompts ({_data_source(prepared.config)}), reward {prepared.reward_funcs[0].__name__}",
+        f"  clip rule  {rule}, loss_type {args.loss_type}, beta {args.beta}, lr {args.learning_rate}",
+        f"  batches    {generation} completions per generation round ({generation // args.num_generations} prompts x "
+        f"{args.num_generations}), {per_step} per optimizer step, {updates:g} optimizer steps per round, "
+        f"{prepared.world_size} process(es)",
+        f"  steps      max_steps {args.max_steps}, save every {args.save_steps:g}, log every {args.logging_steps:g}"
+        + (f", resuming from {prepared.resume_from}" if prepared.resume_from else ""),
+    ]
+    return "\n".join(lines)
+
+
+def _data_source(config: TrainConfig) -> str:
+    if config.data.task is not None:
+        return f"task {config.data.task}, split {config.data.split}"
+    return ", ".join(config.data.paths)
+
+
+def _versions() -> dict[str, str]:
+    import torch
+    import transformers
+    import trl
+
+    import bandpo
+
+    return {
+        "bandpo": bandpo.__version__,
+        "trl": trl.__version__,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output_dir: Path) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config_file = output_dir / CONFIG_FILE
+    text = prepared.config.to_yaml()
+    if prepared.resume_from is not None and config_file.exists() and config_file.read_text() != text:
+        print(
+            f"bandpo train: note: the config differs from the one this run started with ({config_file}); "
+            "continuing with the new one",
+            file=sys.stderr,
+        )
+    config_file.write_text(text)
+    info = {
+        "model_path": model_path,
+        "config_source": prepared.config.source,
+        "n_prompts": n_rows,
+        "world_size": prepared.world_size,
+        "resumed_from": str(prepared.resume_from) if prepared.resume_from else None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv,
+        "versions": _versions(),
+    }
+    (output_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+
+
+def _discard_earlier_run(output_dir: Path) -> None:
+    from bandpo.training.callbacks import METRICS_FILE
+
+    for child in output_dir.glob("checkpoint-*"):
+        if child.is_dir():
+            shutil.rmtree(child)
+    (output_dir / METRICS_FILE).unlink(missing_ok=True)
+
+
+def train(
+    config: TrainConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    callbacks: Sequence[Any] = (),
+    prepared: PreparedRun | None = None,
+) -> Path:
+    """Train ``config`` with ``BandPOTrainer``; returns ``output_dir`` (module docstring for its contents).
+
+    Args:
+        config: the training config (:func:`bandpo.training.config.load_train_config`).
+        resume: continue from the last ``checkpoint-*`` in ``output_dir`` (optimizer, scheduler, RNG and data
+            position included); with none there, start from scratch. ``metrics.jsonl`` keeps the rows up to the
+            checkpoint's step, so no step is logged twice.
+        overwrite: discard an earlier run's checkpoints and metrics in ``output_dir`` (otherwise a fresh run into
+            such a directory is refused).
+        callbacks: more ``transformers.TrainerCallback`` objects.
+        prepared: the result of :func:`prepare` for this config, to skip checking twice.
+
+    Raises:
+        ConfigError: from :func:`prepare`, before any model is loaded.
+    """
+    from transformers import ProgressCallback
+
+    from bandpo.training.callbacks import METRICS_FILE, CompactProgressCallback, MetricsJSONLCallback
+
+    prepared = prepared or prepare(config, resume=resume, overwrite=overwrite)
+    args = prepared.args
+    output_dir = Path(args.output_dir)
+    is_main = args.process_index == 0
+    if overwrite and is_main and output_dir.is_dir():
+        _discard_earlier_run(output_dir)
+    if resume and prepared.resume_from is None and is_main:
+        print(
+            f"bandpo train: no checkpoint in {output_dir} to resume from: starting from scratch", flush=True
+        )
+
+    model_path = prepared.model_path
+    if model_path is None:  # the task's own model: the main process builds it, the others read the cache
+        cache_dir = (
+            Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
+        )
+        with args.main_process_first(desc="building the task model"):
+            built = build_task_model(
+                config.data.task,  # type: ignore[arg-type]
+                config.data.task_options,
+                config.model.warm_start,
+                cache_dir,
+                progress=is_main,
+            )
+        model_path = str(built)
+    if prepared.tokenizer is None:
+        prepared.tokenizer = _load_tokenizer(model_path)
+        prepared.dataset = build_prompt_dataset(prepared.problems, config.data, prepared.tokenizer)
+    n_rows = len(prepared.dataset)
+    if is_main:
+        _write_run_files(prepared, model_path, n_rows, output_dir)
+        print(_describe(prepared, model_path, n_rows), flush=True)
+
+    trainer = _trainer_class()(
+        model=model_path,
+        reward_funcs=prepared.reward_funcs,
+        args=args,
+        train_dataset=prepared.dataset,
+        processing_class=prepared.tokenizer,
+        callbacks=[MetricsJSONLCallback(output_dir / METRICS_FILE), *callbacks],
+    )
+    if not args.disable_tqdm:  # same bar and ETA, one summary line per log instead of ~70 metrics
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(CompactProgressCallback())
+    trainer.train(resume_from_checkpoint=str(prepared.resume_from) if prepared.resume_from else None)
+    trainer.save_model(str(output_dir))
+    if is_main:
+        failures = sum(f.n_failures for f in prepared.reward_funcs)
+        print(
+            f"bandpo train: done at step {trainer.state.global_step}; model, metrics.jsonl and checkpoints in "
+            f"{output_dir}" + (f" ({failures} reward failures on this process)" if failures else ""),
+            flush=True,
+        )
+    return output_dir

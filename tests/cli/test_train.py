@@ -1,0 +1,221 @@
+"""``bandpo train``: errors and --dry-run in process; a tiny run through a subprocess, killed-and-resumed from its
+checkpoint; a data-parallel run under ``accelerate launch`` with two CPU processes (slow).
+
+The model is the countdown task's tiny Qwen2 with a warm start of a few steps (built locally, nothing
+downloaded); the runs check the plumbing, not the learning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl")
+
+from bandpo.cli.main import main
+from bandpo.training.callbacks import read_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "configs" / "tiny.yaml"
+
+SMALL_WARM_START: dict[str, Any] = {
+    "n_layers": 1,
+    "hidden_size": 16,
+    "n_heads": 2,
+    "intermediate_size": 32,
+    "max_steps": 3,
+    "batch_size": 8,
+    "warmup_steps": 0,
+}
+SMALL_RUN = [
+    "per_device_train_batch_size=8",
+    "num_generations=4",
+    "steps_per_generation=2",
+    "logging_steps=1",
+    "save_steps=2",
+    "bf16=false",
+    "learning_rate=0.05",
+]
+OUR_METRICS = (
+    "clip/frac",
+    "clip/frac_up",
+    "clip/tail_share",
+    "band/lo_mean",
+    "band/hi_mean",
+    "policy/entropy",
+)
+
+
+def warm_start_overrides(cache_dir: Path) -> list[str]:
+    options = ", ".join(f"{k}: {v}" for k, v in SMALL_WARM_START.items())
+    return [f"model.cache_dir={cache_dir}", f"model.warm_start={{{options}}}"]
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache holding the small countdown warm start, so the runs below skip building it."""
+    from bandpo.tasks.countdown import CountdownConfig
+    from bandpo.tasks.tiny_model import WarmStartConfig, warm_start
+
+    cache = tmp_path_factory.mktemp("cli_cache")
+    warm_start(cache, WarmStartConfig(task=CountdownConfig(), **SMALL_WARM_START), progress=False)
+    return cache
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_DISABLED": "true",
+        **extra,
+    }
+
+
+def bandpo_train(args: list[str], timeout: int = 240, **env: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "bandpo.cli.main", "train", "--config", str(TINY), *args]
+    return subprocess.run(cmd, env=subprocess_env(**env), capture_output=True, text=True, timeout=timeout)
+
+
+def step_rows(out: Path) -> list[dict[str, Any]]:
+    return [row for row in read_metrics(out) if "loss" in row]
+
+
+# ------------------------------------------------------------------------------------------------ in process
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["learning_rat=1e-5"],
+            "unknown config key 'learning_rat' (from the overrides) (did you mean 'learning_rate'?)",
+        ),
+        (
+            ["clip_rule=bandd"],
+            "unknown clip rule 'bandd' (did you mean 'band'?); valid names: grpo, clip_higher",
+        ),
+        (["reward.name=boxd"], "unknown reward 'boxd' (did you mean 'boxed'?); valid names:"),
+        (
+            ["data.task_options.n_numbers=7"],
+            "data.task_options: n_numbers must be an integer in [2, 4], got 7",
+        ),
+        (
+            ["data.path=/no/such.jsonl"],
+            "model.path='tiny' means the built-in task's own model, but data.task is not",
+        ),
+        (["num_generations=3"], "num_generations=3 must divide the generation batch"),
+    ],
+)
+def test_errors_exit_2_before_loading_a_model(
+    overrides: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["train", "--config", str(TINY), f"output_dir={tmp_path / 'out'}", *overrides])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("bandpo train: error: ") and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_prints_the_resolved_config(
+    tmp_path: Path, warm_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "clip_rule=dcpo"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "clip_rule: dcpo" in text and "band_delta" not in text and "# ok: 1000 prompts" in text
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------ subprocess
+def test_train_then_resume_after_a_crash(tmp_path: Path, warm_cache: Path) -> None:
+    out = tmp_path / "out"
+    common = [f"output_dir={out}", *warm_start_overrides(warm_cache), *SMALL_RUN]
+    first = bandpo_train([*common, "max_steps=2", "report_to=tensorboard"])
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
+
+    rows = step_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        missing = [k for k in (*OUR_METRICS, "time", "elapsed_s") if k not in row]
+        assert not missing, f"not in metrics.jsonl: {missing}"
+    # The generation round's metrics come with its first step.
+    assert rows[0]["rewards/countdown/failures"] == 0 and "rewards/countdown/mean" in rows[0]
+    assert (out / "checkpoint-2" / "trainer_state.json").is_file()
+    assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()  # the final model
+    assert list(out.glob("runs/**/events.out.tfevents.*")), "no TensorBoard event file"
+    assert "step 1 | loss" in first.stdout + first.stderr  # the compact progress line
+
+    # A crash after step 3 was logged but before its checkpoint: the resumed run logs step 3 again.
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 3, "loss": 123.0}) + "\n")
+    second = bandpo_train([*common, "max_steps=4", "report_to=none", "--resume"])
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-5000:]
+    assert "resuming from" in second.stdout and "checkpoint-2" in second.stdout
+
+    rows = step_rows(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4], "steps restarted or were logged twice"
+    assert all(r["loss"] != 123.0 for r in rows)
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert json.loads((out / "run_info.json").read_text())["resumed_from"].endswith("checkpoint-2")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_accelerate_launch(tmp_path: Path) -> None:
+    """Data parallel on two CPU processes; the task model is built (in a child of the main process) while the
+    other process waits."""
+    out = tmp_path / "out"
+    cache = tmp_path / "cache"  # empty: the main process builds the small warm start
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.accelerate_cli",
+        "launch",
+        "--multi_gpu",  # the torchrun launcher; ACCELERATE_USE_CPU + use_cpu make it multi-CPU with gloo
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "bandpo.cli.main",
+        "train",
+        "--config",
+        str(TINY),
+        f"output_dir={out}",
+        *warm_start_overrides(cache),
+        *SMALL_RUN,
+        "max_steps=2",
+        "report_to=none",
+    ]
+    env = subprocess_env(ACCELERATE_USE_CPU="true", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, f"accelerate launch failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+
+    assert json.loads((out / "run_info.json").read_text())["world_size"] == 2
+    assert "2 process(es)" in proc.stdout
+    # 8 completions per process per optimizer step x 2 processes x 2 steps per generation = 32 per round.
+    assert "32 completions per generation round (8 prompts x 4), 16 per optimizer step" in proc.stdout
+    rows = step_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]  # only the main process writes
+    assert all(k in rows[0] for k in OUR_METRICS)
+    assert (out / "checkpoint-2").is_dir() and (out / "config.json").is_file()
+    assert list(cache.glob("countdown-warm-*/warm_start.json")), "the task model was not built into the cache"

@@ -1,0 +1,334 @@
+"""Tests for ``bandpo.training.config`` (YAML, overrides, types, typo suggestions) and the checks of
+``bandpo.training.run.prepare`` that run before any model loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from train_helpers import CONFIGS, save_model_dir
+
+pytest.importorskip("trl")
+
+from bandpo.integrations.trl import BandPOConfig
+from bandpo.training.config import ConfigError, TrainConfig, load_train_config
+from bandpo.training.run import prepare
+
+TINY = CONFIGS / "tiny.yaml"
+REAL_SCALE = ["qwen2.5-3b-instruct.yaml", "deepseek-r1-distill-qwen-1.5b.yaml"]
+
+
+def write_yaml(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- the recipes
+def test_tiny_config_loads_and_builds_trl_args() -> None:
+    config = load_train_config(TINY)
+    assert config.data.task == "countdown" and config.model.uses_task_model
+    assert config.reward.name == "countdown"
+    args = BandPOConfig(**config.trainer_kwargs())
+    rule = args.build_clip_rule()
+    assert (rule.name, rule.divergence, rule.delta, rule.cap) == ("band", "kl", 0.05, 10.0)
+    assert args.clipping_can_bind, "tiny.yaml must make off-policy updates, or no clip rule binds"
+    assert args.disable_tqdm is False  # the progress bar is on
+    assert args.report_to == ["tensorboard"]
+    assert args.generation_batch_size % args.num_generations == 0
+
+
+def test_tiny_grpo_differs_only_in_the_clip_rule() -> None:
+    band, grpo = load_train_config(TINY), load_train_config(CONFIGS / "tiny-grpo.yaml")
+    rule = BandPOConfig(**grpo.trainer_kwargs()).build_clip_rule()
+    assert (rule.name, rule.eps_low, rule.eps_high) == ("grpo", 0.2, 0.2)
+    rule_keys = {"clip_rule", "clip_rule_kwargs", "band_divergence", "band_delta", "band_cap", "output_dir"}
+    strip = lambda c: {k: v for k, v in c.trainer.items() if k not in rule_keys}  # noqa: E731
+    assert strip(band) == strip(grpo)
+    assert (band.model, band.data, band.reward) == (grpo.model, grpo.data, grpo.reward)
+
+
+@pytest.mark.parametrize("name", REAL_SCALE)
+def test_real_scale_recipes_mirror_the_authors(name: str) -> None:
+    """SPEC section 6 on 8 GPUs: 256 prompts x 16 per rollout, 4 mini-batches of 64, lr 1e-6, KL 0.001, ..."""
+    text = (CONFIGS / name).read_text()
+    assert "NOT RUNNABLE" in text and "8 GPUs" in text
+    config = load_train_config(CONFIGS / name)
+    t = config.trainer
+    gpus = 8
+    assert t["num_generations"] == 16
+    rollout = t["per_device_train_batch_size"] * gpus * t["steps_per_generation"]
+    step = t["per_device_train_batch_size"] * gpus * t["gradient_accumulation_steps"]
+    assert rollout == 256 * 16 and step == 64 * 16
+    assert t["steps_per_generation"] // t["gradient_accumulation_steps"] == 4 and t["num_iterations"] == 1
+    expected = {
+        "learning_rate": 1e-6,
+        "lr_scheduler_type": "constant",
+        "weight_decay": 0.01,
+        "max_grad_norm": 1.0,
+        "temperature": 1.0,
+        "max_completion_length": 4096,
+        "beta": 0.001,
+        "loss_type": "grpo",
+        "clip_rule": "band",
+        "band_divergence": "kl",
+        "band_delta": 0.05,
+        "band_cap": 10.0,
+        "delta": 10.0,
+        "use_vllm": True,
+    }
+    assert {k: t[k] for k in expected} == expected
+    assert config.reward.name == "dapo"
+    assert config.data.answer_column == "reward_model.ground_truth"
+    BandPOConfig(
+        **config.trainer_kwargs()
+    )  # every TRL setting is valid (vLLM is needed only at trainer init)
+
+
+# ------------------------------------------------------------------------------------------------ overrides
+@pytest.mark.parametrize(
+    ("override", "get", "expected"),
+    [
+        ("learning_rate=1e-5", lambda c: c.trainer["learning_rate"], 1e-5),
+        ("max_steps=7", lambda c: c.trainer["max_steps"], 7),
+        ("logging_steps=2", lambda c: c.trainer["logging_steps"], 2.0),
+        ("gradient_checkpointing=true", lambda c: c.trainer["gradient_checkpointing"], True),
+        ("band_relax=[0.2, 0.28]", lambda c: c.trainer["band_relax"], [0.2, 0.28]),
+        ("max_completion_length=null", lambda c: c.trainer["max_completion_length"], None),
+        ("report_to=[tensorboard, wandb]", lambda c: c.trainer["report_to"], ["tensorboard", "wandb"]),
+        ("report_to=none", lambda c: c.trainer["report_to"], "none"),
+        ('clip_rule_kwargs={"method": "auto"}', lambda c: c.trainer["clip_rule_kwargs"], {"method": "auto"}),
+        ("clip_rule_kwargs.method=auto", lambda c: c.trainer["clip_rule_kwargs"], {"method": "auto"}),
+        ("model.dtype=bfloat16", lambda c: c.model.dtype, "bfloat16"),
+        ("model.warm_start.max_steps=5", lambda c: c.model.warm_start, {"max_steps": 5}),
+        ("data.task_options.n_train=50", lambda c: c.data.task_options["n_train"], 50),
+        ("data.max_samples=10", lambda c: c.data.max_samples, 10),
+        ("reward.options.incorrect_reward=0", lambda c: c.reward.options, {"incorrect_reward": 0}),
+        ("reward.failure_reward=-1", lambda c: c.reward.failure_reward, -1.0),
+    ],
+)
+def test_overrides_take_the_field_type(override: str, get: Any, expected: Any) -> None:
+    value = get(load_train_config(TINY, [override]))
+    assert value == expected and type(value) is type(expected)
+
+
+def test_yaml_values_take_the_field_type(tmp_path: Path) -> None:
+    # YAML 1.1 reads 1e-6 as a string and 10 as an int: both become the field's type.
+    path = write_yaml(tmp_path / "c.yaml", "base: " + str(TINY) + "\nlearning_rate: 1e-6\nsave_steps: 10\n")
+    config = load_train_config(path)
+    assert config.trainer["learning_rate"] == 1e-6 and config.trainer["save_steps"] == 10.0
+
+
+def test_override_mapping_and_with_overrides() -> None:
+    config = load_train_config(TINY, {"max_steps": 3, "model.dtype": "float16"})
+    assert config.trainer["max_steps"] == 3 and config.model.dtype == "float16"
+    changed = config.with_overrides(["seed=5", "data.task_options.seed=1"])
+    assert changed.trainer["seed"] == 5 and changed.data.task_options["seed"] == 1
+    assert config.trainer["seed"] == 0, "with_overrides must not change the original"
+    assert TrainConfig.from_dict(changed.to_dict(), source=changed.source) == changed
+
+
+def test_switching_the_clip_rule_resets_its_parameters() -> None:
+    config = load_train_config(TINY, ["clip_rule=grpo"])
+    assert not any(k.startswith("band_") for k in config.trainer)
+    assert (
+        BandPOConfig(**config.trainer_kwargs()).build_clip_rule().describe()
+        == "grpo(eps_low=0.2, eps_high=0.2)"
+    )
+    config = load_train_config(TINY, ["clip_rule=clip_higher", "clip_rule_kwargs.eps_high=0.3"])
+    assert config.trainer["clip_rule_kwargs"] == {"eps_high": 0.3}
+    # Same rule: the parameters stay.
+    assert load_train_config(TINY, ["clip_rule=band"]).trainer["band_delta"] == 0.05
+    assert load_train_config(TINY, ["band_delta=0.1"]).trainer["band_divergence"] == "kl"
+
+
+def test_base_inheritance_and_cycle(tmp_path: Path) -> None:
+    write_yaml(tmp_path / "a.yaml", "base: b.yaml\nseed: 1\n")
+    write_yaml(tmp_path / "b.yaml", f"base: {TINY}\nseed: 2\nmodel: {{dtype: float16}}\n")
+    config = load_train_config(tmp_path / "a.yaml")
+    assert config.trainer["seed"] == 1 and config.model.dtype == "float16" and config.model.path == "tiny"
+    assert config.output_dir == Path("runs/tiny")  # inherited
+    write_yaml(tmp_path / "c.yaml", "base: d.yaml\n")
+    write_yaml(tmp_path / "d.yaml", "base: c.yaml\n")
+    with pytest.raises(ConfigError, match=r"config base: cycle"):
+        load_train_config(tmp_path / "c.yaml")
+
+
+def test_default_output_dir_is_named_after_the_config(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path / "my-run.yaml", "data: {task: countdown}\n")
+    assert load_train_config(path).output_dir == Path("runs/my-run")
+
+
+# --------------------------------------------------------------------------------------------- config errors
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (
+            ["learning_rat=1e-5"],
+            r"unknown config key 'learning_rat' \(from the overrides\) \(did you mean 'learning_rate'\?\)",
+        ),
+        (["num_generation=4"], r"did you mean 'num_generations'\?"),
+        (
+            ["model.pth=/m"],
+            r"unknown config key 'model.pth'.*did you mean 'model.path'\?.*Keys of model: path, dtype",
+        ),
+        (["data.prompt_colum=q"], r"did you mean 'data.prompt_column'\?"),
+        (["modle.path=/m"], r"unknown config key 'modle'.*did you mean 'model'\?"),
+        (["learning_rate=fast"], r"learning_rate \(from the overrides\) must be a number, got 'fast'"),
+        (["max_steps=1.5"], r"max_steps \(from the overrides\) must be an integer, got '1.5'"),
+        (["gradient_checkpointing=maybe"], r"gradient_checkpointing .*must be true or false, got 'maybe'"),
+        (["model.dtype=fp8"], r"model.dtype must be one of auto, float32, bfloat16, float16, got 'fp8'"),
+        (["data.format=csv"], r"data.format must be one of auto, jsonl, json, parquet, got 'csv'"),
+        (["data.task=sudoku"], r"data.task: unknown task 'sudoku'; valid names: countdown"),
+        (
+            ["data.path=x.jsonl", "data.task=countdown"],
+            r"data.task='countdown' and data.path='x.jsonl' are exclusive",
+        ),
+        (["data.split=validation"], r"data.split must be one of train, test for task 'countdown'"),
+        (["data.prompt_template=no field"], r"data.prompt_template must contain \{prompt\}"),
+        (
+            ["data.task_options.n_trian=5"],
+            r"unknown config key data.task_options.n_trian \(did you mean data.task_options.n_train\?\)",
+        ),
+        (["data.task_options.n_train=100000"], r"data.task_options: n_train \+ n_test must be <= 1345"),
+        (
+            ["resume_from_checkpoint=x"],
+            r"resume_from_checkpoint .* cannot be set in a config: use `bandpo train --resume`",
+        ),
+        (["max_steps"], r"overrides must be key=value"),
+    ],
+)
+def test_config_errors(overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_train_config(TINY, overrides)
+
+
+def test_typo_in_the_file_names_the_file(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path / "typo.yaml", "data: {task: countdown}\nnum_generatoins: 8\n")
+    with pytest.raises(
+        ConfigError, match=rf"'num_generatoins' \(in {tmp_path}/typo.yaml\).*'num_generations'"
+    ):
+        load_train_config(path)
+    path = write_yaml(tmp_path / "typo2.yaml", "data: {task: countdown, prompt_colunm: q}\n")
+    with pytest.raises(ConfigError, match=r"'data.prompt_colunm' \(in .*typo2.yaml\).*'data.prompt_column'"):
+        load_train_config(path)
+
+
+def test_missing_config_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config file .*nope.yaml' does not exist"):
+        load_train_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match=r"is not valid YAML"):
+        load_train_config(write_yaml(tmp_path / "bad.yaml", "a: [1, 2\n"))
+    with pytest.raises(ConfigError, match=r"has no data section"):
+        load_train_config(write_yaml(tmp_path / "empty.yaml", "seed: 1\n"))
+
+
+# ------------------------------------------------------------------------------ prepare: checks before loading
+def run_dir(tmp_path: Path) -> list[str]:
+    return [f"output_dir={tmp_path / 'out'}", "report_to=none"]
+
+
+def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (
+            ["per_device_train_batch_size=6", "num_generations=4", "steps_per_generation=1"],
+            r"num_generations=4 must divide the generation batch: per_device_train_batch_size \(6\) x processes "
+            r"\(1\) x steps_per_generation \(1\) = 6 completions.*per_device_train_batch_size=8",
+        ),
+        (["num_generations=1"], r"num_generations must be an integer >= 2"),
+        (["clip_rule=bandd"], r"unknown clip rule 'bandd'.*valid names: grpo, clip_higher, dcpo, band"),
+        (["band_delta=-1"], r"delta must be a finite number > 0, got -1"),
+        (["loss_type=cispo"], r"loss_type='cispo' cannot be used"),
+        (
+            ["reward.name=dapoo"],
+            r"reward: unknown reward 'dapoo' \(did you mean 'dapo'\?\); valid names: .*dapo.*boxed.*countdown",
+        ),
+        (
+            ["reward.name=dapo", "reward.options.incorect_reward=0"],
+            r"reward 'dapo' has no option\(s\) \['incorect_reward'\]; valid options",
+        ),
+        (
+            ["model.warm_start.n_layer=2"],
+            r"unknown config key model.warm_start.n_layer \(did you mean model.warm_start.n_layers\?\)",
+        ),
+        (["model.path=/does/not/exist"], r"model.path '/does/not/exist' does not exist"),
+        (["model.path=nobody/no-such-model"], r"not a local directory and not in the Hugging Face cache"),
+    ],
+)
+def test_prepare_errors(
+    tmp_path: Path, overrides: list[str], match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    config = load_train_config(TINY, run_dir(tmp_path) + overrides)
+    with pytest.raises(ConfigError, match=match):
+        prepare(config)
+
+
+def test_prepare_errors_with_files(tmp_path: Path) -> None:
+    model_dir = save_model_dir(tmp_path / "model")
+    data = jsonl(tmp_path / "d.jsonl", [{"question": "1,2,3:6=", "solution": "1+2+3"}])
+    config_file = write_yaml(
+        tmp_path / "files.yaml", f"model: {{path: {model_dir}}}\ndata: {{path: {data}}}\nreport_to: none\n"
+    )
+    base = [f"output_dir={tmp_path / 'out'}"]
+
+    def check(overrides: list[str], match: str) -> None:
+        with pytest.raises(ConfigError, match=match):
+            prepare(load_train_config(config_file, [*base, *overrides]))
+
+    check([], r"reward.name is required with data.path; valid names: dapo, boxed")
+    check(
+        ["reward.name=countdown"],
+        r"data.prompt_column='prompt' is not a column of data.path .*d.jsonl'; its columns: question, solution",
+    )
+    check(["reward.name=dapo", "data.prompt_column=question"], r"data.answer_column='answer' is not a column")
+    check(
+        [f"data.path={tmp_path / 'missing.jsonl'}", "reward.name=dapo"],
+        r"data.path '.*missing.jsonl' does not exist",
+    )
+    check(
+        ["reward.name=countdown", "model.warm_start.max_steps=3"],
+        r"model.warm_start=.* applies to the task model only",
+    )
+    check(
+        ["model.path=tiny", "reward.name=dapo"],
+        r"model.path='tiny' means the built-in task's own model, but data.task",
+    )
+    (tmp_path / "empty_model").mkdir()
+    check(
+        [f"model.path={tmp_path / 'empty_model'}", "reward.name=dapo"], r"is a directory without config.json"
+    )
+    ok = prepare(
+        load_train_config(
+            config_file,
+            [*base, "reward.name=dapo", "data.prompt_column=question", "data.answer_column=solution"],
+        )
+    )
+    assert ok.dataset[0] == {
+        "prompt": "1,2,3:6=",
+        "answer": "1+2+3",
+    }  # the tiny tokenizer has no chat template
+    assert ok.model_path == str(model_dir) and ok.resume_from is None
+    # Switching tiny.yaml from its task to files by overrides drops the task and its options.
+    switched = load_train_config(TINY, [f"data.path={data}", f"model.path={model_dir}"])
+    assert switched.data.task is None and switched.data.task_options == {}
+
+
+def test_prepare_refuses_to_mix_runs(tmp_path: Path) -> None:
+    (tmp_path / "out" / "checkpoint-4").mkdir(parents=True)
+    config = load_train_config(TINY, run_dir(tmp_path))
+    with pytest.raises(
+        ConfigError, match=r"already holds checkpoints \(last: checkpoint-4\).*--resume.*--overwrite"
+    ):
+        prepare(config)
+    assert prepare(config, resume=True).resume_from == tmp_path / "out" / "checkpoint-4"
+    assert prepare(config, overwrite=True).resume_from is None
+    with pytest.raises(ConfigError, match=r"resume and overwrite are exclusive"):
+        prepare(config, resume=True, overwrite=True)

@@ -1,0 +1,66 @@
+"""In-process tests of ``bandpo.training.run.train``: local files, a reward that raises on some completions
+(the run goes on and counts the failures), the saved outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from train_helpers import SMALL_RUN
+
+pytest.importorskip("trl")
+
+from bandpo.rewards import REWARDS, register_reward
+from bandpo.tasks.countdown import CountdownConfig, make_splits
+from bandpo.training.callbacks import read_metrics
+from bandpo.training.config import load_train_config
+from bandpo.training.run import CONFIG_FILE, RUN_INFO_FILE, train
+
+
+def flaky_reward(prompts: list[Any], completions: list[str], **kwargs: Any) -> list[float]:
+    """Raises on completions of odd length; otherwise 1 if the completion has a '+', else 0."""
+    out = []
+    for completion in completions:
+        if len(completion) % 2:
+            raise RuntimeError(f"cannot score {completion!r}")
+        out.append(float("+" in completion))
+    return out
+
+
+if "test_flaky" not in REWARDS:
+    register_reward("test_flaky", flaky_reward)
+
+
+def test_train_from_files_survives_a_failing_reward(tmp_path: Path, countdown_model_dir: Path) -> None:
+    train_rows, _ = make_splits(CountdownConfig(n_train=40, n_test=5))
+    data = tmp_path / "puzzles.jsonl"
+    data.write_text("".join(json.dumps({"q": r["prompt"], "gt": r["answer"]}) + "\n" for r in train_rows))
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(
+        f"model: {{path: {countdown_model_dir}}}\n"
+        f"data: {{path: {data}, prompt_column: q, answer_column: gt}}\n"
+        "reward: {name: test_flaky, failure_reward: -1.0}\n"
+        f"output_dir: {tmp_path / 'out'}\n"
+        "max_completion_length: 8\n"
+        "activation_checkpointing: false\n"
+    )
+    config = load_train_config(config_file, SMALL_RUN)
+    out = train(config)
+
+    assert out == tmp_path / "out"
+    rows = [r for r in read_metrics(out) if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    first = rows[0]  # the generation round's metrics are logged with its first optimizer step
+    assert first["rewards/test_flaky/failures"] > 0, "no completion failed: the test reward is too lenient"
+    assert 0 < first["rewards/test_flaky/failure_frac"] < 1
+    # 16 completions per generation round: per_device_train_batch_size 8 x steps_per_generation 2
+    assert first["rewards/test_flaky/failure_frac"] == pytest.approx(
+        first["rewards/test_flaky/failures"] / 16
+    )
+    assert all(k in first for k in ("clip/frac", "band/hi_mean", "policy/entropy"))
+    assert (out / "config.json").is_file() and (out / "checkpoint-2").is_dir()
+    assert load_train_config(out / CONFIG_FILE).to_dict() == config.to_dict()  # the config as run
+    info = json.loads((out / RUN_INFO_FILE).read_text())
+    assert info["model_path"] == str(countdown_model_dir) and info["n_prompts"] == 40
