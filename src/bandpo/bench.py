@@ -94,7 +94,9 @@ def bench_bounds(
     for n in sizes:
         times: dict[str, float] = {}
         for label, fn in _bound_cases(sample_logp(n, device=device)).items():
-            generic = label.endswith(("reverse_kl", "js"))  # the generic float64 bisection: smallest size only
+            generic = label.endswith(
+                ("reverse_kl", "js")
+            )  # the generic float64 bisection: smallest size only
             if generic and n > min(sizes):
                 continue
             times[label] = time_call(fn, repeats=1 if ("bisection" in label and n > 1 << 22) else repeats)
@@ -155,3 +157,44 @@ def table_memory_bytes(dtype: torch.dtype = torch.float32) -> int:
     """Bytes of one cached table copy in ``dtype`` (values + slopes), per (divergence, delta, device)."""
     n = 160_001
     return 2 * n * 2 * torch.empty(0, dtype=dtype).element_size()
+
+
+def bench_train_step(steps: int = 24, rounds: int = 2, workdir: str | None = None) -> list[dict]:
+    """Wall time per optimizer step of ``BandPOTrainer`` with ``band`` (kl) against ``grpo`` on the same tiny
+    (untrained) countdown model and settings, rounds interleaved (band, grpo, band, grpo, ...); best round each.
+
+    Uses the tiny recipe (``configs/tiny.yaml`` settings: 64 completions per step, 4 steps per generation).
+    """
+    import tempfile
+    from pathlib import Path
+
+    from bandpo.tasks.tiny_model import build_model, build_tokenizer
+    from bandpo.training.config import load_train_config
+    from bandpo.training.run import train
+
+    root = Path(tempfile.mkdtemp(prefix="bandpo-bench-", dir=workdir))
+    tokenizer = build_tokenizer()
+    build_model(tokenizer).save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    recipe = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
+    best: dict[str, float] = {}
+    for r in range(rounds):
+        for rule in ("band", "grpo"):
+            overrides = [
+                f"model.path={root / 'model'}",
+                f"clip_rule={rule}",
+                f"max_steps={steps}",
+                f"output_dir={root / f'{rule}-{r}'}",
+                "save_steps=100000",
+                "report_to=none",
+                "logging_steps=1000",
+                "disable_tqdm=true",
+            ]
+            config = load_train_config(recipe, overrides)
+            t0 = time.perf_counter()
+            train(config, overwrite=True)
+            per_step = (time.perf_counter() - t0) / steps
+            best[rule] = min(best.get(rule, math.inf), per_step)
+    return [
+        {"case": f"train step {rule}", "ms": 1e3 * t, "x_grpo": t / best["grpo"]} for rule, t in best.items()
+    ]

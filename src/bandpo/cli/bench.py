@@ -10,14 +10,23 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24], help="token counts")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--skip-loss", action="store_true", help="only the bound solvers")
+    parser.add_argument(
+        "--accuracy-points", type=int, default=200_000, help="random p for the accuracy check"
+    )
+    parser.add_argument("--loss-shape", type=int, nargs=2, default=[64, 4096], metavar=("B", "T"))
+    parser.add_argument("--skip-loss", action="store_true", help="skip the loss benchmark")
+    parser.add_argument("--skip-train", action="store_true", help="skip the training-step benchmark (TRL)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     import torch
 
     from bandpo import bench
+
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows even when redirected to a file
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32 inputs, cap 10, delta 0.05")
     rows = bench.bench_bounds(tuple(args.sizes), repeats=args.repeats)
@@ -26,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{r['n']:>9}  {r['case']:<38} {r['ms']:>10.2f} {r['x_tv']:>8.2f} {r['speedup_vs_bisection']:>12.1f}"
         )
-    acc = bench.kl_accuracy()
+    acc = bench.kl_accuracy(args.accuracy_points)
     print("\nKL accuracy vs float64 bisection, p in [1e-30, 1 - 1e-30], delta in {1e-3, 0.05, 1}:")
     for k, v in acc.items():
         print(f"  {k:<16} max relative error {v:.2e}")
@@ -34,12 +43,23 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"KL table memory: {mem / 1e6:.2f} MB per (delta, device) in float32 (+ a float64 master on the CPU)"
     )
-    loss_rows = [] if args.skip_loss else bench.bench_loss(repeats=args.repeats)
+    loss_rows = [] if args.skip_loss else bench.bench_loss(*args.loss_shape, repeats=args.repeats)
     if loss_rows:
-        print(f"\n{'case':<30} {'ms':>10} {'x grpo':>8}   (B=64, T=4096, float32, forward + backward)")
+        print(
+            f"\n{'case':<30} {'ms':>10} {'x grpo':>8}   (B={args.loss_shape[0]}, T={args.loss_shape[1]}, float32, fwd + bwd)"
+        )
         for r in loss_rows:
             print(f"{r['case']:<30} {r['ms']:>10.2f} {r['x_grpo']:>8.3f}")
+    train_rows = [] if args.skip_train else bench.bench_train_step()
+    if train_rows:
+        print(
+            f"\n{'case':<30} {'ms/step':>10} {'x grpo':>8}   (tiny countdown model, tiny.yaml settings, best of 2)"
+        )
+        for r in train_rows:
+            print(f"{r['case']:<30} {r['ms']:>10.1f} {r['x_grpo']:>8.3f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"bounds": rows, "kl_accuracy": acc, "loss": loss_rows}, indent=1))
+        args.json.write_text(
+            json.dumps({"bounds": rows, "kl_accuracy": acc, "loss": loss_rows, "train": train_rows}, indent=1)
+        )
     return 0

@@ -106,7 +106,7 @@ def kl_bounds(logp: Tensor, log1mp: Tensor, delta: Tensor, iterations: int = 3) 
     ``g`` is convex in ``u``. Start: the smaller of the quadratic guess ``sqrt(2 delta / (a b))`` and the outer
     guess from ``g >= b log(b / (1 - x)) + a log a``; Halley then converges cubically (3 steps reach float64
     round-off over p in [1e-30, 1 - 1e-7], delta in [1e-3, 1]: ``tests/core/test_bounds.py``).
-    Results: ``log hi = u_p - L_p`` and ``log lo = -L_q``.
+    Results: ``log hi = u_p - L_p = -log(a + b e^-u)`` (p side) and ``log lo = -L_q``.
 
     Args:
         logp, log1mp: (...) float, ``log p`` and ``log(1 - p)``, both finite (p in (0, 1)).
@@ -145,8 +145,10 @@ def kl_bounds(logp: Tensor, log1mp: Tensor, delta: Tensor, iterations: int = 3) 
         t = h * torch.exp(big_l - u - loga - logb) / (-emn)
         k = torch.exp(-big_l) / (-emn)
         u = torch.clamp(u - t / (1.0 - 0.5 * t * k), min=tiny)
-    big_l = torch.where(small, form_a(u), u + torch.log1p(b * torch.expm1(-u)))
-    return -big_l[1], u[0] - big_l[0]
+    # log hi = u - L = -log(a + b e^-u), written so that no large u cancels against L (float32: u ~ 1/q)
+    tail = torch.where(small, torch.logaddexp(loga, logb - u), torch.log1p(b * torch.expm1(-u)))
+    big_l = torch.where(small, form_a(u), u + tail)
+    return -big_l[1], -tail[0]
 
 
 # --------------------------------------------------------------------------------------------------- tables

@@ -1,0 +1,94 @@
+"""``bandpo compare --config configs/compare-tiny.yaml [KEY=VALUE ...] [--report-only] [--redo] [--dry-run]``.
+
+Trains the same task with several clip rules over several seeds (in sequence, resumable), evaluates every final
+policy and the starting policy, and writes a report directory (``bandpo.eval.compare``, ``bandpo.eval.report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """\
+compare config keys (YAML; KEY=VALUE overrides with dotted keys):
+  output_dir          where runs and the report go (runs/<label>/seed<seed>/, baseline/, report/)
+  train.config        the training recipe (relative to the compare config), e.g. tiny.yaml
+  train.overrides     training keys for every run, e.g. {max_steps: 60}; override one: train.overrides.max_steps=8
+  methods             list of {label, clip_rule, params}; default: grpo, clip_higher, dcpo, band-kl, band-tv,
+                      band-chi2, adaptive_band
+  seeds               e.g. [0, 1, 2]
+  reference           the label the others are compared against (default grpo)
+  eval.               k, ks, temperature, dataset, split, max_problems, verifier, prompt_column, answer_column,
+                      batch_size, seed, max_new_tokens
+  curves.             every (held-out eval every N steps during training; 0: off), k, max_problems
+  baseline            evaluate the starting policy (default true)
+  num_threads         OMP_NUM_THREADS of the training processes
+  report.smooth       rolling-mean window of the training curves
+
+Finished runs (results.json with the same config) are skipped; an interrupted run resumes from its last checkpoint.
+
+examples:
+  bandpo compare --config configs/compare-tiny.yaml
+  bandpo compare --config configs/compare-tiny-full.yaml seeds=[0,1] output_dir=runs/cmp2
+  bandpo compare --config configs/compare-tiny.yaml --report-only
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--config", "-c", required=True, help="compare config YAML (e.g. configs/compare-tiny.yaml)"
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides (dotted keys: eval.k=8, seeds=[0])",
+    )
+    parser.add_argument(
+        "--methods", default=None, help="comma-separated labels: run and report only these methods"
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--report-only", action="store_true", help="train nothing; rebuild the report from the runs"
+    )
+    mode.add_argument(
+        "--dry-run", action="store_true", help="check the config and print the plan; run nothing"
+    )
+    parser.add_argument(
+        "--redo", action="store_true", help="retrain finished runs whose config differs from this one"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bandpo.eval.compare import CompareError, load_compare_config, plan_runs, run_compare
+
+    try:
+        config = load_compare_config(args.config, args.overrides)
+        if args.methods:
+            wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+            labels = [m.label for m in config.methods]
+            unknown = [w for w in wanted if w not in labels]
+            if unknown:
+                raise CompareError(
+                    f"--methods: unknown label(s) {', '.join(unknown)}; labels: {', '.join(labels)}"
+                )
+            config.methods = [m for m in config.methods if m.label in wanted]
+            if config.reference not in wanted:
+                config.reference = config.methods[0].label
+        if args.dry_run:
+            plans = plan_runs(config)
+            print(f"output_dir {config.output_dir}; reference {config.reference}; eval k={config.eval.k}")
+            for p in plans:
+                print(f"  {p.method.label:<16} seed {p.seed:<3} {p.status:<8} {p.run_dir}")
+            return 0
+        run_compare(config, redo=args.redo, report_only=args.report_only, progress=not args.no_progress)
+    except ValueError as err:  # CompareError, or a report of a directory without runs
+        print(f"bandpo compare: error: {err}", file=sys.stderr)
+        return 2
+    if args.report_only:
+        return 0
+    unfinished = [p for p in plan_runs(config) if p.status != "done"]
+    return 1 if unfinished else 0

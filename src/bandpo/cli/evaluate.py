@@ -1,0 +1,238 @@
+"""``bandpo eval --model DIR [--dataset countdown | FILE ...] [--k 32] [--ks 1,4,32] [--temperature 1.0] ...``.
+
+Samples ``k`` answers per problem and prints mean@k, pass@j (unbiased, for each ``j`` in ``--ks``), the authors'
+bootstrap best@k and maj@k per dataset and overall; the full result goes to a JSON file (``--output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EPILOG = """\
+datasets:
+  countdown             the built-in task's test split (--split train for the training puzzles); the task options
+                        come from the run's train_config.yaml when --model is a training run (or a checkpoint of one)
+  FILE.jsonl|.json|.parquet, or a directory with <split>*.<ext> files: scored with --verifier (dapo: the last
+                        'Answer:' line; boxed: the last \\boxed{}), columns --prompt-column / --answer-column
+
+output JSON: {"model", "settings", "datasets": {name: metrics}, "overall": metrics, "wall_time_s"}; metrics are
+n_problems, n_samples, mean@k, pass@j, best@k, maj@k, n_unparsed (samples without an extractable answer),
+n_unparsed_ground_truth (problems left out: the verifier cannot parse their answer), entropy, mean_length,
+truncated_frac.
+
+examples:
+  bandpo eval --model runs/tiny --dataset countdown --k 32
+  bandpo eval --model runs/tiny/checkpoint-200 --k 8 --ks 1,2,8 --temperature 0.6
+  bandpo eval --model /models/qwen --dataset aime24.jsonl --verifier dapo --answer-column solution --vllm
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bandpo.eval.evaluate import verifier_names
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--model",
+        "-m",
+        required=True,
+        help="model directory (a training run's output_dir or a checkpoint-N in it), or 'tiny': the built-in "
+        "task's cached warm-started model",
+    )
+    parser.add_argument(
+        "--dataset",
+        "-d",
+        action="append",
+        default=None,
+        help="a built-in task (countdown) or a JSONL / JSON / parquet file or directory; repeat for several "
+        "(default: countdown)",
+    )
+    parser.add_argument(
+        "--split", default="test", help="task split, or file prefix in a directory (default test)"
+    )
+    parser.add_argument(
+        "--verifier",
+        choices=verifier_names(),
+        default=None,
+        help="answer checker (default: the task's own, dapo for files)",
+    )
+    parser.add_argument(
+        "--prompt-column", default="prompt", help="prompt column of the files (default prompt)"
+    )
+    parser.add_argument(
+        "--answer-column", default="answer", help="ground-truth column (dots for nested keys)"
+    )
+    parser.add_argument(
+        "--prompt-template", default=None, help="format string with {prompt} applied to prompts"
+    )
+    parser.add_argument("--system-prompt", default=None, help="system message (chat) or prefix line")
+    parser.add_argument(
+        "--chat-template",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="use the tokenizer's chat template",
+    )
+    parser.add_argument(
+        "--task-options",
+        default=None,
+        help="YAML mapping of task options, e.g. '{n_test: 100}' (default: the run's, else the task's defaults)",
+    )
+    parser.add_argument("--max-problems", type=int, default=None, help="first N problems of each dataset")
+    parser.add_argument("--k", type=int, default=32, help="samples per problem (default 32)")
+    parser.add_argument(
+        "--ks", default=None, help="pass@j values, comma-separated, each <= k ('k' for k); default 1,4,k"
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=None, help="default: the model's generation config"
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call (default 64)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--n-bootstrap", type=int, default=1000, help="best@k resamples (default 1000)")
+    parser.add_argument("--vllm", action="store_true", help="sample with vLLM (must be installed)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default auto)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy machine; default: torch's)"
+    )
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument(
+        "--output", "-o", default=None, help="JSON results file (default: <model>/eval_results.json)"
+    )
+    parser.add_argument("--save-samples", default=None, help="also write every completion to this JSONL file")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _task_options(text: str | None) -> dict[str, Any] | None:
+    import yaml
+
+    from bandpo.eval.evaluate import EvalError
+
+    if text is None:
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise EvalError(
+            f"--task-options must be a YAML mapping like '{{n_test: 100}}', got {text!r}: {err}"
+        ) from err
+    if not isinstance(value, dict):
+        raise EvalError(f"--task-options must be a YAML mapping like '{{n_test: 100}}', got {text!r}")
+    return value
+
+
+def _resolve_tiny(datasets: list[str], task_options: dict[str, Any] | None) -> Path:
+    """The built-in task's cached (or now built) warm-started model for ``--model tiny``."""
+    from bandpo.eval.evaluate import EvalError
+    from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
+
+    task = next((d for d in datasets if d in TASKS), None)
+    if task is None:
+        raise EvalError(f"--model tiny needs a built-in task among --dataset ({', '.join(TASKS.names())})")
+    return build_task_model(task, task_options or {}, {}, default_cache_dir())
+
+
+def run(args: argparse.Namespace) -> int:
+    from bandpo.eval.evaluate import (
+        EvalError,
+        EvalSettings,
+        check_model_dir,
+        evaluate_model_dir,
+        format_table,
+        load_eval_dataset,
+        task_options_of_run,
+    )
+
+    specs = args.dataset or ["countdown"]
+    try:
+        settings = EvalSettings(
+            k=args.k,
+            ks=args.ks,
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            n_bootstrap=args.n_bootstrap,
+            backend="vllm" if args.vllm else "transformers",
+            progress=not args.no_progress,
+        )
+        options = _task_options(args.task_options)
+        model = Path(_resolve_tiny(specs, options)) if args.model == "tiny" else Path(args.model)
+        check_model_dir(model)  # before the datasets: a wrong path fails fast
+        if args.threads is not None:
+            if args.threads < 1:
+                raise EvalError(f"--threads must be an integer >= 1, got {args.threads}")
+            import torch
+
+            torch.set_num_threads(args.threads)
+        datasets = []
+        for spec in specs:
+            task_options = options
+            if task_options is None and not Path(spec).exists():
+                task_options = task_options_of_run(model, spec)
+                if task_options:
+                    print(
+                        f"bandpo eval: {spec}: task options of the training run: {task_options}",
+                        file=sys.stderr,
+                    )
+            datasets.append(
+                load_eval_dataset(
+                    spec,
+                    split=args.split,
+                    verifier=args.verifier,
+                    prompt_column=args.prompt_column,
+                    answer_column=args.answer_column,
+                    task_options=task_options if not Path(spec).exists() else None,
+                    max_problems=args.max_problems,
+                    prompt_template=args.prompt_template,
+                    system_prompt=args.system_prompt,
+                    chat_template=args.chat_template,
+                )
+            )
+        seen: dict[str, int] = {}
+        for d in datasets:  # distinct display names
+            seen[d.name] = seen.get(d.name, 0) + 1
+            if seen[d.name] > 1:
+                d.name = f"{d.name}#{seen[d.name]}"
+        results = evaluate_model_dir(
+            model,
+            datasets,
+            settings,
+            device=args.device,
+            dtype=args.dtype,
+            keep_samples=bool(args.save_samples),
+        )
+    except EvalError as err:
+        print(f"bandpo eval: error: {err}", file=sys.stderr)
+        return 2
+    samples = results.pop("samples", None)
+    output = Path(args.output) if args.output else model / "eval_results.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2) + "\n")
+    if samples is not None:
+        path = Path(args.save_samples)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as f:
+            for row in samples:
+                f.write(json.dumps(row) + "\n")
+    print(f"model {results['model']}")
+    print(format_table(results))
+    for name, metrics in results["datasets"].items():
+        bad = metrics.get("n_unparsed_ground_truth", 0)
+        if bad:
+            print(
+                f"warning: {name}: {bad} of {bad + metrics['n_problems']} problems left out: the {metrics['verifier']} "
+                "verifier cannot parse their ground-truth answer (n_unparsed_ground_truth)",
+                file=sys.stderr,
+            )
+    print(f"results: {output}" + (f"; samples: {args.save_samples}" if samples is not None else ""))
+    if results["overall"]["n_problems"] == 0:
+        print(
+            "bandpo eval: error: no problem could be scored (every ground truth is unparsable)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

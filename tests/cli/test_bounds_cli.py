@@ -1,0 +1,61 @@
+"""`bandpo bounds`, `plot-bounds` and `bench` through subprocess, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def bandpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "bandpo.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_bounds_table_holds_the_paper_values() -> None:
+    out = bandpo("bounds", "--divergence", "kl", "tv", "--p", "0.08", "0.5", "0.9")
+    assert out.returncode == 0, out.stderr
+    kl = [line.split() for line in out.stdout.splitlines() if line.startswith("kl ")]
+    assert [(r[1], r[2], r[3]) for r in kl] == [
+        ("0.08", "0.2617", "2.4106"),
+        ("0.5", "0.6915", "1.3085"),
+        ("0.9", "0.8666", "1.0764"),
+    ]
+    assert any(line.startswith("fixed 0.2 ") for line in out.stdout.splitlines())
+
+
+def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
+    out = bandpo("bounds", "--p", "1.5")
+    assert out.returncode != 0 and "--p values must be in (0, 1], got [1.5]" in out.stderr
+    out = bandpo("bounds", "--divergence", "kll")
+    assert out.returncode != 0 and "invalid choice: 'kll'" in out.stderr
+
+
+def test_plot_bounds_writes_png(tmp_path: Path) -> None:
+    png = tmp_path / "fig.png"
+    out = bandpo("plot-bounds", "--out", str(png), "--divergence", "kl", "chi2")
+    assert out.returncode == 0, out.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_bench_smoke(tmp_path: Path) -> None:
+    out = bandpo(
+        "bench", "--sizes", "4096", "--repeats", "1", "--accuracy-points", "2000", "--loss-shape", "4", "64",
+        "--skip-train", "--json", str(tmp_path / "b.json"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "b.json").read_text())
+    cases = {r["case"] for r in data["bounds"]}
+    assert {"band kl", "band tv", "fixed clip (eps 0.2)", "authors' bisection (kl, 50 it/side)"} <= cases
+    assert all(r["ms"] > 0 for r in data["bounds"])
+    assert data["kl_accuracy"]["table/float64"] <= 1e-6 and data["kl_accuracy"]["newton/float32"] <= 1e-4
+    assert {r["case"] for r in data["loss"]} >= {"loss fwd+bwd band", "loss fwd+bwd grpo"}
