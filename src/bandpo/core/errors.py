@@ -41,6 +41,17 @@ def check_number_in(name: str, value: object, low: float, high: float) -> float:
     return float(value)
 
 
+def check_int_in(name: str, value: object, low: int, high: int | None = None) -> int:
+    """``value`` must be an ``int`` (not a bool) in ``[low, high]`` (``high=None``: no upper limit)."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if ok:
+        ok = value >= low and (high is None or value <= high)
+    if not ok:
+        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return int(value)  # type: ignore[arg-type]
+
+
 def check_logprobs(name: str, logp: Tensor, mask: Tensor | None = None) -> None:
     """Log-probabilities must be <= 0 and not NaN or +inf (``-inf``, probability 0, is allowed).
 

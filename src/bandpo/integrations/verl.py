@@ -58,13 +58,13 @@ import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
-from bandpo.losses.policy_loss import LOG_RATIO_CLAMP, clip_metrics
+from bandpo.losses.policy_loss import TokenTerms, clip_metrics, per_token_policy_loss
 
 try:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
@@ -136,87 +136,6 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
             _dcpo_rule(0.0, 0.0, 10.0 if self.cap is None else self.cap)
         except ValueError as err:
             raise ValueError(f"invalid BandPO policy_loss config: {err}") from err
-
-
-class TokenTerms(NamedTuple):
-    """Per-token pieces of the clipped objective, all (B, T). Padded positions (mask 0) hold 0 in every
-    float field (``ratio`` holds 1)."""
-
-    loss: Tensor  #: per-token objective L (rollout IS weights applied), differentiable w.r.t. log_prob
-    ratio: Tensor  #: r = exp(log_ratio), detached
-    log_ratio: Tensor  #: clamp(logp - logp_old, -20, 20), detached
-    lo: Tensor  #: lower ratio bound
-    hi: Tensor  #: upper ratio bound
-    advantages: Tensor  #: A broadcast to (B, T), detached
-    old_log_prob: Tensor  #: log pi_old, detached
-    mask: Tensor  #: bool, real response tokens
-    dual_active: Tensor  #: bool, dual clip binds (A < 0 and L1 > -A c)
-
-
-def per_token_policy_loss(
-    log_prob: Tensor,
-    old_log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    clip_rule: ClipRule,
-    *,
-    clip_ratio_c: float | None = 10.0,
-    rollout_is_weights: Tensor | None = None,
-) -> TokenTerms:
-    """The per-token loss matrix of ``bandpo.policy_loss`` before aggregation (module docstring formula).
-
-    Equivalent to ``bandpo.policy_loss`` without its regularisers and value checks: aggregating ``loss`` with
-    ``bandpo.losses.aggregate`` gives ``bandpo.policy_loss``'s policy term (tested).
-
-    Args:
-        log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable).
-        old_log_prob: (B, T) float, log pi_old (detached here).
-        advantages: (B,) or (B, T) float (detached here).
-        response_mask: (B, T) bool or 0/1 float/int, real response tokens; padded positions may hold anything.
-        clip_rule: a ``ClipRule`` giving the ratio bounds from the old log-probabilities.
-        clip_ratio_c: dual-clip constant > 1 for negative advantages; ``None`` disables the dual clip.
-        rollout_is_weights: (B, T) float, rollout importance weights multiplying L (detached here).
-
-    Raises:
-        ValueError: on shapes that do not match ``log_prob`` (B, T) or ``clip_ratio_c <= 1``.
-    """
-    if log_prob.dim() != 2:
-        raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
-    shape = log_prob.shape
-    if advantages.shape == shape[:1]:
-        advantages = advantages.unsqueeze(-1).expand(shape)  # (B,) -> (B, T)
-    for name, x in (
-        ("old_log_prob", old_log_prob),
-        ("advantages", advantages),
-        ("response_mask", response_mask),
-        ("rollout_is_weights", rollout_is_weights),
-    ):
-        if x is not None and x.shape != shape:
-            raise ValueError(f"{name} shape {tuple(x.shape)} must equal log_prob shape {tuple(shape)}")
-    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c!r}")
-
-    mask = response_mask if response_mask.dtype == torch.bool else response_mask != 0
-    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
-    # Padded positions may hold anything: replace them before any arithmetic so no NaN reaches the graph.
-    logp = torch.where(mask, log_prob, zero)
-    old = torch.where(mask, old_log_prob.detach().to(log_prob.dtype), zero)
-    adv = torch.where(mask, advantages.detach().to(log_prob.dtype), zero)
-
-    lo, hi = clip_rule.bounds(old)
-    lo, hi = lo.to(log_prob.dtype), hi.to(log_prob.dtype)
-    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))  # L1
-    if clip_ratio_c is not None:
-        dual = torch.minimum(loss, -adv * clip_ratio_c)
-        dual_active = (adv < 0) & (dual < loss)
-        loss = torch.where(adv < 0, dual, loss)
-    else:
-        dual_active = torch.zeros_like(mask)
-    if rollout_is_weights is not None:
-        loss = loss * torch.where(mask, rollout_is_weights.detach().to(loss.dtype), zero)
-    return TokenTerms(loss, ratio.detach(), log_ratio.detach(), lo, hi, adv, old, mask, dual_active)
 
 
 # ---- config -> clip rule -------------------------------------------------------------------------------

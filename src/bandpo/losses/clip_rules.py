@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from bandpo.core.bounds import band_bounds, resolve_divergence, resolve_method
+from bandpo.core.divergences import Divergence
 from bandpo.core.errors import check_number_in, check_positive_number
 from bandpo.registry import Registry
 
@@ -115,6 +116,17 @@ class DCPOClip(ClipRule):
         return lo.to(old_log_prob.dtype), hi.to(old_log_prob.dtype)
 
 
+def _check_band_params(divergence: object, delta: object, cap: object) -> Divergence:
+    """The parameters every Band rule shares: a registered divergence name, ``delta > 0``, ``cap >= 1`` or None."""
+    if not isinstance(divergence, str):
+        raise ValueError(f"divergence must be a registered name, got {divergence!r}")
+    div = resolve_divergence(divergence)
+    check_positive_number("delta", delta)
+    if cap is not None and check_positive_number("cap", cap) < 1:
+        raise ValueError(f"cap must be >= 1 (or None), got {cap!r}")
+    return div
+
+
 def _check_relax(relax: object) -> tuple[float, float] | None:
     if relax is None:
         return None
@@ -143,12 +155,7 @@ class BandClip(ClipRule):
     check_values: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.divergence, str):
-            raise ValueError(f"divergence must be a registered name, got {self.divergence!r}")
-        div = resolve_divergence(self.divergence)
-        check_positive_number("delta", self.delta)
-        if self.cap is not None and check_positive_number("cap", self.cap) < 1:
-            raise ValueError(f"cap must be >= 1 (or None), got {self.cap!r}")
+        div = _check_band_params(self.divergence, self.delta, self.cap)
         object.__setattr__(self, "relax", _check_relax(self.relax))
         resolve_method(div, self.method, scalar_delta=True)
 
@@ -190,18 +197,13 @@ class AdaptiveBandClip(ClipRule):
     check_values: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.divergence, str):
-            raise ValueError(f"divergence must be a registered name, got {self.divergence!r}")
-        div = resolve_divergence(self.divergence)
-        check_positive_number("delta", self.delta)
+        div = _check_band_params(self.divergence, self.delta, self.cap)
         check_positive_number("entropy_ref", self.entropy_ref)
         check_positive_number("power", self.power, allow_zero=True)
         lo = check_positive_number("min_scale", self.min_scale)
         hi = check_positive_number("max_scale", self.max_scale)
         if lo > hi:
             raise ValueError(f"min_scale must be <= max_scale, got {self.min_scale!r} > {self.max_scale!r}")
-        if self.cap is not None and check_positive_number("cap", self.cap) < 1:
-            raise ValueError(f"cap must be >= 1 (or None), got {self.cap!r}")
         resolve_method(div, "auto", scalar_delta=False)
 
     def radius(self, entropy: Tensor) -> Tensor:

@@ -14,6 +14,8 @@ entropy bonus are added after aggregation with their coefficients.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -80,6 +82,84 @@ def _check_shapes(
             f"advantages shape {tuple(advantages.shape)} must be (B,) or (B, T) = {tuple(log_prob.shape)}"
         )
     return advantages
+
+
+class TokenTerms(NamedTuple):
+    """Per-token pieces of the clipped objective, all (B, T). Padded positions (mask 0) hold 0 in every
+    float field (``ratio`` holds 1)."""
+
+    loss: Tensor  #: per-token objective L (rollout IS weights applied), differentiable w.r.t. log_prob
+    ratio: Tensor  #: r = exp(log_ratio), detached
+    log_ratio: Tensor  #: clamp(logp - logp_old, -20, 20), detached
+    lo: Tensor  #: lower ratio bound
+    hi: Tensor  #: upper ratio bound
+    advantages: Tensor  #: A broadcast to (B, T), detached
+    old_log_prob: Tensor  #: log pi_old, detached
+    mask: Tensor  #: bool, real response tokens
+    dual_active: Tensor  #: bool, dual clip binds (A < 0 and L1 > -A c)
+
+
+def per_token_policy_loss(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    clip_rule: ClipRule,
+    *,
+    clip_ratio_c: float | None = 10.0,
+    rollout_is_weights: Tensor | None = None,
+    entropy: Tensor | None = None,
+) -> TokenTerms:
+    """The per-token loss matrix of ``bandpo.policy_loss`` before aggregation (module docstring formula).
+
+    :func:`policy_loss` aggregates it (after its value checks, before its regularisers); the verl adapter
+    aggregates it with verl's own ``agg_loss``.
+
+    Args:
+        log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable).
+        old_log_prob: (B, T) float, log pi_old (detached here).
+        advantages: (B,) or (B, T) float (detached here).
+        response_mask: (B, T) bool or 0/1 float/int, real response tokens; padded positions may hold anything.
+        clip_rule: a ``ClipRule`` giving the ratio bounds from the old log-probabilities.
+        clip_ratio_c: dual-clip constant > 1 for negative advantages; ``None`` disables the dual clip.
+        rollout_is_weights: (B, T) float, rollout importance weights multiplying L (detached here).
+        entropy: (B, T) float, per-token policy entropy, for entropy-driven clip rules (detached here).
+
+    Raises:
+        ValueError: on shapes that do not match ``log_prob`` (B, T) or ``clip_ratio_c <= 1``.
+    """
+    advantages = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
+    if rollout_is_weights is not None and rollout_is_weights.shape != log_prob.shape:
+        raise ValueError(
+            f"rollout_is_weights shape {tuple(rollout_is_weights.shape)} must equal log_prob shape "
+            f"{tuple(log_prob.shape)}"
+        )
+    mask = response_mask if response_mask.dtype == torch.bool else response_mask != 0
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    # Padded positions may hold anything: replace them before any arithmetic so no NaN reaches the graph.
+    logp = torch.where(mask, log_prob, zero)
+    old = torch.where(mask, old_log_prob.detach().to(log_prob.dtype), zero)
+    adv = torch.where(mask, advantages.detach().to(log_prob.dtype), zero)
+
+    ent = None
+    if entropy is not None and clip_rule.needs_entropy:
+        ent = torch.where(mask, entropy.detach(), torch.zeros_like(entropy))
+    lo, hi = clip_rule.bounds(old, ent)
+    lo, hi = lo.to(log_prob.dtype), hi.to(log_prob.dtype)
+    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))  # L1
+    if clip_ratio_c is not None:
+        dual = torch.minimum(loss, -adv * clip_ratio_c)
+        dual_active = (adv < 0) & (dual < loss)
+        loss = torch.where(adv < 0, dual, loss)
+    else:
+        dual_active = torch.zeros_like(mask)
+    if rollout_is_weights is not None:
+        loss = loss * torch.where(mask, rollout_is_weights.detach().to(loss.dtype), zero)
+    return TokenTerms(loss, ratio.detach(), log_ratio.detach(), lo, hi, adv, old, mask, dual_active)
 
 
 def policy_loss(
@@ -153,47 +233,44 @@ def policy_loss(
                     f"{name} holds {int(bad.sum())} non-finite value(s) at real tokens (mask = 1)"
                 )
 
-    # Padded positions may hold anything: replace them before any arithmetic so no NaN reaches the graph.
+    terms = per_token_policy_loss(
+        log_prob,
+        old_log_prob,
+        advantages,
+        mask,
+        rule,
+        clip_ratio_c=clip_ratio_c,
+        rollout_is_weights=rollout_is_weights,
+        entropy=entropy,
+    )
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
-    logp = torch.where(mask, log_prob, zero)
-    old = torch.where(mask, old_log_prob.detach().to(log_prob.dtype), zero)
-    adv = torch.where(mask, advantages.detach().to(log_prob.dtype), zero)
-    ent = None if entropy is None else torch.where(mask, entropy.detach(), torch.zeros_like(entropy))
-
-    lo, hi = rule.bounds(old, ent if rule.needs_entropy else None)
-    lo, hi = lo.to(log_prob.dtype), hi.to(log_prob.dtype)
-    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    pg_unclipped = -adv * ratio
-    pg_clipped = -adv * torch.clamp(ratio, lo, hi)
-    pg = torch.maximum(pg_unclipped, pg_clipped)
-    if clip_ratio_c is not None:
-        pg_dual = torch.minimum(pg, -adv * clip_ratio_c)
-        dual_active = (adv < 0) & (pg_dual < pg)
-        pg = torch.where(adv < 0, pg_dual, pg)
-    else:
-        dual_active = torch.zeros_like(mask)
-    if rollout_is_weights is not None:
-        pg = pg * torch.where(mask, rollout_is_weights.detach().to(pg.dtype), zero)
-
-    pg_loss = aggregate(pg, mask, loss_agg_mode)
+    pg_loss = aggregate(terms.loss, mask, loss_agg_mode)
     loss = pg_loss
     metrics: dict[str, Tensor] = {"loss/policy": pg_loss.detach()}
     if ref_log_prob is not None:
+        logp = torch.where(mask, log_prob, zero)
         ref = torch.where(mask, ref_log_prob.detach().to(log_prob.dtype), zero)
         kl = aggregate(kl_penalty(logp, ref, kl_estimator), mask, loss_agg_mode)
         loss = loss + kl_coef * kl
         metrics["loss/kl"] = kl.detach()
     if entropy is not None:
-        ent_agg = aggregate(torch.where(mask, entropy, torch.zeros_like(entropy)), mask, loss_agg_mode)
+        ent = torch.where(mask, entropy, torch.zeros_like(entropy))
+        ent_agg = aggregate(ent, mask, loss_agg_mode)
         if entropy_coef > 0:
             loss = loss - entropy_coef * ent_agg
         metrics["loss/entropy"] = ent_agg.detach()
-        metrics["policy/entropy"] = masked_mean(ent, mask)
+        metrics["policy/entropy"] = masked_mean(ent.detach(), mask)
     metrics["loss/total"] = loss.detach()
     metrics.update(
         clip_metrics(
-            ratio.detach(), lo, hi, adv, mask, old, dual_active=dual_active, log_ratio=log_ratio.detach()
+            terms.ratio,
+            terms.lo,
+            terms.hi,
+            terms.advantages,
+            mask,
+            terms.old_log_prob,
+            dual_active=terms.dual_active,
+            log_ratio=terms.log_ratio,
         )
     )
     return loss, metrics

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from bandpo.core.errors import check_int_in
+
 __all__ = [
     "END_OF_TEXT_MARKERS",
     "OPERATORS",
@@ -61,17 +63,6 @@ _TOKEN_RE = re.compile(r"\s*(?:(?P<number>[0-9]+)|(?P<op>[-+*]))")
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    """``value`` must be an ``int`` (not a bool) in ``[low, high]`` (``high=None``: no upper limit)."""
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if ok:
-        ok = value >= low and (high is None or value <= high)
-    if not ok:
-        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return int(value)  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True)
 class CountdownConfig:
     """Which countdown puzzles exist and how they are split.
@@ -95,20 +86,20 @@ class CountdownConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check_int("n_numbers", self.n_numbers, 2, MAX_N_NUMBERS)
-        _check_int("min_digit", self.min_digit, 0, 9)
-        _check_int("max_digit", self.max_digit, 0, 9)
+        check_int_in("n_numbers", self.n_numbers, 2, MAX_N_NUMBERS)
+        check_int_in("min_digit", self.min_digit, 0, 9)
+        check_int_in("max_digit", self.max_digit, 0, 9)
         if self.max_digit < self.min_digit:
             raise ValueError(
                 f"max_digit must be >= min_digit ({self.min_digit}) and <= 9, got {self.max_digit!r}"
             )
-        _check_int("min_target", self.min_target, -MAX_ABS_TARGET, MAX_ABS_TARGET)
-        _check_int("max_target", self.max_target, -MAX_ABS_TARGET, MAX_ABS_TARGET)
+        check_int_in("min_target", self.min_target, -MAX_ABS_TARGET, MAX_ABS_TARGET)
+        check_int_in("max_target", self.max_target, -MAX_ABS_TARGET, MAX_ABS_TARGET)
         if self.max_target < self.min_target:
             raise ValueError(f"max_target must be >= min_target ({self.min_target}), got {self.max_target!r}")
-        _check_int("n_train", self.n_train, 1)
-        _check_int("n_test", self.n_test, 1)
-        _check_int("seed", self.seed, 0)
+        check_int_in("n_train", self.n_train, 1)
+        check_int_in("n_test", self.n_test, 1)
+        check_int_in("seed", self.seed, 0)
         available = count_puzzles(self)
         if available == 0:
             raise ValueError(

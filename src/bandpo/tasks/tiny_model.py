@@ -40,6 +40,7 @@ from transformers import (
     TrainingArguments,
 )
 
+from bandpo.core.errors import check_int_in
 from bandpo.tasks.countdown import OPERATORS, CountdownConfig, make_splits, solutions
 
 __all__ = [
@@ -86,16 +87,6 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if ok:
-        ok = value >= low and (high is None or value <= high)
-    if not ok:
-        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return int(value)  # type: ignore[arg-type]
-
-
 def _check_float(name: str, value: object, low: float, high: float, *, low_open: bool = False) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
     if ok:
@@ -138,22 +129,22 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.task, CountdownConfig):
             raise ValueError(f"task must be a CountdownConfig, got {type(self.task).__name__}")
-        _check_int("n_layers", self.n_layers, 1, 64)
-        _check_int("hidden_size", self.hidden_size, 8, 8192)
-        _check_int("n_heads", self.n_heads, 1, 256)
+        check_int_in("n_layers", self.n_layers, 1, 64)
+        check_int_in("hidden_size", self.hidden_size, 8, 8192)
+        check_int_in("n_heads", self.n_heads, 1, 256)
         if self.hidden_size % self.n_heads or (self.hidden_size // self.n_heads) % 2:
             raise ValueError(
                 f"hidden_size / n_heads must be an even integer (rotary embedding), got hidden_size="
                 f"{self.hidden_size} and n_heads={self.n_heads}"
             )
-        _check_int("intermediate_size", self.intermediate_size, 1, 65536)
-        _check_int("max_steps", self.max_steps, 1)
-        _check_int("batch_size", self.batch_size, 1)
+        check_int_in("intermediate_size", self.intermediate_size, 1, 65536)
+        check_int_in("max_steps", self.max_steps, 1)
+        check_int_in("batch_size", self.batch_size, 1)
         _check_float("learning_rate", self.learning_rate, 0.0, 1.0, low_open=True)
-        _check_int("warmup_steps", self.warmup_steps, 0)
+        check_int_in("warmup_steps", self.warmup_steps, 0)
         _check_float("weight_decay", self.weight_decay, 0.0, 1.0)
         _check_float("demo_accuracy", self.demo_accuracy, 0.0, 1.0)
-        _check_int("seed", self.seed, 0)
+        check_int_in("seed", self.seed, 0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict of the fields (JSON-serializable)."""
@@ -211,7 +202,7 @@ def make_demonstrations(
     With probability ``demo_accuracy`` the completion is a uniformly chosen correct solution, otherwise a
     uniformly random order of the prompt's digits joined by random operators.
     """
-    _check_int("n", n, 0)
+    check_int_in("n", n, 0)
     _check_float("demo_accuracy", demo_accuracy, 0.0, 1.0)
     if not problems:
         raise ValueError("problems must be a non-empty sequence of countdown problems, got an empty one")
