@@ -204,7 +204,8 @@ class BoundsTable:
         flat = logp.reshape(-1)
         u = (s_coordinate(flat) - self.S_MIN) * (1.0 / self.h)
         u = torch.clamp(u, 0.0, float(self.n_points - 1))  # also maps s = -inf / +inf to the ends
-        idx = u.to(torch.long).clamp_(0, self.n_points - 1)  # NaN input (unchecked) must not index out of range
+        # NaN input (unchecked) must not index out of range
+        idx = u.to(torch.long).clamp_(0, self.n_points - 1)
         frac = (u - idx).unsqueeze(-1)  # (N, 1)
         z = torch.addcmul(values.index_select(0, idx), slopes.index_select(0, idx), frac)  # (N, 2)
         log_lo = z[:, 0].reshape(logp.shape)
