@@ -96,7 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm", action="store_true", help="sample with vLLM (must be installed)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default auto)")
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy machine; default: torch's)"
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (1 is fastest on a busy machine; default: torch's)",
     )
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     parser.add_argument(

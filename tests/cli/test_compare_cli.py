@@ -1,0 +1,155 @@
+"""``bandpo compare`` through subprocess: config errors (fast) and the smallest preset end to end (slow), on a
+warm start of a few seconds (the pipeline, not the learning, is under test)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[2]
+PRESET = REPO / "configs" / "compare-tiny.yaml"
+SMALL_WARM_START = {
+    "n_layers": 1,
+    "hidden_size": 16,
+    "n_heads": 2,
+    "intermediate_size": 32,
+    "max_steps": 3,
+    "batch_size": 8,
+    "warmup_steps": 0,
+}
+
+
+def bandpo(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(
+        [sys.executable, "-m", "bandpo.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["seedz=[1]"], "unknown compare config key 'seedz' (did you mean 'seeds'?)"),
+        (
+            ["methods=[{clip_rule: bnad}]"],
+            "unknown clip rule 'bnad' (did you mean 'band'?); valid names: grpo",
+        ),
+    ],
+)
+def test_compare_config_errors(overrides: list[str], message: str, tmp_path: Path) -> None:
+    out = bandpo("compare", "--config", str(PRESET), f"output_dir={tmp_path}", *overrides, "--dry-run")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "bandpo compare: error: " in out.stderr and message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def _overrides(out_dir: Path, cache: Path) -> list[str]:
+    warm = "{" + ", ".join(f"{k}: {v}" for k, v in SMALL_WARM_START.items()) + "}"
+    return [
+        f"output_dir={out_dir}",
+        "seeds=[0]",
+        "train.overrides.max_steps=2",
+        "train.overrides.save_steps=2",
+        "train.overrides.logging_steps=1",
+        "train.overrides.per_device_train_batch_size=8",
+        "train.overrides.num_generations=4",
+        "train.overrides.steps_per_generation=2",
+        f"train.overrides.model.cache_dir={cache}",
+        f"train.overrides.model.warm_start={warm}",
+        "eval.k=4",
+        "eval.ks=[1,4]",
+        "eval.max_problems=16",
+        "curves.every=1",
+        "curves.k=2",
+        "curves.max_problems=8",
+    ]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bandpo.tasks.countdown import CountdownConfig
+    from bandpo.tasks.tiny_model import WarmStartConfig, warm_start
+
+    path = tmp_path_factory.mktemp("bandpo_cache")
+    warm_start(path, WarmStartConfig(task=CountdownConfig(), **SMALL_WARM_START), progress=False)
+    return path
+
+
+def test_dry_run_lists_the_plan(tmp_path: Path, cache: Path) -> None:
+    out = bandpo("compare", "--config", str(PRESET), *_overrides(tmp_path / "cmp", cache), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "grpo             seed 0   new" in out.stdout and "band-kl          seed 0   new" in out.stdout
+    assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.slow
+def test_compare_end_to_end_and_resume(tmp_path: Path, cache: Path) -> None:
+    out_dir = tmp_path / "cmp"
+    out = bandpo("compare", "--config", str(PRESET), *_overrides(out_dir, cache), "--no-progress")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 runs in" in out.stdout and "report in" in out.stdout
+
+    runs: dict[str, dict[str, Any]] = {}
+    for label in ("grpo", "band-kl"):
+        run_dir = out_dir / "runs" / label / "seed0"
+        for name in (
+            "results.json",
+            "metrics.jsonl",
+            "heldout.jsonl",
+            "run_spec.json",
+            "train.log",
+            "model.safetensors",
+        ):
+            assert (run_dir / name).is_file(), f"{label}: {name} missing"
+        runs[label] = json.loads((run_dir / "results.json").read_text())
+        assert runs[label]["clip_rule"] == ("grpo" if label == "grpo" else "band")
+        steps = [json.loads(line)["step"] for line in (run_dir / "heldout.jsonl").read_text().splitlines()]
+        assert steps == [0, 1, 2]  # step 0, then every step
+    assert (out_dir / "baseline" / "results.json").is_file()
+
+    report = out_dir / "report"
+    for name in ("report.md", "report.html", "results.md", "results.csv", "results.json", "runs.csv"):
+        assert (report / name).stat().st_size > 0, name
+    pngs = list((report / "figures").glob("*.png"))
+    assert len(pngs) >= 7 and all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+    assert (report / "report.html").read_text().count("data:image/png;base64,") == len(pngs)
+
+    # the tables hold the per-run results
+    with (report / "runs.csv").open() as f:
+        rows = {r["method"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"grpo", "band-kl"}
+    for label, res in runs.items():
+        for key in ("mean@4", "pass@1", "pass@4", "best@4", "maj@4", "entropy"):
+            assert float(rows[label][key]) == res["metrics"][key], (label, key)
+    summary = json.loads((report / "results.json").read_text())
+    assert summary["methods"]["band-kl"]["metrics"]["mean@4"]["mean"] == runs["band-kl"]["metrics"]["mean@4"]
+    text = (report / "report.md").read_text()
+    assert "band-kl vs grpo:" in text and "single seed" in text
+
+    # a second call finds both runs finished: nothing is retrained
+    logs = {label: (out_dir / "runs" / label / "seed0" / "train.log").read_text() for label in runs}
+    again = bandpo("compare", "--config", str(PRESET), *_overrides(out_dir, cache), "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert "(2 finished already, 0 to run)" in again.stdout
+    for label in runs:
+        assert (out_dir / "runs" / label / "seed0" / "train.log").read_text() == logs[label]
+
+    # another budget in the same directory is refused, naming what changed
+    changed = bandpo(
+        "compare", "--config", str(PRESET), *_overrides(out_dir, cache), "train.overrides.max_steps=3"
+    )
+    assert changed.returncode == 2
+    assert "with another config" in changed.stderr and "max_steps" in changed.stderr

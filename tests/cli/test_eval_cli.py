@@ -1,0 +1,101 @@
+"""``bandpo eval`` through subprocess, as a user runs it, on a tiny randomly initialized model (no warm start)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def bandpo(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(
+        [sys.executable, "-m", "bandpo.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bandpo.tasks.tiny_model import WarmStartConfig, build_model, build_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny")
+    tokenizer = build_tokenizer()
+    model = build_model(
+        tokenizer, WarmStartConfig(n_layers=1, hidden_size=16, n_heads=2, intermediate_size=32)
+    )
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_eval_countdown_json_is_consistent(model_dir: Path, tmp_path: Path) -> None:
+    out_json, samples = tmp_path / "res.json", tmp_path / "samples.jsonl"
+    out = bandpo(
+        "eval", "--model", str(model_dir), "--dataset", "countdown", "--max-problems", "20", "--k", "8",
+        "--ks", "1,2,k", "--output", str(out_json), "--save-samples", str(samples), "--no-progress",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out_json.read_text())
+    m = res["overall"]
+    assert res["settings"]["k"] == 8 and res["settings"]["ks"] == [1, 2, 8]
+    assert m["n_problems"] == 20 and m["n_samples"] == 160
+    assert m["pass@1"] == pytest.approx(m["mean@8"], abs=1e-12)
+    assert m["pass@1"] <= m["pass@2"] <= m["pass@8"]
+    assert m["best@8"] <= m["pass@8"] + 1e-12 and 0.0 <= m["maj@8"] <= 1.0
+    assert res["datasets"]["countdown/test"]["mean@8"] == m["mean@8"]  # one dataset: overall is the dataset
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(rows) == 20 and all(len(r["completions"]) == 8 for r in rows)
+    accuracy = sum(sum(r["correct"]) / 8 for r in rows) / 20
+    assert accuracy == pytest.approx(m["mean@8"], abs=1e-12)
+    assert m["n_unparsed"] == sum(a is None for r in rows for a in r["answers"])
+    assert "countdown/test" in out.stdout and "mean@8" in out.stdout and f"results: {out_json}" in out.stdout
+
+
+def test_eval_file_with_unparsable_answers(model_dir: Path, tmp_path: Path) -> None:
+    data = tmp_path / "math.jsonl"
+    rows = [
+        {"q": "1,2,3:6=", "sol": "6"},
+        {"q": "1,2,3:5=", "sol": ""},
+        {"q": "2,2,2:8=", "sol": "\\boxed{}"},
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = bandpo(
+        "eval", "--model", str(model_dir), "--dataset", str(data), "--dataset", "countdown", "--max-problems", "3",
+        "--prompt-column", "q", "--answer-column", "sol", "--verifier", "dapo", "--k", "2", "--no-progress",
+        "--output", str(tmp_path / "r.json"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    res = json.loads((tmp_path / "r.json").read_text())
+    math_ = res["datasets"]["math"]
+    assert math_["n_unparsed_ground_truth"] == 2 and math_["n_problems"] == 1
+    assert math_["n_unparsed"] == 2  # a random model never writes "Answer:"
+    assert math_["mean@2"] == 0.0
+    assert res["overall"]["n_problems"] == 1 + 3 and res["overall"]["n_unparsed_ground_truth"] == 2
+    assert "2 of 3 problems left out" in out.stderr and "overall" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "{tmp}/nope"], "model directory '{tmp}/nope' does not exist"),
+        (["--model", "{tmp}"], "model directory '{tmp}' is not a model: config.json is missing"),
+        (
+            ["--model", "{model}", "--k", "8", "--ks", "1,16"],
+            "ks entry 16 is larger than k=8, the number of samples",
+        ),
+        (["--model", "{model}", "--dataset", "{tmp}/d.jsonl"], "answer_column='answer' is not a column of"),
+    ],
+)
+def test_eval_errors_name_the_problem(model_dir: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "d.jsonl").write_text(json.dumps({"prompt": "p", "solution": "1"}) + "\n")
+    fill = {"tmp": str(tmp_path), "model": str(model_dir)}
+    out = bandpo("eval", *[a.format(**fill) for a in args], "--no-progress")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "bandpo eval: error: " + message.format(**fill) in out.stderr
+    assert "Traceback" not in out.stderr
