@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_CPU := torch==2.13.0
 
-.PHONY: setup test demo bench lint format clean
+.PHONY: setup test demo bench compare lint format clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,9 @@ demo: setup
 
 bench: setup
 	$(BIN)/bandpo bench --json runs/bench.json
+
+compare: setup
+	$(BIN)/bandpo compare --config configs/compare-tiny.yaml
 
 lint: setup
 	$(BIN)/ruff check .
