@@ -1,0 +1,34 @@
+"""`bandpo demo` (the README's main job) end to end through subprocess, on a tiny budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_end_to_end(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "BANDPO_CACHE_DIR": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+    }
+    out_dir = tmp_path / "demo"
+    args = [
+        "demo", "--output-dir", str(out_dir), "--k", "2", "--eval-problems", "10",
+        "max_steps=4", "logging_steps=1", "save_steps=1000", "model.warm_start.max_steps=10",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "bandpo.cli.main", *args], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "== bandpo demo: summary ==" in proc.stdout
+    assert "pass@1  before" in proc.stdout and str(out_dir / "metrics.jsonl") in proc.stdout
+    summary = json.loads((out_dir / "demo_summary.json").read_text())
+    assert summary["before"]["n_problems"] == summary["after"]["n_problems"] == 10
+    assert "clip_frac" in summary["training"]
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("clip/frac" in r for r in rows)
