@@ -53,6 +53,8 @@ from typing import Any
 
 import yaml
 
+from bandpo.training.config import parse_scalar
+
 __all__ = [
     "DEFAULT_METHODS",
     "PLAN_FILE",
@@ -299,20 +301,6 @@ def _suggest(key: str, candidates: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, str):
-        for convert in (int, float):
-            try:
-                return convert(value)
-            except ValueError:
-                pass
-    return value
-
-
 def _apply_overrides(data: dict[str, Any], overrides: Iterable[str] | Mapping[str, Any]) -> None:
     """Set dotted keys: ``seeds=[0]``, ``eval.k=8``, ``train.overrides.max_steps=4`` (the part after
     ``train.overrides.`` is one training key, dots kept: ``train.overrides.model.path=/m``)."""
@@ -324,7 +312,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Iterable[str] | Mapping[st
             if "=" not in text:
                 raise CompareError(f"overrides must look like key=value (e.g. seeds=[0]), got {text!r}")
             key, _, value = text.partition("=")
-            items.append((key.strip(), _parse_value(value)))
+            items.append((key.strip(), parse_scalar(value)))
     for key, value in items:
         if key.startswith("train.overrides."):
             train = data.setdefault("train", {}) or {}

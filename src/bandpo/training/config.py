@@ -310,7 +310,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _parse_scalar(text: str) -> Any:
+def parse_scalar(text: str) -> Any:
     """YAML scalar/flow parsing of a command-line string, plus numbers YAML 1.1 leaves as strings (``1e-6``)."""
     try:
         value = yaml.safe_load(text)
@@ -412,14 +412,14 @@ def _convert(value: Any, tp: Any) -> Any:
         raise _Mismatch
     if origin in (list, tuple, Sequence) or tp in (list, tuple):
         if isinstance(value, str):
-            value = _parse_scalar(value)
+            value = parse_scalar(value)
         if not isinstance(value, (list, tuple)):
             raise _Mismatch
         item_type = args[0] if args else Any
         return [_convert(v, item_type) for v in value]
     if origin in (dict, Mapping) or tp is dict:
         if isinstance(value, str):
-            value = _parse_scalar(value)
+            value = parse_scalar(value)
         if not isinstance(value, Mapping):
             raise _Mismatch
         value_type = args[1] if len(args) == 2 else Any
@@ -678,7 +678,7 @@ def _parse_override_leaves(
         if isinstance(item, Mapping):
             out[key] = _parse_override_leaves(item, sub, origins, inherited)
         elif isinstance(item, str) and origins.get(sub, inherited) == OVERRIDES_LABEL:
-            out[key] = _parse_scalar(item)
+            out[key] = parse_scalar(item)
         else:
             out[key] = item
     return out
