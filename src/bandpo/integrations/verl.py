@@ -274,50 +274,43 @@ def compute_policy_loss_clip_rule(
     return loss, _to_floats(metrics)
 
 
-def compute_policy_loss_bandpo(
-    old_log_prob: Tensor,
-    log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: Any = None,
-    rollout_is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """verl policy loss ``bandpo``: the clipped objective with Band bounds (see the module docstring)."""
-    rule = clip_rule_from_config("bandpo", config)
-    return compute_policy_loss_clip_rule(
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        loss_agg_mode,
-        config,
-        rollout_is_weights,
-        clip_rule=rule,
-    )
+def _mode_loss(mode: str, doc: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:
+    """The verl policy-loss function of ``mode``: its clip rule from the config, then the shared objective."""
+
+    def loss_fn(
+        old_log_prob: Tensor,
+        log_prob: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Any = None,
+        rollout_is_weights: Tensor | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        rule = clip_rule_from_config(mode, config)
+        return compute_policy_loss_clip_rule(
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            loss_agg_mode,
+            config,
+            rollout_is_weights,
+            clip_rule=rule,
+        )
+
+    loss_fn.__name__ = loss_fn.__qualname__ = f"compute_policy_loss_{mode}"
+    loss_fn.__doc__ = doc
+    return loss_fn
 
 
-def compute_policy_loss_dcpo(
-    old_log_prob: Tensor,
-    log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: Any = None,
-    rollout_is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """verl policy loss ``dcpo``: the clipped objective with DCPO's bounds (eps from the actor's clip ratios)."""
-    rule = clip_rule_from_config("dcpo", config)
-    return compute_policy_loss_clip_rule(
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        loss_agg_mode,
-        config,
-        rollout_is_weights,
-        clip_rule=rule,
-    )
+compute_policy_loss_bandpo = _mode_loss(
+    "bandpo",
+    "verl policy loss ``bandpo``: the clipped objective with Band bounds (see the module docstring).",
+)
+compute_policy_loss_dcpo = _mode_loss(
+    "dcpo",
+    "verl policy loss ``dcpo``: the clipped objective with DCPO's bounds (eps from the actor's clip ratios).",
+)
 
 
 #: The policy-loss modes this module registers in verl, by name.
