@@ -94,11 +94,6 @@ def bench_bounds(
     for n in sizes:
         times: dict[str, float] = {}
         for label, fn in _bound_cases(sample_logp(n, device=device)).items():
-            generic = label.endswith(
-                ("reverse_kl", "js")
-            )  # the generic float64 bisection: smallest size only
-            if generic and n > min(sizes):
-                continue
             times[label] = time_call(fn, repeats=1 if ("bisection" in label and n > 1 << 22) else repeats)
         tv, bis = times["band tv"], times["authors' bisection (kl, 50 it/side)"]
         for label, t in times.items():
@@ -154,9 +149,12 @@ def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 5) -> list[di
 
 
 def table_memory_bytes(dtype: torch.dtype = torch.float32) -> int:
-    """Bytes of one cached table copy in ``dtype`` (values + slopes), per (divergence, delta, device)."""
-    n = 160_001
-    return 2 * n * 2 * torch.empty(0, dtype=dtype).element_size()
+    """Bytes of one cached table copy in ``dtype`` ((value, slope) pairs for lo and hi), per (divergence,
+    delta, device)."""
+    from bandpo.core.solvers import TABLE_BINS_LOG2, BoundsTable
+
+    nodes = ((BoundsTable.E_MAX - BoundsTable.E_MIN) << TABLE_BINS_LOG2[dtype]) + 1
+    return nodes * 2 * 2 * torch.empty(0, dtype=dtype).element_size()
 
 
 def bench_train_step(steps: int = 24, rounds: int = 2, workdir: str | None = None) -> list[dict]:

@@ -27,6 +27,8 @@ def methods_for(name: str) -> list[str]:
         out.append("closed_form")
     if div.fast_solver == "kl":
         out += ["newton", "table"]
+    if div.fast_solver == "newton":
+        out.append("newton")
     return out
 
 
@@ -221,7 +223,11 @@ def test_user_generator_matches_registered() -> None:
         ({"method": "fast"}, ValueError, "method must be one of"),
         ({"method": "closed_form"}, ValueError, "not available for divergence 'kl'"),
         ({"method": "table", "delta": torch.full((2,), 0.1)}, ValueError, "needs a scalar delta"),
-        ({"method": "newton", "divergence": "js"}, ValueError, "available for divergence 'kl' only"),
+        (
+            {"method": "newton", "divergence": "tv"},
+            ValueError,
+            "available for divergences 'kl', 'reverse_kl', 'js' only",
+        ),
         ({"compute_dtype": torch.float16}, ValueError, "compute_dtype must be"),
     ],
 )

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 import bandpo
 from bandpo.core import solvers
+
+sys.path.insert(0, str(Path(__file__).parent))
+from host_sync import record_host_reads
 
 
 def naive_kl_bisection(p: float, delta: float, upper: bool, iters: int = 200) -> float:
@@ -39,18 +46,98 @@ def test_every_kl_method_matches_naive_bisection(p: float, delta: float) -> None
         assert hi.item() == pytest.approx(want[1], rel=1e-6)
 
 
-def test_s_coordinate_roundtrip() -> None:
-    s = torch.linspace(-40, 40, 1001, dtype=torch.float64)
-    assert torch.allclose(solvers.s_coordinate(solvers.logp_from_s(s)), s, atol=1e-10)
+def naive_table_lookup(table: solvers.BoundsTable, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The table's interpolation written plainly in float64: find the bin of x = -logp with frexp, interpolate
+    linearly in x between the bin's two nodes (node 0 holds the p -> 1 limit), clamp, exp; log lo is floored at
+    log(tiny) + 0.5 and mapped back to 0 as the table does."""
+    m, e_min = table.bins_log2, table.E_MIN
+    x = (-logp).double()
+    mant, ex = torch.frexp(x)  # x = mant 2^ex, mant in [0.5, 1)
+    octave = ex - 1 - e_min
+    sub = torch.floor((2 * mant - 1) * 2**m)
+    k = (octave * 2**m + sub).clamp(0, table.n_intervals - 1).long()
+
+    def node_x(k: torch.Tensor) -> torch.Tensor:
+        o = torch.div(k, 2**m, rounding_mode="floor")
+        return torch.ldexp(1.0 + (k - o * 2**m) / 2**m, o + e_min)
+
+    x0, x1 = node_x(k), node_x(k + 1)
+    w = ((x - x0) / (x1 - x0)).clamp(0, 1)
+    tiny = torch.finfo(torch.float64).tiny
+    out = []
+    for z in (table.z_lo.clamp(min=math.log(tiny) + 0.5), table.z_hi):  # log lo = -inf floored, as stored
+        out.append(z[k] + w * (z[k + 1] - z[k]))
+    lo = torch.exp(out[0].clamp(max=0))
+    return torch.where(lo <= 2 * tiny, torch.zeros_like(lo), lo), torch.exp(out[1].clamp(min=0))
 
 
-def test_table_is_cached_and_shared() -> None:
+def test_table_lookup_matches_naive_interpolation() -> None:
+    """The bit-pattern indexing (integer shifts and masks) is the plain linear interpolation in x."""
+    g = torch.Generator().manual_seed(0)
+    # x in [1.9e-12, 2e4]; below 2^-40 ~ 9.1e-13 the lookup reads the limit row (test_table_extremes)
+    logp = -torch.exp(torch.rand(50000, generator=g, dtype=torch.float64) * 37 - 27)
+    exact = lambda lp: bandpo.band_bounds(lp, 0.05, "kl", cap=None, method="newton")  # noqa: E731
+    table = solvers.BoundsTable(exact, solvers.TABLE_BINS_LOG2[torch.float64])
+    lo, hi = table.lookup(logp)
+    ref_lo, ref_hi = naive_table_lookup(table, logp)
+    finite = torch.isfinite(ref_hi)
+    assert torch.allclose(lo, ref_lo, rtol=1e-12, atol=1e-300)
+    assert torch.allclose(hi[finite], ref_hi[finite], rtol=1e-12)
+    assert torch.equal(torch.isinf(hi), ~finite)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_table_nodes_are_exact(dtype: torch.dtype) -> None:
+    """At the nodes (x = 2^e (1 + j / 2^m)) the lookup returns the exact solver's value: no interpolation."""
+    exact = lambda lp: bandpo.band_bounds(lp, 0.2, "kl", cap=None, method="newton")  # noqa: E731
+    m = solvers.TABLE_BINS_LOG2[dtype]
+    table = solvers.BoundsTable(exact, m)
+    k = torch.tensor([1, 7, 2**m + 3, 30 * 2**m + 1001, 44 * 2**m], dtype=torch.float64)
+    o = torch.div(k, 2**m, rounding_mode="floor")
+    x = torch.ldexp(1.0 + (k - o * 2**m) / 2**m, o + table.E_MIN)
+    lo, hi = table.lookup((-x).to(dtype))
+    want_lo, want_hi = exact(-x)
+    tol = 1e-13 if dtype == torch.float64 else 2e-6
+    assert torch.allclose(lo.double(), want_lo, rtol=tol, atol=0)
+    assert torch.allclose(hi.double(), want_hi, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_table_extremes(dtype: torch.dtype) -> None:
+    """p = 1 (logp = +-0) gives hi = 1 exactly and lo = the limit; p = 0 gives lo = 0 and hi = cap (inf
+    without); NaN or positive input (unchecked) stays in range."""
+    tiny = torch.finfo(dtype).tiny
+    lp = torch.tensor([0.0, -0.0, -tiny, -1e-30, -3000.0, -float("inf"), float("nan"), 2.0], dtype=dtype)
+    lo, hi = bandpo.band_bounds(lp, 0.05, "kl", method="table", check_values=False)
+    assert hi[:3].tolist() == [1.0] * 3 and hi[3].item() == pytest.approx(1.0, abs=1e-6)
+    assert lo[:4].tolist() == pytest.approx([math.exp(-0.05)] * 4, rel=1e-6)
+    assert lo[4:6].tolist() == [0.0, 0.0] and hi[4:6].tolist() == [10.0, 10.0]
+    assert bool(((lo >= 0) & (lo <= 1) & (hi >= 1) & (hi <= 10)).all())
+    lo, hi = bandpo.band_bounds(lp[:6], 0.05, "kl", method="table", cap=None)
+    assert hi[4:6].tolist() == [math.inf, math.inf]
+
+
+def test_table_float32_accuracy() -> None:
+    """float32 compute: relative error <= 1e-4 (absolute 1e-12 floor) against float64 Halley, p in [1e-30, 1)."""
+    g = torch.Generator().manual_seed(3)
+    logp = -torch.exp(torch.rand(100000, generator=g, dtype=torch.float64) * 73 - 69)
+    for delta in (1e-3, 0.05, 1.0):
+        ref_lo, ref_hi = bandpo.band_bounds(logp, delta, "kl", cap=None, method="newton")
+        lo, hi = bandpo.band_bounds(logp.float(), delta, "kl", cap=None, method="table")
+        ok = ref_hi < 1e38  # float32 range
+        for got, ref in ((lo, ref_lo), (hi, ref_hi)):
+            err = (got.double() - ref).abs() / (ref.abs() + 1e-8)
+            assert err[ok].max().item() <= 1e-4
+
+
+def test_table_is_cached_per_resolution() -> None:
     solvers.clear_table_cache()
     lp = -torch.rand(100)
     bandpo.band_bounds(lp, 0.0731, "kl")
-    n = len(solvers._TABLE_CACHE)
-    bandpo.band_bounds(lp.double(), 0.0731, "kl")  # another dtype: same float64 table, cast copy
-    assert len(solvers._TABLE_CACHE) == n == 1
+    bandpo.band_bounds(lp * 2, 0.0731, "kl")
+    assert len(solvers._TABLE_CACHE) == 1
+    bandpo.band_bounds(lp.double(), 0.0731, "kl")  # float64: a finer table
+    assert len(solvers._TABLE_CACHE) == 2
 
 
 @pytest.mark.parametrize("method", ["table", "newton", "bisection"])
@@ -58,24 +145,18 @@ def test_no_host_sync_in_solvers(method: str) -> None:
     """With check_values=False the solvers never read a tensor value on the host (item/bool/tolist...):
     fixed iteration counts only. Checked by intercepting the Tensor methods that copy a value to the host."""
     lp = -torch.rand(64, dtype=torch.float64)
-    calls: list[str] = []
-    orig = {
-        name: getattr(torch.Tensor, name) for name in ("__bool__", "item", "tolist", "__float__", "__int__")
-    }
-
-    def spy(name):
-        def f(self, *a, **k):
-            calls.append(name)
-            return orig[name](self, *a, **k)
-
-        return f
-
-    try:
-        for name in orig:
-            setattr(torch.Tensor, name, spy(name))
+    with record_host_reads() as calls:
         delta = torch.full_like(lp, 0.05) if method != "table" else 0.05
         bandpo.band_bounds(lp, delta, "kl", method=method, check_values=False)
-    finally:
-        for name, fn in orig.items():
-            setattr(torch.Tensor, name, fn)
     assert calls == [], calls
+
+
+def test_table_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU lookup runs in chunks; any chunk size (also one not dividing N) gives bit-identical bounds."""
+    g = torch.Generator().manual_seed(5)
+    logp = -torch.exp(torch.rand(3, 1001, generator=g) * 30 - 20)
+    whole = bandpo.band_bounds(logp, 0.05, "kl", method="table")
+    monkeypatch.setattr(solvers.BoundsTable, "CPU_CHUNK", 97)
+    chunked = bandpo.band_bounds(logp, 0.05, "kl", method="table")
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+    assert chunked[0].shape == logp.shape

@@ -64,7 +64,7 @@ def test_adaptive_band_radius_and_bounds() -> None:
         (
             "band",
             {"method": "newton", "divergence": "tv"},
-            "method='newton' is available for divergence 'kl' only",
+            "method='newton' is available for divergences 'kl', 'reverse_kl', 'js' only",
         ),
         (
             "band",

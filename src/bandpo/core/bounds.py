@@ -8,11 +8,14 @@ probability simplex.
 Methods (``method=``):
     ``"closed_form"``: exact formulas (tv, chi2, neyman_chi2, hellinger).
     ``"table"``: scalar delta only; exact bounds tabulated once per (divergence, delta) and interpolated.
-        Relative error <= 1e-6 against a float64 reference (measured in ``benchmarks/bench_bounds.py``).
-    ``"newton"``: KL only; Halley iterations, any per-token delta.
+        Indexed by the bit pattern of ``-logp``: integer ops, two gathers, two ``exp`` (``solvers.BoundsTable``).
+        Relative error <= 1e-6 (float64) / 1e-4 (float32) against a float64 reference (``bandpo bench``).
+    ``"newton"``: kl, reverse_kl, js; any per-token delta. KL: Halley iterations (``solvers.kl_bounds``);
+        reverse_kl and js: Newton's method on the generator's derivative (``newton.fdiv_newton_bounds``).
     ``"bisection"``: the generic bracketed solver; any divergence, any user generator f; the reference.
         Runs in float64 whatever the compute dtype (float32 only on devices without float64, e.g. MPS).
-    ``"auto"``: closed_form if available, else table for a scalar delta, else newton (KL), else bisection.
+    ``"auto"``: closed_form if available, else table for a scalar delta (where tabulated), else newton
+        (kl, reverse_kl, js), else bisection.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from numbers import Real
 import torch
 from torch import Tensor
 
-from bandpo.core import solvers
+from bandpo.core import newton, solvers
 from bandpo.core.divergences import DIVERGENCES, Divergence
 from bandpo.core.errors import check_float_tensor, check_logprobs, check_number_in, check_positive_number
 
@@ -87,24 +90,31 @@ def resolve_divergence(divergence: str | Divergence | Callable[[Tensor], Tensor]
     )
 
 
+def _has_newton(d: Divergence) -> bool:
+    """KL's Halley solver, or Newton's method given the generator's derivative f'."""
+    return d.fast_solver == "kl" or (d.fast_solver == "newton" and d.derivative is not None)
+
+
 def resolve_method(div: Divergence, method: str, scalar_delta: bool) -> str:
     """The solver ``band_bounds`` uses for ``div`` (``"auto"`` resolved); impossible requests raise."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+
     if method == "auto":
         if div.closed_form is not None:
             return "closed_form"
         if div.tabulate and scalar_delta:
             return "table"
-        if div.fast_solver == "kl":
+        if _has_newton(div):
             return "newton"
         return "bisection"
     if method == "closed_form" and div.closed_form is None:
         raise ValueError(f"method='closed_form' is not available for divergence {div.name!r}")
     if method == "table" and not scalar_delta:
         raise ValueError("method='table' needs a scalar delta (a Python float); got a tensor")
-    if method == "newton" and div.fast_solver != "kl":
-        raise ValueError(f"method='newton' is available for divergence 'kl' only, got {div.name!r}")
+    if method == "newton" and not _has_newton(div):
+        names = ", ".join(repr(n) for n in DIVERGENCES.names() if _has_newton(DIVERGENCES.get(n)))
+        raise ValueError(f"method='newton' is available for divergences {names} only, got {div.name!r}")
     return method
 
 
@@ -130,8 +140,10 @@ def _exact_solver(div: Divergence, method: str) -> Callable[[Tensor, Tensor], tu
         dt = logp.dtype
         logp_c = torch.clamp(logp, _LOGP_MIN[dt], -_Q_MIN[dt])
         log1mp = torch.log(-torch.expm1(logp_c))
-        if method == "newton":
+        if method == "newton" and div.fast_solver == "kl":
             log_lo, log_hi = solvers.kl_bounds(logp_c, log1mp, delta)
+        elif method == "newton":  # f' known: Newton's method in the token's new mass (any per-token delta)
+            log_lo, log_hi = newton.fdiv_newton_bounds(div.generator, div.derivative, logp_c, log1mp, delta)
         else:
             lo, hi = solvers.generic_bounds(div.generator, logp_c, log1mp, delta)
             log_lo, log_hi = torch.log(lo), torch.log(hi)
@@ -209,13 +221,16 @@ def band_bounds(
 
     logp = old_logp.to(cdt)
     if method == "table":
-        exact = _exact_solver(div, "newton" if div.fast_solver == "kl" else "bisection")
+        exact = _exact_solver(div, "newton" if _has_newton(div) else "bisection")
         one = torch.tensor(delta_f, dtype=torch.float64)
+        bins = solvers.TABLE_BINS_LOG2[cdt]
         table = solvers.cached_table(
-            div.name, delta_f, lambda: solvers.BoundsTable(lambda lp: exact(lp, one))
+            div.name, delta_f, bins, lambda: solvers.BoundsTable(lambda lp: exact(lp, one), bins)
         )
-        log_lo, log_hi = table.lookup(logp)
-        lo, hi = torch.exp(log_lo), torch.exp(log_hi)
+        # the lookup returns 0 <= lo <= 1 <= hi <= cap already: without relax, nothing is left to clamp
+        lo, hi = table.lookup(logp, cap=cap)
+        if relax is None:
+            return lo.to(old_logp.dtype), hi.to(old_logp.dtype)
     else:
         lo, hi = _exact_solver(div, method)(logp, delta_t)
 

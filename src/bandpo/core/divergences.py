@@ -37,10 +37,14 @@ class Divergence:
         generator: ``f(u)`` for ``u >= 0``, elementwise on float tensors; convex with ``f(1) = 0``.
         description: one line for tables and ``--help``.
         closed_form: exact bounds ``(logp, delta) -> (lo, hi)`` when they exist.
-        fast_solver: name of the fast exact iterative solver in ``bandpo.core.solvers`` (``"kl"``) when there
-            is one; otherwise the generic bracketed solver serves.
+        fast_solver: name of the fast exact iterative solver when there is one: ``"kl"`` (Halley,
+            ``bandpo.core.solvers.kl_bounds``) or ``"newton"`` (``bandpo.core.newton.fdiv_newton_bounds``,
+            needs ``derivative``); otherwise the generic bracketed solver serves.
         tabulate: scalar-``delta`` calls may use a cached interpolation table (built by the exact solver).
         limit_lo_at_one: ``lim_{p -> 1} lo``, for the docs and the tests.
+        derivative: ``f'(u)`` for ``u > 0``, elementwise on float tensors of the generator's dtype; used by
+            the ``"newton"`` solver, which needs ``f(0)`` finite and ``f'`` at most logarithmically singular
+            at 0 (see ``bandpo.core.newton.fdiv_newton_bounds``).
     """
 
     name: str
@@ -50,6 +54,7 @@ class Divergence:
     fast_solver: str | None = None
     tabulate: bool = False
     limit_lo_at_one: Callable[[float], float] | None = None
+    derivative: Callable[[Tensor], Tensor] | None = None
 
     def g(self, p: Tensor, r: Tensor) -> Tensor:
         """The projected divergence ``g_f(p, r) = p f(r) + (1-p) f((1-rp)/(1-p))`` (naive; for tests/plots)."""
@@ -72,8 +77,8 @@ def get_divergence(name: str) -> Divergence:
 
 # --------------------------------------------------------------------------------------------- generators
 def _xlogx(u: Tensor) -> Tensor:
-    """u log u with the limit 0 at u = 0."""
-    return torch.where(u > 0, u * torch.log(torch.where(u > 0, u, torch.ones_like(u))), torch.zeros_like(u))
+    """u log u for u >= 0, with the limit 0 at u = 0 (one fused op)."""
+    return torch.xlogy(u, u)
 
 
 def _f_kl(u: Tensor) -> Tensor:  # KL(pi_old || pi_new): f(u) = -log u
@@ -82,6 +87,10 @@ def _f_kl(u: Tensor) -> Tensor:  # KL(pi_old || pi_new): f(u) = -log u
 
 def _f_reverse_kl(u: Tensor) -> Tensor:  # KL(pi_new || pi_old): f(u) = u log u
     return _xlogx(u)
+
+
+def _df_reverse_kl(u: Tensor) -> Tensor:  # f'(u) = 1 + log u
+    return 1.0 + torch.log(u)
 
 
 def _f_tv(u: Tensor) -> Tensor:
@@ -102,8 +111,22 @@ def _f_hellinger(u: Tensor) -> Tensor:
 
 def _f_js(u: Tensor) -> Tensor:
     # JS(P, Q) = 1/2 KL(P||M) + 1/2 KL(Q||M), M = (P+Q)/2, as a generator in u = Q/P:
-    # f(u) = 1/2 [u log u - (1+u) log((1+u)/2)].
-    return 0.5 * (_xlogx(u) - (1.0 + u) * (torch.log1p(u) - math.log(2.0)))
+    # f(u) = 1/2 [u log u - (1+u) log((1+u)/2)] = 1/2 [(1+u) log1p(w) - log u]          (u >= 1/2)
+    #      = 1/2 [u log s + log(2 - s)],  w = (u-1)/(u+1), s = 2u/(1+u) = 1 + w              (u < 1/2).
+    # Near u = 1 the O(u-1) terms cancel down to f ~ (u-1)^2 / 8; in the first form with only eps |u-1|
+    # absolute error (the textbook form: eps, ~1e-7 in float32, which the float32 Newton solver would see).
+    # Below 1/2 nothing cancels. Two logs in all: one on log s | log u, one log1p on 1 - s | w.
+    up1 = u + 1.0
+    s = 2.0 * u / up1
+    small = u < 0.5
+    # clamped so that u log s = 0 at u = 0
+    log_su = torch.log(torch.clamp(torch.where(small, s, u), min=torch.finfo(u.dtype).tiny))
+    log1p_tw = torch.log1p(torch.where(small, 1.0 - s, (u - 1.0) / up1))
+    return 0.5 * torch.where(small, u * log_su + log1p_tw, up1 * log1p_tw - log_su)
+
+
+def _df_js(u: Tensor) -> Tensor:  # f'(u) = 1/2 log(2u / (1+u)); -inf at u = 0
+    return 0.5 * torch.log(2.0 * (u / (1.0 + u)))
 
 
 # ------------------------------------------------------------------------------------------- closed forms
@@ -167,6 +190,8 @@ register_divergence(
         "reverse_kl",
         _f_reverse_kl,
         "KL(pi_new || pi_old), f(u) = u log u; hi = 1/p for p >= exp(-delta), lo = 0 for p <= 1 - exp(-delta)",
+        fast_solver="newton",
+        derivative=_df_reverse_kl,
     )
 )
 register_divergence(
@@ -212,6 +237,8 @@ register_divergence(
         "js",
         _f_js,
         "Jensen-Shannon, f(u) = [u log u - (1+u) log((1+u)/2)] / 2; saturates (JS <= log 2)",
+        fast_solver="newton",
+        derivative=_df_js,
     ),
     aliases=("jensen_shannon",),
 )
