@@ -48,18 +48,24 @@ def authors_bisection(
     return out[1], out[0]
 
 
-def time_call(fn: Callable[[], object], repeats: int = 5, min_time: float = 0.0) -> float:
-    """Best wall time of ``repeats`` calls after one warm-up, in seconds."""
+def time_call(fn: Callable[[], object], repeats: int = 5, slow: float = 2.0, budget: float = 1.0) -> float:
+    """Best wall time of at least ``repeats`` calls after one warm-up, in seconds. Fast calls are repeated
+    until ``budget`` seconds are spent (at most 100 calls), so that the minimum sees a quiet moment on a
+    noisy machine; a single timed call when the warm-up took longer than ``slow`` seconds."""
+    t0 = time.perf_counter()
     fn()
-    best = math.inf
-    for _ in range(repeats):
+    if time.perf_counter() - t0 > slow:
+        repeats = 1
+    best, spent, calls = math.inf, 0.0, 0
+    while calls < repeats or (spent < budget and calls < 100):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        best, spent, calls = min(best, dt), spent + dt, calls + 1
     return best
 
 

@@ -204,8 +204,9 @@ class BoundsTable:
         self._copies: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
 
     def _pairs(self, z: Tensor, dtype: torch.dtype, shift: int, zmin: float) -> Tensor:
-        """(n+1, 2) [value, slope per unit of low bits] in ``dtype``, the last slope 0."""
-        z = torch.clamp(z, min=zmin)
+        """(n+1, 2) [value, slope per unit of low bits] of ``log2 = z / ln 2`` in ``dtype`` (``exp2`` is
+        cheaper than ``exp``), the last slope 0."""
+        z = torch.clamp(z, min=zmin) / math.log(2.0)
         slope = torch.diff(z, append=z[-1:]) * 2.0**-shift
         return torch.stack([z, slope], dim=-1).to(dtype).contiguous()
 
@@ -213,8 +214,8 @@ class BoundsTable:
         key = (device, dtype)
         if key not in self._copies:
             shift = _MANT[dtype] - self.bins_log2
-            # log lo floor: exp() of the smallest normal number, not of -inf (denormal/underflow paths of exp
-            # are 5-10x slower on CPUs); the lookup maps it back to 0
+            # log lo floor: just above the smallest normal number, not -inf (the denormal/underflow paths of
+            # exp are 5-10x slower on CPUs); the lookup maps it back to 0
             zmin = math.log(torch.finfo(dtype).tiny) + 0.5
             self._copies[key] = (
                 self._pairs(self.z_lo, dtype, shift, zmin).to(device),
@@ -232,7 +233,7 @@ class BoundsTable:
 
         Returns:
             ``(lo, hi)``, (...) in ``logp``'s dtype. Cost: 4 integer passes, 2 gathers of (value, slope)
-            pairs, and per bound one multiply-add, one clamp and one ``exp``. On the CPU the work runs in
+            pairs, and per bound one multiply-add, one clamp and one ``exp2``. On the CPU the work runs in
             chunks of ``CPU_CHUNK`` tokens, so the temporaries stay in cache (1.8x faster at 16M tokens).
         """
         dt = logp.dtype
@@ -248,7 +249,7 @@ class BoundsTable:
             self._lookup_into(flat[start:end], tables, cap, lo[start:end], hi[start:end])
         return lo.view(logp.shape), hi.view(logp.shape)
 
-    CPU_CHUNK = 1 << 17
+    CPU_CHUNK = 1 << 18
 
     def _lookup_into(
         self, logp: Tensor, tables: tuple[Tensor, Tensor], cap: float | None, lo: Tensor, hi: Tensor
@@ -266,16 +267,17 @@ class BoundsTable:
             v_hi = hi_tab.view(pair).reshape(-1).index_select(0, idx).view(dt).view(-1, 2)
         else:
             v_hi = hi_tab.index_select(0, idx)
-        # z_hi >= 0 and z_lo <= 0 up to rounding: clamp, so exp gives lo <= 1 <= hi exactly
-        log_cap = math.inf if cap is None else math.log(cap)
-        torch.addcmul(v_hi[:, 0], v_hi[:, 1], frac, out=hi).clamp_(0.0, log_cap).exp_()
+        # log2 hi >= 0 and log2 lo <= 0 up to rounding: clamp, so exp2 gives lo <= 1 <= hi exactly
+        # (the exponent is capped a little above log2(cap), so capped tokens get exactly cap below)
+        log2_cap = math.inf if cap is None else math.log2(cap) + 1e-3
+        torch.addcmul(v_hi[:, 0], v_hi[:, 1], frac, out=hi).clamp_(0.0, log2_cap).exp2_()
         if cap is not None:
             hi.clamp_(max=cap)
         if dt in _PAIR:
             v_lo = lo_tab.view(_PAIR[dt]).reshape(-1).index_select(0, idx).view(dt).view(-1, 2)
         else:
             v_lo = lo_tab.index_select(0, idx)
-        torch.addcmul(v_lo[:, 0], v_lo[:, 1], frac, out=lo).clamp_(max=0.0).exp_()
+        torch.addcmul(v_lo[:, 0], v_lo[:, 1], frac, out=lo).clamp_(max=0.0).exp2_()
         torch.nn.functional.threshold_(lo, 2.0 * torch.finfo(dt).tiny, 0.0)  # the log-lo floor back to 0
 
 
