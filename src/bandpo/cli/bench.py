@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"KL table memory: {mem / 1e6:.2f} MB per (delta, device) in float32 (+ a float64 master on the CPU)"
     )
-    loss_rows = [] if args.skip_loss else bench.bench_loss(*args.loss_shape, repeats=args.repeats)
+    loss_rows = [] if args.skip_loss else bench.bench_loss(*args.loss_shape, repeats=6 * args.repeats)
     if loss_rows:
         print(
             f"\n{'case':<30} {'ms':>10} {'x grpo':>8}   (B={args.loss_shape[0]}, T={args.loss_shape[1]}, float32, fwd + bwd)"

@@ -234,7 +234,8 @@ class BoundsTable:
         Returns:
             ``(lo, hi)``, (...) in ``logp``'s dtype. Cost: 4 integer passes, 2 gathers of (value, slope)
             pairs, and per bound one multiply-add, one clamp and one ``exp2``. On the CPU the work runs in
-            chunks of ``CPU_CHUNK`` tokens, so the temporaries stay in cache (1.8x faster at 16M tokens).
+            chunks of ``CPU_CHUNK`` to ``2 CPU_CHUNK`` tokens, so the temporaries stay in cache (1.8x faster at
+            16M tokens).
         """
         dt = logp.dtype
         if dt not in _MANT or self.bins_log2 != TABLE_BINS_LOG2[dt]:
@@ -243,7 +244,9 @@ class BoundsTable:
         flat = logp.reshape(-1)
         lo, hi = torch.empty_like(flat), torch.empty_like(flat)
         n = flat.numel()
-        chunk = self.CPU_CHUNK if logp.device.type == "cpu" else max(n, 1)
+        # CPU: chunks of CPU_CHUNK to 2 CPU_CHUNK tokens (no small trailing chunk); other devices: one
+        chunks = max(n // self.CPU_CHUNK, 1) if logp.device.type == "cpu" else 1
+        chunk = max(-(-n // chunks), 1)
         for start in range(0, n, chunk):  # static in the shape: no data-dependent control flow
             end = min(start + chunk, n)
             self._lookup_into(flat[start:end], tables, cap, lo[start:end], hi[start:end])
