@@ -165,7 +165,8 @@ def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30) -> list[d
         steps[name] = step
     times = time_interleaved(steps, rounds=repeats)
     return [
-        {"case": f"loss fwd+bwd {name}", "ms": 1e3 * t, "x_grpo": t / times["grpo"]} for name, t in times.items()
+        {"case": f"loss fwd+bwd {name}", "ms": 1e3 * t, "x_grpo": t / times["grpo"]}
+        for name, t in times.items()
     ]
 
 

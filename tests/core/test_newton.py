@@ -217,3 +217,11 @@ def test_no_host_sync(name: str) -> None:
                 d = delta.to(logp.dtype) if isinstance(delta, torch.Tensor) else delta
                 bandpo.band_bounds(logp, d, name, method="auto", check_values=False)
     assert calls == [], calls
+
+
+def test_float32_saturation_test_keeps_the_complement() -> None:
+    """p below float32's 1 - eps with a tiny delta: the saturation test must not lose q = 1 - p (lo is not 0)."""
+    lp = torch.tensor([3e-8]).log()
+    lo, _ = bandpo.band_bounds(lp, 1e-10, "reverse_kl")
+    want, _ = bandpo.band_bounds(lp.double(), 1e-10, "reverse_kl")
+    assert lo.item() == pytest.approx(want.item(), rel=1e-4) and want.item() > 0.5

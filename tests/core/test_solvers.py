@@ -160,3 +160,38 @@ def test_table_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch) -> N
     chunked = bandpo.band_bounds(logp, 0.05, "kl", method="table")
     assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
     assert chunked[0].shape == logp.shape
+
+
+def test_user_generators_never_share_a_table() -> None:
+    """Tables are cached per divergence (name and generator), not per name: two lambdas, two tables."""
+    lp = torch.tensor([0.08, 0.5, 0.9], dtype=torch.float64).log()
+    for f, name in ((lambda u: -torch.log(u), "kl"), (lambda u: (u - 1.0) ** 2, "chi2")):
+        lo, hi = bandpo.band_bounds(lp, 0.05, f, method="table", cap=None)
+        want_lo, want_hi = bandpo.band_bounds(lp, 0.05, name, cap=None)
+        assert torch.allclose(lo, want_lo, rtol=1e-6) and torch.allclose(hi, want_hi, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "method"), [("kl", "newton"), ("reverse_kl", "newton"), ("tv", "closed_form")]
+)
+def test_solver_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch, name: str, method: str) -> None:
+    """The non-table solvers run in CPU chunks too (scalar and per-token delta): bit-identical results."""
+    from bandpo.core import bounds
+
+    g = torch.Generator().manual_seed(6)
+    logp = -torch.exp(torch.rand(5, 999, generator=g) * 30 - 20)
+    delta = 0.02 + 0.1 * torch.rand(999, generator=g)  # per token, broadcast over rows
+    for d in (0.05, delta):
+        whole = bandpo.band_bounds(logp, d, name, method=method)
+        monkeypatch.setattr(bounds, "CPU_CHUNK", 128)
+        chunked = bandpo.band_bounds(logp, d, name, method=method)
+        monkeypatch.undo()
+        assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+
+
+def test_cap_beyond_the_compute_dtype() -> None:
+    """A cap above float32's range acts as its largest number instead of failing."""
+    lp = torch.tensor([-float("inf"), -100.0, -1.0])
+    for method in ("table", "newton"):
+        _, hi = bandpo.band_bounds(lp, 0.05, "kl", cap=1e39, method=method)
+        assert hi[0].item() == torch.finfo(torch.float32).max and bool(torch.isfinite(hi).all())

@@ -12,6 +12,9 @@ Methods (``method=``):
         Relative error <= 1e-6 (float64) / 1e-4 (float32) against a float64 reference (``bandpo bench``).
     ``"newton"``: kl, reverse_kl, js; any per-token delta. KL: Halley iterations (``solvers.kl_bounds``);
         reverse_kl and js: Newton's method on the generator's derivative (``newton.fdiv_newton_bounds``).
+        In float32 compute p is clamped at e^-80 and ``hi`` extended as ``c / p`` below: exact for kl and js
+        (``hi p`` tends to a constant as p -> 0), approximate for reverse_kl (``hi p ~ delta / log(1/p)``: 7% off
+        at p = e^-85), where ``hi > 1e33`` is far above any cap.
     ``"bisection"``: the generic bracketed solver; any divergence, any user generator f; the reference.
         Runs in float64 whatever the compute dtype (float32 only on devices without float64, e.g. MPS).
     ``"auto"``: closed_form if available, else table for a scalar delta (where tabulated), else newton
@@ -153,6 +156,28 @@ def _exact_solver(div: Divergence, method: str) -> Callable[[Tensor, Tensor], tu
     return solve
 
 
+CPU_CHUNK = 1 << 16  # tokens per chunk of the iterative solvers and closed forms on the CPU
+
+
+def _chunked(
+    solve: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], logp: Tensor, delta: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``solve(logp, delta)`` on CPU chunks of ``CPU_CHUNK`` to ``2 CPU_CHUNK`` tokens, written into
+    preallocated outputs: the solvers' dozens of temporaries then stay in cache instead of streaming
+    through memory (elementwise, so bit-identical to one call). Other devices: one call."""
+    n = logp.numel()
+    if logp.device.type != "cpu" or n < 2 * CPU_CHUNK:
+        return solve(logp, delta)
+    flat = logp.reshape(-1)
+    d = delta if delta.dim() == 0 else torch.broadcast_to(delta, logp.shape).reshape(-1)
+    lo, hi = torch.empty_like(flat), torch.empty_like(flat)
+    chunk = -(-n // (n // CPU_CHUNK))
+    for start in range(0, n, chunk):  # static in the shape: no data-dependent control flow
+        end = min(start + chunk, n)
+        lo[start:end], hi[start:end] = solve(flat[start:end], d if d.dim() == 0 else d[start:end])
+    return lo.view(logp.shape), hi.view(logp.shape)
+
+
 def band_bounds(
     old_logp: Tensor,
     delta: float | Tensor = 0.05,
@@ -190,7 +215,7 @@ def band_bounds(
     method = resolve_method(div, method, scalar_delta)
     if scalar_delta:
         delta_f = check_positive_number("delta", delta)
-        delta_t = torch.tensor(delta_f, dtype=cdt, device=old_logp.device)
+        delta_t = None  # made below only where a solver needs it (not the table: no host->device copy)
     else:
         check_float_tensor("delta", delta)
         try:
@@ -209,6 +234,7 @@ def band_bounds(
         cap = check_positive_number("cap", cap)
         if cap < 1:
             raise ValueError(f"cap must be >= 1 (or None for no cap), got {cap!r}")
+        cap = min(cap, torch.finfo(cdt).max)  # a cap beyond the compute dtype's range: its largest number
     if relax is not None:
         if not (
             isinstance(relax, (tuple, list)) and len(relax) == 2 and all(isinstance(e, Real) for e in relax)
@@ -225,14 +251,16 @@ def band_bounds(
         one = torch.tensor(delta_f, dtype=torch.float64)
         bins = solvers.TABLE_BINS_LOG2[cdt]
         table = solvers.cached_table(
-            div.name, delta_f, bins, lambda: solvers.BoundsTable(lambda lp: exact(lp, one), bins)
+            div, delta_f, bins, lambda: solvers.BoundsTable(lambda lp: exact(lp, one), bins)
         )
         # the lookup returns 0 <= lo <= 1 <= hi <= cap already: without relax, nothing is left to clamp
         lo, hi = table.lookup(logp, cap=cap)
         if relax is None:
             return lo.to(old_logp.dtype), hi.to(old_logp.dtype)
     else:
-        lo, hi = _exact_solver(div, method)(logp, delta_t)
+        if delta_t is None:
+            delta_t = torch.tensor(delta_f, dtype=cdt, device=old_logp.device)
+        lo, hi = _chunked(_exact_solver(div, method), logp, delta_t)
 
     if relax is not None:
         lo = torch.clamp(lo, max=1.0 - eps_low)

@@ -107,10 +107,16 @@ def fdiv_newton_bounds(
     loga = torch.stack([logp, log1mp])  # (2, ...): (p, q) for hi, mirrored (q, p) for lo
     logb = torch.stack([log1mp, logp])
     a, b = torch.exp(loga), torch.exp(logb)
-    inv_a, inv_b = torch.reciprocal(a), torch.reciprocal(b)  # as generic_bounds: same saturation test
+    inv_a, inv_b = torch.reciprocal(a), torch.reciprocal(b)
 
-    # saturation: g(1) = a f(1/a) + b f(0) <= delta means the whole edge of the simplex is inside the region
-    g_edge = a * f(inv_a) + b * f(torch.zeros_like(a))
+    # saturation: g(1) = a f(1/a) + b f(0) <= delta means the whole edge of the simplex is inside the region.
+    # float64: the very test of generic_bounds; float32: with f~ (below) as the iteration does, so that b
+    # survives when a rounds to 1 (p < 6e-8; the plain sum then calls lo saturated for delta < ~6e-8)
+    f1 = fprime(torch.ones((), dtype=dt, device=logp.device))
+    if dt == torch.float64:
+        g_edge = a * f(inv_a) + b * f(torch.zeros_like(a))
+    else:
+        g_edge = a * (f(inv_a) - f1 * (inv_a - 1.0)) + b * (f(torch.zeros_like(a)) + f1)
     saturated = g_edge <= delta
 
     # start in z = (x - a) / b: the quadratic guess, kept above the chord's inner point and off the edge
@@ -123,7 +129,6 @@ def fdiv_newton_bounds(
 
     # Newton in x: g(x) = a f~(x/a) + b f~(y/b), f~(u) = f(u) - f'(1) (u - 1); g'(x) = f'(x/a) - f'(y/b);
     # x -= dx, y += dx with dx = (g - delta) / g'
-    f1 = fprime(torch.ones((), dtype=dt, device=logp.device))
     for _ in range(iterations):
         r, c = x * inv_a, y * inv_b
         g = a * (f(r) - f1 * (r - 1.0)) + b * (f(c) - f1 * (c - 1.0))

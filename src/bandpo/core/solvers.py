@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import torch
 import torch.nn.functional as F
@@ -228,7 +228,8 @@ class BoundsTable:
 
         Args:
             logp: (...) float32 or float64 (the table's compute dtype), any values in [-inf, 0]; NaN and
-                positive values (unchecked input) give finite, in-range garbage, never an out-of-range index.
+                positive values (unchecked input) give garbage in [0, 1] x [1, cap] (hi = inf without a cap),
+                never an out-of-range index.
             cap: upper cap on ``hi`` (applied before ``exp``, so ``1/p`` overflow is never computed).
 
         Returns:
@@ -284,13 +285,17 @@ class BoundsTable:
         torch.nn.functional.threshold_(lo, 2.0 * torch.finfo(dt).tiny, 0.0)  # the log-lo floor back to 0
 
 
-_TABLE_CACHE: OrderedDict[tuple[str, float, int], BoundsTable] = OrderedDict()
+_TABLE_CACHE: OrderedDict[tuple[Hashable, float, int], BoundsTable] = OrderedDict()
 _TABLE_LOCK = threading.Lock()
 TABLE_CACHE_SIZE = 8
 
 
-def cached_table(key: str, delta: float, bins_log2: int, build: Callable[[], BoundsTable]) -> BoundsTable:
-    """An LRU cache of tables keyed by (divergence name, delta, bins_log2); built on first use (~0.1-1 s)."""
+def cached_table(
+    key: Hashable, delta: float, bins_log2: int, build: Callable[[], BoundsTable]
+) -> BoundsTable:
+    """An LRU cache of tables keyed by (divergence, delta, bins_log2); built on first use (~0.1-2 s). The key
+    is the ``Divergence`` itself (a frozen dataclass: equal name *and* generator), so two user generators
+    never share a table."""
     k = (key, float(delta), bins_log2)
     with _TABLE_LOCK:
         table = _TABLE_CACHE.get(k)
