@@ -1,7 +1,7 @@
 """``bandpo demo``: the main job on the embedded default.
 
 Warm-starts (or reuses) the tiny countdown model, evaluates it on the held-out split, trains it with BandPO
-(``configs/tiny.yaml``) for a few minutes, evaluates again, and prints a short summary: accuracy before and
+(``configs/tiny.yaml``: 1600 steps, about 10 minutes on one idle core), evaluates again, and prints a short summary: accuracy before and
 after, entropy, clipping, and where the metrics are.
 """
 
