@@ -165,15 +165,13 @@ def _chunked(
     """``solve(logp, delta)`` on CPU chunks of ``CPU_CHUNK`` to ``2 CPU_CHUNK`` tokens, written into
     preallocated outputs: the solvers' dozens of temporaries then stay in cache instead of streaming
     through memory (elementwise, so bit-identical to one call). Other devices: one call."""
-    n = logp.numel()
-    if logp.device.type != "cpu" or n < 2 * CPU_CHUNK:
+    ranges = solvers.chunk_ranges(logp.numel(), CPU_CHUNK, logp.device)
+    if len(ranges) == 1:
         return solve(logp, delta)
     flat = logp.reshape(-1)
     d = delta if delta.dim() == 0 else torch.broadcast_to(delta, logp.shape).reshape(-1)
     lo, hi = torch.empty_like(flat), torch.empty_like(flat)
-    chunk = -(-n // (n // CPU_CHUNK))
-    for start in range(0, n, chunk):  # static in the shape: no data-dependent control flow
-        end = min(start + chunk, n)
+    for start, end in ranges:
         lo[start:end], hi[start:end] = solve(flat[start:end], d if d.dim() == 0 else d[start:end])
     return lo.view(logp.shape), hi.view(logp.shape)
 

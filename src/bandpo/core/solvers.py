@@ -168,6 +168,15 @@ TABLE_BINS_LOG2 = {torch.float32: 11, torch.float64: 14}
 _SOLVE_X_MAX = 700.0  # beyond, p < e^-700: the bounds have reached their p -> 0 limits in float64
 
 
+def chunk_ranges(n: int, chunk: int, device: torch.device) -> list[tuple[int, int]]:
+    """``(start, end)`` of the pieces an elementwise solver runs on: on the CPU, chunks of ``chunk`` to
+    ``2 chunk`` elements (no small trailing chunk), so that temporaries stay in cache; elsewhere one piece.
+    Static in the shape: no data-dependent control flow."""
+    pieces = max(n // chunk, 1) if device.type == "cpu" else 1
+    size = max(-(-n // pieces), 1)
+    return [(start, min(start + size, n)) for start in range(0, n, size)]
+
+
 class BoundsTable:
     """Exact Band bounds for one (divergence, scalar delta), tabulated on the bit pattern of ``x = -logp``.
 
@@ -245,11 +254,7 @@ class BoundsTable:
         flat = logp.reshape(-1)
         lo, hi = torch.empty_like(flat), torch.empty_like(flat)
         n = flat.numel()
-        # CPU: chunks of CPU_CHUNK to 2 CPU_CHUNK tokens (no small trailing chunk); other devices: one
-        chunks = max(n // self.CPU_CHUNK, 1) if logp.device.type == "cpu" else 1
-        chunk = max(-(-n // chunks), 1)
-        for start in range(0, n, chunk):  # static in the shape: no data-dependent control flow
-            end = min(start + chunk, n)
+        for start, end in chunk_ranges(n, self.CPU_CHUNK, logp.device):
             self._lookup_into(flat[start:end], tables, cap, lo[start:end], hi[start:end])
         return lo.view(logp.shape), hi.view(logp.shape)
 
@@ -266,21 +271,20 @@ class BoundsTable:
         frac = (bits & ((1 << shift) - 1)).to(dt)  # low bits: the position inside the bin, 0 .. 2^shift - 1
         idx = bits.bitwise_right_shift_(shift).sub_((_BIAS[dt] + self.E_MIN) << self.bins_log2)
         idx.clamp_(0, self.n_intervals - 1)
-        if dt in _PAIR:
-            pair = _PAIR[dt]
-            v_hi = hi_tab.view(pair).reshape(-1).index_select(0, idx).view(dt).view(-1, 2)
-        else:
-            v_hi = hi_tab.index_select(0, idx)
+
+        def gather(tab: Tensor) -> Tensor:  # (N, 2) [value, slope] rows; float32 pairs as one int64 each
+            if dt not in _PAIR:
+                return tab.index_select(0, idx)
+            return tab.view(_PAIR[dt]).reshape(-1).index_select(0, idx).view(dt).view(-1, 2)
+
+        v_hi = gather(hi_tab)
         # log2 hi >= 0 and log2 lo <= 0 up to rounding: clamp, so exp2 gives lo <= 1 <= hi exactly
         # (the exponent is capped a little above log2(cap), so capped tokens get exactly cap below)
         log2_cap = math.inf if cap is None else math.log2(cap) + 1e-3
         torch.addcmul(v_hi[:, 0], v_hi[:, 1], frac, out=hi).clamp_(0.0, log2_cap).exp2_()
         if cap is not None:
             hi.clamp_(max=cap)
-        if dt in _PAIR:
-            v_lo = lo_tab.view(_PAIR[dt]).reshape(-1).index_select(0, idx).view(dt).view(-1, 2)
-        else:
-            v_lo = lo_tab.index_select(0, idx)
+        v_lo = gather(lo_tab)
         torch.addcmul(v_lo[:, 0], v_lo[:, 1], frac, out=lo).clamp_(max=0.0).exp2_()
         torch.nn.functional.threshold_(lo, 2.0 * torch.finfo(dt).tiny, 0.0)  # the log-lo floor back to 0
 
