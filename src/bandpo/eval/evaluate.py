@@ -160,18 +160,6 @@ class EvalDataset:
     chat_template: str = "auto"
 
 
-def _lookup(row: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = row
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
-
-
-_MISSING = object()
-
-
 def _translate(err: Exception) -> EvalError:
     """A training-data ``ConfigError`` in the words of the eval options (``data.path`` -> ``dataset``)."""
     text = str(err)
@@ -216,7 +204,7 @@ def load_eval_dataset(
             invalid ``max_problems``.
     """
     from bandpo.training.config import ConfigError, DataConfig
-    from bandpo.training.data import read_records, resolve_data_files
+    from bandpo.training.data import MISSING, lookup_column, read_records, resolve_data_files
     from bandpo.training.tasks import TASKS
 
     if max_problems is not None and (
@@ -257,18 +245,18 @@ def load_eval_dataset(
         for path, rows in sources:
             if not rows:
                 raise EvalError(f"dataset file {str(path)!r} has no rows")
-            if _lookup(rows[0], prompt_column) is _MISSING:
+            if lookup_column(rows[0], prompt_column) is MISSING:
                 raise EvalError(
                     f"prompt_column={prompt_column!r} is not a column of {str(path)!r}; its columns: "
                     f"{', '.join(map(str, rows[0]))}"
                 )
-            if _lookup(rows[0], answer_column) is _MISSING and verifier not in _TASK_SCORERS:
+            if lookup_column(rows[0], answer_column) is MISSING and verifier not in _TASK_SCORERS:
                 raise EvalError(
                     f"answer_column={answer_column!r} is not a column of {str(path)!r}; its columns: "
                     f"{', '.join(map(str, rows[0]))}"
                 )
             for index, row in enumerate(rows):
-                prompt = _lookup(row, prompt_column)
+                prompt = lookup_column(row, prompt_column)
                 ok = isinstance(prompt, str) and prompt.strip()
                 ok = ok or (
                     isinstance(prompt, list)
@@ -280,8 +268,8 @@ def load_eval_dataset(
                         f"row {index} of {str(path)!r}: prompt_column {prompt_column!r} must hold a non-empty "
                         f"string or a list of chat messages with 'role' and 'content', got {prompt!r}"[:400]
                     )
-                answer = _lookup(row, answer_column)
-                problems.append({"prompt": prompt, "answer": None if answer is _MISSING else answer})
+                answer = lookup_column(row, answer_column)
+                problems.append({"prompt": prompt, "answer": None if answer is MISSING else answer})
         source = ", ".join(str(p) for p, _ in sources)
         display = name or Path(spec.rstrip("/")).stem
     _scorer(verifier)  # unknown names raise now, before any model loads

@@ -24,15 +24,17 @@ from typing import Any
 from bandpo.training.config import ConfigError, DataConfig
 
 __all__ = [
+    "MISSING",
     "build_prompt_dataset",
     "has_chat_template",
     "load_problems",
+    "lookup_column",
     "read_records",
     "resolve_data_files",
 ]
 
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
-_MISSING = object()
+MISSING = object()  # what lookup_column returns for an absent column
 
 
 # --------------------------------------------------------------------------------------------------- files
@@ -130,11 +132,12 @@ def read_records(path: str | Path, fmt: str = "auto") -> list[dict[str, Any]]:
     return rows
 
 
-def _lookup(row: Mapping[str, Any], dotted: str) -> Any:
+def lookup_column(row: Mapping[str, Any], dotted: str) -> Any:
+    """``row[a][b]...`` for the column name ``"a.b..."``, or :data:`MISSING` when a part is absent."""
     value: Any = row
     for part in dotted.split("."):
         if not isinstance(value, Mapping) or part not in value:
-            return _MISSING
+            return MISSING
         value = value[part]
     return value
 
@@ -211,14 +214,14 @@ def load_problems(
             needed.append(("data.answer_column", cfg.answer_column))
         needed.extend(("data.keep_columns", column) for column in cfg.keep_columns)
         for key, column in needed:
-            if _lookup(first, column) is _MISSING:
+            if lookup_column(first, column) is MISSING:
                 raise ConfigError(
                     f"{key}={column!r} is not a column of {where}; its columns: {_describe_columns(first)}"
                 )
-        has_answer = _lookup(first, cfg.answer_column) is not _MISSING
+        has_answer = lookup_column(first, cfg.answer_column) is not MISSING
         for index, row in enumerate(rows):
-            prompt = _lookup(row, cfg.prompt_column)
-            if prompt is _MISSING or prompt is None or (isinstance(prompt, str) and not prompt.strip()):
+            prompt = lookup_column(row, cfg.prompt_column)
+            if prompt is MISSING or prompt is None or (isinstance(prompt, str) and not prompt.strip()):
                 raise ConfigError(
                     f"row {index} of {where} has no prompt in column {cfg.prompt_column!r}: {row!r}"
                 )
@@ -231,8 +234,8 @@ def load_problems(
                 "prompt": prompt if isinstance(prompt, str) else [dict(m) for m in prompt]
             }
             if has_answer or need_answer:
-                answer = _lookup(row, cfg.answer_column)
-                if answer is _MISSING or answer is None:
+                answer = lookup_column(row, cfg.answer_column)
+                if answer is MISSING or answer is None:
                     if need_answer:
                         raise ConfigError(
                             f"row {index} of {where} has no ground truth in data.answer_column "
@@ -241,8 +244,8 @@ def load_problems(
                 else:
                     problem["answer"] = _normalise_answer(answer)
             for column in cfg.keep_columns:
-                value = _lookup(row, column)
-                if value is _MISSING:
+                value = lookup_column(row, column)
+                if value is MISSING:
                     raise ConfigError(f"row {index} of {where} has no column {column!r} (data.keep_columns)")
                 problem[column] = value
             problems.append(problem)
