@@ -439,10 +439,15 @@ def _plot_curves(
         handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8, frameon=False
     )
     fig.tight_layout(rect=(0, 0.1, 1, 1))
+    _save(plt, fig, path)
+    return True
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    """Write ``fig`` to ``path`` (parents created) and release it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
 
 
 def _plot_points(
@@ -466,9 +471,7 @@ def _plot_points(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
@@ -521,9 +524,7 @@ def _plot_bins(
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=min(7, len(names)), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
