@@ -8,7 +8,7 @@ probability simplex.
 Methods (``method=``):
     ``"closed_form"``: exact formulas (tv, chi2, neyman_chi2, hellinger).
     ``"table"``: scalar delta only; exact bounds tabulated once per (divergence, delta) and interpolated.
-        Indexed by the bit pattern of ``-logp``: integer ops, two gathers, two ``exp`` (``solvers.BoundsTable``).
+        Indexed by the bit pattern of ``-logp``: integer ops, two gathers, two ``exp2`` (``solvers.BoundsTable``).
         Relative error <= 1e-6 (float64) / 1e-4 (float32) against a float64 reference (``bandpo bench``).
     ``"newton"``: kl, reverse_kl, js; any per-token delta. KL: Halley iterations (``solvers.kl_bounds``);
         reverse_kl and js: Newton's method on the generator's derivative (``newton.fdiv_newton_bounds``).
@@ -102,7 +102,6 @@ def resolve_method(div: Divergence, method: str, scalar_delta: bool) -> str:
     """The solver ``band_bounds`` uses for ``div`` (``"auto"`` resolved); impossible requests raise."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-
     if method == "auto":
         if div.closed_form is not None:
             return "closed_form"
@@ -245,12 +244,14 @@ def band_bounds(
 
     logp = old_logp.to(cdt)
     if method == "table":
-        exact = _exact_solver(div, "newton" if _has_newton(div) else "bisection")
-        one = torch.tensor(delta_f, dtype=torch.float64)
         bins = solvers.TABLE_BINS_LOG2[cdt]
-        table = solvers.cached_table(
-            div, delta_f, bins, lambda: solvers.BoundsTable(lambda lp: exact(lp, one), bins)
-        )
+
+        def build() -> solvers.BoundsTable:  # only on a cache miss
+            exact = _exact_solver(div, "newton" if _has_newton(div) else "bisection")
+            d64 = torch.tensor(delta_f, dtype=torch.float64)
+            return solvers.BoundsTable(lambda lp: exact(lp, d64), bins)
+
+        table = solvers.cached_table(div, delta_f, bins, build)
         # the lookup returns 0 <= lo <= 1 <= hi <= cap already: without relax, nothing is left to clamp
         lo, hi = table.lookup(logp, cap=cap)
         if relax is None:
