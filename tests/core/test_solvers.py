@@ -16,6 +16,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from host_sync import record_host_reads
 
 
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Largest distance in units in the last place between two tensors of non-negative floats (the
+    bounds): the difference of their bit patterns read as integers. 0 means bit-identical."""
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert bool((a >= 0).all()) and bool((b >= 0).all())
+    ints = {torch.float32: torch.int32, torch.float64: torch.int64}[a.dtype]
+    return int((a.view(ints).long() - b.view(ints).long()).abs().max())
+
+
 def naive_kl_bisection(p: float, delta: float, upper: bool, iters: int = 200) -> float:
     """Textbook bisection on r in [1, 1/p] (upper) or [0, 1] (lower) with the KL g of SPEC section 2."""
     import math
@@ -152,13 +161,15 @@ def test_no_host_sync_in_solvers(method: str) -> None:
 
 
 def test_table_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CPU lookup runs in chunks; any chunk size (also one not dividing N) gives bit-identical bounds."""
+    """The CPU lookup runs in chunks; any chunk size (also one not dividing N) gives the same bounds to at
+    most 1 ulp. Not bit-identical in general: torch's vectorised and scalar tail loops of ``exp2`` round
+    differently on some CPUs (AVX-512), and a chunk boundary moves elements between the two."""
     g = torch.Generator().manual_seed(5)
     logp = -torch.exp(torch.rand(3, 1001, generator=g) * 30 - 20)
     whole = bandpo.band_bounds(logp, 0.05, "kl", method="table")
     monkeypatch.setattr(solvers.BoundsTable, "CPU_CHUNK", 97)
     chunked = bandpo.band_bounds(logp, 0.05, "kl", method="table")
-    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+    assert ulp_distance(whole[0], chunked[0]) <= 1 and ulp_distance(whole[1], chunked[1]) <= 1
     assert chunked[0].shape == logp.shape
 
 
@@ -175,7 +186,8 @@ def test_user_generators_never_share_a_table() -> None:
     ("name", "method"), [("kl", "newton"), ("reverse_kl", "newton"), ("tv", "closed_form")]
 )
 def test_solver_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch, name: str, method: str) -> None:
-    """The non-table solvers run in CPU chunks too (scalar and per-token delta): bit-identical results."""
+    """The non-table solvers run in CPU chunks too (scalar and per-token delta): the same bounds to at most
+    1 ulp (vectorised and scalar tail loops may round differently, see the table test)."""
     from bandpo.core import bounds
 
     g = torch.Generator().manual_seed(6)
@@ -186,7 +198,7 @@ def test_solver_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch, nam
         monkeypatch.setattr(bounds, "CPU_CHUNK", 128)
         chunked = bandpo.band_bounds(logp, d, name, method=method)
         monkeypatch.undo()
-        assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+        assert ulp_distance(whole[0], chunked[0]) <= 1 and ulp_distance(whole[1], chunked[1]) <= 1
 
 
 def test_cap_beyond_the_compute_dtype() -> None:

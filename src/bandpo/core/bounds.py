@@ -163,7 +163,8 @@ def _chunked(
 ) -> tuple[Tensor, Tensor]:
     """``solve(logp, delta)`` on CPU chunks of ``CPU_CHUNK`` to ``2 CPU_CHUNK`` tokens, written into
     preallocated outputs: the solvers' dozens of temporaries then stay in cache instead of streaming
-    through memory (elementwise, so bit-identical to one call). Other devices: one call."""
+    through memory (elementwise, so equal to one call to at most 1 ulp: torch's vectorised and scalar tail
+    loops may round differently on some CPUs). Other devices: one call."""
     ranges = solvers.chunk_ranges(logp.numel(), CPU_CHUNK, logp.device)
     if len(ranges) == 1:
         return solve(logp, delta)
