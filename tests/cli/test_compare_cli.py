@@ -153,3 +153,16 @@ def test_compare_end_to_end_and_resume(tmp_path: Path, cache: Path) -> None:
     )
     assert changed.returncode == 2
     assert "with another config" in changed.stderr and "max_steps" in changed.stderr
+
+    # the compact export rebuilds the same report without the run directories
+    export = tmp_path / "export"
+    out = bandpo("compare", "--config", str(PRESET), *_overrides(out_dir, cache), "--export", str(export))
+    assert out.returncode == 0, out.stderr
+    assert "exported" in out.stdout and "--report-only" in out.stdout
+    assert not list(export.rglob("*.safetensors")) and not list(export.rglob("checkpoint-*"))
+    (export / "report").rename(tmp_path / "exported-report")
+    rebuilt = bandpo(
+        "compare", "--config", str(PRESET), *_overrides(export, cache), "--report-only", "--no-progress"
+    )
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert (export / "report" / "results.md").read_text() == (report / "results.md").read_text()

@@ -416,3 +416,34 @@ def test_plan_statuses_and_stale_runs(tmp_path: Path) -> None:
     ):
         check_plans(changed, plans)
     check_plans(changed, plans, redo=True)  # allowed with redo
+
+
+def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_path: Path) -> None:
+    """The exported copy holds no weights or checkpoints, its training logs are gzipped, and the report built
+    from it has the same tables as the one built from the run directories."""
+    import shutil
+
+    from bandpo.eval.compare import export_results
+
+    compare_dir = Path(shutil.copytree(compare_dir, tmp_path / "cmp"))
+    run = compare_dir / "runs" / "grpo" / "seed0"
+    (run / "checkpoint-20").mkdir(exist_ok=True)
+    (run / "checkpoint-20" / "optimizer.pt").write_bytes(b"x" * 100)
+    (run / "model.safetensors").write_bytes(b"x" * 100)
+    written = export_results(compare_dir, tmp_path / "export")
+    names = {p.name for p in written}
+    assert "model.safetensors" not in names and "optimizer.pt" not in names
+    assert not (tmp_path / "export" / "runs" / "grpo" / "seed0" / "metrics.jsonl").exists()
+    assert (tmp_path / "export" / "runs" / "grpo" / "seed0" / "metrics.jsonl.gz").is_file()
+    assert load_runs(tmp_path / "export")[0].metrics == load_runs(compare_dir)[0].metrics
+    ours = build_report(tmp_path / "export", reference="grpo", smooth=2, figures=False)
+    theirs = build_report(compare_dir, reference="grpo", smooth=2, figures=False)
+    assert (ours / "results.md").read_text() == (theirs / "results.md").read_text()
+    # byte-for-byte reproducible: a second export writes the same gzip bytes
+    again = export_results(compare_dir, tmp_path / "again")
+    gz = [p for p in again if p.name == "metrics.jsonl.gz"][0]
+    assert gz.read_bytes() == (tmp_path / "export" / gz.relative_to(tmp_path / "again")).read_bytes()
+    with pytest.raises(CompareError, match="outside"):
+        export_results(compare_dir, compare_dir / "inside")
+    with pytest.raises(CompareError, match="nothing to export"):
+        export_results(tmp_path / "empty", tmp_path / "x")

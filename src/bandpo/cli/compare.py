@@ -31,6 +31,7 @@ examples:
   bandpo compare --config configs/compare-tiny.yaml
   bandpo compare --config configs/compare-tiny-full.yaml seeds=[0,1] output_dir=runs/cmp2
   bandpo compare --config configs/compare-tiny.yaml --report-only
+  bandpo compare --config configs/compare-tiny.yaml --export docs/results/compare-tiny   # results, no models
 """
 
 
@@ -56,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--dry-run", action="store_true", help="check the config and print the plan; run nothing"
     )
+    mode.add_argument(
+        "--export",
+        metavar="DIR",
+        default=None,
+        help="train nothing; copy the compact results (evaluations, gzipped training logs, configs, report; no "
+        "models) to DIR, from which --report-only with output_dir=DIR rebuilds the report",
+    )
     parser.add_argument(
         "--redo", action="store_true", help="retrain finished runs whose config differs from this one"
     )
@@ -63,7 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bandpo.eval.compare import CompareError, load_compare_config, plan_runs, run_compare
+    from bandpo.eval.compare import (
+        CompareError,
+        export_results,
+        load_compare_config,
+        plan_runs,
+        run_compare,
+    )
 
     try:
         config = load_compare_config(args.config, args.overrides)
@@ -78,6 +92,14 @@ def run(args: argparse.Namespace) -> int:
             config.methods = [m for m in config.methods if m.label in wanted]
             if config.reference not in wanted:
                 config.reference = config.methods[0].label
+        if args.export:
+            files = export_results(config.output_dir, args.export)
+            size = sum(f.stat().st_size for f in files)
+            print(
+                f"bandpo compare: exported {len(files)} files ({size / 1e6:.1f} MB) to {args.export}; rebuild "
+                f"the report with: bandpo compare --config {args.config} output_dir={args.export} --report-only"
+            )
+            return 0
         if args.dry_run:
             plans = plan_runs(config)
             print(f"output_dir {config.output_dir}; reference {config.reference}; eval k={config.eval.k}")

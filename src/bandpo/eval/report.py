@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import gzip
 import html
 import io
 import json
@@ -160,10 +161,17 @@ class RunData:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file, or of its gzipped copy ``<path>.gz`` (what ``bandpo compare --export`` writes)
+    when the file itself is absent; a torn last line is skipped."""
     rows: list[dict[str, Any]] = []
-    if not path.is_file():
+    gz = path.with_name(path.name + ".gz")
+    if path.is_file():
+        text = path.read_text()
+    elif gz.is_file():
+        text = gzip.decompress(gz.read_bytes()).decode()
+    else:
         return rows
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
         try:
