@@ -441,7 +441,7 @@ def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_
     assert (ours / "results.md").read_text() == (theirs / "results.md").read_text()
     # byte-for-byte reproducible: a second export writes the same gzip bytes
     again = export_results(compare_dir, tmp_path / "again")
-    gz = [p for p in again if p.name == "metrics.jsonl.gz"][0]
+    gz = next(p for p in again if p.name == "metrics.jsonl.gz")
     assert gz.read_bytes() == (tmp_path / "export" / gz.relative_to(tmp_path / "again")).read_bytes()
     with pytest.raises(CompareError, match="outside"):
         export_results(compare_dir, compare_dir / "inside")
