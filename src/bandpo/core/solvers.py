@@ -301,6 +301,9 @@ def cached_table(
     is the ``Divergence`` itself (a frozen dataclass: equal name *and* generator), so two user generators
     never share a table."""
     k = (key, float(delta), bins_log2)
+    if torch.compiler.is_compiling():  # traced once by Dynamo (which cannot enter a lock): no other thread
+        table = _TABLE_CACHE.get(k)
+        return table if table is not None else build()
     with _TABLE_LOCK:
         table = _TABLE_CACHE.get(k)
         if table is not None:
