@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_CPU := torch==2.13.0
 
-.PHONY: setup test demo bench compare lint format clean
+.PHONY: setup test test-fast gpu-check demo bench compare lint format clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,16 @@ setup: $(VENV)/.installed
 
 test: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+# The edit loop: every test not marked slow.
+test-fast: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
+
+# On a CUDA machine: the gpu-marked tests (CUDA graphs, bf16 on CUDA) and the benchmark, as JSON.
+gpu-check: setup
+	mkdir -p runs/gpu-check
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m gpu --junitxml=runs/gpu-check/pytest.xml
+	$(BIN)/bandpo bench --json runs/gpu-check/bench.json
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(BIN)/bandpo demo
