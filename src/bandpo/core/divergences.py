@@ -166,7 +166,9 @@ def _hellinger_bounds(logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
     # (delta >= 2 is the whole simplex: k clamps to 0.)
     p, q = torch.exp(logp), -torch.expm1(logp)
     k = torch.clamp(1.0 - 0.5 * delta, min=0.0)
-    one_minus_k2 = torch.clamp(delta * (1.0 - 0.25 * delta), max=1.0)  # = 1 - k^2 without cancellation
+    # 1 - k^2 = delta (1 - delta/4) without cancellation, for delta < 2; 1 once k is clamped to 0 (the formula
+    # would fall below 1 for 2 < delta < 4 and turn negative, NaN under the sqrt, above 4)
+    one_minus_k2 = torch.where(delta >= 2.0, 1.0, delta * (1.0 - 0.25 * delta))
     m = torch.sqrt(q * one_minus_k2 / p)
     inv_p = torch.reciprocal(p)
     lo = torch.where(p <= one_minus_k2, torch.zeros_like(p), (k - m) ** 2)
