@@ -35,7 +35,9 @@ def plot_bounds(path: str | Path, rules: dict[str, ClipRule], n_points: int = 40
     fig, (ax_r, ax_d) = plt.subplots(1, 2, figsize=(12, 5.4))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (label, rule) in enumerate(rules.items()):
-        lo, hi = rule.bounds(logp)
+        # entropy-driven rules at their base radius (entropy = entropy_ref gives delta itself)
+        ent = torch.full_like(logp, float(getattr(rule, "entropy_ref", 1.0))) if rule.needs_entropy else None
+        lo, hi = rule.bounds(logp, ent)
         c = colors[i % len(colors)]
         style = "-" if label.startswith("band") else "--"
         ax_r.plot(p, hi, style, color=c, label=label)

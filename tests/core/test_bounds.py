@@ -218,7 +218,7 @@ def test_user_generator_matches_registered() -> None:
         ({"divergence": lambda u: (u - 1) ** 2 + 1}, ValueError, r"f\(1\) = 0"),
         ({"divergence": lambda u: -((u - 1) ** 2)}, ValueError, "must be convex"),
         ({"divergence": lambda u: torch.log(u)}, ValueError, "must be convex"),
-        ({"cap": 0.5}, ValueError, "cap must be >= 1"),
+        ({"cap": 0.5}, ValueError, r"cap must be a finite number >= 1 \(or None for no cap\), got 0.5"),
         ({"relax": (0.2,)}, ValueError, "relax must be None or a pair"),
         ({"method": "fast"}, ValueError, "method must be one of"),
         ({"method": "closed_form"}, ValueError, "not available for divergence 'kl'"),

@@ -205,7 +205,7 @@ def test_config_from_command_line(tmp_path: Path) -> None:
         ({"clip_rule": "bandd"}, r"unknown clip rule 'bandd'.*valid names: grpo, clip_higher, dcpo, band"),
         ({"band_delta": -0.1}, r"delta must be a finite number > 0, got -0\.1"),
         ({"band_divergence": "nope"}, r"unknown divergence 'nope'.*valid names"),
-        ({"band_cap": 0.5}, r"cap must be >= 1"),
+        ({"band_cap": 0.5}, r"cap must be a finite number >= 1 \(or None for no cap\), got 0\.5"),
         ({"band_relax": [0.2]}, r"relax must be None or a pair"),
         (
             {"clip_rule": "grpo", "band_delta": 0.1},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -48,8 +49,55 @@ def test_adaptive_band_radius_and_bounds() -> None:
     lp = torch.full((5,), math.log(0.3))
     lo, hi = rule.bounds(lp, ent)
     assert (torch.diff(hi) >= 0).all() and (torch.diff(lo) <= 0).all()  # wider where the policy is uncertain
-    _lo0, hi0 = rule.bounds(lp)  # no entropy: plain delta
-    assert torch.allclose(hi0, bandpo.band_bounds(lp, 0.05, "kl")[1])
+    _lo1, hi1 = rule.bounds(lp, torch.ones(5))  # entropy = entropy_ref: the base radius delta
+    assert torch.allclose(hi1, bandpo.band_bounds(lp, 0.05, "kl")[1])
+
+
+def test_adaptive_band_without_entropy_raises() -> None:
+    """No silent fallback to plain Band: the rule, policy_loss and the per-token objective all refuse."""
+    lp = torch.full((2, 3), math.log(0.3))
+    with pytest.raises(ValueError, match=r"clip rule 'adaptive_band' needs the per-token entropy.*got None"):
+        make_clip_rule("adaptive_band").bounds(lp)
+    with pytest.raises(ValueError, match=r"clip rule 'adaptive_band' needs the per-token entropy.*got None"):
+        bandpo.policy_loss(lp, lp, torch.ones(2), torch.ones(2, 3), "adaptive_band")
+
+
+@pytest.mark.parametrize("relax", [(0.2, 0.0), [0.0, 0.0], (1.0, 0.28)])
+def test_relax_one_validator_accepts_the_same_pairs(relax: tuple) -> None:
+    lp = -torch.rand(20, dtype=torch.float64) * 5
+    lo, hi = make_clip_rule("band", relax=relax).bounds(lp)
+    lo2, hi2 = bandpo.band_bounds(lp, 0.05, "kl", relax=tuple(relax))
+    assert torch.equal(lo, lo2) and torch.equal(hi, hi2)
+    assert (lo <= 1.0 - relax[0]).all() and (hi >= 1.0 + relax[1]).all()
+
+
+@pytest.mark.parametrize(
+    "relax,match",
+    [
+        ((0.2, -0.1), r"relax eps_high must be a finite number >= 0, got -0.1"),
+        ((1.5, 0.2), r"relax eps_low must be a finite number in \[0.0, 1.0\], got 1.5"),
+        ((0.2,), r"relax must be None or a pair \(eps_low, eps_high\), got \(0.2,\)"),
+        (("a", 0.2), r"relax eps_low must be a finite number in \[0.0, 1.0\], got 'a'"),
+    ],
+)
+def test_relax_one_validator_same_errors(relax: tuple, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        make_clip_rule("band", relax=relax)
+    with pytest.raises(ValueError, match=match):
+        bandpo.band_bounds(torch.zeros(3), 0.05, "kl", relax=relax)
+
+
+@pytest.mark.parametrize("cap", [0.5, 0, -1.0, float("nan"), float("inf"), "10", True])
+def test_cap_one_validator_same_message(cap: object) -> None:
+    """band_bounds, band, adaptive_band and dcpo reject a bad cap with one message."""
+    msg = rf"cap must be a finite number >= 1 \(or None for no cap\), got {re.escape(repr(cap))}$"
+    with pytest.raises(ValueError, match=msg):
+        bandpo.band_bounds(torch.zeros(3), 0.05, "kl", cap=cap)
+    for rule in ("band", "adaptive_band"):
+        with pytest.raises(ValueError, match=msg):
+            make_clip_rule(rule, cap=cap)
+    with pytest.raises(ValueError, match=rf"cap must be a finite number >= 1, got {re.escape(repr(cap))}$"):
+        make_clip_rule("dcpo", cap=cap)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +107,7 @@ def test_adaptive_band_radius_and_bounds() -> None:
         ("grpo", {"eps_high": -0.1}, "eps_high must be a finite number >= 0"),
         ("band", {"delta": 0}, "delta must be a finite number > 0, got 0"),
         ("band", {"divergence": "kll"}, r"unknown divergence 'kll' \(did you mean 'kl'\?\)"),
-        ("band", {"cap": 0.5}, "cap must be >= 1"),
+        ("band", {"cap": 0.5}, "cap must be a finite number >= 1"),
         ("band", {"relax": 0.2}, "relax must be None or a pair"),
         (
             "band",
@@ -71,7 +119,7 @@ def test_adaptive_band_radius_and_bounds() -> None:
             {"detla": 0.1},
             r"unknown parameter\(s\) 'detla' for clip rule 'band'; valid: divergence, delta",
         ),
-        ("dcpo", {"cap": 0.9}, "cap must be >= 1"),
+        ("dcpo", {"cap": 0.9}, "cap must be a finite number >= 1"),
         ("adaptive_band", {"min_scale": 2.0, "max_scale": 1.0}, "min_scale must be <= max_scale"),
         ("nope", {}, r"unknown clip rule 'nope'; valid names: grpo, clip_higher, dcpo, band, adaptive_band"),
     ],

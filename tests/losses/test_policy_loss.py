@@ -133,8 +133,11 @@ def test_low_precision_inputs(dtype: torch.dtype) -> None:
     lp = new.to(dtype).requires_grad_(True)
     loss, m = policy_loss(lp, old.to(dtype), adv.to(dtype), mask, "band")
     loss.backward()
-    assert loss.dtype == dtype and torch.isfinite(lp.grad.float()).all()
-    tol = 1e-5 if dtype == torch.float32 else 0.05
+    assert loss.dtype == torch.float32 and lp.grad.dtype == dtype  # computed in float32, gradient in dtype
+    assert torch.isfinite(lp.grad.float()).all()
+    tol = (
+        1e-5 if dtype == torch.float32 else 0.05
+    )  # here also old_log_prob and advantages are rounded to dtype
     assert loss.double().item() == pytest.approx(ref.item(), rel=tol, abs=tol)
     assert all(torch.isfinite(v.float()) for v in m.values())
 
@@ -207,6 +210,39 @@ def test_metrics_on_hand_built_case() -> None:
     assert m["policy/ratio_max"].item() == pytest.approx(1.5)
     assert m["policy/ppo_kl"].item() == pytest.approx(-r.log().mean().item())
     assert all(not v.requires_grad for v in m.values())
+
+
+def _exact_logp(p: float) -> float:
+    """A float64 log-probability whose exp is exactly the float ``p`` (searched around log(p))."""
+    x = torch.log(torch.tensor(p, dtype=torch.float64))
+    for _ in range(64):
+        e = torch.exp(x).item()
+        if e == p:
+            return x.item()
+        x = torch.nextafter(x, torch.tensor(math.inf if e < p else -math.inf, dtype=torch.float64))
+    raise AssertionError(f"no float64 logp with exp(logp) == {p}")
+
+
+def test_tail_share_and_bins_agree_at_the_edge() -> None:
+    """Bins are [a, b): a clipped token at p_old = 0.2 exactly is in p0.2-0.4 and not in the tail."""
+    at_edge = _exact_logp(0.2)
+    below = math.nextafter(at_edge, -math.inf)
+    old = torch.tensor([[at_edge, below, math.log(0.5)]], dtype=torch.float64)
+    assert torch.exp(old[0, 0]).item() == 0.2 and torch.exp(old[0, 1]).item() < 0.2
+    adv = torch.tensor([1.0], dtype=torch.float64)
+    for clipped, tail in (
+        ([True, False, False], 0.0),
+        ([False, True, False], 1.0),
+        ([True, True, True], 1 / 3),
+    ):
+        r = torch.tensor([[2.0 if c else 1.0 for c in clipped]], dtype=torch.float64)
+        _loss, m = policy_loss(old + r.log(), old, adv, torch.ones(1, 3), "grpo")
+        assert m["clip/tail_share"].item() == pytest.approx(tail), clipped
+        assert m["clip/tail_share_up"].item() == pytest.approx(tail), clipped
+        in_tail_bin = m["clip/frac/p0.0-0.2"].item() * m["tokens/share/p0.0-0.2"].item()
+        assert in_tail_bin == pytest.approx(tail * m["clip/frac"].item())
+    assert m["tokens/share/p0.2-0.4"].item() == pytest.approx(1 / 3)  # the edge token
+    assert m["tokens/share/p0.0-0.2"].item() == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize(

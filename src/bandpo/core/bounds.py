@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from numbers import Real
 
 import torch
 from torch import Tensor
 
 from bandpo.core import newton, solvers
 from bandpo.core.divergences import DIVERGENCES, Divergence
-from bandpo.core.errors import check_float_tensor, check_logprobs, check_number_in, check_positive_number
+from bandpo.core.errors import (
+    check_cap,
+    check_float_tensor,
+    check_logprobs,
+    check_positive_number,
+    check_relax,
+)
 
 METHODS = ("auto", "closed_form", "table", "newton", "bisection")
 
@@ -195,8 +200,10 @@ def band_bounds(
         delta: trust-region radius > 0; a float, or a float tensor broadcastable to ``old_logp`` (per token).
         divergence: a registered name (``bandpo.DIVERGENCES.names()``), a ``Divergence``, or a convex generator
             ``f(u)`` with ``f(1) = 0`` (solved by the generic bisection).
-        cap: upper cap on ``hi`` (the authors' ``upper_bound_max``, default 10); ``None`` keeps only ``1/p``.
-        relax: ``(eps_low, eps_high)``: take the union with the fixed interval ``[1-eps_low, 1+eps_high]``.
+        cap: upper cap on ``hi``, a finite number >= 1 (the authors' ``upper_bound_max``, default 10);
+            ``None`` keeps only ``1/p``.
+        relax: ``(eps_low, eps_high)`` with ``0 <= eps_low <= 1``, ``eps_high >= 0``: take the union with the
+            fixed interval ``[1-eps_low, 1+eps_high]``.
         method: ``"auto"`` or one of ``closed_form``, ``table``, ``newton``, ``bisection`` (module docstring).
         compute_dtype: float32 or float64; default float64 for float64 input, else float32.
         check_values: check for NaN / +inf / positive log-probs (one device->host sync); shape and dtype
@@ -228,18 +235,12 @@ def band_bounds(
         if check_values and bool(((delta_t <= 0) | ~torch.isfinite(delta_t)).any()):
             bad = delta_t[(delta_t <= 0) | ~torch.isfinite(delta_t)].reshape(-1)[0].item()
             raise ValueError(f"delta must hold finite numbers > 0, found {bad!r}")
+    cap = check_cap(cap)
     if cap is not None:
-        cap = check_positive_number("cap", cap)
-        if cap < 1:
-            raise ValueError(f"cap must be >= 1 (or None for no cap), got {cap!r}")
         cap = min(cap, torch.finfo(cdt).max)  # a cap beyond the compute dtype's range: its largest number
+    relax = check_relax(relax)
     if relax is not None:
-        if not (
-            isinstance(relax, (tuple, list)) and len(relax) == 2 and all(isinstance(e, Real) for e in relax)
-        ):
-            raise ValueError(f"relax must be None or a pair (eps_low, eps_high), got {relax!r}")
-        eps_low = check_number_in("relax eps_low", relax[0], 0.0, 1.0)
-        eps_high = check_positive_number("relax eps_high", relax[1], allow_zero=True)
+        eps_low, eps_high = relax
     if check_values:
         check_logprobs("old_logp", old_logp)
 

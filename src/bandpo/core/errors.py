@@ -41,6 +41,44 @@ def check_number_in(name: str, value: object, low: float, high: float) -> float:
     return float(value)
 
 
+def check_number_above(name: str, value: object, low: float) -> float:
+    """``value`` must be a finite real number strictly greater than ``low``."""
+    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    if not ok or not float(value) > low:
+        raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
+    return float(value)
+
+
+def check_cap(value: object, *, allow_none: bool = True) -> float | None:
+    """The upper cap on a ratio bound: a finite number >= 1 (``None``, no cap, where ``allow_none``).
+
+    The one check (and message) for every ``cap`` of the package: ``band_bounds`` and the clip rules.
+    """
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    if not ok or not float(value) >= 1.0:
+        alt = " (or None for no cap)" if allow_none else ""
+        raise ValueError(f"cap must be a finite number >= 1{alt}, got {value!r}")
+    return float(value)
+
+
+def check_relax(value: object) -> tuple[float, float] | None:
+    """Band's ``relax``: ``None`` or a pair ``(eps_low, eps_high)`` with ``0 <= eps_low <= 1`` and
+    ``eps_high >= 0`` (the fixed interval ``[1 - eps_low, 1 + eps_high]`` joined to the bounds).
+
+    The one check for ``band_bounds(relax=...)`` and the Band clip rule; returns the pair as floats.
+    """
+    if value is None:
+        return None
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        raise ValueError(f"relax must be None or a pair (eps_low, eps_high), got {value!r}")
+    return (
+        check_number_in("relax eps_low", value[0], 0.0, 1.0),
+        check_positive_number("relax eps_high", value[1], allow_zero=True),
+    )
+
+
 def check_int_in(name: str, value: object, low: int, high: int | None = None) -> int:
     """``value`` must be an ``int`` (not a bool) in ``[low, high]`` (``high=None``: no upper limit)."""
     ok = isinstance(value, int) and not isinstance(value, bool)

@@ -1,4 +1,9 @@
-"""Loss aggregation modes (verl's names) and masked reductions. Shapes: (B, T) losses and masks."""
+"""Loss aggregation modes (verl's names) and masked reductions. Shapes: (B, T) losses and masks.
+
+Positions where the mask is 0 are ignored even when they hold NaN or inf: they are replaced by 0 with
+``torch.where`` (not multiplied by the mask, which would give ``0 * nan = nan``), so neither the value nor the
+gradient (0 there) sees them.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +23,17 @@ for _mode, _doc in [
     LOSS_AGG_MODES.register(_mode, _doc)
 
 
+def _zero_outside(x: Tensor, mask: Tensor) -> Tensor:
+    """``x`` where ``mask`` is nonzero, 0 elsewhere (whatever ``x`` holds there; gradient 0 there)."""
+    return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``x`` over positions where ``mask`` is 1; 0 when the mask is empty. (...) -> () float."""
-    m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp(min=1.0)
+    """Mean of ``x`` over positions where ``mask`` is 1; 0 when the mask is empty. (...) -> () float.
+
+    ``x``: (...) float; ``mask``: (...) bool or 0/1. Masked-out positions may hold NaN or inf.
+    """
+    return _zero_outside(x, mask).sum() / mask.to(x.dtype).sum().clamp(min=1.0)
 
 
 def masked_min(x: Tensor, mask: Tensor) -> Tensor:
@@ -40,8 +52,8 @@ def aggregate(loss_mat: Tensor, mask: Tensor, mode: str = "seq-mean-token-mean")
     """Reduce per-token losses to a scalar.
 
     Args:
-        loss_mat: (B, T) float, per-token loss (finite wherever ``mask`` is 1; ignored elsewhere).
-        mask: (B, T) 0/1, real response tokens.
+        loss_mat: (B, T) float, per-token loss (finite wherever ``mask`` is 1; ignored elsewhere, even NaN).
+        mask: (B, T) bool or 0/1, real response tokens.
         mode: one of ``LOSS_AGG_MODES.names()``.
 
     Returns:
@@ -49,7 +61,7 @@ def aggregate(loss_mat: Tensor, mask: Tensor, mode: str = "seq-mean-token-mean")
     """
     mode = LOSS_AGG_MODES.canonical(mode)
     m = mask.to(loss_mat.dtype)
-    x = loss_mat * m
+    x = _zero_outside(loss_mat, mask)
     if mode == "token-mean":
         return x.sum() / m.sum().clamp(min=1.0)
     if mode == "token-sum":

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from bandpo.core.bounds import band_bounds, resolve_divergence, resolve_method
 from bandpo.core.divergences import Divergence
-from bandpo.core.errors import check_number_in, check_positive_number
+from bandpo.core.errors import check_cap, check_number_in, check_positive_number, check_relax
 from bandpo.registry import Registry
 
 
@@ -105,8 +105,7 @@ class DCPOClip(ClipRule):
     def __post_init__(self) -> None:
         check_positive_number("eps_low", self.eps_low, allow_zero=True)
         check_positive_number("eps_high", self.eps_high, allow_zero=True)
-        if check_positive_number("cap", self.cap) < 1:
-            raise ValueError(f"cap must be >= 1, got {self.cap!r}")
+        check_cap(self.cap, allow_none=False)
 
     def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
         cdt = torch.float64 if old_log_prob.dtype == torch.float64 else torch.float32
@@ -122,20 +121,8 @@ def _check_band_params(divergence: object, delta: object, cap: object) -> Diverg
         raise ValueError(f"divergence must be a registered name, got {divergence!r}")
     div = resolve_divergence(divergence)
     check_positive_number("delta", delta)
-    if cap is not None and check_positive_number("cap", cap) < 1:
-        raise ValueError(f"cap must be >= 1 (or None), got {cap!r}")
+    check_cap(cap)
     return div
-
-
-def _check_relax(relax: object) -> tuple[float, float] | None:
-    if relax is None:
-        return None
-    if not (isinstance(relax, (tuple, list)) and len(relax) == 2):
-        raise ValueError(f"relax must be None or a pair (eps_low, eps_high), got {relax!r}")
-    return (
-        check_number_in("relax eps_low", relax[0], 0.0, 1.0),
-        check_positive_number("relax eps_high", relax[1]),
-    )
 
 
 @register_clip_rule("band")
@@ -156,7 +143,7 @@ class BandClip(ClipRule):
 
     def __post_init__(self) -> None:
         div = _check_band_params(self.divergence, self.delta, self.cap)
-        object.__setattr__(self, "relax", _check_relax(self.relax))
+        object.__setattr__(self, "relax", check_relax(self.relax))
         resolve_method(div, self.method, scalar_delta=True)
 
     def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -181,7 +168,8 @@ class AdaptiveBandClip(ClipRule):
         delta_t = delta * clamp((H_t / entropy_ref) ** power, min_scale, max_scale)
 
     so confident tokens (low entropy) get a tighter trust region and uncertain ones a looser one; with
-    ``H_t = entropy_ref`` the radius is ``delta``. Without an entropy tensor the rule falls back to ``delta``.
+    ``H_t = entropy_ref`` the radius is ``delta``. ``bounds`` without an entropy tensor raises ``ValueError``
+    (no silent fallback to plain Band).
     Defaults: ``entropy_ref = 1.0`` nat, ``power = 0.5``, scale in ``[0.25, 4]``.
     """
 
@@ -214,8 +202,13 @@ class AdaptiveBandClip(ClipRule):
         return self.delta * scale
 
     def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        delta: float | Tensor = self.delta if entropy is None else self.radius(entropy)
-        if isinstance(delta, Tensor) and delta.shape != old_log_prob.shape:
+        if entropy is None:
+            raise ValueError(
+                f"clip rule {self.name!r} needs the per-token entropy of the policy: pass entropy, a float "
+                f"tensor of old_log_prob's shape {tuple(old_log_prob.shape)}, got None"
+            )
+        delta = self.radius(entropy)
+        if delta.shape != old_log_prob.shape:
             raise ValueError(
                 f"entropy of shape {tuple(entropy.shape)} must match old_log_prob's shape {tuple(old_log_prob.shape)}"
             )

@@ -10,6 +10,11 @@ Per token (SPEC section 3), with ``A`` the advantage, ``r = exp(clamp(logp - log
 The upper bound binds only for ``A > 0`` and the lower only for ``A < 0``; a binding bound zeroes that token's
 gradient. Optional: truncated importance weights multiply ``L``; a KL penalty to a reference policy and an
 entropy bonus are added after aggregation with their coefficients.
+
+Precision: the objective is computed in at least float32 whatever the input dtype (float64 if any input is
+float64), like verl's ``vanilla`` loss, whose float32 old log-probs and advantages promote a bfloat16
+``log_prob``. Low-precision ``log_prob`` is upcast with a differentiable cast, so its gradient comes back in its
+own dtype; the loss and the metrics are in the compute dtype.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from bandpo.registry import Registry
 
 LOG_RATIO_CLAMP = 20.0
 PROB_BIN_EDGES = (0.2, 0.4, 0.6, 0.8)
-TAIL_PROB = 0.2
+"""Edges of the old-probability bins of the metrics; bins are half-open ``[a, b)`` (the last ``[0.8, 1]``)."""
+TAIL_PROB = PROB_BIN_EDGES[0]
+"""Tail tokens: ``p_old < TAIL_PROB``, i.e. exactly the first bin ``[0, 0.2)``."""
 
 KL_ESTIMATORS: Registry[str] = Registry("kl estimator")
 KL_ESTIMATORS.register("k1", "log pi - log pi_ref (unbiased, can be negative)", aliases=("kl",))
@@ -60,6 +67,16 @@ def _bin_names() -> list[str]:
 PROB_BINS = _bin_names()
 
 
+def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
+    """The dtype the objective is computed in: float64 if any tensor is float64, else float32 (bfloat16 and
+    float16 inputs are upcast). ``None`` entries are skipped."""
+    out = torch.float32
+    for x in tensors:
+        if x is not None:
+            out = torch.promote_types(out, x.dtype)
+    return out
+
+
 def _check_shapes(
     log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, response_mask: Tensor
 ) -> Tensor:
@@ -85,8 +102,8 @@ def _check_shapes(
 
 
 class TokenTerms(NamedTuple):
-    """Per-token pieces of the clipped objective, all (B, T). Padded positions (mask 0) hold 0 in every
-    float field (``ratio`` holds 1)."""
+    """Per-token pieces of the clipped objective, all (B, T), float fields in the compute dtype (float32, or
+    float64 for float64 input). Padded positions (mask 0) hold 0 in every float field (``ratio`` holds 1)."""
 
     loss: Tensor  #: per-token objective L (rollout IS weights applied), differentiable w.r.t. log_prob
     ratio: Tensor  #: r = exp(log_ratio), detached
@@ -115,8 +132,12 @@ def per_token_policy_loss(
     :func:`policy_loss` aggregates it (after its value checks, before its regularisers); the verl adapter
     aggregates it with verl's own ``agg_loss``.
 
+    Computed in :func:`compute_dtype` of the inputs (at least float32); ``log_prob`` of a lower precision is
+    upcast differentiably, so its gradient arrives in its own dtype.
+
     Args:
-        log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable).
+        log_prob: (B, T) float (any of float16/bfloat16/float32/float64), log pi_theta of the sampled tokens
+            (differentiable).
         old_log_prob: (B, T) float, log pi_old (detached here).
         advantages: (B,) or (B, T) float (detached here).
         response_mask: (B, T) bool or 0/1 float/int, real response tokens; padded positions may hold anything.
@@ -136,18 +157,28 @@ def per_token_policy_loss(
             f"rollout_is_weights shape {tuple(rollout_is_weights.shape)} must equal log_prob shape "
             f"{tuple(log_prob.shape)}"
         )
+    if clip_rule.needs_entropy and entropy is None:
+        raise ValueError(
+            f"clip rule {clip_rule.name!r} needs the per-token entropy of the policy: pass entropy=(B, T) float, "
+            "got None"
+        )
     mask = response_mask if response_mask.dtype == torch.bool else response_mask != 0
-    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    cdt = compute_dtype(log_prob, old_log_prob, advantages, rollout_is_weights)
+    zero = torch.zeros((), dtype=cdt, device=log_prob.device)
     # Padded positions may hold anything: replace them before any arithmetic so no NaN reaches the graph.
-    logp = torch.where(mask, log_prob, zero)
-    old = torch.where(mask, old_log_prob.detach().to(log_prob.dtype), zero)
-    adv = torch.where(mask, advantages.detach().to(log_prob.dtype), zero)
+    logp = torch.where(mask, log_prob.to(cdt), zero)  # differentiable upcast
+    old = torch.where(mask, old_log_prob.detach().to(cdt), zero)
+    adv = torch.where(mask, advantages.detach().to(cdt), zero)
 
     ent = None
-    if entropy is not None and clip_rule.needs_entropy:
-        ent = torch.where(mask, entropy.detach(), torch.zeros_like(entropy))
+    if clip_rule.needs_entropy:
+        if entropy.shape != log_prob.shape:
+            raise ValueError(
+                f"entropy shape {tuple(entropy.shape)} must equal log_prob shape {tuple(log_prob.shape)}"
+            )
+        ent = torch.where(mask, entropy.detach().to(cdt), zero)
     lo, hi = clip_rule.bounds(old, ent)
-    lo, hi = lo.to(log_prob.dtype), hi.to(log_prob.dtype)
+    lo, hi = lo.to(cdt), hi.to(cdt)
     log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))  # L1
@@ -158,7 +189,7 @@ def per_token_policy_loss(
     else:
         dual_active = torch.zeros_like(mask)
     if rollout_is_weights is not None:
-        loss = loss * torch.where(mask, rollout_is_weights.detach().to(loss.dtype), zero)
+        loss = loss * torch.where(mask, rollout_is_weights.detach().to(cdt), zero)
     return TokenTerms(loss, ratio.detach(), log_ratio.detach(), lo, hi, adv, old, mask, dual_active)
 
 
@@ -197,7 +228,8 @@ def policy_loss(
         check_values: raise on non-finite values at real tokens and on a mask that is not 0/1 (syncs).
 
     Returns:
-        ``(loss, metrics)``: () float loss; metrics maps names (``clip/...``, ``band/...``, ``policy/...``,
+        ``(loss, metrics)``: () loss in the compute dtype (float32, float64 for float64 input; the module
+        docstring); metrics maps names (``clip/...``, ``band/...``, ``policy/...``,
         ``loss/...``) to detached () tensors, with no host sync.
     """
     advantages = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
@@ -243,18 +275,19 @@ def policy_loss(
         rollout_is_weights=rollout_is_weights,
         entropy=entropy,
     )
-    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    cdt = terms.loss.dtype  # compute_dtype of the inputs: at least float32
+    zero = torch.zeros((), dtype=cdt, device=log_prob.device)
     pg_loss = aggregate(terms.loss, mask, loss_agg_mode)
     loss = pg_loss
     metrics: dict[str, Tensor] = {"loss/policy": pg_loss.detach()}
     if ref_log_prob is not None:
-        logp = torch.where(mask, log_prob, zero)
-        ref = torch.where(mask, ref_log_prob.detach().to(log_prob.dtype), zero)
+        logp = torch.where(mask, log_prob.to(cdt), zero)
+        ref = torch.where(mask, ref_log_prob.detach().to(cdt), zero)
         kl = aggregate(kl_penalty(logp, ref, kl_estimator), mask, loss_agg_mode)
         loss = loss + kl_coef * kl
         metrics["loss/kl"] = kl.detach()
     if entropy is not None:
-        ent = torch.where(mask, entropy, torch.zeros_like(entropy))
+        ent = torch.where(mask, entropy.to(cdt), zero)
         ent_agg = aggregate(ent, mask, loss_agg_mode)
         if entropy_coef > 0:
             loss = loss - entropy_coef * ent_agg
@@ -293,8 +326,10 @@ def clip_metrics(
     ``clip/frac_down``: r < lo and A < 0; ``clip/frac``: their sum (tokens whose clipped term is active: zero
     gradient); ``clip/frac_out``: r outside [lo, hi] whatever A; ``clip/frac_dual``: dual clip active.
     Per old-probability bin (edges 0.2/0.4/0.6/0.8; names ``clip/frac_up/p0.0-0.2`` ...): the same shares
-    among the bin's tokens, and ``tokens/share/<bin>`` the bin's share of tokens. ``clip/tail_share``: share of
-    clipped tokens with p_old <= 0.2 (0 when nothing is clipped). ``band/{lo,hi}_{mean,min,max}``;
+    among the bin's tokens, and ``tokens/share/<bin>`` the bin's share of tokens. Bins are half-open ``[a, b)``
+    (the last one ``[0.8, 1]``): a token at p_old = 0.2 exactly is in ``p0.2-0.4``. ``clip/tail_share``: share of
+    clipped tokens in the tail ``p_old < 0.2`` (the first bin; 0 when nothing is clipped), ``clip/tail_share_up``
+    the same among tokens clipped at the upper bound. ``band/{lo,hi}_{mean,min,max}``;
     ``policy/ppo_kl`` (k1, verl's name) and ``policy/approx_kl`` (k3) of KL(old || new); ratio stats.
     """
     with torch.no_grad():
@@ -326,7 +361,7 @@ def clip_metrics(
             met[f"clip/frac_down/{name}"] = (down & in_bin).to(f).sum() / denom
             met[f"clip/frac/{name}"] = (clipped & in_bin).to(f).sum() / denom
             met[f"tokens/share/{name}"] = n_bin / n_tok
-        tail = (p_old <= TAIL_PROB) & m
+        tail = (bin_idx == 0) & m  # p_old < TAIL_PROB: the first bin [0, 0.2)
         n_clipped = clipped.to(f).sum()
         met["clip/tail_share"] = (clipped & tail).to(f).sum() / n_clipped.clamp(min=1.0)
         met["clip/tail_share_up"] = (up & tail).to(f).sum() / up.to(f).sum().clamp(min=1.0)
