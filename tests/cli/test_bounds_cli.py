@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def bandpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -35,9 +37,71 @@ def test_bounds_table_holds_the_paper_values() -> None:
 
 def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
     out = bandpo("bounds", "--p", "1.5")
-    assert out.returncode != 0 and "--p values must be in (0, 1], got [1.5]" in out.stderr
+    assert (
+        out.returncode == 2
+        and out.stderr == "bandpo bounds: error: --p values must be in (0, 1], got [1.5]\n"
+    )
     out = bandpo("bounds", "--divergence", "kll")
     assert out.returncode != 0 and "invalid choice: 'kll'" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("bounds", "--delta", "0"), "bandpo bounds: error: --delta must be a finite number > 0, got 0"),
+        (("bounds", "--delta", "nan"), "bandpo bounds: error: --delta must be a finite number > 0, got nan"),
+        (
+            ("bounds", "--cap", "0.5"),
+            "bandpo bounds: error: --cap must be 0 (no cap) or a finite number >= 1, got 0.5",
+        ),
+        (
+            ("bounds", "--cap", "inf"),
+            "bandpo bounds: error: --cap must be 0 (no cap) or a finite number >= 1, got inf",
+        ),
+        (
+            ("plot-bounds", "--delta", "-0.1"),
+            "bandpo plot-bounds: error: --delta must be a finite number > 0, got -0.1",
+        ),
+        (
+            ("plot-bounds", "--cap", "0.9"),
+            "bandpo plot-bounds: error: --cap must be 0 (no cap) or a finite number >= 1, got 0.9",
+        ),
+    ],
+)
+def test_bad_delta_or_cap_is_one_line_before_any_output(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    """Validated before the table header (or the PNG) is written: one line on stderr, exit status 2."""
+    out = bandpo(*args, cwd=tmp_path)
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", message + "\n")
+    assert not list(tmp_path.iterdir())  # plot-bounds wrote no PNG
+
+
+def test_cap_zero_means_no_cap() -> None:
+    out = bandpo("bounds", "--divergence", "kl", "--p", "0.001", "--cap", "0")
+    assert out.returncode == 0, out.stderr
+    assert "cap = None" in out.stdout.splitlines()[0]
+    (row,) = [line.split() for line in out.stdout.splitlines() if line.startswith("kl ")]
+    assert float(row[3]) > 10  # hi above the default cap 10
+
+
+def test_closed_stdout_ends_quietly() -> None:
+    """``bandpo bounds | head -2``: the reader stops after two lines; the command exits with the SIGPIPE status
+    (141) and no BrokenPipeError traceback."""
+    p_values = [f"{i / 4000:.6f}" for i in range(1, 4001)]  # ~36,000 lines, far more than a pipe buffer holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bandpo.cli.main", "bounds", "--p", *p_values],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    head = [proc.stdout.readline() for _ in range(2)]
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141, stderr
+    assert head[0].startswith(b"Band bounds, delta = 0.05")
+    assert stderr == ""
 
 
 def test_plot_bounds_writes_png(tmp_path: Path) -> None:

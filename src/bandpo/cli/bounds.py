@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from typing import NoReturn
 
 import torch
 
@@ -20,30 +22,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--divergence", nargs="+", default=DIVERGENCES.names(), choices=DIVERGENCES.names(), metavar="NAME",
         help=f"divergences (default: all): {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
-    parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius (default 0.05)")
-    parser.add_argument("--cap", type=float, default=10.0, help="upper cap on hi; 0 for none (default 10)")
+    parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius > 0 (default 0.05)")
+    parser.add_argument(
+        "--cap", type=float, default=10.0, help="upper cap on hi, a number >= 1; 0 for none (default 10)"
+    )
+
+
+def usage_error(command: str, message: str) -> NoReturn:
+    """Print ``bandpo <command>: error: <message>`` (one line, on stderr) and exit with status 2, as argparse
+    does for a bad argument."""
+    print(f"bandpo {command}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_delta_and_cap(command: str, delta: float, cap: float) -> float | None:
+    """Validate ``--delta`` (finite, > 0) and ``--cap`` (0 for no cap, else finite and >= 1) before anything is
+    printed; returns the cap for ``band_bounds`` (``None`` for no cap). Exits with status 2 on a bad value."""
+    if not (math.isfinite(delta) and delta > 0):
+        usage_error(command, f"--delta must be a finite number > 0, got {delta:g}")
+    if cap == 0:
+        return None
+    if not (math.isfinite(cap) and cap >= 1):
+        usage_error(command, f"--cap must be 0 (no cap) or a finite number >= 1, got {cap:g}")
+    return cap
 
 
 def run(args: argparse.Namespace) -> int:
     bad = [p for p in args.p if not (0 < p <= 1)]
     if bad:
-        raise SystemExit(f"bandpo bounds: --p values must be in (0, 1], got {bad}")
-    cap = None if args.cap == 0 else args.cap
+        usage_error("bounds", f"--p values must be in (0, 1], got {bad}")
+    cap = check_delta_and_cap("bounds", args.delta, args.cap)
     p = torch.tensor(args.p, dtype=torch.float64)
     logp = torch.log(p)
+    # Every bound is computed before the first line is printed: an error never follows a half-printed table.
+    rows = []
+    for name in args.divergence:
+        try:
+            lo, hi = band_bounds(logp, args.delta, name, cap=cap)
+        except ValueError as err:
+            usage_error("bounds", f"--divergence {name} with --delta {args.delta:g}: {err}")
+        rows.extend((name, pi, a, b) for pi, a, b in zip(p.tolist(), lo.tolist(), hi.tolist()))
     print(
         f"Band bounds, delta = {args.delta:g}, cap = {cap}  (dpi = allowed change of pi(a|s): [-(1-lo) p, (hi-1) p])"
     )
     header = f"{'divergence':<12} {'p':>8} {'lo':>9} {'hi':>10} {'dpi down':>10} {'dpi up':>10} {'simplex 1/p':>12}"
     print(header)
     print("-" * len(header))
-    for name in args.divergence:
-        lo, hi = band_bounds(logp, args.delta, name, cap=cap)
-        for pi, a, b in zip(p.tolist(), lo.tolist(), hi.tolist()):
-            print(
-                f"{name:<12} {pi:>8.4g} {a:>9.4f} {b:>10.4f} {-(1 - a) * pi:>10.4f} {(b - 1) * pi:>10.4f} "
-                f"{(1 / pi if pi > 0 else math.inf):>12.4g}"
-            )
+    for name, pi, a, b in rows:
+        print(
+            f"{name:<12} {pi:>8.4g} {a:>9.4f} {b:>10.4f} {-(1 - a) * pi:>10.4f} {(b - 1) * pi:>10.4f} "
+            f"{(1 / pi if pi > 0 else math.inf):>12.4g}"
+        )
     for label, eps in (("fixed 0.2", 0.2), ("fixed 0.28", 0.28)):
         for pi in p.tolist():
             print(

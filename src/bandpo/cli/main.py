@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 from collections.abc import Sequence
+
+# The exit status of a process killed by SIGPIPE (128 + 13), which is what shells report for `yes | head -1`.
+EXIT_BROKEN_PIPE = 141
 
 # name -> (module, one-line help). The single list of subcommands.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -41,9 +46,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser([command] if command in COMMANDS else [])
-    args = parser.parse_args(argv)
-    module = importlib.import_module(COMMANDS[args.command][0])
-    return int(module.run(args) or 0)
+    try:
+        args = parser.parse_args(argv)  # --help prints too
+        module = importlib.import_module(COMMANDS[args.command][0])
+        status = int(module.run(args) or 0)
+        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at interpreter exit
+    except BrokenPipeError:
+        if not _stdout_is_closed():
+            raise  # a broken pipe elsewhere (a socket, a subprocess) is a real error
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def _stdout_is_closed() -> bool:
+    """After a ``BrokenPipeError``: True if the reader of our stdout went away (``bandpo bounds | head -2``).
+
+    Asks the OS (a pipe whose read end is closed polls as POLLERR) rather than retrying a write. Then stdout
+    is pointed at /dev/null, so that the interpreter's final flush of what is still buffered does not raise a
+    second time (the recipe of Python's ``signal`` documentation), and the command exits quietly like any Unix
+    tool whose reader stopped reading.
+    """
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        closed = any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows) or no real stdout: trust the error
+        closed = True
+        fd = None
+    if closed and fd is not None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return closed
 
 
 if __name__ == "__main__":

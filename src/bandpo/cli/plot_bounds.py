@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bandpo.cli.bounds import check_delta_and_cap, usage_error
 from bandpo.core import DIVERGENCES
 
 
@@ -13,14 +14,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--divergence", nargs="+", default=["kl", "tv", "chi2", "hellinger"], choices=DIVERGENCES.names(),
         metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
-    parser.add_argument("--delta", type=float, default=0.05)
-    parser.add_argument("--cap", type=float, default=10.0, help="upper cap; 0 for none")
+    parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius > 0 (default 0.05)")
+    parser.add_argument("--cap", type=float, default=10.0, help="upper cap, a number >= 1; 0 for none")
 
 
 def run(args: argparse.Namespace) -> int:
     from bandpo.plots import default_rules, plot_bounds
 
-    rules = default_rules(args.divergence, args.delta, None if args.cap == 0 else args.cap)
+    cap = check_delta_and_cap("plot-bounds", args.delta, args.cap)
+    try:
+        rules = default_rules(args.divergence, args.delta, cap)
+    except ValueError as err:
+        usage_error("plot-bounds", str(err))
     path = plot_bounds(args.out, rules)
     print(f"wrote {path}")
     return 0
