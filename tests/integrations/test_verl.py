@@ -175,6 +175,69 @@ def test_verl_use_external_modules_route_registers(monkeypatch: pytest.MonkeyPat
     assert POLICY_LOSS_REGISTRY["dcpo"] is fresh.compute_policy_loss_dcpo
 
 
+def _fake_trl(monkeypatch: pytest.MonkeyPatch, *, value_head_in: str | None) -> None:
+    """Replace ``trl`` by a stub (version 1.16.0) that exports ``AutoModelForCausalLMWithValueHead`` from
+    ``value_head_in`` (``"trl"`` or ``"trl.experimental.ppo"``) or, with ``None``, from nowhere, as TRL 1.16."""
+    import types
+
+    trl = types.ModuleType("trl")
+    trl.__version__ = "1.16.0"
+    ppo = types.ModuleType("trl.experimental.ppo")
+    if value_head_in is not None:
+        (trl if value_head_in == "trl" else ppo).AutoModelForCausalLMWithValueHead = object
+    monkeypatch.setitem(sys.modules, "trl", trl)
+    monkeypatch.setitem(sys.modules, "trl.experimental", types.ModuleType("trl.experimental"))
+    monkeypatch.setitem(sys.modules, "trl.experimental.ppo", ppo if value_head_in is not None else None)
+    monkeypatch.setattr(bverl, "_version", lambda dist, module=None: {"trl": "1.16.0", "verl": "0.9.1"}[dist])
+
+
+def test_trl_without_value_head_warns_when_registering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRL 1.16 next to verl: verl's workers would fail in init_model; registering says so, with the fix."""
+    _fake_trl(monkeypatch, value_head_in=None)
+    message = bverl.trl_conflict()
+    assert message is not None
+    assert message.startswith("trl 1.16.0 is installed next to verl 0.9.1")
+    assert "AutoModelForCausalLMWithValueHead" in message and "init_model raises ImportError" in message
+    assert "separate environment without trl 1.16.0" in message
+    with pytest.warns(bverl.TrlConflictWarning, match=r"trl 1\.16\.0 is installed next to verl 0\.9\.1"):
+        assert bverl.register() == ["bandpo", "dcpo"]
+
+
+@pytest.mark.parametrize("value_head_in", ["trl", "trl.experimental.ppo"])
+def test_trl_with_value_head_is_no_conflict(monkeypatch: pytest.MonkeyPatch, value_head_in: str) -> None:
+    import warnings
+
+    _fake_trl(monkeypatch, value_head_in=value_head_in)
+    assert bverl.trl_conflict() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bverl.TrlConflictWarning)
+        bverl.register()
+
+
+def test_no_trl_is_no_conflict(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` raises ModuleNotFoundError
+    assert bverl.trl_conflict() is None
+
+
+def test_installed_trl_conflict_is_detected() -> None:
+    """The real environment: the check agrees with what verl's worker import would do."""
+    import importlib.metadata
+
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        pytest.skip("trl is not installed: nothing to conflict with")
+    try:
+        from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+    except ImportError:
+        message = bverl.trl_conflict()
+        assert message is not None
+        trl_v, verl_v = importlib.metadata.version("trl"), importlib.metadata.version("verl")
+        assert message.startswith(f"trl {trl_v} is installed next to verl {verl_v}")
+    else:
+        assert bverl.trl_conflict() is None
+
+
 # ---- config ---------------------------------------------------------------------------------------------
 
 
@@ -192,6 +255,19 @@ def test_plain_verl_policy_loss_config_uses_band_defaults() -> None:
     cfg = actor_config(target=None)
     assert type(cfg.policy_loss).__name__ == "PolicyLossConfig"
     assert bverl.clip_rule_from_config("bandpo", cfg) == bandpo.make_clip_rule("band")
+
+
+def test_unknown_loss_mode_fails_when_the_config_is_built() -> None:
+    """A typo in loss_mode fails when verl builds the actor config, listing verl's registered names, not at the
+    first actor update."""
+    match = r"loss_mode must be a policy loss registered in verl, got 'bandp'; valid names: .*bandpo.*dcpo"
+    with pytest.raises(ValueError, match=match) as info:
+        bverl.BandPOPolicyLossConfig(loss_mode="bandp")
+    assert all(name in str(info.value) for name in POLICY_LOSS_REGISTRY)
+    with pytest.raises(Exception, match=match):  # hydra wraps it in an InstantiationException
+        actor_config("bandp")
+    for name in ("bandpo", "dcpo", "vanilla"):
+        assert bverl.BandPOPolicyLossConfig(loss_mode=name).loss_mode == name
 
 
 @pytest.mark.parametrize(

@@ -49,12 +49,20 @@ with a mean): verl's names ``actor/pg_clipfrac`` (clipped term active), ``actor/
 ``actor/pg_clipfrac_lower`` (dual clip active), plus ``bandpo.clip_metrics`` under ``actor/`` (``actor/clip/
 frac_up``, ``actor/clip/tail_share``, ``actor/band/hi_mean``, ...). verl adds ``actor/pg_loss`` itself.
 
+One environment for verl, another for TRL. verl 0.9.1's workers import ``AutoModelForCausalLMWithValueHead``
+from ``trl`` whenever TRL is installed (``verl.utils.model.patch_valuehead_model``,
+``verl.models.transformers.monkey_patch``); TRL 1.16, which ``bandpo[trl]`` needs, no longer has it, so the
+actor's ``init_model`` fails with ``ImportError``. :func:`register` detects this (:func:`trl_conflict`) and
+warns with both versions (``TrlConflictWarning``): install ``bandpo[verl]`` in an environment without TRL 1.16.
+
 This module needs verl; ``import bandpo`` does not import it.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.metadata
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,12 +88,14 @@ __all__ = [
     "VERL_METRIC_NAMES",
     "BandPOPolicyLossConfig",
     "TokenTerms",
+    "TrlConflictWarning",
     "clip_rule_from_config",
     "compute_policy_loss_bandpo",
     "compute_policy_loss_clip_rule",
     "compute_policy_loss_dcpo",
     "per_token_policy_loss",
     "register",
+    "trl_conflict",
 ]
 
 #: verl's metric names for the standard PPO diagnostics, mapped to ``bandpo.clip_metrics`` names.
@@ -114,7 +124,8 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
             ``"newton"``, ``"bisection"``).
 
     Raises:
-        ValueError: at construction (i.e. when verl builds the actor config) for an unknown divergence or method,
+        ValueError: at construction (i.e. when verl builds the actor config) for a ``loss_mode`` that verl's
+            registry does not hold (listing the registered names), an unknown divergence or method,
             ``delta <= 0`` or ``cap < 1``, naming the field and the value received.
     """
 
@@ -129,6 +140,12 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
             parent()
+        if self.loss_mode not in POLICY_LOSS_REGISTRY:
+            # verl itself looks the name up only at the first actor update (get_policy_loss_fn).
+            raise ValueError(
+                f"policy_loss.loss_mode must be a policy loss registered in verl, got {self.loss_mode!r}; valid "
+                f"names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
+            )
         if not isinstance(self.relax, bool):
             raise ValueError(f"policy_loss.relax must be true or false, got {self.relax!r}")
         try:
@@ -324,12 +341,65 @@ def _qualname(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+class TrlConflictWarning(UserWarning):
+    """The installed TRL lacks the class verl's workers import from it (see :func:`trl_conflict`)."""
+
+
+_VALUE_HEAD = "AutoModelForCausalLMWithValueHead"
+
+
+def _version(distribution: str, module: Any = None) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return str(getattr(module, "__version__", "unknown"))
+
+
+def trl_conflict() -> str | None:
+    """Why verl's workers will fail to import from the installed TRL, or ``None`` (no TRL, or a TRL that works).
+
+    verl 0.9.1 imports ``AutoModelForCausalLMWithValueHead`` from ``trl.experimental.ppo``, else from ``trl``,
+    whenever TRL is importable (``verl.utils.model.patch_valuehead_model``, ``verl.models.transformers.
+    monkey_patch``). TRL 1.16 has neither, so a verl actor's ``init_model`` raises ``ImportError``. This makes
+    the same look-ups, without TRL's warnings, and returns a message naming both versions and the fix.
+    """
+    try:
+        trl = importlib.import_module("trl")
+    except ModuleNotFoundError as err:
+        if err.name == "trl":
+            return None  # no TRL: verl skips the value-head patch
+        trl, problem = None, f"importing trl fails ({err})"
+    except Exception as err:  # a broken TRL fails verl's import the same way
+        trl, problem = None, f"importing trl fails ({type(err).__name__}: {err})"
+    else:
+        problem = f"trl has no {_VALUE_HEAD} (neither trl.experimental.ppo nor trl exports it)"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # trl.experimental warns on import
+            for module_name in ("trl.experimental.ppo", "trl"):
+                try:
+                    module = importlib.import_module(module_name)
+                    if hasattr(module, _VALUE_HEAD):
+                        return None
+                except Exception:  # a missing module is the case looked for
+                    continue
+    trl_version = _version("trl", trl)
+    verl_version = _version("verl", importlib.import_module("verl"))
+    return (
+        f"trl {trl_version} is installed next to verl {verl_version}, and verl's workers will fail: they import "
+        f"{_VALUE_HEAD} from trl when it is installed (verl.utils.model, verl.models.transformers.monkey_patch), "
+        f"but {problem}, so the actor's init_model raises ImportError. Fix: run verl in a separate environment "
+        f"without trl {trl_version} (pip install 'bandpo[verl]' there; keep 'bandpo[trl]' for BandPOTrainer in "
+        "another), or pip uninstall trl in this one."
+    )
+
+
 def register(*, overwrite: bool = False) -> list[str]:
     """Put :data:`LOSS_MODES` into verl's policy-loss registry; idempotent.
 
     Importing this module already calls it (verl's ``verl.plugins`` entry-point loading only imports the
     module). A name that verl already maps to *another* function (e.g. a future built-in ``dcpo``) is left
-    alone unless ``overwrite=True``.
+    alone unless ``overwrite=True``. Warns (``TrlConflictWarning``) when the installed TRL would break verl's
+    workers (:func:`trl_conflict`).
 
     Returns:
         The names that map to this module's losses afterwards.
@@ -338,6 +408,9 @@ def register(*, overwrite: bool = False) -> list[str]:
         ValueError: a name is taken by another function and ``overwrite`` is false (the other names are
             registered first).
     """
+    conflict = trl_conflict()
+    if conflict is not None:
+        warnings.warn(conflict, TrlConflictWarning, stacklevel=2)
     conflicts = []
     for name, fn in LOSS_MODES.items():
         existing = POLICY_LOSS_REGISTRY.get(name)
