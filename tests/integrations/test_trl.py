@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -453,6 +454,128 @@ def test_missing_hook_raises(
     )
     with pytest.raises(RuntimeError, match="bounds were not applied"):
         trainer.train()
+
+
+class _LossAroundCompute(BandPOTrainer):
+    """A user override whose ``compute_loss`` calls TRL's loss directly: TRL's fixed clip, no Band bounds."""
+
+    def compute_loss(
+        self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Tensor:
+        from trl import GRPOTrainer
+
+        return GRPOTrainer._compute_loss(self, model, inputs)
+
+
+class _StepAroundTrainingStep(_LossAroundCompute):
+    """Also bypasses ``BandPOTrainer.training_step``: only the optimizer-step callback can notice."""
+
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Tensor:
+        from trl import GRPOTrainer
+
+        return GRPOTrainer.training_step(self, model, inputs, num_items_in_batch)
+
+
+@pytest.mark.parametrize(
+    ("trainer_cls", "what"),
+    [
+        (_LossAroundCompute, r"training_step computed this micro-batch's loss without going through"),
+        (_StepAroundTrainingStep, r"no loss computed for it since the previous optimizer step went through"),
+    ],
+    ids=["compute_loss_override", "training_step_override"],
+)
+def test_step_whose_loss_skips_the_bounds_raises(
+    tmp_path: Path, trainer_cls: type, what: str, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    """A training step whose loss never reached ``_compute_loss`` stops before the optimizer step, naming the
+    TRL version, instead of training with TRL's fixed clip."""
+    import trl
+
+    args = make_config(tmp_path, max_steps=2, gradient_accumulation_steps=2, steps_per_generation=4)
+    trainer = trainer_cls(
+        model=tiny_model,
+        reward_funcs=vowel_digit_reward,
+        args=args,
+        train_dataset=tiny_dataset,
+        processing_class=tiny_tokenizer,
+    )
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    message = (
+        rf"Band bounds were not applied to optimizer step 1 \(trl {re.escape(trl.__version__)}\): {what}"
+    )
+    with pytest.raises(bandpo_trl.BandBoundsNotAppliedError, match=message) as info:
+        trainer.train()
+    assert "band(divergence=kl" in str(info.value) and "stops before the optimizer step" in str(info.value)
+    assert trainer.state.global_step == 0
+    assert all(torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_step_guard_counts_every_micro_batch(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    """With gradient accumulation, each micro-batch's loss goes through the hook and each optimizer step passes
+    the guard; the counter is reset at every optimizer step."""
+    args = make_config(tmp_path, max_steps=2, gradient_accumulation_steps=2, steps_per_generation=4)
+    trainer = make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset)
+    seen: list[int] = []
+    real = bandpo_trl._StepGuard.on_pre_optimizer_step
+
+    def spy(self: Any, *a: Any, **k: Any) -> None:
+        seen.append(self._trainer()._bandpo_bounded_losses)
+        real(self, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bandpo_trl._StepGuard, "on_pre_optimizer_step", spy)
+        trainer.train()
+    assert trainer.state.global_step == 2
+    assert seen == [2, 2]
+    assert trainer._bandpo_bounded_losses == 0
+
+
+def test_liger_kernel_still_applies_the_bounds(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``use_liger_kernel=True``: TRL 1.16 patches the model with Liger's layer kernels and still computes the
+    loss in ``_compute_loss``, so the bounds TRL clamps with are Band's on every step (older TRL dispatched to a
+    fused Liger loss that would have bypassed them; the step guard would raise).
+
+    Liger's kernels are Triton kernels, which have no CPU driver: on CPU the layer kernels are switched off in
+    ``liger_kernel_config``, so the test covers TRL's Liger code path (the trainer applies Liger to the model,
+    the loss dispatch), not the kernels' numerics.
+    """
+    pytest.importorskip("liger_kernel", reason="liger-kernel is not installed (pip install 'bandpo[dev]')")
+    import transformers.trainer
+
+    applied: list[Any] = []
+    real_apply = transformers.trainer.apply_liger_kernel
+
+    def apply_spy(model: Any, kernel_config: Any) -> None:
+        applied.append(kernel_config)
+        real_apply(model, kernel_config)
+
+    monkeypatch.setattr(transformers.trainer, "apply_liger_kernel", apply_spy)
+    kernels_off = {"rope": False, "rms_norm": False, "swiglu": False}  # Triton kernels cannot run on CPU
+    args = make_config(tmp_path, max_steps=3, use_liger_kernel=True, liger_kernel_config=kernels_off)
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="`use_liger_kernel=True` is deprecated", category=FutureWarning
+        )
+        trainer = make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset)
+    spy = ClampSpy()
+    monkeypatch.setattr(torch, "clamp", spy)
+    trainer.train()
+    monkeypatch.setattr(torch, "clamp", spy.real)
+
+    assert applied == [
+        {**kernels_off, "fused_linear_cross_entropy": False}
+    ]  # TRL forces the layer kernels only
+    assert trainer.state.global_step == args.max_steps
+    assert len(spy.records) == args.max_steps, "TRL's clamp did not receive tensor bounds on every step"
+    for rec in spy.records:
+        mask = rec["mask"]
+        lo, hi = band_bounds(rec["old"], 0.05, "kl", cap=10.0)
+        torch.testing.assert_close(rec["lo"][mask], lo[mask], rtol=0, atol=2e-7)
+        torch.testing.assert_close(rec["hi"][mask], hi[mask], rtol=0, atol=2e-6)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -20,6 +20,16 @@ If the hook did not fire exactly once during the parent call (TRL changed its lo
 instead of silently training with TRL's fixed interval; the import also refuses TRL versions outside
 ``SUPPORTED_TRL`` (set ``BANDPO_ALLOW_UNSUPPORTED_TRL=1`` to try one anyway, with a warning).
 
+The step guard. That check only runs when the loss goes through ``_compute_loss``. A loss that never gets
+there (an override of ``compute_loss`` or ``training_step`` that calls TRL's loss directly, or a TRL release
+whose ``compute_loss`` dispatches elsewhere, as TRL before 1.16 did for ``use_liger_kernel``, to a fused Liger
+loss) would train with TRL's fixed clip without a word. So the trainer also counts the training-mode losses
+whose bounds were applied: ``training_step`` raises ``BandBoundsNotAppliedError`` when its micro-batch produced
+none, and a callback at ``on_pre_optimizer_step`` raises when none was produced since the last optimizer step
+(it catches a ``training_step`` that bypasses ours). Both fire before ``optimizer.step()``, so no parameter
+is updated from an unbounded loss. With ``use_liger_kernel=True`` TRL 1.16 applies only Liger's layer kernels
+(RMSNorm, RoPE, SwiGLU) and keeps ``_compute_loss``: the bounds apply as without it.
+
 Settings that cannot work are refused in ``BandPOConfig.__post_init__`` (before any model loads):
 ``importance_sampling_level="sequence"`` (GSPO: one ratio per sequence, no token probability to build Band on)
 and the loss types whose ``epsilon`` is not a token-ratio clip (``cispo``, ``sapo``, ``vespo``) or which are
@@ -39,6 +49,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -49,6 +60,7 @@ try:
     import trl
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
+    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 except ImportError as err:  # pragma: no cover - exercised only without trl
     raise ImportError(
@@ -62,6 +74,7 @@ from bandpo.losses.policy_loss import clip_metrics
 __all__ = [
     "SUPPORTED_LOSS_TYPES",
     "SUPPORTED_TRL",
+    "BandBoundsNotAppliedError",
     "BandPOConfig",
     "BandPOTrainer",
     "OnPolicyClipWarning",
@@ -123,6 +136,10 @@ check_trl_version()
 
 class OnPolicyClipWarning(UserWarning):
     """Every update is on-policy (ratio exactly 1), so no clip rule can bind."""
+
+
+class BandBoundsNotAppliedError(RuntimeError):
+    """A training step's loss was computed without the clip rule's bounds (TRL's fixed clip would be used)."""
 
 
 @dataclass
@@ -267,6 +284,24 @@ class BandPOConfig(GRPOConfig):
         return self.gradient_accumulation_steps % generate_every != 0
 
 
+class _StepGuard(TrainerCallback):
+    """Raises before an optimizer step when no training loss since the previous one had the Band bounds."""
+
+    def __init__(self, trainer: BandPOTrainer) -> None:
+        self._trainer = weakref.ref(trainer)  # the trainer holds this callback: no reference cycle
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        trainer = self._trainer()
+        if trainer is None:
+            return
+        if trainer._bandpo_bounded_losses == 0:
+            raise trainer._bounds_not_applied(
+                "no loss computed for it since the previous optimizer step went through "
+                "GRPOTrainer._compute_loss, where the bounds are installed"
+            )
+        trainer._bandpo_bounded_losses = 0
+
+
 class _LossCapture(NamedTuple):
     """What the hook saw in one ``_compute_loss`` call, for the metrics. All (B, T) except ``advantages``."""
 
@@ -301,7 +336,10 @@ class BandPOTrainer(GRPOTrainer):
         self.clip_rule: ClipRule = args.build_clip_rule()
         self._bandpo_loss_inputs: dict[str, Any] | None = None
         self._bandpo_capture: _LossCapture | None = None
+        # Training-mode losses computed with the bounds since the last optimizer step (the step guard).
+        self._bandpo_bounded_losses = 0
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        self.add_callback(_StepGuard(self))
         if not args.clipping_can_bind and self.accelerator.is_main_process:
             warnings.warn(
                 f"Every update is on-policy (num_iterations={args.num_iterations}, "
@@ -333,8 +371,37 @@ class BandPOTrainer(GRPOTrainer):
                 "not call _get_per_token_logps_and_entropies. This TRL version's loss path differs from the one "
                 f"supported (trl{SUPPORTED_TRL})."
             )
+        if self.model.training:
+            self._bandpo_bounded_losses += 1
         self._log_clip_metrics(capture)
         return loss
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Tensor:
+        """The parent's step (forward, backward); raises if its loss was computed without the bounds.
+
+        Raises:
+            BandBoundsNotAppliedError: the micro-batch's loss did not go through ``_compute_loss`` (before the
+                optimizer step, so no parameter moves).
+        """
+        before = self._bandpo_bounded_losses
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._bandpo_bounded_losses == before:
+            raise self._bounds_not_applied(
+                "training_step computed this micro-batch's loss without going through "
+                "GRPOTrainer._compute_loss, where the bounds are installed"
+            )
+        return loss
+
+    def _bounds_not_applied(self, what: str) -> BandBoundsNotAppliedError:
+        """The step guard's error for optimizer step ``global_step + 1``, saying ``what`` happened."""
+        return BandBoundsNotAppliedError(
+            f"Band bounds were not applied to optimizer step {self.state.global_step + 1} (trl {trl.__version__}): "
+            f"{what}. Its update would use TRL's fixed clip [1 - epsilon, 1 + epsilon_high] instead of "
+            f"{self.clip_rule.describe()}, so BandPOTrainer stops before the optimizer step. The loss must come "
+            "from GRPOTrainer._compute_loss, as in TRL's own compute_loss (BandPOTrainer supports "
+            f"trl{SUPPORTED_TRL}); an override of compute_loss or training_step that bypasses it, or a TRL "
+            "version that dispatches the loss elsewhere, cannot train with Band bounds."
+        )
 
     def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
         """The parent's forward; inside ``_compute_loss`` it also installs the per-token bounds."""
