@@ -110,6 +110,15 @@ def test_unsupported_trl_version_is_refused(version: str, monkeypatch: pytest.Mo
         check_trl_version(version)
 
 
+def test_warning_filters_name_what_they_hide(pytestconfig: pytest.Config) -> None:
+    """The suite hides only named warnings: a blanket ``ignore::DeprecationWarning`` would hide exactly what an
+    adapter over TRL internals needs to see (a TRL or transformers API it uses going away)."""
+    for entry in pytestconfig.getini("filterwarnings"):
+        action, message = [*entry.split(":", 2), ""][:2]
+        if action == "ignore":
+            assert message, f"filterwarnings entry {entry!r} ignores a whole category; name the message"
+
+
 def test_bandpo_imports_without_trl() -> None:
     code = textwrap.dedent(
         """
