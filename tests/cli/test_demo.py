@@ -1,4 +1,5 @@
-"""`bandpo demo` (the README's main job) end to end through subprocess, on a tiny budget."""
+"""`bandpo demo` (the README's main job) end to end through subprocess, on a tiny budget, rerun into a
+directory an earlier demo left."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
         "OMP_NUM_THREADS": "1",
     }
     out_dir = tmp_path / "demo"
+    old_board = out_dir / "runs" / "Jan01_00-00-00_oldhost"  # left by an earlier demo: the rerun clears it
+    old_board.mkdir(parents=True)
+    (old_board / "events.out.tfevents.1.oldhost.0").write_bytes(b"old curves")
+    (out_dir / "checkpoint-1000").mkdir()
     args = [
         "demo", "--output-dir", str(out_dir), "--k", "2", "--eval-problems", "10",
         "max_steps=4", "logging_steps=1", "save_steps=1000", "model.warm_start.max_steps=10",
@@ -32,3 +37,5 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "clip_frac" in summary["training"]
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("clip/frac" in r for r in rows)
+    assert not old_board.exists() and not (out_dir / "checkpoint-1000").exists()
+    assert len(list(out_dir.glob("runs/*/events.out.tfevents.*"))) == 1  # this run's curves only

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from train_helpers import CONFIGS, save_model_dir
+from train_helpers import CONFIGS, fake_checkpoint, save_model_dir
 
 pytest.importorskip("trl")
 
@@ -322,7 +322,7 @@ def test_prepare_errors_with_files(tmp_path: Path) -> None:
 
 
 def test_prepare_refuses_to_mix_runs(tmp_path: Path) -> None:
-    (tmp_path / "out" / "checkpoint-4").mkdir(parents=True)
+    fake_checkpoint(tmp_path / "out", 4)
     config = load_train_config(TINY, run_dir(tmp_path))
     with pytest.raises(
         ConfigError, match=r"already holds checkpoints \(last: checkpoint-4\).*--resume.*--overwrite"

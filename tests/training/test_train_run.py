@@ -1,5 +1,5 @@
 """In-process tests of ``bandpo.training.run.train``: local files, a reward that raises on some completions
-(the run goes on and counts the failures), the saved outputs."""
+(the run goes on and counts the failures), the saved outputs; ``overwrite`` discarding an earlier run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from train_helpers import SMALL_RUN
+from train_helpers import CONFIGS, SMALL_RUN
 
 pytest.importorskip("trl")
 
@@ -17,6 +17,8 @@ from bandpo.tasks.countdown import CountdownConfig, make_splits
 from bandpo.training.callbacks import read_metrics
 from bandpo.training.config import load_train_config
 from bandpo.training.run import CONFIG_FILE, RUN_INFO_FILE, train
+
+TINY = CONFIGS / "tiny.yaml"
 
 
 def flaky_reward(prompts: list[Any], completions: list[str], **kwargs: Any) -> list[float]:
@@ -64,3 +66,24 @@ def test_train_from_files_survives_a_failing_reward(tmp_path: Path, countdown_mo
     assert load_train_config(out / CONFIG_FILE).to_dict() == config.to_dict()  # the config as run
     info = json.loads((out / RUN_INFO_FILE).read_text())
     assert info["model_path"] == str(countdown_model_dir) and info["n_prompts"] == 40
+
+
+def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(
+    tmp_path: Path, countdown_model_dir: Path
+) -> None:
+    out = tmp_path / "out"
+    old_board = out / "runs" / "Jan01_00-00-00_oldhost"
+    old_board.mkdir(parents=True)
+    (old_board / "events.out.tfevents.1.oldhost.0").write_bytes(b"old curves")
+    (out / "runs" / "notes.txt").write_text("not TensorBoard's: kept")
+    (out / "checkpoint-9").mkdir()
+    (out / "metrics.jsonl").write_text(json.dumps({"step": 9, "loss": 1.0}) + "\n")
+    overrides = [f"output_dir={out}", f"model.path={countdown_model_dir}", "activation_checkpointing=false"]
+    config = load_train_config(TINY, [*overrides, *SMALL_RUN, "max_steps=1", "report_to=tensorboard"])
+
+    train(config, overwrite=True)
+
+    assert not old_board.exists() and (out / "runs" / "notes.txt").is_file()
+    assert len(list((out / "runs").glob("*/events.out.tfevents.*"))) == 1  # this run's curves only
+    assert not (out / "checkpoint-9").exists()
+    assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1]

@@ -53,3 +53,28 @@ def save_model_dir(path: Path, chat_template: str | None = None) -> Path:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def fake_checkpoint(output_dir: Path, step: int) -> Path:
+    """A complete ``checkpoint-<step>`` as transformers writes it (tiny tensors; no model needed)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    path = output_dir / f"checkpoint-{step}"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text("{}")
+    save_file({"model.embed_tokens.weight": torch.arange(6.0).reshape(2, 3)}, path / "model.safetensors")
+    torch.save({"state": {}, "param_groups": []}, path / "optimizer.pt")
+    torch.save({"last_epoch": step}, path / "scheduler.pt")
+    torch.save({"python": None}, path / "rng_state.pth")
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": step}))
+    return path
+
+
+def truncate(path: Path, keep: int | None = None) -> None:
+    """Cut ``path`` to its first ``keep`` bytes (negative: all but the last -keep; default: half), as a kill during
+    the write leaves it."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2 if keep is None else keep])

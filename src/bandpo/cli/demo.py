@@ -89,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
     before = _evaluate(model_dir, dataset, args.k)
     kw = config.trainer_kwargs()
     print(f"[3/4] RL with clip rule {kw.get('clip_rule')!r} for {kw.get('max_steps')} steps")
-    out = train(config, overwrite=True, prepared=prepared)
+    try:  # a rerun discards the earlier run's checkpoints, metrics and TensorBoard folders
+        out = train(config, overwrite=True, prepared=prepared)
+    except ConfigError as err:  # e.g. another run is using the output directory
+        print(f"bandpo demo: error: {err}", file=sys.stderr)
+        return 2
     print("[4/4] held-out evaluation after RL")
     after = _evaluate(out, dataset, args.k)
     stats = _metrics_summary(out / "metrics.jsonl")

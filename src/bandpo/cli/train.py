@@ -1,14 +1,25 @@
-"""``bandpo train --config CONFIG [--resume] [--overwrite] [--dry-run] [KEY=VALUE ...]``.
+"""``bandpo train --config CONFIG [--resume [--allow-config-change]] [--overwrite] [--dry-run] [KEY=VALUE ...]``.
 
 The config is YAML in TRL's own names (``bandpo.training.config``); ``KEY=VALUE`` overrides follow it (dotted
 keys for the sections: ``model.path=/models/x``, ``data.path=train.jsonl``, ``reward.name=dapo``). Data parallel:
 ``accelerate launch --num_processes N -m bandpo.cli.main train --config ...``.
+
+Exit codes: 0 done (or nothing to do), 2 a config, data, output-directory or resume problem found before
+training (one line, no traceback), 130 interrupted (Ctrl-C: one line naming the last complete checkpoint and
+the command that resumes).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bandpo.training.run import PreparedRun
 
 EPILOG = """\
 config keys:
@@ -26,6 +37,7 @@ examples:
   bandpo train --config configs/tiny.yaml
   bandpo train --config configs/tiny.yaml clip_rule=grpo output_dir=runs/tiny-grpo
   bandpo train --config configs/tiny.yaml --resume
+  bandpo train --config configs/tiny.yaml --resume max_steps=3200   # extend (constant lr schedule)
   bandpo train --config my.yaml model.path=/models/qwen data.path=train.jsonl reward.name=dapo
   accelerate launch --num_processes 8 -m bandpo.cli.main train --config configs/qwen2.5-3b-instruct.yaml
   ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m bandpo.cli.main train \
@@ -47,12 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--resume",
         action="store_true",
-        help="continue from the last checkpoint in output_dir (none there: start from scratch)",
+        help="continue from the newest complete checkpoint in output_dir (none there: start from scratch; a "
+        "finished run: do nothing). Refused if the config changes the experiment (not just logging, saving or, "
+        "with a constant lr schedule, max_steps)",
     )
     mode.add_argument(
         "--overwrite",
         action="store_true",
-        help="discard the checkpoints and metrics of an earlier run in output_dir",
+        help="discard the checkpoints, metrics and TensorBoard folders of an earlier run in output_dir",
+    )
+    parser.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="with --resume: continue even if the config changes the experiment (the changes are printed and "
+        "recorded in run_info.json)",
     )
     parser.add_argument(
         "--dry-run",
@@ -61,22 +81,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def resume_command(args: argparse.Namespace) -> str:
+    """The ``bandpo train`` command line that resumes the run ``args`` describes."""
+    words = ["bandpo", "train", "--config", args.config, *args.overrides, "--resume"]
+    if args.allow_config_change:
+        words.append("--allow-config-change")
+    return shlex.join(words)
+
+
+def _interrupted(args: argparse.Namespace, output_dir: Path | None) -> int:
+    from bandpo.training.run import last_checkpoint
+
+    if os.environ.get("RANK", "0") == "0":  # one line, from the main process
+        last = last_checkpoint(output_dir) if output_dir is not None else None
+        where = (
+            f"last complete checkpoint {last}"
+            if last
+            else "no complete checkpoint yet (resuming starts over)"
+        )
+        print(f"\nbandpo train: interrupted; {where}; continue with: {resume_command(args)}", file=sys.stderr)
+    return 130
+
+
 def run(args: argparse.Namespace) -> int:
     from bandpo.training.config import ConfigError, load_train_config
     from bandpo.training.run import prepare, train
 
+    output_dir = None
     try:
         config = load_train_config(args.config, args.overrides)
-        prepared = prepare(config, resume=args.resume, overwrite=args.overwrite)
+        output_dir = config.output_dir
+        prepared = prepare(
+            config, resume=args.resume, overwrite=args.overwrite, allow_config_change=args.allow_config_change
+        )
+        if args.dry_run:
+            print(config.to_yaml(), end="")
+            print(
+                f"# ok: {len(prepared.problems)} prompts, output_dir {config.output_dir}{_dry_run_plan(prepared)}"
+            )
+            return 0
+        train(config, resume=args.resume, overwrite=args.overwrite, prepared=prepared)
     except ConfigError as err:
         print(f"bandpo train: error: {err}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        print(config.to_yaml(), end="")
-        print(
-            f"# ok: {len(prepared.problems)} prompts, output_dir {config.output_dir}"
-            + (f", would resume from {prepared.resume_from}" if prepared.resume_from else ""),
-        )
-        return 0
-    train(config, resume=args.resume, overwrite=args.overwrite, prepared=prepared)
+    except KeyboardInterrupt:
+        return _interrupted(args, output_dir)
     return 0
+
+
+def _dry_run_plan(prepared: PreparedRun) -> str:
+    """What a run of ``prepared`` would do with the checkpoints it found (for ``--dry-run``)."""
+    plan = prepared.resume_plan
+    if plan is None:
+        return ""
+    text = ""
+    if plan.scan.skipped:
+        text += f", would skip incomplete {plan.scan.describe_skipped()}"
+    if plan.complete_at is not None:
+        return text + f", the run is complete at step {plan.complete_at}: nothing to train"
+    if plan.scan.latest is not None:
+        return text + f", would resume from {plan.scan.latest}"
+    return text + ", no complete checkpoint: would start from scratch"

@@ -6,6 +6,12 @@
 * :mod:`bandpo.training.tasks`: the registry of built-in tasks (``countdown``: puzzles + tiny warm-started model).
 * :mod:`bandpo.training.data`: local JSONL / JSON / parquet prompt datasets and prompt formatting (chat templates).
 * :mod:`bandpo.training.callbacks`: the ``metrics.jsonl`` writer.
+* :mod:`bandpo.training.trainer_checks`: TRL / transformers settings those libraries refuse only once the models
+  are loaded, and runs that would train no step.
+* :mod:`bandpo.training.checkpoints`: which checkpoints are complete (a kill during a save leaves one that is not).
+* :mod:`bandpo.training.resume`: what ``--resume`` continues; a finished run; config changes on resume.
+* :mod:`bandpo.training.lock`: one run per ``output_dir``.
+* :mod:`bandpo.training.expected_warnings`: silences the two messages every run printed for nothing.
 * :mod:`bandpo.training.run`: :func:`prepare` (every check, no model loaded) and :func:`train`.
 
 The heavy modules (TRL, transformers) are imported on first use, so ``import bandpo.training`` is cheap.

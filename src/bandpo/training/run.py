@@ -10,7 +10,13 @@
 What ends up in ``output_dir``: the final model and tokenizer (``from_pretrained`` loads the directory),
 ``checkpoint-<step>/`` every ``save_steps``, ``metrics.jsonl`` (every logged dict with ``step`` and ``time``),
 ``train_config.yaml`` (the config as run), ``run_info.json`` (resolved model path, data size, processes,
-versions) and, with ``report_to: tensorboard``, TensorBoard event files under ``runs/``.
+versions; ``finished`` once the final model is saved) and, with ``report_to: tensorboard``, TensorBoard event
+files under ``runs/``. While a run trains, ``.bandpo-train.lock`` there keeps a second run out
+(:mod:`bandpo.training.lock`).
+
+Resuming (:mod:`bandpo.training.resume`) continues from the newest *complete* checkpoint (incomplete ones, left
+by a kill during a save, are skipped and named), does nothing for a run that already finished, and refuses a
+config that changes the experiment unless ``allow_config_change`` is set.
 
 Data parallel: launched by ``accelerate launch --num_processes N`` (or torchrun), every process runs the same
 :func:`train`; TRL splits the generation batch across processes, the main process builds a task model first (the
@@ -19,7 +25,7 @@ others then load it from the cache) and writes the files.
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
 import json
 import os
@@ -33,14 +39,28 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.rewards import REWARDS, SafeRewardFunc, get_reward_func, reward_names, safe_reward_func
+from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.data import build_prompt_dataset, load_problems
+from bandpo.training.expected_warnings import silence_expected_warnings, tied_weight_keys
+from bandpo.training.lock import OutputDirLock, check_unlocked
+from bandpo.training.resume import (
+    CONFIG_FILE,
+    RUN_INFO_FILE,
+    ConfigChanges,
+    ResumePlan,
+    mark_finished,
+    plan_resume,
+    trainer_default,
+)
 from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
+from bandpo.training.trainer_checks import (
+    check_trainer_components,
+    check_trainer_values,
+    check_training_length,
+)
 
 __all__ = ["CONFIG_FILE", "RUN_INFO_FILE", "PreparedRun", "last_checkpoint", "prepare", "train"]
-
-CONFIG_FILE = "train_config.yaml"
-RUN_INFO_FILE = "run_info.json"
 
 
 @dataclass
@@ -54,6 +74,8 @@ class PreparedRun:
         problems: the training problems (``prompt`` raw, ``answer``, kept columns).
         model_path: the model directory or Hugging Face id; ``None`` for a task model not built yet.
         resume_from: the checkpoint to resume from, or ``None``.
+        resume_plan: with ``resume``: the checkpoints found, whether the run is already complete, the config
+            changes (``None`` without ``resume``).
         world_size: number of processes.
         tokenizer, dataset: the tokenizer and the formatted ``datasets.Dataset`` of prompts, once the model path
             is known (for a task model, after it is built).
@@ -66,40 +88,37 @@ class PreparedRun:
     model_path: str | None
     resume_from: Path | None
     world_size: int
+    resume_plan: ResumePlan | None = None
     tokenizer: Any = None
     dataset: Any = None
 
 
 def last_checkpoint(output_dir: str | Path) -> Path | None:
-    """The ``checkpoint-<step>`` directory with the highest step in ``output_dir`` (``None`` if there is none)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return None
-    found = get_last_checkpoint(str(output_dir))
-    return Path(found) if found else None
+    """The complete ``checkpoint-<step>`` directory with the highest step in ``output_dir`` (``None`` if there is
+    none); incomplete ones (a kill during the save) are passed over (:mod:`bandpo.training.checkpoints`)."""
+    return scan_checkpoints(output_dir).latest
 
 
 # ------------------------------------------------------------------------------------------------- checks
-def _trainer_default(name: str) -> Any:
-    from bandpo.integrations.trl import BandPOConfig
-
-    for f in dataclasses.fields(BandPOConfig):
-        if f.name == name:
-            return f.default
-    raise KeyError(name)
-
-
 def _world_size() -> int:
     return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def _is_main_rank() -> bool:
+    """Whether this process writes the run's files (rank 0 under accelerate / torchrun, or the only process)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _trainer_value(config: TrainConfig, name: str) -> Any:
+    """The value of trainer field ``name`` the run uses: the config's, or the ``BandPOConfig`` default."""
+    return config.trainer.get(name, trainer_default(name))
 
 
 def _check_batch(config: TrainConfig, world_size: int) -> None:
     """TRL's rule, with the arithmetic spelled out: the generation batch holds whole groups."""
 
     def get(name: str) -> Any:
-        return config.trainer.get(name, _trainer_default(name))
+        return _trainer_value(config, name)
 
     n = get("num_generations")
     if n is None or n < 2:
@@ -227,24 +246,36 @@ def _load_tokenizer(path: str) -> Any:
     return tokenizer
 
 
-def prepare(config: TrainConfig, resume: bool = False, overwrite: bool = False) -> PreparedRun:
-    """Check the whole run without loading a model: batch arithmetic, clip rule and every TRL setting
-    (``BandPOConfig``), reward name and options, model path, dataset files and columns, chat-template use,
-    and the output directory.
+def prepare(
+    config: TrainConfig, resume: bool = False, overwrite: bool = False, allow_config_change: bool = False
+) -> PreparedRun:
+    """Check the whole run without loading a model: batch arithmetic, value ranges, clip rule and every TRL
+    setting (``BandPOConfig``, plus the optimizer, scheduler and generation config built as TRL will), reward name
+    and options, model path, dataset files and columns (and that they fill one generation round), chat-template
+    use, and the output directory (not in use by another run; with ``resume``, its checkpoints and config).
 
     Args:
         config: the training config.
-        resume: continue from the last checkpoint in ``output_dir`` (none there: start from scratch).
+        resume: continue from the newest complete checkpoint in ``output_dir`` (none there: start from scratch).
         overwrite: a fresh run may replace the checkpoints and metrics of an earlier one in ``output_dir``.
+        allow_config_change: with ``resume``, continue even if the config changes the experiment
+            (:mod:`bandpo.training.resume`).
 
     Raises:
-        ConfigError: the first problem found, with the key, the value and what is allowed.
+        ConfigError: the first problem found, with the key, the value and what is allowed
+            (:class:`bandpo.training.lock.OutputDirLockedError` when another live run holds ``output_dir``).
     """
     if resume and overwrite:
         raise ConfigError(
             "resume and overwrite are exclusive: resume continues the run, overwrite discards it"
         )
+    if allow_config_change and not resume:
+        raise ConfigError("allow_config_change applies to a resume only (--resume)")
+    output_dir = config.output_dir
+    if _is_main_rank():
+        check_unlocked(output_dir)
     world_size = _world_size()
+    check_trainer_values(lambda name: _trainer_value(config, name))
     _check_batch(config, world_size)
     from bandpo.integrations.trl import BandPOConfig
 
@@ -254,6 +285,7 @@ def prepare(config: TrainConfig, resume: bool = False, overwrite: bool = False) 
         raise
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from err
+    check_trainer_components(args)
     reward = _build_reward(config)
     model_path = _check_model(config)
     answer_key = getattr(reward.fn, "answer_key", None)
@@ -262,24 +294,27 @@ def prepare(config: TrainConfig, resume: bool = False, overwrite: bool = False) 
         need_answer=answer_key == "answer",
         answer_columns=[answer_key] if answer_key and answer_key != "answer" else [],
     )
-    output_dir = config.output_dir
-    resume_from = None
-    found = last_checkpoint(output_dir)
+    check_training_length(args, len(problems))
+    plan = None
     if resume:
-        resume_from = found
-    elif found is not None and not overwrite:
-        raise ConfigError(
-            f"output_dir {str(output_dir)!r} already holds checkpoints (last: {found.name}) from an earlier run: "
-            "pass --resume to continue it, --overwrite to discard it, or choose another output_dir"
-        )
+        plan = plan_resume(output_dir, config, args, allow_config_change)
+    else:
+        scan = scan_checkpoints(output_dir)
+        if scan.any_found and not overwrite:
+            last = scan.latest or scan.skipped[0][0]
+            raise ConfigError(
+                f"output_dir {str(output_dir)!r} already holds checkpoints (last: {last.name}) from an earlier "
+                "run: pass --resume to continue it, --overwrite to discard it, or choose another output_dir"
+            )
     prepared = PreparedRun(
         config=config,
         args=args,
         reward_funcs=[reward],
         problems=problems,
         model_path=model_path,
-        resume_from=resume_from,
+        resume_from=plan.scan.latest if plan and plan.complete_at is None else None,
         world_size=args.world_size,
+        resume_plan=plan,
     )
     if model_path is not None:  # the tokenizer is small: check the prompts against it now
         prepared.tokenizer = _load_tokenizer(model_path)
@@ -359,21 +394,22 @@ def _versions() -> dict[str, str]:
 
 def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output_dir: Path) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
-    config_file = output_dir / CONFIG_FILE
-    text = prepared.config.to_yaml()
-    if prepared.resume_from is not None and config_file.exists() and config_file.read_text() != text:
+    changes = prepared.resume_plan.changes if prepared.resume_plan else None
+    changed = {**changes.altering, **changes.harmless} if changes else {}
+    if changed:
         print(
-            f"bandpo train: note: the config differs from the one this run started with ({config_file}); "
-            "continuing with the new one",
+            f"bandpo train: note: resuming with settings changed since the run started: "
+            f"{ConfigChanges.describe(changed)}",
             file=sys.stderr,
         )
-    config_file.write_text(text)
+    (output_dir / CONFIG_FILE).write_text(prepared.config.to_yaml())
     info = {
         "model_path": model_path,
         "config_source": prepared.config.source,
         "n_prompts": n_rows,
         "world_size": prepared.world_size,
         "resumed_from": str(prepared.resume_from) if prepared.resume_from else None,
+        "config_changed_on_resume": {k: list(v) for k, v in changed.items()} or None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv,
         "versions": _versions(),
@@ -381,13 +417,56 @@ def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output
     (output_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
 
 
+def _is_tensorboard_folder(path: Path) -> bool:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return path.is_dir() and all(p.name.startswith("events.out.tfevents.") for p in files)
+
+
 def _discard_earlier_run(output_dir: Path) -> None:
+    """Remove an earlier run's checkpoints, metrics, run info and TensorBoard folders (``runs/<date>_<host>/``
+    holding only event files) from ``output_dir``; the model files are overwritten by the new run."""
     from bandpo.training.callbacks import METRICS_FILE
 
     for child in output_dir.glob("checkpoint-*"):
         if child.is_dir():
             shutil.rmtree(child)
-    (output_dir / METRICS_FILE).unlink(missing_ok=True)
+    for name in (METRICS_FILE, RUN_INFO_FILE):
+        (output_dir / name).unlink(missing_ok=True)
+    board = output_dir / "runs"
+    if board.is_dir():
+        for child in board.iterdir():
+            if _is_tensorboard_folder(child):
+                shutil.rmtree(child)
+        if not any(board.iterdir()):
+            board.rmdir()
+
+
+def _finish_complete_run(plan: ResumePlan, step: int, args: Any, output_dir: Path) -> None:
+    """``--resume`` of a run that already finished at ``step``: nothing to train; the final model is copied from
+    the last checkpoint if the run was killed before saving it."""
+    if plan.final_from_checkpoint and plan.scan.latest is not None:
+        copy_model_files(plan.scan.latest, output_dir)
+        mark_finished(output_dir, step, args)
+        how = f"; the final model was not saved, copied it from {plan.scan.latest.name}"
+    else:
+        how = "; the final model is unchanged"
+    print(
+        f"bandpo train: {output_dir} is complete (step {step}, max_steps {args.max_steps}): "
+        f"nothing to train{how}. To train longer, resume with a higher max_steps",
+        flush=True,
+    )
+
+
+def _close_progress_bars(trainer: Any) -> None:
+    from transformers import ProgressCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, ProgressCallback):
+            for name in ("training_bar", "prediction_bar"):
+                bar = getattr(callback, name, None)
+                if bar is not None:
+                    bar.close()
+                    setattr(callback, name, None)
 
 
 def train(
@@ -396,35 +475,59 @@ def train(
     overwrite: bool = False,
     callbacks: Sequence[Any] = (),
     prepared: PreparedRun | None = None,
+    allow_config_change: bool = False,
 ) -> Path:
     """Train ``config`` with ``BandPOTrainer``; returns ``output_dir`` (module docstring for its contents).
 
     Args:
         config: the training config (:func:`bandpo.training.config.load_train_config`).
-        resume: continue from the last ``checkpoint-*`` in ``output_dir`` (optimizer, scheduler, RNG and data
-            position included); with none there, start from scratch. ``metrics.jsonl`` keeps the rows up to the
-            checkpoint's step, so no step is logged twice.
-        overwrite: discard an earlier run's checkpoints and metrics in ``output_dir`` (otherwise a fresh run into
-            such a directory is refused).
+        resume: continue from the newest complete ``checkpoint-*`` in ``output_dir`` (optimizer, scheduler, RNG
+            and data position included); with none there, start from scratch; for a run that already finished,
+            do nothing. ``metrics.jsonl`` keeps the rows up to the checkpoint's step, so no step is logged twice.
+        overwrite: discard an earlier run's checkpoints, metrics and TensorBoard folders in ``output_dir``
+            (otherwise a fresh run into such a directory is refused).
         callbacks: more ``transformers.TrainerCallback`` objects.
         prepared: the result of :func:`prepare` for this config, to skip checking twice.
+        allow_config_change: with ``resume``, continue even if the config changes the experiment.
 
     Raises:
-        ConfigError: from :func:`prepare`, before any model is loaded.
+        ConfigError: from :func:`prepare`, before any model is loaded;
+            :class:`bandpo.training.lock.OutputDirLockedError` if another live run holds ``output_dir``.
     """
+    prepared = prepared or prepare(
+        config, resume=resume, overwrite=overwrite, allow_config_change=allow_config_change
+    )
+    args = prepared.args
+    output_dir = Path(args.output_dir)
+    is_main = args.process_index == 0
+    with OutputDirLock(output_dir) if is_main else contextlib.nullcontext():
+        plan = prepared.resume_plan
+        if is_main and plan is not None and plan.scan.skipped:
+            print(
+                f"bandpo train: skipping incomplete checkpoint(s) (a save did not finish): "
+                f"{plan.scan.describe_skipped()}",
+                flush=True,
+            )
+        if plan is not None and plan.complete_at is not None:
+            if is_main:
+                _finish_complete_run(plan, plan.complete_at, args, output_dir)
+            return output_dir
+        return _train_locked(prepared, overwrite, callbacks, is_main)
+
+
+def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[Any], is_main: bool) -> Path:
     from transformers import ProgressCallback
 
     from bandpo.training.callbacks import METRICS_FILE, CompactProgressCallback, MetricsJSONLCallback
 
-    prepared = prepared or prepare(config, resume=resume, overwrite=overwrite)
-    args = prepared.args
+    config, args = prepared.config, prepared.args
     output_dir = Path(args.output_dir)
-    is_main = args.process_index == 0
     if overwrite and is_main and output_dir.is_dir():
         _discard_earlier_run(output_dir)
-    if resume and prepared.resume_from is None and is_main:
+    if prepared.resume_plan is not None and prepared.resume_from is None and is_main:
         print(
-            f"bandpo train: no checkpoint in {output_dir} to resume from: starting from scratch", flush=True
+            f"bandpo train: no complete checkpoint in {output_dir} to resume from: starting from scratch",
+            flush=True,
         )
 
     model_path = prepared.model_path
@@ -460,9 +563,15 @@ def train(
     if not args.disable_tqdm:  # same bar and ETA, one summary line per log instead of ~70 metrics
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(CompactProgressCallback())
-    trainer.train(resume_from_checkpoint=str(prepared.resume_from) if prepared.resume_from else None)
+    try:
+        with silence_expected_warnings(tied_weight_keys(trainer.model)):
+            trainer.train(resume_from_checkpoint=str(prepared.resume_from) if prepared.resume_from else None)
+    except KeyboardInterrupt:
+        _close_progress_bars(trainer)  # now, not at exit after the caller's message
+        raise
     trainer.save_model(str(output_dir))
     if is_main:
+        mark_finished(output_dir, trainer.state.global_step, args)
         failures = sum(f.n_failures for f in prepared.reward_funcs)
         print(
             f"bandpo train: done at step {trainer.state.global_step}; model, metrics.jsonl and checkpoints in "

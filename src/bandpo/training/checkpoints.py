@@ -1,0 +1,194 @@
+"""Which ``checkpoint-<step>`` directories of a run can be resumed from.
+
+Transformers writes a checkpoint in place, in this order: the model (weights, config, tokenizer), the optimizer,
+the scheduler, the RNG states and last ``trainer_state.json``. A process killed in between leaves a directory that
+``transformers.trainer_utils.get_last_checkpoint`` still picks (newest by name) and that
+``Trainer.train(resume_from_checkpoint=...)`` then fails on. :func:`checkpoint_problem` says what is missing or
+unreadable in one directory; :func:`scan_checkpoints` picks the newest complete one and lists the newer ones it
+skipped.
+
+The checks read only headers and directory listings: a ``.safetensors`` file must be as long as its header says
+(a truncated file is shorter), a ``torch.save`` file (``optimizer.pt``, ``scheduler.pt``, ``rng_state*.pth``, a zip
+archive) must have its central directory (written last, at the end), ``trainer_state.json`` must parse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "CHECKPOINT_PATTERN",
+    "CheckpointScan",
+    "checkpoint_dirs",
+    "checkpoint_problem",
+    "copy_model_files",
+    "safetensors_problem",
+    "scan_checkpoints",
+]
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+"""Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
+
+TRAINER_STATE = "trainer_state.json"
+_TRAINING_ONLY = re.compile(r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$")
+
+
+def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
+    """The ``checkpoint-<step>`` directories of ``output_dir``, oldest (lowest step) first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [p for p in output_dir.iterdir() if CHECKPOINT_PATTERN.match(p.name) and p.is_dir()]
+    return sorted(found, key=lambda p: int(CHECKPOINT_PATTERN.match(p.name).group(1)))  # type: ignore[union-attr]
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """``None`` if ``path`` is a whole ``.safetensors`` file; otherwise what is wrong with it.
+
+    The format is an 8-byte little-endian header length, a JSON header giving each tensor's ``data_offsets``, then
+    the data: a complete file is exactly ``8 + header length + largest end offset`` bytes long.
+    """
+    if not path.is_file():
+        return f"{path.name} is missing"
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            return f"{path.name} is truncated ({size} bytes)"
+        header_len = int.from_bytes(prefix, "little")
+        if 8 + header_len > size:
+            return f"{path.name} is truncated ({size} bytes, its header alone needs {8 + header_len})"
+        try:
+            header = json.loads(f.read(header_len))
+            end = max(
+                (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0
+            )
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return f"{path.name} has an unreadable header"
+    expected = 8 + header_len + end
+    if size != expected:
+        return f"{path.name} is truncated ({size} bytes, its header describes {expected})"
+    return None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """``None`` if the ``torch.save`` archive ``path`` is whole (its zip central directory, written last, reads)."""
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except (OSError, zipfile.BadZipFile):
+        return f"{path.name} is truncated or unreadable"
+
+
+def _weights_problem(checkpoint: Path) -> str | None:
+    index = checkpoint / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return f"{index.name} is unreadable"
+        for shard in shards:
+            problem = safetensors_problem(checkpoint / shard)
+            if problem:
+                return problem
+        return None
+    for name in ("model.safetensors", "adapter_model.safetensors"):
+        if (checkpoint / name).exists():
+            return safetensors_problem(checkpoint / name)
+    for name in ("pytorch_model.bin", "adapter_model.bin"):
+        if (checkpoint / name).exists():
+            return _torch_file_problem(checkpoint / name)
+    if _sharded_state(checkpoint):
+        return None
+    return "no model weights (model.safetensors)"
+
+
+def _sharded_state(checkpoint: Path) -> bool:
+    """FSDP (``pytorch_model_fsdp_*``) or DeepSpeed (``global_step*``) state directories: not inspected."""
+    return any(
+        p.is_dir() for p in (*checkpoint.glob("pytorch_model_fsdp_*"), *checkpoint.glob("global_step*"))
+    )
+
+
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """``None`` if ``checkpoint`` can be resumed from; otherwise the first thing missing or unreadable in it:
+    the model weights, the optimizer and scheduler states, an RNG state file that is there, ``trainer_state.json``.
+    """
+    checkpoint = Path(checkpoint)
+    state = checkpoint / TRAINER_STATE
+    if not state.is_file():
+        return f"no {TRAINER_STATE} (written last: the save did not finish)"
+    try:
+        step = json.loads(state.read_text())["global_step"]
+        if not isinstance(step, int):
+            raise TypeError(step)
+    except (ValueError, KeyError, TypeError):
+        return f"{TRAINER_STATE} is truncated or unreadable"
+    problem = _weights_problem(checkpoint)
+    if problem:
+        return problem
+    sharded = _sharded_state(checkpoint)
+    for name in ("optimizer", "scheduler"):
+        if not (checkpoint / f"{name}.pt").exists() and not (
+            sharded or (checkpoint / f"{name}.bin").exists()
+        ):
+            return f"no {name} state ({name}.pt)"
+    for path in sorted(
+        [
+            *checkpoint.glob("optimizer.pt"),
+            *checkpoint.glob("scheduler.pt"),
+            *checkpoint.glob("rng_state*.pth"),
+        ]
+    ):
+        problem = _torch_file_problem(path)
+        if problem:
+            return problem
+    return None
+
+
+@dataclass
+class CheckpointScan:
+    """The checkpoints of one ``output_dir``.
+
+    Attributes:
+        latest: the newest complete checkpoint (``None``: none is complete).
+        step: its ``global_step`` (``None`` without one).
+        skipped: the newer, incomplete checkpoints, newest first, each with what is wrong with it.
+        any_found: whether the directory holds any ``checkpoint-*`` directory, complete or not.
+    """
+
+    latest: Path | None = None
+    step: int | None = None
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    any_found: bool = False
+
+    def describe_skipped(self) -> str:
+        """``checkpoint-8 (no trainer_state.json ...), ...``: the incomplete checkpoints, for a message."""
+        return ", ".join(f"{path.name} ({why})" for path, why in self.skipped)
+
+
+def scan_checkpoints(output_dir: str | Path) -> CheckpointScan:
+    """The newest complete checkpoint in ``output_dir`` and the incomplete ones newer than it."""
+    dirs = checkpoint_dirs(output_dir)
+    scan = CheckpointScan(any_found=bool(dirs))
+    for path in reversed(dirs):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            scan.latest = path
+            scan.step = int(json.loads((path / TRAINER_STATE).read_text())["global_step"])
+            break
+        scan.skipped.append((path, problem))
+    return scan
+
+
+def copy_model_files(checkpoint: Path, output_dir: Path) -> None:
+    """Copy what ``Trainer.save_model`` writes (weights, config, tokenizer; not the optimizer, scheduler, RNG or
+    trainer state) from ``checkpoint`` to ``output_dir``."""
+    for path in checkpoint.iterdir():
+        if path.is_file() and not _TRAINING_ONLY.match(path.name):
+            shutil.copy2(path, output_dir / path.name)

@@ -1,0 +1,78 @@
+"""Silence the two messages every ``bandpo train`` printed although nothing is wrong, and nothing else.
+
+* transformers 5 deprecates ``PreTrainedModel.is_gradient_checkpointing``, which TRL 1.16 still reads before each
+  generation: a ``FutureWarning`` about an API we do not call. Filtered by its message, as a ``FutureWarning``.
+* On resume, ``Trainer`` loads the checkpoint's state dict non-strictly and logs
+  ``There were missing keys in the checkpoint model loaded: ['lm_head.weight']`` for a model whose output layer
+  is tied to the input embedding (the checkpoint stores the shared tensor once). Dropped only when every listed
+  key is tied in the model being trained (and the tie is in effect: one tensor); any other missing key is logged.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import logging
+import re
+import warnings
+from collections.abc import Collection, Iterator
+from typing import Any
+
+__all__ = [
+    "GRADIENT_CHECKPOINTING_MESSAGE",
+    "TiedKeysFilter",
+    "silence_expected_warnings",
+    "tied_weight_keys",
+]
+
+GRADIENT_CHECKPOINTING_MESSAGE = r"`is_gradient_checkpointing` is deprecated"
+"""Start of the transformers ``FutureWarning`` that TRL triggers (regex, as ``warnings.filterwarnings`` takes)."""
+
+_MISSING_KEYS = re.compile(r"There were missing keys in the checkpoint model loaded: (\[.*\])\.?")
+_TRAINER_LOGGER = "transformers.trainer"
+
+
+def tied_weight_keys(model: Any) -> set[str]:
+    """Names of ``model``'s parameters that are tied to another one (``lm_head.weight`` for tied embeddings),
+    when the tie is in effect (the output and input embeddings are one tensor); otherwise an empty set."""
+    try:
+        tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    except AttributeError:
+        return set()
+    if not tied:
+        return set()
+    keys = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or ()
+    return set(keys)
+
+
+class TiedKeysFilter(logging.Filter):
+    """Drops transformers' missing-keys message when all the keys it lists are in ``tied``."""
+
+    def __init__(self, tied: Collection[str]) -> None:
+        super().__init__()
+        self.tied = set(tied)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        match = _MISSING_KEYS.fullmatch(record.getMessage())
+        if match is None or not self.tied:
+            return True
+        try:
+            keys = ast.literal_eval(match.group(1))
+        except (ValueError, SyntaxError):
+            return True
+        return not (isinstance(keys, list) and keys and set(keys) <= self.tied)
+
+
+@contextlib.contextmanager
+def silence_expected_warnings(tied: Collection[str] = ()) -> Iterator[None]:
+    """Within the block, hide the two expected messages (module docstring); ``tied``: :func:`tied_weight_keys`
+    of the model being trained. Other warnings and log records pass unchanged."""
+    logger = logging.getLogger(_TRAINER_LOGGER)
+    keys_filter = TiedKeysFilter(tied)
+    logger.addFilter(keys_filter)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_MESSAGE, category=FutureWarning)
+            yield
+    finally:
+        logger.removeFilter(keys_filter)

@@ -1,0 +1,78 @@
+"""Tests for ``bandpo.training.trainer_checks``: values TRL or transformers refuse only after the models load, and
+runs that would train no step, are refused by ``prepare`` (so by ``--dry-run``) in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from train_helpers import CONFIGS
+
+pytest.importorskip("trl")
+
+from bandpo.cli.main import main
+from bandpo.training.config import ConfigError, load_train_config
+from bandpo.training.run import prepare
+
+TINY = CONFIGS / "tiny.yaml"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["temperature=0"], r"^temperature must be a finite number > 0 .*, got 0.0$"),
+        (["per_device_train_batch_size=0"], r"^per_device_train_batch_size must be an integer >= 1, got 0$"),
+        (["learning_rate=-1"], r"^learning_rate must be a finite number >= 0, got -1.0$"),
+        (["max_steps=0"], r"^max_steps must be an integer >= 1, or -1 .*\(0 trains no step\), got 0$"),
+        (["max_steps=-1", "num_train_epochs=0"], r"^num_train_epochs must be a finite number > 0, got 0.0$"),
+        (["top_p=1.5"], r"^top_p must be a number in \(0, 1\], got 1.5$"),
+        (["adam_beta2=1"], r"^adam_beta2 must be a number in \[0, 1\), got 1.0$"),
+        (
+            ["generation_batch_size=0", "steps_per_generation=null"],
+            r"^generation_batch_size must be an integer",
+        ),
+        (
+            ["lr_scheduler_type=linear", "lr_scheduler_kwargs={foo: 1}"],
+            r"^lr_scheduler_type='linear' with lr_scheduler_kwargs=\{'foo': 1\}: .*unexpected keyword",
+        ),
+        (["optim_args=foo"], r"^optim='adamw_torch_fused' \(with optim_args='foo'\): "),
+        (["generation_kwargs={max_new_tokens: 0}"], r"^the generation settings .*`max_new_tokens` must be"),
+    ],
+)
+def test_values_refused_late_by_trl_are_refused_before_loading(
+    overrides: list[str], match: str, tmp_path: Path
+) -> None:
+    config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=none", *overrides])
+    with pytest.raises(ConfigError, match=match):
+        prepare(config)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("temperature=0", "temperature must be a finite number > 0 (TRL divides the logits by it), got 0.0"),
+        ("per_device_train_batch_size=0", "per_device_train_batch_size must be an integer >= 1, got 0"),
+        ("learning_rate=-1", "learning_rate must be a finite number >= 0, got -1.0"),
+    ],
+)
+def test_dry_run_names_the_key_in_one_line(
+    override: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={tmp_path / 'out'}", override])
+    assert code == 2
+    assert capsys.readouterr().err == f"bandpo train: error: {message}\n"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "rows", "needed"),
+    [
+        (["data.task_options.n_train=10"], 10, 32),  # tiny.yaml: 256 completions per round / 8 per prompt
+        (["data.max_samples=3", "per_device_train_batch_size=8", "num_generations=4"], 3, 8),
+    ],
+)
+def test_data_smaller_than_one_generation_round_is_refused(
+    overrides: list[str], rows: int, needed: int, tmp_path: Path
+) -> None:
+    config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=none", *overrides])
+    with pytest.raises(ConfigError, match=rf"hold {rows} prompts, .* a generation round of {needed} prompts"):
+        prepare(config)
