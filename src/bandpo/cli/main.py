@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "train and evaluate several clip rules over seeds; write plots and a report",
     ),
     "demo": ("bandpo.cli.demo", "the main job: warm-start the tiny model, train it with BandPO, evaluate"),
+    "mechanism": ("bandpo.cli.mechanism", "the clip rules on a Zipf-vocabulary bandit: where Band changes the outcome"),
 }
 
 

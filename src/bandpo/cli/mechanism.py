@@ -1,0 +1,125 @@
+"""``bandpo mechanism``: the clip rules on a categorical policy with a Zipf vocabulary, in about a minute.
+
+Trains one logit vector per (rule, learning rate, initial probability, seed) with GRPO group advantages and
+several SGD updates per sampled batch, for each scenario, and writes tables and figures
+(``bandpo.experiments.mechanism``, ``docs/mechanism.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+EPILOG = """\
+examples:
+  bandpo mechanism --output runs/mechanism                 # the default run (about a minute on 2 cores)
+  bandpo mechanism --quick --output runs/mech-quick        # test-sized: seconds
+  bandpo mechanism --rules grpo,band --scenarios rare_reward --vocab 150000 --seeds 30 --output runs/mech-150k
+"""
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bandpo.experiments.mechanism import SCENARIOS
+    from bandpo.losses.clip_rules import CLIP_RULES
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--output", default="runs/mechanism", help="output directory (default runs/mechanism)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds per cell, >= 2 (default 30; --quick: 8)"
+    )
+    parser.add_argument(
+        "--vocab", type=int, default=None, help="number of actions, >= 16 (default 1024; --quick: 256)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="sampled batches per run (default: per scenario)"
+    )
+    parser.add_argument(
+        "--rules",
+        default=None,
+        help=f"comma-separated clip rules (default: every registered one: {', '.join(CLIP_RULES.names())})",
+    )
+    parser.add_argument(
+        "--scenarios",
+        default=None,
+        help=f"comma-separated scenarios (default: all: {', '.join(SCENARIOS.names())})",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="test-sized grid: 2 learning rates, K in {1, 4}, 12 steps"
+    )
+    parser.add_argument("--no-figures", action="store_true", help="write the tables only")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _check_int(name: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value}")
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run (options at their defaults left out)."""
+    parts = ["bandpo", "mechanism"]
+    for flag, value in (
+        ("--output", args.output), ("--seeds", args.seeds), ("--vocab", args.vocab), ("--steps", args.steps),
+        ("--rules", args.rules), ("--scenarios", args.scenarios),
+    ):  # fmt: skip
+        if value is not None:
+            parts += [flag, str(value)]
+    parts += [flag for flag, on in (("--quick", args.quick), ("--no-figures", args.no_figures)) if on]
+    return shlex.join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bandpo.experiments.mechanism import SCENARIOS, MechanismConfig, quick, resolve_rules
+    from bandpo.experiments.mechanism_report import run_mechanism
+
+    try:
+        _check_int("--seeds", args.seeds, 2)
+        _check_int("--vocab", args.vocab, 16)
+        _check_int("--steps", args.steps, 1)
+        try:
+            rules = resolve_rules(_names(args.rules) if args.rules is not None else None)
+        except ValueError as err:
+            raise ValueError(f"--rules: {err}") from None
+        if not rules:
+            raise ValueError(f"--rules must name at least one clip rule, got {args.rules!r}")
+        try:
+            scenarios = [
+                SCENARIOS.get(n) for n in (_names(args.scenarios) if args.scenarios else SCENARIOS.names())
+            ]
+        except ValueError as err:
+            raise ValueError(f"--scenarios: {err}") from None
+        if not scenarios:
+            raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios!r}")
+    except ValueError as err:
+        print(f"bandpo mechanism: error: {err}", file=sys.stderr)
+        return 2
+    if args.quick:
+        scenarios = [quick(s) for s in scenarios]
+    config = MechanismConfig(
+        seeds=args.seeds or (8 if args.quick else 30),
+        vocab=args.vocab or (256 if args.quick else 1024),
+        steps=args.steps,
+    )
+    command = _command(args)
+    _, _, meta = run_mechanism(
+        config,
+        scenarios,
+        rules,
+        args.output,
+        progress=not args.no_progress,
+        command=command,
+        figures=not args.no_figures,
+    )
+    print(
+        f"bandpo mechanism: {len(scenarios)} scenario(s) x {len(rules)} rule(s) x {config.seeds} seeds in "
+        f"{meta['wall_time_s']:.0f} s; tables and figures in {args.output}/ (results.md)"
+    )
+    return 0
