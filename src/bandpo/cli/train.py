@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="check the config, model path and data, print the resolved config, and exit without training",
+        help="check everything that needs no model (config, TRL trainer, optimizer, scheduler and generation "
+        "settings, model path, data, output_dir), print the resolved config, and exit without training",
     )
 
 

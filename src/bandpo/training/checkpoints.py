@@ -177,7 +177,10 @@ def scan_checkpoints(output_dir: str | Path) -> CheckpointScan:
     dirs = checkpoint_dirs(output_dir)
     scan = CheckpointScan(any_found=bool(dirs))
     for path in reversed(dirs):
-        problem = checkpoint_problem(path)
+        try:
+            problem = checkpoint_problem(path)
+        except OSError as err:  # e.g. no permission: not resumable either
+            problem = f"unreadable ({err.strerror or err})"
         if problem is None:
             scan.latest = path
             scan.step = int(json.loads((path / TRAINER_STATE).read_text())["global_step"])

@@ -129,10 +129,10 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _effective(flat: Mapping[str, Any], key: str) -> Any:
+    """The value of dotted ``key`` in a flattened config: its own, a top-level field's default, or unset."""
     if key in flat:
         return flat[key]
-    top = key.split(".")[0]
-    if "." not in key and top in _trainer_defaults():
+    if key in _trainer_defaults():
         return trainer_default(key)
     return _UNSET
 
