@@ -7,13 +7,23 @@ import re
 
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import bandpo
 from bandpo.losses import CLIP_RULES, AdaptiveBandClip, clip_rule_params, make_clip_rule
 
 
 def test_registry_names() -> None:
-    assert CLIP_RULES.names() == ["grpo", "clip_higher", "dcpo", "band", "adaptive_band"]
+    assert CLIP_RULES.names() == [
+        "grpo",
+        "clip_higher",
+        "dcpo",
+        "band",
+        "adaptive_band",
+        "dppo_tv",
+        "dppo_kl",
+    ]
     with pytest.raises(ValueError, match="already registered"):
         CLIP_RULES.register("grpo", object)
 
@@ -121,7 +131,30 @@ def test_cap_one_validator_same_message(cap: object) -> None:
         ),
         ("dcpo", {"cap": 0.9}, "cap must be a finite number >= 1"),
         ("adaptive_band", {"min_scale": 2.0, "max_scale": 1.0}, "min_scale must be <= max_scale"),
-        ("nope", {}, r"unknown clip rule 'nope'; valid names: grpo, clip_higher, dcpo, band, adaptive_band"),
+        (
+            "nope",
+            {},
+            r"unknown clip rule 'nope'; valid names: grpo, clip_higher, dcpo, band, adaptive_band, dppo_tv, dppo_kl",
+        ),
+        ("dppo_tv", {"clip_divergence_low": 0}, r"clip_divergence_low must be a finite number > 0, got 0$"),
+        (
+            "dppo_kl",
+            {"clip_divergence_high": -0.05},
+            r"clip_divergence_high must be a finite number > 0, got -0.05",
+        ),
+        (
+            "dppo_kl",
+            {"clip_divergence_high": float("nan")},
+            r"clip_divergence_high must be a finite number > 0",
+        ),
+        ("dppo_tv", {"clip_ratio_c": 1.0}, r"clip_ratio_c must be a finite number > 1, got 1.0$"),
+        ("dppo_kl", {"clip_ratio_c": 0.5}, r"clip_ratio_c must be a finite number > 1, got 0.5$"),
+        ("dppo_kl", {"clip_ratio_c": float("inf")}, r"clip_ratio_c must be a finite number > 1, got inf"),
+        (
+            "dppo_tv",
+            {"c": 3.0},
+            r"unknown parameter\(s\) 'c' for clip rule 'dppo_tv'; valid: clip_divergence_low",
+        ),
     ],
 )
 def test_validation_at_construction(name: str, params: dict, match: str) -> None:
@@ -132,3 +165,48 @@ def test_validation_at_construction(name: str, params: dict, match: str) -> None
 def test_params_listing() -> None:
     assert clip_rule_params("band")["delta"] == 0.05
     assert make_clip_rule("band").describe().startswith("band(divergence=kl, delta=0.05")
+
+
+def test_dppo_params_and_objective() -> None:
+    assert clip_rule_params("dppo_tv") == {
+        "clip_divergence_low": 0.15,
+        "clip_divergence_high": 0.15,
+        "clip_ratio_c": 20.0,
+    }
+    assert clip_rule_params("dppo_kl")["clip_divergence_high"] == 0.05
+    assert make_clip_rule("dppo_kl", clip_ratio_c=3).truncation_c == 3.0
+    assert all(make_clip_rule(n).truncation_c is None for n in ("grpo", "clip_higher", "dcpo", "band"))
+
+
+@pytest.mark.parametrize("name,divergence", [("dppo_tv", "tv"), ("dppo_kl", "kl")])
+def test_dppo_bounds_are_band_without_cap(name: str, divergence: str) -> None:
+    """DPPO's region as ratio bounds: Band's bounds of the same binary divergence, radius the threshold, no cap."""
+    lp = torch.log(torch.rand(200, dtype=torch.float64) * 0.999 + 1e-4)
+    lo, hi = make_clip_rule(name, clip_divergence_low=0.03, clip_divergence_high=0.2).bounds(lp)
+    assert torch.equal(lo, bandpo.band_bounds(lp, 0.03, divergence, cap=None)[0])
+    assert torch.equal(hi, bandpo.band_bounds(lp, 0.2, divergence, cap=None)[1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    p_old=st.floats(1e-6, 0.999),
+    factor=st.floats(-8.0, 8.0),
+    low=st.sampled_from([0.02, 0.05, 0.15]),  # a few radii: Band-KL tabulates each one once
+    high=st.sampled_from([0.05, 0.3]),
+    name=st.sampled_from(["dppo_tv", "dppo_kl"]),
+)
+def test_dppo_region_masks_agree_with_their_bounds(
+    p_old: float, factor: float, low: float, high: float, name: str
+) -> None:
+    """The probability-space test (verl's) and the ratio bounds describe one region, away from its edge (and,
+    for KL, from p -> 1, where verl's 1e-8 matters)."""
+    rule = make_clip_rule(name, clip_divergence_low=low, clip_divergence_high=high)
+    old = torch.tensor([math.log(p_old)], dtype=torch.float64)
+    new = torch.clamp(old + factor / 2, max=-1e-4)  # p_new <= 0.9999
+    ratio = torch.exp(new - old)
+    lo, hi = rule.bounds(old)
+    up_ok, down_ok = rule.region_masks(new, old, ratio, lo, hi)
+    for edge in (hi, lo):
+        assume(abs(ratio.item() - edge.item()) > 1e-6 * max(edge.item(), 1e-3))
+    assert bool(up_ok) == bool(ratio <= hi)
+    assert bool(down_ok) == bool(ratio >= lo)

@@ -13,8 +13,20 @@ from bandpo.losses import CLIP_RULES, LOSS_AGG_MODES, group_advantages, make_cli
 AGG_MODES = LOSS_AGG_MODES.names()
 
 
-def naive_loss(lp, old, adv, mask, lo, hi, mode, c=10.0, weights=None) -> torch.Tensor:
-    """Token by token, straight from SPEC section 3, then the aggregation written out per mode."""
+def naive_dppo_inside(rule, lp: float, old: float, a: float) -> bool:
+    """DPPO's trust-region test for one token, written out in probability space (verl 0.9.1's formulas)."""
+    p, q = math.exp(lp), math.exp(old)
+    if rule.name == "dppo_tv":
+        return p - q <= rule.clip_divergence_high if a > 0 else p - q >= -rule.clip_divergence_low
+    kl = q * (old - lp) + (1 - q) * math.log((1.0 - q + 1e-8) / (1.0 - p + 1e-8))
+    if a > 0:
+        return kl <= rule.clip_divergence_high or p <= q
+    return kl <= rule.clip_divergence_low or p >= q
+
+
+def naive_loss(lp, old, adv, mask, lo, hi, mode, c=10.0, weights=None, dppo=None) -> torch.Tensor:
+    """Token by token, straight from SPEC section 3 (``dppo``: a DPPO rule, its truncated objective instead),
+    then the aggregation written out per mode."""
     B, T = lp.shape
     per = [[None] * T for _ in range(B)]
     for i in range(B):
@@ -23,8 +35,13 @@ def naive_loss(lp, old, adv, mask, lo, hi, mode, c=10.0, weights=None) -> torch.
                 continue
             a = adv[i][t] if adv.dim() == 2 else adv[i]
             r = torch.exp(torch.clamp(lp[i][t] - old[i][t], -20, 20))
-            l1 = torch.maximum(-a * r, -a * torch.clamp(r, lo[i][t], hi[i][t]))
-            term = torch.minimum(l1, -a * c) if a < 0 else l1
+            if dppo is not None:
+                inside = naive_dppo_inside(dppo, lp[i][t].item(), old[i][t].item(), a.item())
+                w = min(r.item(), dppo.clip_ratio_c)
+                term = -a * w * lp[i][t] if inside else lp[i][t] * 0.0
+            else:
+                l1 = torch.maximum(-a * r, -a * torch.clamp(r, lo[i][t], hi[i][t]))
+                term = torch.minimum(l1, -a * c) if a < 0 else l1
             per[i][t] = term * (weights[i][t] if weights is not None else 1.0)
     rows = [[x for x in row if x is not None] for row in per]
     tokens = [x for row in rows for x in row]
@@ -64,7 +81,7 @@ def test_matches_naive_reference_values_and_grads(mode: str, rule_name: str) -> 
     loss, _ = policy_loss(lp1, old, adv, mask, rule, loss_agg_mode=mode, entropy=ent)
     loss.backward()
     lp2 = new.clone().requires_grad_(True)
-    ref = naive_loss(lp2, old, adv, mask, lo, hi, mode)
+    ref = naive_loss(lp2, old, adv, mask, lo, hi, mode, dppo=rule if rule.truncation_c else None)
     ref.backward()
     assert loss.item() == pytest.approx(ref.item(), rel=1e-10, abs=1e-12)
     assert torch.allclose(lp1.grad, lp2.grad, rtol=1e-9, atol=1e-12)
@@ -212,6 +229,28 @@ def test_metrics_on_hand_built_case() -> None:
     assert all(not v.requires_grad for v in m.values())
 
 
+def test_truncated_objective_on_hand_built_tokens() -> None:
+    """truncation_c: L = -A sg(min(r, c)) logp inside the region, 0 outside, no dual clip (module docstring)."""
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.01, 0.5, 0.5]], dtype=torch.float64))
+    r = torch.tensor([[1.05, 2.0, 50.0, 50.0, 0.3]], dtype=torch.float64)
+    adv = torch.tensor([[1.0, 1.0, 1.0, -1.0, -1.0]], dtype=torch.float64)
+    rule = make_clip_rule("band", divergence="tv", delta=0.2, cap=None)  # p 0.5: [0.6, 1.4]; p 0.01: [0, 21]
+    lp = (old + r.log()).requires_grad_(True)
+    loss, m = policy_loss(lp, old, adv, torch.ones(1, 5), rule, loss_agg_mode="token-sum", truncation_c=3.0)
+    (g,) = torch.autograd.grad(loss, lp)
+    # inside: 0 (r 1.05, A > 0), 3 (r 50 > c, A < 0: truncated, where the dual clip would give 0); outside: 1
+    # (r 2 > hi 1.4), 2 (r 50 > hi 21), 4 (r 0.3 < lo 0.6, A < 0)
+    want_g = torch.tensor([[-1.05, 0.0, 0.0, 3.0, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(g, want_g, rtol=1e-14, atol=0)
+    want = -1.05 * lp[0, 0] + 3.0 * lp[0, 3]
+    assert loss.item() == pytest.approx(want.item(), rel=1e-14)
+    assert m["clip/frac_dual"].item() == pytest.approx(1 / 5)  # the truncation binds on token 3
+    # the clipped objective with its dual clip zeroes token 3 instead
+    loss2, _ = policy_loss(lp, old, adv, torch.ones(1, 5), rule, loss_agg_mode="token-sum", clip_ratio_c=3.0)
+    (g2,) = torch.autograd.grad(loss2, lp)
+    assert g2[0, 3].item() == 0.0 and g2[0, 0].item() == pytest.approx(-1.05)
+
+
 def _exact_logp(p: float) -> float:
     """A float64 log-probability whose exp is exactly the float ``p`` (searched around log(p))."""
     x = torch.log(torch.tensor(p, dtype=torch.float64))
@@ -259,6 +298,8 @@ def test_tail_share_and_bins_agree_at_the_edge() -> None:
         ({"loss_agg_mode": "mean"}, r"unknown loss aggregation mode 'mean'.*valid names: token-mean"),
         ({"clip_rule": "ppo"}, r"unknown clip rule 'ppo'.*valid names: grpo, clip_higher, dcpo, band"),
         ({"clip_ratio_c": 0.5}, "clip_ratio_c must be > 1"),
+        ({"truncation_c": 1.0}, r"truncation_c must be a finite number > 1, got 1.0"),
+        ({"clip_rule": "dppo_kl", "entropy": torch.ones(2, 4)}, r"entropy shape \(2, 4\) must equal"),
         ({"kl_coef": 0.1}, "kl_coef > 0 needs ref_log_prob"),
     ],
 )

@@ -30,6 +30,12 @@ none, and a callback at ``on_pre_optimizer_step`` raises when none was produced 
 is updated from an unbounded loss. With ``use_liger_kernel=True`` TRL 1.16 applies only Liger's layer kernels
 (RMSNorm, RoPE, SwiGLU) and keeps ``_compute_loss``: the bounds apply as without it.
 
+DPPO's rules (``dppo_tv``, ``dppo_kl``, ``truncation_c`` set): their bounds are their trust region in ratio form,
+so TRL's clip zeroes the gradient outside it; their truncated weight ``sg(min(r, c))`` enters through the old
+log-probs the parent reads: a copy of ``inputs`` carries ``old + (1 - s)(logp - sg(logp))``, ``s = min(r, c) / r``,
+with the same values, so TRL's ratio keeps its value and its gradient becomes ``min(r, c) grad logp``. TRL's
+loss value stays its ratio surrogate (verl's DPPO loss is ``-A sg(min(r, c)) log pi``); the gradient is DPPO's.
+
 Settings that cannot work are refused in ``BandPOConfig.__post_init__`` (before any model loads):
 ``importance_sampling_level="sequence"`` (GSPO: one ratio per sequence, no token probability to build Band on)
 and the loss types whose ``epsilon`` is not a token-ratio clip (``cispo``, ``sapo``, ``vespo``) or which are
@@ -356,6 +362,8 @@ class BandPOTrainer(GRPOTrainer):
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
         """TRL's loss with the clip rule's bounds: arm the hook, call the parent, log our metrics."""
         scalar_eps = (self.epsilon_low, self.epsilon_high)
+        # the hook may replace old_per_token_logps (DPPO's truncation) in this copy only
+        inputs = dict(inputs)
         self._bandpo_loss_inputs = inputs
         self._bandpo_capture = None
         try:
@@ -449,6 +457,17 @@ class BandPOTrainer(GRPOTrainer):
         lo, hi = lo.to(work), hi.to(work)
         self.epsilon_low = 1.0 - lo  # the parent clamps coef_1 to [1 - epsilon_low, 1 + epsilon_high]
         self.epsilon_high = hi - 1.0
+        c = self.clip_rule.truncation_c
+        raw_old = inputs.get("old_per_token_logps")
+        if c is not None and raw_old is not None:
+            # DPPO's truncated weight sg(min(r, c)) in TRL's ratio loss: old' = old + (1 - s)(logp - sg(logp)) with
+            # s = min(r, c) / r has old's value, so TRL's coef_1 = exp(logp - old') keeps its value (and every
+            # metric) while its gradient becomes min(r, c) grad logp. (On-policy, old is None and r = 1 < c.)
+            with torch.no_grad():
+                log_r = torch.where(mask, log_prob.detach().to(work) - raw_old.to(work), zero)
+                s = torch.clamp(c * torch.exp(-log_r), max=1.0)  # (B, T), 1 where r <= c
+            moved = torch.where(s < 1.0, (1.0 - s) * (log_prob - log_prob.detach()), zero)
+            inputs["old_per_token_logps"] = raw_old + moved.to(raw_old.dtype)
         advantages = inputs["advantages"]
         if advantages.dim() == 1:
             advantages = advantages.unsqueeze(1)  # (B, 1), as in the parent

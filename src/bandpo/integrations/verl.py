@@ -273,8 +273,9 @@ def compute_policy_loss_clip_rule(
         rollout_is_weights=rollout_is_weights,
     )
     global_batch_info = dict(_get(config, "global_batch_info", None) or {})
+    # verl's own mask, as verl's losses pass it: seq-mean-token-mean adds 1e-8 to the counts in its dtype
     loss = agg_loss(
-        loss_mat=terms.loss, loss_mask=terms.mask, loss_agg_mode=loss_agg_mode, **global_batch_info
+        loss_mat=terms.loss, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info
     )
     ours = clip_metrics(
         terms.ratio,

@@ -3,6 +3,10 @@
 One registry (``CLIP_RULES``) holds every rule; ``make_clip_rule(name, **params)`` builds one and validates its
 parameters at construction. The policy loss, the TRL and verl adapters and the CLI all dispatch through it.
 
+A rule also chooses the per-token objective (``bandpo.losses.policy_loss``): the clipped ratio with the dual clip
+(every rule but DPPO's), or DPPO's truncated importance weight with a trust-region mask (``truncation_c`` not
+None; the mask is ``region_masks``, by default ``r <= hi`` / ``r >= lo``).
+
 | name            | bounds                                                                            |
 |-----------------|-----------------------------------------------------------------------------------|
 | ``grpo``        | fixed ``[1 - eps_low, 1 + eps_high]``, eps 0.2 / 0.2                              |
@@ -10,6 +14,8 @@ parameters at construction. The policy loss, the TRL and verl adapters and the C
 | ``dcpo``        | ``lo = 0.5 + 0.5 sqrt(max(1 - 4 eps_low / p, 0))``, ``hi = min(0.5 + 0.5 sqrt(1 + 4 eps_high / p), cap)`` |
 | ``band``        | ``bandpo.band_bounds`` (any divergence, delta, cap, relax)                         |
 | ``adaptive_band`` | Band with a per-token radius driven by the token entropy (``AdaptiveBandClip``) |
+| ``dppo_tv``     | DPPO-Binary-TV: mask where ``p_new - p_old`` leaves ``[-low, high]``; bounds = Band-TV, no cap |
+| ``dppo_kl``     | DPPO-Binary-KL: mask where binary ``KL(p_old || p_new)`` exceeds low/high; bounds = Band-KL, no cap |
 """
 
 from __future__ import annotations
@@ -23,7 +29,13 @@ from torch import Tensor
 
 from bandpo.core.bounds import band_bounds, resolve_divergence, resolve_method
 from bandpo.core.divergences import Divergence
-from bandpo.core.errors import check_cap, check_number_in, check_positive_number, check_relax
+from bandpo.core.errors import (
+    check_cap,
+    check_number_above,
+    check_number_in,
+    check_positive_number,
+    check_relax,
+)
 from bandpo.registry import Registry
 
 
@@ -39,6 +51,24 @@ class ClipRule:
         ``entropy`` (...) float: the policy's per-token entropy (nats), used by entropy-driven rules only.
         """
         raise NotImplementedError
+
+    @property
+    def truncation_c(self) -> float | None:
+        """The truncation constant ``c`` of DPPO's objective (truncated importance weight and trust-region mask)
+        when the rule uses it; ``None`` (the default): the clipped ratio with the dual clip."""
+        return None
+
+    def region_masks(
+        self, log_prob: Tensor, old_log_prob: Tensor, ratio: Tensor, lo: Tensor, hi: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Where the token is inside the trust region, for the truncated objective: ``(up_ok, down_ok)``.
+
+        ``up_ok`` decides for tokens with ``A > 0`` (not moved up past the region's edge), ``down_ok`` for
+        ``A <= 0``. All arguments (...) float of one dtype, detached: current and old log-probabilities,
+        ``ratio = exp(clamp(log_prob - old_log_prob, -20, 20))`` and this rule's bounds; returns bool tensors.
+        Default ``r <= hi`` and ``r >= lo``; DPPO's rules test their divergence in probability space instead.
+        """
+        return ratio <= hi, ratio >= lo
 
     def params(self) -> dict[str, Any]:
         """The rule's parameters, for logs and configs."""
@@ -215,6 +245,91 @@ class AdaptiveBandClip(ClipRule):
         return band_bounds(
             old_log_prob.detach(), delta, self.divergence, cap=self.cap, check_values=self.check_values
         )
+
+
+def _binary_kl(old_log_prob: Tensor, log_prob: Tensor, old_prob: Tensor, prob: Tensor) -> Tensor:
+    """DPPO's binary ``KL(p_old || p_new)`` over {the token, the rest}, written exactly as verl 0.9.1 does (with
+    its ``1e-8`` inside the log of the complement). All (...) float, ``prob = exp(log_prob)``."""
+    return old_prob * (old_log_prob - log_prob) + (1 - old_prob) * torch.log(
+        (1.0 - old_prob + 1e-8) / (1.0 - prob + 1e-8)
+    )
+
+
+@dataclass(frozen=True)
+class _DPPOClip(ClipRule):
+    """DPPO (Qi et al. 2026, arXiv 2602.04879) in its Binary form, as verl 0.9.1's ``dppo_tv`` / ``dppo_kl``.
+
+    Per token, with ``w = sg(min(r, clip_ratio_c))`` (no dual clip)::
+
+        L = -A w log pi    if the token is inside the trust region in the direction A pushes it, else 0
+
+    The region compares the new and old probability of the sampled token against the divergence thresholds
+    (``clip_divergence_high`` where ``A > 0``, ``clip_divergence_low`` where ``A <= 0``; verl's ``clip_ratio_high`` /
+    ``clip_ratio_low``): see ``region_masks``. ``bounds`` gives the same region as ratio bounds: Band's bounds of
+    the same binary divergence, radius the threshold, no cap (for the metrics and for TRL, which clips ratios);
+    the gradient is the same as the mask's up to rounding at the edge (and, for KL, verl's 1e-8).
+    """
+
+    divergence: ClassVar[str] = "tv"
+
+    clip_divergence_low: float = 0.15
+    clip_divergence_high: float = 0.15
+    clip_ratio_c: float = 20.0
+
+    def __post_init__(self) -> None:
+        check_positive_number("clip_divergence_low", self.clip_divergence_low)
+        check_positive_number("clip_divergence_high", self.clip_divergence_high)
+        check_number_above("clip_ratio_c", self.clip_ratio_c, 1.0)
+
+    @property
+    def truncation_c(self) -> float:
+        return float(self.clip_ratio_c)
+
+    def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        old = old_log_prob.detach()
+        lo, hi = band_bounds(old, self.clip_divergence_high, self.divergence, cap=None, check_values=False)
+        if self.clip_divergence_low != self.clip_divergence_high:
+            lo, _ = band_bounds(old, self.clip_divergence_low, self.divergence, cap=None, check_values=False)
+        return lo, hi
+
+
+@register_clip_rule("dppo_tv")
+@dataclass(frozen=True)
+class DPPOTVClip(_DPPOClip):
+    """DPPO-Binary-TV: ``up_ok = p_new - p_old <= clip_divergence_high``, ``down_ok = p_new - p_old >=
+    -clip_divergence_low`` (thresholds 0.15 / 0.15 as in the authors' verl script; ``clip_ratio_c`` 20, verl's
+    DPPO default). Its ratio bounds are Band-TV's at radius the threshold without cap: ``1 -+ delta / p``."""
+
+    divergence: ClassVar[str] = "tv"
+
+    def region_masks(
+        self, log_prob: Tensor, old_log_prob: Tensor, ratio: Tensor, lo: Tensor, hi: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        change = torch.exp(log_prob) - torch.exp(old_log_prob)
+        return change <= self.clip_divergence_high, change >= -self.clip_divergence_low
+
+
+@register_clip_rule("dppo_kl")
+@dataclass(frozen=True)
+class DPPOKLClip(_DPPOClip):
+    """DPPO-Binary-KL: ``up_ok = KL_bin(p_old || p_new) <= clip_divergence_high or p_new <= p_old``, ``down_ok =
+    KL_bin <= clip_divergence_low or p_new >= p_old`` (thresholds 0.05 / 0.05 as in the authors' verl script;
+    ``clip_ratio_c`` 20). ``KL_bin`` is :func:`_binary_kl` (verl's, with its 1e-8). Its ratio bounds are Band-KL's
+    (``KL(pi_old || pi_new)``, the same direction) at radius the threshold without cap."""
+
+    divergence: ClassVar[str] = "kl"
+
+    clip_divergence_low: float = 0.05
+    clip_divergence_high: float = 0.05
+
+    def region_masks(
+        self, log_prob: Tensor, old_log_prob: Tensor, ratio: Tensor, lo: Tensor, hi: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        prob, old_prob = torch.exp(log_prob), torch.exp(old_log_prob)
+        kl = _binary_kl(old_log_prob, log_prob, old_prob, prob)
+        up_ok = (kl <= self.clip_divergence_high) | (prob <= old_prob)
+        down_ok = (kl <= self.clip_divergence_low) | (prob >= old_prob)
+        return up_ok, down_ok
 
 
 def make_clip_rule(name: str | ClipRule = "band", **params: Any) -> ClipRule:

@@ -1,15 +1,23 @@
-"""The BandPO / GRPO policy loss with pluggable clip rules, regularisers and the paper's diagnostics.
+"""The BandPO / GRPO / DPPO policy loss with pluggable clip rules, regularisers and the paper's diagnostics.
 
 Per token (SPEC section 3), with ``A`` the advantage, ``r = exp(clamp(logp - logp_old, -20, 20))`` and
-``[lo, hi]`` from the clip rule:
+``[lo, hi]`` from the clip rule, one of two objectives. The clipped ratio (every rule but DPPO's):
 
     L1 = max(-A r, -A clamp(r, lo, hi))
     L  = min(L1, -A c)   if A < 0   (dual clip, c = clip_ratio_c)
     L  = L1              otherwise
 
 The upper bound binds only for ``A > 0`` and the lower only for ``A < 0``; a binding bound zeroes that token's
-gradient. Optional: truncated importance weights multiply ``L``; a KL penalty to a reference policy and an
-entropy bonus are added after aggregation with their coefficients.
+gradient. The truncated importance weight (DPPO; the rule's ``truncation_c``, or ``truncation_c=`` for any rule):
+
+    L  = -A sg(min(r, c)) logp   if the token is inside the trust region (``A > 0``: ``up_ok``, else
+                                 ``down_ok``, from ``clip_rule.region_masks``; default r <= hi / r >= lo)
+    L  = 0                       otherwise                                 (no dual clip, c = truncation_c)
+
+Inside the region both objectives have the gradient ``-A min(r, c) grad logp`` (the clipped one: ``-A r grad logp``,
+capped only for ``A < 0`` by the dual clip, which zeroes it past ``c`` where DPPO keeps ``-A c grad logp``).
+Optional: truncated importance weights multiply ``L``; a KL penalty to a reference policy and an entropy bonus
+are added after aggregation with their coefficients.
 
 Precision: the objective is computed in at least float32 whatever the input dtype (float64 if any input is
 float64), like verl's ``vanilla`` loss, whose float32 old log-probs and advantages promote a bfloat16
@@ -24,7 +32,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bandpo.core.errors import check_float_tensor
+from bandpo.core.errors import check_float_tensor, check_number_above
 from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_max, masked_mean, masked_min
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
 from bandpo.registry import Registry
@@ -113,7 +121,9 @@ class TokenTerms(NamedTuple):
     advantages: Tensor  #: A broadcast to (B, T), detached
     old_log_prob: Tensor  #: log pi_old, detached
     mask: Tensor  #: bool, real response tokens
-    dual_active: Tensor  #: bool, dual clip binds (A < 0 and L1 > -A c)
+    #: bool, the constant c binds: the dual clip (A < 0 and L1 > -A c) of the clipped objective, or the
+    #: truncation (r > c on tokens inside the region) of the truncated one
+    dual_active: Tensor
 
 
 def per_token_policy_loss(
@@ -124,6 +134,7 @@ def per_token_policy_loss(
     clip_rule: ClipRule,
     *,
     clip_ratio_c: float | None = 10.0,
+    truncation_c: float | None = None,
     rollout_is_weights: Tensor | None = None,
     entropy: Tensor | None = None,
 ) -> TokenTerms:
@@ -141,17 +152,26 @@ def per_token_policy_loss(
         old_log_prob: (B, T) float, log pi_old (detached here).
         advantages: (B,) or (B, T) float (detached here).
         response_mask: (B, T) bool or 0/1 float/int, real response tokens; padded positions may hold anything.
-        clip_rule: a ``ClipRule`` giving the ratio bounds from the old log-probabilities.
-        clip_ratio_c: dual-clip constant > 1 for negative advantages; ``None`` disables the dual clip.
+        clip_rule: a ``ClipRule`` giving the ratio bounds from the old log-probabilities (and, for the truncated
+            objective, the trust-region test ``region_masks``).
+        clip_ratio_c: dual-clip constant > 1 for negative advantages; ``None`` disables the dual clip. Not used by
+            the truncated objective (it has no dual clip).
+        truncation_c: > 1: use the truncated objective with this ``c`` whatever the rule; ``None`` (default): the
+            rule's ``truncation_c`` (DPPO's rules: their ``clip_ratio_c``; the others: the clipped objective).
         rollout_is_weights: (B, T) float, rollout importance weights multiplying L (detached here).
         entropy: (B, T) float, per-token policy entropy, for entropy-driven clip rules (detached here).
 
     Raises:
-        ValueError: on shapes that do not match ``log_prob`` (B, T) or ``clip_ratio_c <= 1``.
+        ValueError: on shapes that do not match ``log_prob`` (B, T), ``clip_ratio_c <= 1`` or
+            ``truncation_c <= 1``, a missing entropy for an entropy-driven rule.
     """
     advantages = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
     if clip_ratio_c is not None and not clip_ratio_c > 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
+    if truncation_c is not None:
+        truncation_c = check_number_above("truncation_c", truncation_c, 1.0)
+    else:
+        truncation_c = clip_rule.truncation_c
     if rollout_is_weights is not None and rollout_is_weights.shape != log_prob.shape:
         raise ValueError(
             f"rollout_is_weights shape {tuple(rollout_is_weights.shape)} must equal log_prob shape "
@@ -181,13 +201,20 @@ def per_token_policy_loss(
     lo, hi = lo.to(cdt), hi.to(cdt)
     log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
-    loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))  # L1
-    if clip_ratio_c is not None:
-        dual = torch.minimum(loss, -adv * clip_ratio_c)
-        dual_active = (adv < 0) & (dual < loss)
-        loss = torch.where(adv < 0, dual, loss)
+    if truncation_c is not None:  # DPPO: -A sg(min(r, c)) logp inside the region, 0 outside
+        r = ratio.detach()
+        up_ok, down_ok = clip_rule.region_masks(logp.detach(), old, r, lo, hi)
+        keep = torch.where(adv > 0, up_ok, down_ok) & mask
+        loss = torch.where(keep, -adv * torch.clamp(r, max=truncation_c) * logp, zero)
+        dual_active = keep & (r > truncation_c)
     else:
-        dual_active = torch.zeros_like(mask)
+        loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))  # L1
+        if clip_ratio_c is not None:
+            dual = torch.minimum(loss, -adv * clip_ratio_c)
+            dual_active = (adv < 0) & (dual < loss)
+            loss = torch.where(adv < 0, dual, loss)
+        else:
+            dual_active = torch.zeros_like(mask)
     if rollout_is_weights is not None:
         loss = loss * torch.where(mask, rollout_is_weights.detach().to(cdt), zero)
     return TokenTerms(loss, ratio.detach(), log_ratio.detach(), lo, hi, adv, old, mask, dual_active)
@@ -202,6 +229,7 @@ def policy_loss(
     *,
     loss_agg_mode: str = "seq-mean-token-mean",
     clip_ratio_c: float | None = 10.0,
+    truncation_c: float | None = None,
     rollout_is_weights: Tensor | None = None,
     ref_log_prob: Tensor | None = None,
     kl_coef: float = 0.0,
@@ -210,7 +238,7 @@ def policy_loss(
     entropy_coef: float = 0.0,
     check_values: bool = True,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped policy-gradient loss (module docstring) and its diagnostics.
+    """Policy-gradient loss (the module docstring's clipped or truncated objective) and its diagnostics.
 
     Args:
         log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable).
@@ -219,7 +247,9 @@ def policy_loss(
         response_mask: (B, T) bool or 0/1, real response tokens. Masked-out positions may hold anything.
         clip_rule: a ``ClipRule`` or a registered name (built with defaults).
         loss_agg_mode: one of ``LOSS_AGG_MODES.names()``.
-        clip_ratio_c: dual-clip constant (> 1) for negative advantages; ``None`` disables dual clip.
+        clip_ratio_c: dual-clip constant (> 1) for negative advantages; ``None`` disables dual clip. Not used by
+            the truncated objective (DPPO's rules carry their own ``clip_ratio_c``).
+        truncation_c: > 1: the truncated objective with this ``c`` for any rule (e.g. Band); ``None``: the rule's.
         rollout_is_weights: (B, T) float, truncated importance weights (e.g. vLLM/trainer mismatch), detached.
         ref_log_prob: (B, T) float, reference policy log-probs for the KL penalty (needed when kl_coef > 0).
         kl_coef, kl_estimator: KL penalty coefficient and estimator (``KL_ESTIMATORS.names()``).
@@ -272,6 +302,7 @@ def policy_loss(
         mask,
         rule,
         clip_ratio_c=clip_ratio_c,
+        truncation_c=truncation_c,
         rollout_is_weights=rollout_is_weights,
         entropy=entropy,
     )
@@ -324,7 +355,8 @@ def clip_metrics(
 
     ``clip/frac_up``: share of real tokens with r > hi and A > 0 (upper bound binds);
     ``clip/frac_down``: r < lo and A < 0; ``clip/frac``: their sum (tokens whose clipped term is active: zero
-    gradient); ``clip/frac_out``: r outside [lo, hi] whatever A; ``clip/frac_dual``: dual clip active.
+    gradient); ``clip/frac_out``: r outside [lo, hi] whatever A; ``clip/frac_dual``: the constant c binds
+    (``dual_active``: the dual clip, or DPPO's truncation r > c on kept tokens).
     Per old-probability bin (edges 0.2/0.4/0.6/0.8; names ``clip/frac_up/p0.0-0.2`` ...): the same shares
     among the bin's tokens, and ``tokens/share/<bin>`` the bin's share of tokens. Bins are half-open ``[a, b)``
     (the last one ``[0.8, 1]``): a token at p_old = 0.2 exactly is in ``p0.2-0.4``. ``clip/tail_share``: share of
