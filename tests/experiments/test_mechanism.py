@@ -177,8 +177,8 @@ def test_summaries_have_intervals_and_paired_ratio():
     for row in rows:
         if math.isfinite(row["value"]):
             assert row["ci_low"] <= row["value"] <= row["ci_high"], row
-    ratios = [r for r in rows if "ratio_to_grpo" in r]
-    assert ratios and all(r["ratio_to_grpo"][0] == 1.0 for r in ratios if r["rule"] == "grpo")
+    paired = [r for r in rows if r.get("paired") == "ratio"]
+    assert paired and all(r["paired_value"] == 1.0 for r in paired if r["rule"] == "grpo")
 
 
 def test_first_step():

@@ -1,4 +1,4 @@
-"""Running the whole mechanism experiment (``run_mechanism``) and its files: ``results.json`` / ``results.csv`` / ``results.md`` and one PNG per scenario.
+"""The whole mechanism run (``run_mechanism``) and its files: tables (json, csv, md) and one PNG per scenario.
 
 ``results.json``: ``{"meta": {...}, "rows": [...]}`` with the rows of ``mechanism_stats.summarize`` (non-finite
 numbers written as ``null``: a step count of ``null`` means "never within the budget"). ``results.csv``: the same
@@ -27,21 +27,9 @@ from bandpo.losses.clip_rules import ClipRule
 
 CSV_FIELDS = (
     "scenario", "updates_per_batch", "lr", "rare_p", "rule", "metric", "stat", "value", "ci_low", "ci_high",
-    "seeds", "ratio_to_grpo", "ratio_ci_low", "ratio_ci_high",
+    "seeds", "paired", "paired_value", "paired_ci_low", "paired_ci_high",
 )  # fmt: skip
 MAX_CURVE_POINTS = 61
-
-
-def flat_rows(rows: Sequence[dict]) -> list[dict]:
-    """Summary rows with the paired ratio ``(value, low, high)`` split into three fields."""
-    out = []
-    for row in rows:
-        flat = {k: v for k, v in row.items() if k != f"ratio_to_{REFERENCE_RULE}"}
-        if f"ratio_to_{REFERENCE_RULE}" in row:
-            ratio = row[f"ratio_to_{REFERENCE_RULE}"]
-            flat.update(ratio_to_grpo=ratio[0], ratio_ci_low=ratio[1], ratio_ci_high=ratio[2])
-        out.append(flat)
-    return out
 
 
 def _json_safe(x: Any) -> Any:
@@ -81,7 +69,6 @@ def markdown_tables(rows: Sequence[dict]) -> str:
         lines.append(f"## {scenario}\n")
         for metric in dict.fromkeys(r["metric"] for r in sc_rows):
             m_rows = [r for r in sc_rows if r["metric"] == metric]
-            ratio = "ratio_to_grpo" in m_rows[0]
             lines.append(
                 f"### {metric} ({m_rows[0]['stat']} over {m_rows[0]['seeds']} seeds, 95% bootstrap interval)\n"
             )
@@ -93,15 +80,19 @@ def markdown_tables(rows: Sequence[dict]) -> str:
                 for rule in rules:
                     r = by_rule[rule]
                     text = f"{fmt(r['value'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
-                    if ratio and r.get("ratio_to_grpo") is not None and rule != REFERENCE_RULE:
-                        text += f" (x{fmt(r['ratio_to_grpo'])} vs {REFERENCE_RULE})"
+                    if r.get("paired") and rule != REFERENCE_RULE:
+                        sign = "x" if r["paired"] == "ratio" else ("+" if r["paired_value"] >= 0 else "")
+                        text += (
+                            f" ({sign}{fmt(r['paired_value'])} [{fmt(r['paired_ci_low'])}, "
+                            f"{fmt(r['paired_ci_high'])}] vs {REFERENCE_RULE})"
+                        )
                     entries.append(text)
                 lines.append(f"| {cell} | " + " | ".join(entries) + " |")
             lines.append("")
     return "\n".join(lines)
 
 
-def plot_scenario(path: Path, traj: Trajectories, n_boot: int = 400) -> Path:
+def plot_scenario(path: Path, traj: Trajectories, n_boot: int = 200) -> Path:
     """One panel per cell (rows: updates per batch x initial rare probability; columns: learning rates)."""
     import matplotlib
 
@@ -112,7 +103,7 @@ def plot_scenario(path: Path, traj: Trajectories, n_boot: int = 400) -> Path:
     n_rows = len(traj.updates_per_batch) * len(traj.rare_probs)
     n_cols = len(traj.learning_rates)
     fig, axes = plt.subplots(
-        n_rows, n_cols, figsize=(3.6 * n_cols, 2.5 * n_rows + 0.8), sharex=True, sharey=True, squeeze=False
+        n_rows, n_cols, figsize=(3.6 * n_cols, 2.5 * n_rows + 0.8), sharex=True, sharey="col", squeeze=False
     )
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ki, k in enumerate(traj.updates_per_batch):
@@ -165,13 +156,12 @@ def write_results(
     figs = [plot_scenario(out / f"{t.scenario.name}.png", t) for t in trajectories] if figures else []
     if start is not None:
         meta["wall_time_s"] = round(time.perf_counter() - start, 1)
-    flat = flat_rows(rows)
     paths = [out / "results.json", out / "results.csv", out / "results.md"]
-    paths[0].write_text(json.dumps(_json_safe({"meta": meta, "rows": flat}), indent=1) + "\n")
+    paths[0].write_text(json.dumps(_json_safe({"meta": meta, "rows": list(rows)}), indent=1) + "\n")
     with paths[1].open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
-        for row in flat:
+        for row in rows:
             writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in CSV_FIELDS})
     header = [
         "# Mechanism experiment: results\n",
@@ -184,7 +174,7 @@ def write_results(
         header.append(
             f"- `{traj.scenario.name}`: {traj.scenario.question} ({traj.config.steps or traj.scenario.steps} steps)"
         )
-    paths[2].write_text("\n".join(header) + "\n\n" + markdown_tables(flat))
+    paths[2].write_text("\n".join(header) + "\n\n" + markdown_tables(rows))
     return paths + figs
 
 

@@ -19,7 +19,7 @@ from bandpo.registry import Registry
 
 REFERENCE_RULE = "grpo"
 FIND_P = 0.5  # the rare action counts as found once its probability reaches this
-CRASH_FACTOR = 1e-3  # the penalised action has crashed once its probability is below this times its start
+FALL_FACTOR = 0.1  # the penalised action has fallen once its probability is below this times its start
 
 
 def _stat(name: str) -> Callable[..., np.ndarray]:
@@ -27,7 +27,7 @@ def _stat(name: str) -> Callable[..., np.ndarray]:
 
 
 def bootstrap_ci(
-    values: np.ndarray, stat: str = "median", n_boot: int = 2000, level: float = 0.95, seed: int = 0
+    values: np.ndarray, stat: str = "median", n_boot: int = 1000, level: float = 0.95, seed: int = 0
 ) -> tuple[float, float, float]:
     """``(statistic, low, high)`` of ``stat`` ("median" or "mean") over the last axis of a 1-D sample.
 
@@ -36,12 +36,14 @@ def bootstrap_ci(
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 1 or values.size < 2:
         raise ValueError(f"values must be a 1-D sample of at least 2 values, got shape {values.shape}")
+    if (values == values[0]).all():  # a constant sample: every resample gives the same statistic
+        return float(values[0]), float(values[0]), float(values[0])
     point, low, high = bootstrap_curve(values[:, None], stat, n_boot, level, seed)
     return float(point[0]), float(low[0]), float(high[0])
 
 
 def bootstrap_curve(
-    values: np.ndarray, stat: str = "median", n_boot: int = 400, level: float = 0.95, seed: int = 0
+    values: np.ndarray, stat: str = "median", n_boot: int = 200, level: float = 0.95, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pointwise ``(statistic, low, high)``, each (T,), of ``values`` (S, T): seeds resampled together."""
     f = _stat(stat)
@@ -80,7 +82,9 @@ class Metric:
     name: str
     stat: str  # "median" or "mean"
     per_seed: Callable[[dict[str, np.ndarray], float | None], np.ndarray]
-    paired_ratio: bool = False  # also report the median over seeds of rule / reference (same seed)
+    # also compare with the reference rule seed by seed (same random numbers): "ratio" (median over seeds of
+    # rule / reference) or "difference" (``stat`` over seeds of rule - reference)
+    paired: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,13 +105,18 @@ def _steps_to_find(d: dict[str, np.ndarray], p0: float | None) -> np.ndarray:
     return first_step(np.exp(d["log_p_rare"]) >= FIND_P)
 
 
-def _found_by_step(d: dict[str, np.ndarray], p0: float | None) -> np.ndarray:
-    """(S, T+1) 1.0 from the first step with p_rare >= FIND_P on, else 0.0 (its mean: the share found by then)."""
-    return np.maximum.accumulate(np.exp(d["log_p_rare"]) >= FIND_P, axis=-1).astype(np.float64)
+def _steps_to_find_if_found(d: dict[str, np.ndarray], p0: float | None) -> np.ndarray:
+    """Steps to find, over the seeds that found the rare action only (fewer values than seeds)."""
+    steps = _steps_to_find(d, p0)
+    return steps[np.isfinite(steps)]
 
 
-def _steps_to_crash(d: dict[str, np.ndarray], p0: float | None) -> np.ndarray:
-    return first_step(np.exp(d["log_p_rare"]) <= CRASH_FACTOR * p0)
+def _log10_p_rare(d: dict[str, np.ndarray], p0: float | None) -> np.ndarray:
+    return d["log_p_rare"] / math.log(10)
+
+
+def _steps_to_fall(d: dict[str, np.ndarray], p0: float | None) -> np.ndarray:
+    return first_step(np.exp(d["log_p_rare"]) <= FALL_FACTOR * p0)
 
 
 def _steps_to_half_entropy(d: dict[str, np.ndarray], p0: float | None) -> np.ndarray:
@@ -132,13 +141,19 @@ OUTCOMES.register(
     "find",
     Outcome(
         metrics=(
-            Metric("found", "mean", lambda d, p0: np.isfinite(_steps_to_find(d, p0)).astype(np.float64)),
+            Metric(
+                "found",
+                "mean",
+                lambda d, p0: np.isfinite(_steps_to_find(d, p0)).astype(np.float64),
+                paired="difference",
+            ),
             Metric("steps_to_find", "median", _steps_to_find),
+            Metric("steps_to_find_if_found", "median", _steps_to_find_if_found),
             Metric("final_p_rare", "median", lambda d, p0: np.exp(d["log_p_rare"][..., -1])),
         ),
-        curve=_found_by_step,
-        curve_stat="mean",
-        curve_label=f"share of seeds with p_rare >= {FIND_P}",
+        curve=_log10_p_rare,
+        curve_stat="median",
+        curve_label="log10 p_rare",
     ),
 )
 OUTCOMES.register(
@@ -146,7 +161,8 @@ OUTCOMES.register(
     Outcome(
         metrics=(
             Metric("steps_to_half_entropy", "median", _steps_to_half_entropy),
-            Metric("final_entropy", "median", lambda d, p0: d["entropy"][..., -1], paired_ratio=True),
+            Metric("mean_entropy", "median", lambda d, p0: d["entropy"].mean(axis=-1), paired="ratio"),
+            Metric("final_entropy", "median", lambda d, p0: d["entropy"][..., -1], paired="ratio"),
             Metric("final_p_head", "median", lambda d, p0: d["p_head"][..., -1]),
         ),
         curve=lambda d, p0: d["entropy"],
@@ -158,11 +174,15 @@ OUTCOMES.register(
     "crash",
     Outcome(
         metrics=(
-            Metric("steps_to_crash", "median", _steps_to_crash),
-            Metric("final_log10_p_rare", "median", lambda d, p0: d["log_p_rare"][..., -1] / math.log(10)),
-            Metric("min_log10_p_rare", "median", lambda d, p0: d["min_log_p"] / math.log(10)),
+            Metric("steps_to_fall_10x", "median", _steps_to_fall),
+            Metric(
+                "final_log10_p_rare",
+                "median",
+                lambda d, p0: _log10_p_rare(d, p0)[..., -1],
+                paired="difference",
+            ),
         ),
-        curve=lambda d, p0: d["log_p_rare"] / math.log(10),
+        curve=_log10_p_rare,
         curve_stat="median",
         curve_label="log10 p_rare",
     ),
@@ -178,8 +198,17 @@ def cell_data(traj: Trajectories, k: int, r: int, lr: int, p: int) -> dict[str, 
     return out
 
 
-def summarize(traj: Trajectories, n_boot: int = 2000) -> list[dict]:
-    """One row per (cell, rule, metric): statistic, 95% interval, and for paired metrics the ratio to GRPO."""
+def _paired(m: Metric, x: np.ndarray, ref: np.ndarray, n_boot: int) -> dict:
+    """Seed-by-seed comparison of a rule's values ``x`` (S,) with the reference rule's ``ref`` (S,)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diff = x / ref if m.paired == "ratio" else x - ref
+    value, low, high = bootstrap_ci(diff, "median" if m.paired == "ratio" else m.stat, n_boot)
+    return {"paired": m.paired, "paired_value": value, "paired_ci_low": low, "paired_ci_high": high}
+
+
+def summarize(traj: Trajectories, n_boot: int = 1000) -> list[dict]:
+    """One row per (cell, rule, metric): statistic, 95% interval, and for paired metrics the comparison with GRPO
+    (``paired``: "ratio" or "difference", ``paired_value``, ``paired_ci_low``, ``paired_ci_high``)."""
     outcome = OUTCOMES.get(traj.scenario.outcome)
     ref = traj.rules.index(REFERENCE_RULE) if REFERENCE_RULE in traj.rules else None
     rows = []
@@ -191,7 +220,10 @@ def summarize(traj: Trajectories, n_boot: int = 2000) -> list[dict]:
                     data = cell_data(traj, ki, ri, li, pi)
                     for m in (*outcome.metrics, *COMMON_METRICS):
                         x = m.per_seed(data, p0)
-                        value, low, high = bootstrap_ci(x, m.stat, n_boot)
+                        if x.size >= 2:
+                            value, low, high = bootstrap_ci(x, m.stat, n_boot)
+                        else:  # a conditional metric with fewer than 2 values: no interval
+                            value, low, high = (float(x[0]) if x.size else math.nan), math.nan, math.nan
                         row = {
                             "scenario": traj.scenario.name,
                             "updates_per_batch": k,
@@ -205,9 +237,7 @@ def summarize(traj: Trajectories, n_boot: int = 2000) -> list[dict]:
                             "ci_high": high,
                             "seeds": int(x.shape[0]),
                         }
-                        if m.paired_ratio and ref_data is not None:
-                            with np.errstate(divide="ignore", invalid="ignore"):
-                                ratio = x / m.per_seed(ref_data, p0)
-                            row["ratio_to_" + REFERENCE_RULE] = bootstrap_ci(ratio, "median", n_boot)
+                        if m.paired is not None and ref_data is not None:
+                            row.update(_paired(m, x, m.per_seed(ref_data, p0), n_boot))
                         rows.append(row)
     return rows
