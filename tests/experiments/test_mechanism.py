@@ -57,7 +57,7 @@ def test_smoke_run_writes_tables_and_figures(tmp_path):
     assert {"results.json", "results.csv", "results.md"} <= names
     assert {f"{s.name}.png" for s in scenarios} <= names
     data = json.loads((tmp_path / "results.json").read_text())
-    assert len(data["rows"]) == len(rows) > 0
+    assert len(data["rows"]) == len(rows) > 0 and len(data["rows"][0]) == len(data["fields"])
     assert set(data["meta"]["rules"]) == {"grpo", "band", "adaptive_band"}
     assert meta["wall_time_s"] >= meta["simulate_s"] > 0
     for traj in trajs:

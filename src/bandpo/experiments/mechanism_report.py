@@ -1,8 +1,9 @@
 """The whole mechanism run (``run_mechanism``) and its files: tables (json, csv, md) and one PNG per scenario.
 
-``results.json``: ``{"meta": {...}, "rows": [...]}`` with the rows of ``mechanism_stats.summarize`` (non-finite
-numbers written as ``null``: a step count of ``null`` means "never within the budget"). ``results.csv``: the same
-rows, ``inf`` spelled out. ``results.md``: per scenario, one table per metric (rows: cells, columns: rules, entries
+``results.json``: ``{"meta": {...}, "fields": [...], "rows": [[...], ...]}``, the rows of
+``mechanism_stats.summarize`` as lists in the order of ``fields`` (floats to 4 significant digits, non-finite ones
+as ``null``: a step count of ``null`` means "never within the budget"). ``results.csv``: the same rows, ``inf``
+spelled out. ``results.md``: per scenario, one table per metric (rows: cells, columns: rules, entries
 ``statistic [95% interval]``). ``<scenario>.png``: the scenario's curve per cell, statistic over seeds with its
 pointwise 95% bootstrap band, one colour per rule.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import time
@@ -32,6 +34,13 @@ CSV_FIELDS = (
 MAX_CURVE_POINTS = 61
 
 
+def _round(x: Any, digits: int = 4) -> Any:
+    """Floats to ``digits`` significant digits (the bootstrap intervals are not more precise than that)."""
+    if isinstance(x, float) and math.isfinite(x) and x != 0:
+        return float(f"{x:.{digits}g}")
+    return x
+
+
 def _json_safe(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
@@ -43,9 +52,10 @@ def _json_safe(x: Any) -> Any:
 
 
 def fmt(x: float | None) -> str:
-    """Compact number: ``never`` for +inf (an event not reached), 3 significant digits otherwise."""
+    """Compact number: ``never`` for +inf (an event not reached), ``n/a`` for NaN (no value, e.g. no seed found the
+    rare action), 3 significant digits otherwise."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "nan"
+        return "n/a"
     if math.isinf(x):
         return "never" if x > 0 else "-inf"
     if x == 0:
@@ -69,9 +79,8 @@ def markdown_tables(rows: Sequence[dict]) -> str:
         lines.append(f"## {scenario}\n")
         for metric in dict.fromkeys(r["metric"] for r in sc_rows):
             m_rows = [r for r in sc_rows if r["metric"] == metric]
-            lines.append(
-                f"### {metric} ({m_rows[0]['stat']} over {m_rows[0]['seeds']} seeds, 95% bootstrap interval)\n"
-            )
+            seeds = max(r["seeds"] for r in m_rows)
+            lines.append(f"### {metric} ({m_rows[0]['stat']} over seeds, 95% bootstrap interval)\n")
             lines.append("| cell | " + " | ".join(rules) + " |")
             lines.append("|---|" + "---|" * len(rules))
             for cell in dict.fromkeys(_cell_label(r) for r in m_rows):
@@ -80,6 +89,8 @@ def markdown_tables(rows: Sequence[dict]) -> str:
                 for rule in rules:
                     r = by_rule[rule]
                     text = f"{fmt(r['value'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
+                    if r["seeds"] < seeds:  # a metric over the seeds where an event happened
+                        text += f" n={r['seeds']}"
                     if r.get("paired") and rule != REFERENCE_RULE:
                         sign = "x" if r["paired"] == "ratio" else ("+" if r["paired_value"] >= 0 else "")
                         text += (
@@ -134,9 +145,20 @@ def plot_scenario(path: Path, traj: Trajectories, n_boot: int = 200) -> Path:
     )
     fig.tight_layout(rect=(0, 0.05, 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=80)
     plt.close(fig)
+    _save_palette_png(buf, path)
     return path
+
+
+def _save_palette_png(buf: io.BytesIO, path: Path) -> None:
+    """Write a PNG with a 256-colour palette (a third of the RGBA size for these line plots)."""
+    from PIL import Image
+
+    buf.seek(0)
+    with Image.open(buf) as img:
+        img.convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
 def write_results(
@@ -157,18 +179,20 @@ def write_results(
     if start is not None:
         meta["wall_time_s"] = round(time.perf_counter() - start, 1)
     paths = [out / "results.json", out / "results.csv", out / "results.md"]
-    paths[0].write_text(json.dumps(_json_safe({"meta": meta, "rows": list(rows)}), indent=1) + "\n")
+    table = [[_round(row.get(k)) for k in CSV_FIELDS] for row in rows]
+    paths[0].write_text(json.dumps(_json_safe({"meta": meta, "fields": CSV_FIELDS, "rows": table})) + "\n")
     with paths[1].open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in CSV_FIELDS})
+            writer.writerow({k: ("" if row.get(k) is None else _round(row.get(k))) for k in CSV_FIELDS})
     header = [
         "# Mechanism experiment: results\n",
         f"Command: `{meta.get('command', '')}`  ",
         f"Seeds {meta['seeds']}, vocabulary {meta['vocab']}, wall time {meta.get('wall_time_s', 0):.0f} s. "
         "`K` = updates per sampled batch, `lr` = SGD step on the logits, `p0` = initial probability of the rare "
-        "action. `never`: not reached within the step budget.\n",
+        "action. `never`: not reached within the step budget; `n/a`: no value (no seed to take a median over). "
+        "In parentheses: the seed-by-seed comparison with grpo (same random numbers), its 95% interval.\n",
     ]
     for traj in trajectories:
         header.append(
