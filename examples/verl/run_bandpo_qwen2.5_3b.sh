@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# BandPO on verl (>= 0.9): the authors' recipe for Qwen2.5-3B-Instruct (SPEC section 6), one 8-GPU node.
+# BandPO on verl (>= 0.9): the authors' recipe for Qwen2.5-3B-Instruct (docs/method.md#recipe), one 8-GPU node.
 #
 # GRPO advantages (group size 16), 256 prompts per step in 4 mini-batches of 64 (4 policy updates per rollout),
 # lr 1e-6 constant, AdamW weight decay 0.01, grad clip 1.0, max response 4096, temperature 1.0,

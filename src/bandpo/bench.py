@@ -2,7 +2,7 @@
 
 Every figure is a ratio against a baseline measured in the same run (this machine is noisy): the Band
 solvers against the TV closed form and against the authors' algorithm (plain bisection, 50 iterations per
-side, tol 1e-6, a device->host sync per iteration: SPEC section 2); the loss against GRPO's fixed clip.
+side, tol 1e-6, a device->host sync per iteration: docs/method.md#band-operator); the loss against GRPO's fixed clip.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from bandpo.losses import CLIP_RULES, make_clip_rule, policy_loss
 def authors_bisection(
     logp: Tensor, delta: float, iterations: int = 50, tol: float = 1e-6
 ) -> tuple[Tensor, Tensor]:
-    """The authors' KL solver as SPEC section 2 describes it (our transcription, for timing only): bisection on
+    """The authors' KL solver as docs/method.md#band-operator describes it (our transcription, for timing only): bisection on
     r in [1, 1/p] and [0, 1], 50 iterations per side, early exit when the widest bracket is below ``tol``,
     which reads the max over the whole tensor on the host every iteration."""
     p = torch.exp(logp)

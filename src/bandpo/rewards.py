@@ -4,7 +4,7 @@ Verifiers score one completion against one ground truth and return a :class:`Ver
 the normalised extracted ``answer``, ``None`` when nothing could be parsed: the eval's maj@k and
 ``n_unparsed`` read it):
 
-* ``"dapo"`` (:func:`verify_dapo`): the DAPO / BandPO recipe (SPEC section 6). The answer is the rest of the
+* ``"dapo"`` (:func:`verify_dapo`): the DAPO / BandPO recipe (docs/method.md#recipe). The answer is the rest of the
   line after the *last* ``Answer:`` in the completion (case-insensitive, e.g. ``Final Answer: $42$``);
   answer and ground truth are normalised by :func:`normalize_answer` and compared by exact string match.
 * ``"boxed"`` (:func:`verify_boxed`): the content of the last ``\\boxed{...}``. With the ``math-verify``

@@ -91,7 +91,7 @@ def test_root_residual(name: str) -> None:
 
 
 def test_paper_reference_values() -> None:
-    """SPEC section 2: KL, delta = 0.05."""
+    """docs/method.md#band-operator: KL, delta = 0.05."""
     logp = torch.log(torch.tensor([0.08, 0.5, 0.9], dtype=torch.float64))
     lo, hi = bandpo.band_bounds(logp, 0.05, "kl")
     assert lo.tolist() == pytest.approx([0.262, 0.692, 0.867], abs=6e-4)

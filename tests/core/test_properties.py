@@ -1,4 +1,4 @@
-"""Hypothesis properties of the Band operator (SPEC section 2: Props. 1-3) for every registered divergence."""
+"""Hypothesis properties of the Band operator (docs/method.md#band-operator: saturation, monotonicity, limits) for every registered divergence."""
 
 from __future__ import annotations
 

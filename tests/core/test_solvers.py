@@ -26,7 +26,7 @@ def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def naive_kl_bisection(p: float, delta: float, upper: bool, iters: int = 200) -> float:
-    """Textbook bisection on r in [1, 1/p] (upper) or [0, 1] (lower) with the KL g of SPEC section 2."""
+    """Textbook bisection on r in [1, 1/p] (upper) or [0, 1] (lower) with the KL g of docs/method.md#band-operator."""
     import math
 
     def g(r: float) -> float:

@@ -1,4 +1,4 @@
-"""policy_loss against a naive per-token re-derivation of SPEC section 3, plus gradients, metrics and errors."""
+"""policy_loss against a naive per-token re-derivation of docs/method.md#objective, plus gradients, metrics and errors."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def naive_dppo_inside(rule, lp: float, old: float, a: float) -> bool:
 
 
 def naive_loss(lp, old, adv, mask, lo, hi, mode, c=10.0, weights=None, dppo=None) -> torch.Tensor:
-    """Token by token, straight from SPEC section 3 (``dppo``: a DPPO rule, its truncated objective instead),
+    """Token by token, straight from docs/method.md#objective (``dppo``: a DPPO rule, its truncated objective instead),
     then the aggregation written out per mode."""
     B, T = lp.shape
     per = [[None] * T for _ in range(B)]

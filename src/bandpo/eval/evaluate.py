@@ -19,7 +19,7 @@ Scoring never crashes on bad answers: a ground truth the verifier cannot parse (
 string/number, missing) takes its problem out of the metrics and is counted in ``n_unparsed_ground_truth``; a
 sampled answer the verifier cannot extract counts in ``n_unparsed`` (and does not vote in maj@k).
 
-Metrics (:mod:`bandpo.eval.metrics`, SPEC section 5), per dataset and overall (all problems pooled, each problem
+Metrics (:mod:`bandpo.eval.metrics`, docs/method.md#metrics), per dataset and overall (all problems pooled, each problem
 weighing the same): ``mean@k`` (per-problem accuracy of the ``k`` samples), ``pass@j`` (unbiased, for every ``j`` in
 ``ks``), ``best@k`` (the authors' bootstrap: 1000 resamples of ``k`` with replacement), ``maj@k`` (majority vote of
 the extracted answers), plus the sampling entropy (nats per generated token), mean completion length and the share

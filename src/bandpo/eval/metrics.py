@@ -8,7 +8,7 @@ Pure Python/numpy; no framework imports. Per problem the input is one value per 
 * **answers** (for ``maj@k`` only): the extracted, normalised answer string of each sample, ``None`` when no
   answer could be parsed (see ``bandpo.rewards``).
 
-Metrics (SPEC section 5), each a mean over problems of a per-problem value:
+Metrics (docs/method.md#metrics), each a mean over problems of a per-problem value:
 
 * ``mean@n`` (:func:`mean_at_k`): fraction of the ``n`` samples that are correct.
 * ``pass@k`` (:func:`pass_at_k`): the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` of "at least one of ``k``

@@ -12,7 +12,7 @@ module puts two modes into that registry:
     DCPO's dynamic adaptive clipping with ``eps_low = actor.clip_ratio_low``, ``eps_high =
     actor.clip_ratio_high`` (the authors use 0.16 / 0.20) and the upper bound capped at ``cap``.
 
-Per token, exactly as ``bandpo.policy_loss`` (SPEC section 3), with ``r = exp(clamp(logp - logp_old, -20,
+Per token, exactly as ``bandpo.policy_loss`` (docs/method.md#objective), with ``r = exp(clamp(logp - logp_old, -20,
 20))``, ``[lo, hi]`` from the rule and ``c = actor.clip_ratio_c``:
 
     L1 = max(-A r, -A clamp(r, lo, hi));   L = min(L1, -A c) if A < 0 else L1;   L *= rollout_is_weights

@@ -1,6 +1,6 @@
 """The BandPO / GRPO / DPPO policy loss with pluggable clip rules, regularisers and the paper's diagnostics.
 
-Per token (SPEC section 3), with ``A`` the advantage, ``r = exp(clamp(logp - logp_old, -20, 20))`` and
+Per token (docs/method.md#objective), with ``A`` the advantage, ``r = exp(clamp(logp - logp_old, -20, 20))`` and
 ``[lo, hi]`` from the clip rule, one of two objectives. The clipped ratio (every rule but DPPO's):
 
     L1 = max(-A r, -A clamp(r, lo, hi))
