@@ -19,8 +19,7 @@ Per token, exactly as ``bandpo.policy_loss`` (docs/method.md#objective), with ``
 
 then aggregated with verl's own ``agg_loss`` and the actor config's ``global_batch_info`` (dp size, global
 token and sequence counts, ``loss_scale_factor``), as verl's built-in ``vanilla`` loss does, so the loss is
-invariant to the data-parallel / micro-batch split and every verl ``loss_agg_mode`` works (including
-``token-sum``, which ``bandpo.policy_loss`` does not have). The KL-to-reference and entropy terms stay verl's
+invariant to the data-parallel / micro-batch split and every verl ``loss_agg_mode`` works. The KL-to-reference and entropy terms stay verl's
 (``actor.use_kl_loss``, ``actor.entropy_coeff``).
 
 Configuration: Band's parameters travel in ``actor.policy_loss`` through the dataclass
