@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = REPO / "configs" / "compare-tiny.yaml"
+FULL = REPO / "configs" / "compare-tiny-full.yaml"
 SMALL_WARM_START = {
     "n_layers": 1,
     "hidden_size": 16,
@@ -46,6 +47,16 @@ def bandpo(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
         (
             ["methods=[{clip_rule: bnad}]"],
             "unknown clip rule 'bnad' (did you mean 'band'?); valid names: grpo",
+        ),
+        (["methods=[{method: sapoo}]"], "unknown method 'sapoo' (did you mean 'sapo'?); clip rules: grpo"),
+        (
+            ["methods=[{method: cispo, params: {delta: 0.05}}]"],
+            "methods[cispo]: unknown parameter 'delta' for method 'cispo'",
+        ),
+        (
+            ["methods=[{method: gspo, params: {band_delta: 0.1}}]", "reference=gspo"],
+            "methods[gspo]: unknown parameter 'band_delta' for method 'gspo' (GSPO (Group Sequence Policy "
+            "Optimization)); its parameters (GRPOConfig fields): epsilon, epsilon_high",
         ),
     ],
 )
@@ -93,6 +104,39 @@ def test_dry_run_lists_the_plan(tmp_path: Path, cache: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "grpo             seed 0   new" in out.stdout and "band-kl          seed 0   new" in out.stdout
     assert not (tmp_path / "cmp").exists()
+
+
+def test_dry_run_of_the_full_preset_checks_every_method(tmp_path: Path) -> None:
+    """Every run of the full preset (clip rules, DPPO, the TRL-native methods) through the trainer's checks."""
+    out = bandpo("compare", "--config", str(FULL), f"output_dir={tmp_path / 'cmp'}", "--dry-run")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = {tuple(line.split()[:3]): line.split() for line in out.stdout.splitlines()[1:]}
+    expected = {
+        "grpo": "grpo", "band-kl": "band", "dppo-tv": "dppo_tv", "dppo-kl": "dppo_kl",
+        "cispo": "cispo", "sapo": "sapo", "gspo": "gspo",
+    }  # fmt: skip
+    for label, method in expected.items():
+        assert lines[(label, "seed", "0")][3:5] == ["new", method], label
+    assert len(out.stdout.splitlines()) == 1 + 12 * 3  # 12 methods x 3 seeds
+    assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.slow
+def test_compare_a_trl_native_method_end_to_end(tmp_path: Path, cache: Path) -> None:
+    out_dir = tmp_path / "cmp"
+    args = [*_overrides(out_dir, cache), "methods=[{method: sapo}]", "reference=sapo", "curves.every=0"]
+    args.append("--no-progress")
+    out = bandpo("compare", "--config", str(PRESET), *args)
+    assert out.returncode == 0, out.stdout + out.stderr
+    run_dir = out_dir / "runs" / "sapo" / "seed0"
+    results = json.loads((run_dir / "results.json").read_text())
+    assert (results["method"], results["clip_rule"]) == ("sapo", None)
+    assert "plain GRPOTrainer" in (run_dir / "train.log").read_text()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("entropy" in r for r in rows) and not any(k.startswith("clip/") for r in rows for k in r)
+    md = (out_dir / "report" / "results.md").read_text()
+    (row,) = [line for line in md.splitlines() if line.startswith("| sapo |")]
+    assert row.rstrip().endswith("| - | - | - | - |")  # clip %, up, down, tail share: not measured
 
 
 @pytest.mark.slow

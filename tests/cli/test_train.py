@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("trl")
 
 from bandpo.cli.main import main
+from bandpo.losses import CLIP_RULES
 from bandpo.training.callbacks import read_metrics
 from bandpo.training.checkpoints import scan_checkpoints
 from bandpo.training.lock import LOCK_FILE
@@ -148,6 +149,30 @@ def test_dry_run_prints_the_resolved_config(
     assert not out.exists()
 
 
+def test_dry_run_of_a_trl_native_method(
+    tmp_path: Path, warm_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "method=cispo"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert text.startswith("method: cispo\n") and "clip_rule" not in text and "band_delta" not in text
+    assert "# ok: 1000 prompts" in text and not out.exists()
+
+
+def test_trl_native_method_with_clip_rule_fields_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["train", "--config", str(TINY), f"output_dir={tmp_path}", "method=sapo", "band_cap=5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.strip() == (
+        "bandpo train: error: band_cap=5.0 (from the overrides) is a clip-rule setting, but method='sapo' is "
+        "TRL-native (SAPO (Soft Adaptive Policy Optimization), trained by plain GRPOTrainer) and has no clip rule: "
+        "remove band_cap, or choose a clip rule (" + ", ".join(CLIP_RULES.names()) + ")"
+    )
+
+
 def test_ctrl_c_names_the_checkpoint_and_the_resume_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -225,6 +250,32 @@ def test_train_then_resume_after_a_crash(tmp_path: Path, warm_cache: Path) -> No
     info = json.loads((out / "run_info.json").read_text())
     assert info["resumed_from"].endswith("checkpoint-2") and info["finished"]["global_step"] == 4
     assert info["config_changed_on_resume"] == {"max_steps": [2, 4], "report_to": ["tensorboard", "none"]}
+
+
+@pytest.mark.slow
+def test_train_a_trl_native_method_then_resume(tmp_path: Path, warm_cache: Path) -> None:
+    out = tmp_path / "out"
+    common = [
+        f"output_dir={out}",
+        *warm_start_overrides(warm_cache),
+        *SMALL_RUN,
+        "method=gspo",
+        "report_to=none",
+    ]
+    first = bandpo_train([*common, "max_steps=2"])
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
+    assert "method     gspo: GSPO" in first.stdout and "plain GRPOTrainer" in first.stdout
+    rows = step_rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert "clip_ratio/region_mean" in rows[0] and "entropy" in rows[0]  # TRL's own metrics
+    assert not [k for r in rows for k in r if k.startswith(("clip/", "band/"))], "BandPO's hook ran"
+    assert (out / "checkpoint-2" / "trainer_state.json").is_file() and (out / "config.json").is_file()
+    # the saved config resumes as the same experiment: nothing to train
+    done = bandpo_train([*common, "max_steps=2", "--resume"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert "is complete (step 2, max_steps 2): nothing to train" in done.stdout
+    changed = bandpo_train([*common, "max_steps=2", "method=cispo", "--resume"])
+    assert changed.returncode == 2 and "method: 'gspo' -> 'cispo'" in changed.stderr
 
 
 @pytest.mark.slow

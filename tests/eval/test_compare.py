@@ -327,8 +327,12 @@ def test_presets_load_and_default_methods() -> None:
     assert [m.label for m in tiny.methods] == ["grpo", "band-kl"]
     assert tiny.reference == "grpo" and tiny.train_config == str((CONFIGS / "tiny.yaml").resolve())
     full = load_compare_config(CONFIGS / "compare-tiny-full.yaml")
-    assert {m.clip_rule for m in full.methods} == {"grpo", "clip_higher", "dcpo", "band", "adaptive_band"}
+    assert {m.method for m in full.methods} == {
+        "grpo", "clip_higher", "dcpo", "band", "adaptive_band", "dppo_tv", "dppo_kl", "cispo", "sapo", "gspo",
+    }  # fmt: skip
+    assert {m.label for m in full.methods} >= {"dppo-tv", "dppo-kl", "cispo", "sapo", "gspo"}
     assert {m.params.get("divergence") for m in full.methods if m.clip_rule == "band"} == {"kl", "tv", "chi2"}
+    assert {m.label for m in full.methods if m.clip_rule is None} == {"cispo", "sapo", "gspo"}  # TRL-native
     assert len(full.seeds) == 3
     default = load_compare_config(None, {"output_dir": "x"})
     assert [m.label for m in default.methods] == [label for label, _, _ in DEFAULT_METHODS]
@@ -447,3 +451,144 @@ def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_
         export_results(compare_dir, compare_dir / "inside")
     with pytest.raises(CompareError, match="nothing to export"):
         export_results(tmp_path / "empty", tmp_path / "x")
+
+
+# ------------------------------------------------------------------------------------- TRL-native methods
+def _trl_rows(n_steps: int = 10) -> list[dict[str, Any]]:
+    """Training log rows of a TRL-native run (plain GRPOTrainer): TRL's metrics, none of our clip diagnostics."""
+    rows = [
+        {"step": 2 * i, "loss": 0.01 * i, "reward": 0.1 + 0.01 * i, "entropy": 0.6, "cispo_clip_ratio": 0.0}
+        for i in range(1, n_steps + 1)
+    ]
+    return [*rows, {"step": 2 * n_steps, "train_runtime": 12.5, "train_loss": 0.1}]
+
+
+def test_compare_config_takes_trl_native_methods(tmp_path: Path) -> None:
+    methods = (
+        "methods=[{clip_rule: grpo, params: {eps_low: 0.2, eps_high: 0.2}}, "
+        "{label: cispo-4, method: cispo, params: {epsilon_high: 4.0}}, {method: gspo}, "
+        "{label: kl, method: band, params: {divergence: kl}}]"
+    )
+    cfg = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={tmp_path}", "seeds=[0]", methods])
+    assert [(m.label, m.method, m.clip_rule) for m in cfg.methods] == [
+        ("grpo", "grpo", "grpo"),
+        ("cispo-4", "cispo", None),
+        ("gspo", "gspo", None),
+        ("kl", "band", "band"),
+    ]
+    grpo, cispo, gspo, kl = plan_runs(cfg)
+    t = cispo.train_config
+    assert t["method"] == "cispo" and t["epsilon_high"] == 4.0
+    for key in ("clip_rule", "clip_rule_kwargs", "band_divergence", "band_delta", "loss_type"):
+        assert key not in t, key  # the recipe's clip rule and the field CISPO sets
+    assert t["beta"] == 0.1 and t["max_steps"] == 40  # the same recipe as the clip rules
+    assert gspo.train_config["method"] == "gspo" and "epsilon" not in gspo.train_config  # its defaults
+    assert "method" not in grpo.train_config and grpo.train_config["loss_type"] == "grpo"
+    assert kl.train_config["clip_rule"] == "band" and kl.train_config["clip_rule_kwargs"] == {
+        "divergence": "kl"
+    }
+    spec = cispo.spec(cfg)
+    assert (spec["method"], spec["clip_rule"], spec["params"]) == ("cispo", None, {"epsilon_high": 4.0})
+    listed = cfg.to_dict()["methods"]
+    assert listed[1] == {"label": "cispo-4", "method": "cispo", "params": {"epsilon_high": 4.0}}
+    assert listed[0] == {"label": "grpo", "clip_rule": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2}}
+    # the same method from the same recipe plans the same run whatever the other methods are
+    alone = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={tmp_path}", "seeds=[0]"])
+    assert plan_runs(alone)[0].fingerprint == grpo.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("methods", "message"),
+    [
+        ("[{method: cipso}]", r"unknown method 'cipso' \(did you mean 'cispo'\?\); clip rules: grpo"),
+        (
+            "[{clip_rule: cispo}]",
+            r"methods\[cispo\]: clip_rule='cispo' is a TRL-native method.*method: cispo",
+        ),
+        (
+            "[{clip_rule: bnad}]",
+            r"unknown clip rule 'bnad'.*TRL-native methods \(method: NAME\): cispo, sapo",
+        ),
+        (
+            "[{method: cispo, params: {band_delta: 0.1}}]",
+            r"methods\[cispo\]: unknown parameter 'band_delta' for method 'cispo'.*its parameters .*: epsilon_high",
+        ),
+        ("[{method: sapo, params: {loss_type: dapo}}]", r"unknown parameter 'loss_type' for method 'sapo'"),
+        (
+            "[{method: cispo, params: {epsilon_high: 0.5}}]",
+            r"epsilon_high must be a finite number >= 1 for method 'cispo'.*got 0.5",
+        ),
+        ("[{method: gspo, params: {epsilon: 0}}]", r"epsilon must be a finite number in \(0, 1\)"),
+        ("[{method: grpo, clip_rule: band}]", r"method='grpo' and clip_rule='band' name different methods"),
+        ("[{label: x}]", r"methods\[0\] needs method \(a method name: grpo, .*cispo, sapo, gspo\)"),
+        ("[{metod: cispo}]", r"unknown key\(s\) metod \(did you mean 'method'\?\)"),
+    ],
+)
+def test_method_errors_name_the_value_and_what_is_allowed(methods: str, message: str) -> None:
+    with pytest.raises(CompareError, match=message):
+        load_compare_config(CONFIGS / "compare-tiny.yaml", [f"methods={methods}"])
+
+
+def test_full_preset_plans_every_method() -> None:
+    cfg = load_compare_config(CONFIGS / "compare-tiny-full.yaml", ["seeds=[0]", "output_dir=/nonexistent/x"])
+    plans = plan_runs(cfg)
+    assert [p.method.label for p in plans] == [m.label for m in cfg.methods]
+    by_label = {p.method.label: p.train_config for p in plans}
+    assert by_label["dppo-kl"]["clip_rule"] == "dppo_kl" and by_label["dppo-tv"]["clip_rule"] == "dppo_tv"
+    assert {label: by_label[label].get("method") for label in ("cispo", "sapo", "gspo")} == {
+        "cispo": "cispo",
+        "sapo": "sapo",
+        "gspo": "gspo",
+    }
+
+
+def test_report_shows_dash_for_clip_metrics_a_method_does_not_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.axes
+
+    root = tmp_path / "cmp"
+    for seed in (0, 1):
+        make_run(root, "grpo", "grpo", {}, seed, 0, 0.10 + 0.01 * seed, 0.01 * seed)
+        run_dir = root / "runs" / "cispo" / f"seed{seed}"
+        run_dir.mkdir(parents=True)
+        spec = {
+            "label": "cispo",
+            "method": "cispo",
+            "clip_rule": None,
+            "params": {},
+            "seed": seed,
+            "method_index": 1,
+        }
+        (run_dir / "run_spec.json").write_text(json.dumps(spec))
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _trl_rows()))
+        (run_dir / RESULTS_FILE).write_text(json.dumps(_results("cispo", "cispo", seed, 0.12, 0.45)))
+    bars: list[str] = []
+    real_bar = matplotlib.axes.Axes.bar
+
+    def bar(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bars.append(kwargs.get("label"))
+        return real_bar(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", bar)
+    report = build_report(root, reference="grpo")
+
+    md = (report / "results.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| method"))
+    (row,) = [line for line in md.splitlines() if line.startswith("| cispo |")]
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
+    for column in ("clip %", "clip up %", "clip down %", "tail share %"):
+        assert cells[column] == "-", column  # not measured: a dash, not 0.00
+    assert cells["mean@8 %"] == "12.0 ± 0.0"
+    assert cells["entropy (train, last)"] == "0.600 ± 0.000"  # TRL's entropy
+    grpo_row = next(line for line in md.splitlines() if line.startswith("| grpo |"))
+    assert "| - |" not in grpo_row.split("|", 3)[3]  # grpo's clip columns are measured
+    with (report / "runs.csv").open() as f:
+        cispo_rows = [r for r in csv.DictReader(f) if r["method"] == "cispo"]
+    assert len(cispo_rows) == 2 and all(r["train/clip_frac"] == "" for r in cispo_rows)
+    assert cispo_rows[0]["clip_rule"] == "cispo"
+    # the figures leave it out rather than drawing zeros: no cispo bars, bounds of the clip rules only
+    assert bars and "cispo" not in bars and "grpo" in bars
+    text = (report / "report.md").read_text()
+    assert "(figures/bounds.png)" in text and "bounds figure skipped" not in text
+    assert "-: not measured" in text

@@ -51,7 +51,7 @@ def test_tiny_grpo_differs_only_in_the_clip_rule() -> None:
 
 @pytest.mark.parametrize("name", REAL_SCALE)
 def test_real_scale_recipes_mirror_the_authors(name: str) -> None:
-    """SPEC section 6 on 8 GPUs: 256 prompts x 16 per rollout, 4 mini-batches of 64, lr 1e-6, KL 0.001, ..."""
+    """docs/method.md#recipe on 8 GPUs: 256 prompts x 16 per rollout, 4 mini-batches of 64, lr 1e-6, KL 0.001, ..."""
     text = (CONFIGS / name).read_text()
     assert "NOT RUNNABLE" in text and "8 GPUs" in text
     config = load_train_config(CONFIGS / name)
@@ -243,9 +243,7 @@ def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
             r"\(1\) x steps_per_generation \(1\) = 6 completions.*per_device_train_batch_size=8",
         ),
         (["num_generations=1"], r"num_generations must be an integer >= 2"),
-        (["clip_rule=bandd"], r"unknown clip rule 'bandd'.*valid names: grpo, clip_higher, dcpo, band"),
         (["band_delta=-1"], r"delta must be a finite number > 0, got -1"),
-        (["loss_type=cispo"], r"loss_type='cispo' cannot be used"),
         (
             ["reward.name=dapoo"],
             r"reward: unknown reward 'dapoo' \(did you mean 'dapo'\?\); valid names: .*dapo.*boxed.*countdown",

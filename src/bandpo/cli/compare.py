@@ -1,6 +1,6 @@
 """``bandpo compare --config configs/compare-tiny.yaml [KEY=VALUE ...] [--report-only] [--redo] [--dry-run]``.
 
-Trains the same task with several clip rules over several seeds (in sequence, resumable), evaluates every final
+Trains the same task with several methods (clip rules and TRL-native methods) over several seeds (in sequence, resumable), evaluates every final
 policy and the starting policy, and writes a report directory (``bandpo.eval.compare``, ``bandpo.eval.report``).
 """
 
@@ -14,8 +14,10 @@ compare config keys (YAML; KEY=VALUE overrides with dotted keys):
   output_dir          where runs and the report go (runs/<label>/seed<seed>/, baseline/, report/)
   train.config        the training recipe (relative to the compare config), e.g. tiny.yaml
   train.overrides     training keys for every run, e.g. {max_steps: 60}; override one: train.overrides.max_steps=8
-  methods             list of {label, clip_rule, params}; default: grpo, clip_higher, dcpo, band-kl, band-tv,
-                      band-chi2, adaptive_band
+  methods             list of {label, method, params}: a clip rule (method or clip_rule: band, params: its
+                      parameters) or a TRL-native method (method: cispo / sapo / gspo, params: the GRPOConfig
+                      fields it takes, e.g. {epsilon_high: 5.0}); default: grpo, clip_higher, dcpo, band-kl,
+                      band-tv, band-chi2, adaptive_band
   seeds               e.g. [0, 1, 2]
   reference           the label the others are compared against (default grpo)
   eval.               k, ks, temperature, dataset, split, max_problems, verifier, prompt_column, answer_column,
@@ -55,7 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--report-only", action="store_true", help="train nothing; rebuild the report from the runs"
     )
     mode.add_argument(
-        "--dry-run", action="store_true", help="check the config and print the plan; run nothing"
+        "--dry-run",
+        action="store_true",
+        help="check the config and every run's training settings (as the trainer builds them, no model loaded) "
+        "and print the plan; run nothing",
     )
     mode.add_argument(
         "--export",
@@ -77,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         load_compare_config,
         plan_runs,
         run_compare,
+        validate_with_trainer,
     )
 
     try:
@@ -102,9 +108,13 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.dry_run:
             plans = plan_runs(config)
+            # every run's training config as the trainer will build it
+            validate_with_trainer(plans, locked_ok=True)
             print(f"output_dir {config.output_dir}; reference {config.reference}; eval k={config.eval.k}")
             for p in plans:
-                print(f"  {p.method.label:<16} seed {p.seed:<3} {p.status:<8} {p.run_dir}")
+                print(
+                    f"  {p.method.label:<16} seed {p.seed:<3} {p.status:<8} {p.method.method:<14} {p.run_dir}"
+                )
             return 0
         run_compare(config, redo=args.redo, report_only=args.report_only, progress=not args.no_progress)
     except ValueError as err:  # CompareError, or a report of a directory without runs

@@ -27,6 +27,9 @@ config keys:
               steps_per_generation, num_iterations, beta, loss_type, max_completion_length, temperature,
               max_steps, save_steps, logging_steps, report_to, output_dir, seed, use_vllm, clip_rule,
               clip_rule_kwargs, band_divergence, band_delta, band_cap, band_relax, ...
+  method      a clip rule (BandPOTrainer; the same as clip_rule) or a TRL-native method run by plain
+              GRPOTrainer, whose parameters are its GRPOConfig fields:
+{trl_methods}
   model.      path (local dir, HF id, or 'tiny' with data.task), dtype, attn_implementation, cache_dir, warm_start
   data.       task, task_options, path, format, split, prompt_column, answer_column, keep_columns,
               prompt_template, system_prompt, chat_template, max_samples
@@ -36,18 +39,31 @@ config keys:
 examples:
   bandpo train --config configs/tiny.yaml
   bandpo train --config configs/tiny.yaml clip_rule=grpo output_dir=runs/tiny-grpo
+  bandpo train --config configs/tiny.yaml method=cispo output_dir=runs/tiny-cispo   # TRL's CISPO
   bandpo train --config configs/tiny.yaml --resume
   bandpo train --config configs/tiny.yaml --resume max_steps=3200   # extend (constant lr schedule)
   bandpo train --config my.yaml model.path=/models/qwen data.path=train.jsonl reward.name=dapo
   accelerate launch --num_processes 8 -m bandpo.cli.main train --config configs/qwen2.5-3b-instruct.yaml
-  ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m bandpo.cli.main train \
+  ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m bandpo.cli.main train \\
       --config configs/tiny.yaml          # data parallel on CPU cores (gloo), as the tests run it
 """
 
 
+def _trl_methods_help() -> str:
+    """One help line per TRL-native method (from the registry): its name and parameters."""
+    from bandpo.training.methods import TRL_METHODS
+
+    lines = []
+    for name in TRL_METHODS.names():
+        method = TRL_METHODS.get(name)
+        params = ", ".join(f"{p.field} {p.default:g}" for p in method.params)
+        lines.append(f"              {name:<6} {method.title}: {params}")
+    return "\n".join(lines)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = EPILOG
+    parser.epilog = EPILOG.format(trl_methods=_trl_methods_help())
     parser.add_argument("--config", "-c", required=True, help="YAML training config (e.g. configs/tiny.yaml)")
     parser.add_argument(
         "overrides",

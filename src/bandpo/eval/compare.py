@@ -15,6 +15,7 @@ A compare config (YAML; ``key=value`` overrides with dotted keys apply on top, e
     methods:                               # default: all of DEFAULT_METHODS
       - {label: grpo, clip_rule: grpo}
       - {label: band-kl, clip_rule: band, params: {divergence: kl, delta: 0.05}}
+      - {label: cispo, method: cispo, params: {epsilon_high: 5.0}}   # TRL-native: plain GRPOTrainer
     seeds: [0, 1, 2]
     reference: grpo                        # the label the others are compared against (default: the first)
     eval: {k: 16, ks: [1, 4, 16], temperature: 1.0, max_problems: 200}   # final evaluation of every run
@@ -22,6 +23,12 @@ A compare config (YAML; ``key=value`` overrides with dotted keys apply on top, e
     baseline: true                         # evaluate the starting policy once
     num_threads: 1                         # OMP_NUM_THREADS of the training processes (null: inherit)
     report: {smooth: 1}                    # rolling-mean window of the training curves
+
+A method is any name of :data:`bandpo.training.methods.METHODS`: a clip rule (``clip_rule: NAME`` or
+``method: NAME``, ``params`` its parameters, trained by ``BandPOTrainer``) or a TRL-native method (``method: cispo``,
+``sapo``, ``gspo``; ``params`` the ``GRPOConfig`` fields it takes, e.g. ``{epsilon_high: 5.0}``; trained by plain
+``GRPOTrainer`` with the same data, reward, callbacks, checkpoints and evaluation). Its runs log TRL's metrics and
+not our clip diagnostics, which the report shows as ``-``.
 
 Every run (method x seed) trains in its own process (``python -m bandpo.eval.compare RUN_SPEC``, log in the run's
 ``train.log``), in sequence, into ``<output_dir>/runs/<label>/seed<seed>/``: the model, checkpoints, ``metrics.jsonl``
@@ -70,6 +77,7 @@ __all__ = [
     "load_compare_config",
     "plan_runs",
     "run_compare",
+    "validate_with_trainer",
 ]
 
 RUN_SPEC_FILE = "run_spec.json"
@@ -88,20 +96,26 @@ class CompareError(ValueError):
 # --------------------------------------------------------------------------------------------------- config
 @dataclass
 class MethodSpec:
-    """One method: a registered clip rule with its parameters, under a label (also its directory name).
+    """One method with its parameters, under a label (also its directory name).
 
     Args:
         label: unique name in the report, letters / digits / ``_.+-``.
-        clip_rule: a name of :data:`bandpo.losses.CLIP_RULES` (grpo, clip_higher, dcpo, band, adaptive_band, ...).
-        params: the rule's parameters (``make_clip_rule(clip_rule, **params)``); empty: its defaults.
+        clip_rule: a clip rule of :data:`bandpo.losses.CLIP_RULES` (grpo, clip_higher, dcpo, band, adaptive_band,
+            ...); the same as ``method`` for a clip rule. After construction: the rule, or ``None`` for a
+            TRL-native method.
+        params: a clip rule's parameters (``make_clip_rule(clip_rule, **params)``), or the ``GRPOConfig`` fields a
+            TRL-native method takes (``{epsilon_high: 5.0}`` for cispo); empty: its defaults.
+        method: any name of :data:`bandpo.training.methods.METHODS`: a clip rule or a TRL-native method (cispo,
+            sapo, gspo). After construction: the method's name, whichever key named it.
     """
 
     label: str
-    clip_rule: str
+    clip_rule: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    method: str | None = None
 
     def __post_init__(self) -> None:
-        from bandpo.losses import make_clip_rule
+        from bandpo.training.methods import METHODS
 
         if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
             raise CompareError(
@@ -110,16 +124,56 @@ class MethodSpec:
         if not isinstance(self.params, Mapping):
             raise CompareError(f"methods[{self.label}].params must be a mapping, got {self.params!r}")
         self.params = dict(self.params)
+        if self.method is None and self.clip_rule is None:
+            raise CompareError(
+                f"methods[{self.label}] needs method (a method name: {', '.join(METHODS.names())}) or clip_rule"
+            )
+        if self.method is not None and self.clip_rule is not None and self.method != self.clip_rule:
+            raise CompareError(
+                f"methods[{self.label}]: method={self.method!r} and clip_rule={self.clip_rule!r} name different "
+                "methods: set one of them"
+            )
         try:
-            make_clip_rule(self.clip_rule, **copy.deepcopy(self.params))
+            if self.method is not None:
+                method: Any = METHODS.get(self.method)
+            elif METHODS.is_trl_native(self.clip_rule):
+                raise ValueError(
+                    f"clip_rule={self.clip_rule!r} is a TRL-native method, not a clip rule: write method: "
+                    f"{self.clip_rule} (its params are the GRPOConfig fields it takes)"
+                )
+            else:
+                try:
+                    method = METHODS.clip_rule(self.clip_rule)  # type: ignore[arg-type]
+                except ValueError as err:
+                    raise ValueError(
+                        f"{err}; TRL-native methods (method: NAME): {', '.join(METHODS.trl_names())}"
+                    ) from None
+            method.check_params(copy.deepcopy(self.params))
         except (TypeError, ValueError) as err:
             raise CompareError(f"methods[{self.label}]: {err}") from err
+        self.method = method.name
+        self.clip_rule = None if METHODS.is_trl_native(method.name) else method.name
+
+    def training_method(self) -> Any:
+        """The method (:data:`bandpo.training.methods.METHODS`): how the runs are configured and trained."""
+        from bandpo.training.methods import METHODS
+
+        return METHODS.get(self.method)  # type: ignore[arg-type]
 
     def rule(self) -> Any:
-        """The ``ClipRule`` object."""
+        """The ``ClipRule`` object of a clip-rule method (``CompareError`` for a TRL-native method, which has none)."""
         from bandpo.losses import make_clip_rule
 
+        if self.clip_rule is None:
+            raise CompareError(
+                f"methods[{self.label}]: method {self.method!r} is TRL-native and has no clip rule"
+            )
         return make_clip_rule(self.clip_rule, **copy.deepcopy(self.params))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{label, clip_rule | method, params}`` as a compare config lists it (``clip_rule`` for a clip rule)."""
+        key = "clip_rule" if self.clip_rule is not None else "method"
+        return {"label": self.label, key: self.method, "params": copy.deepcopy(self.params)}
 
 
 DEFAULT_METHODS: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -263,10 +317,7 @@ class CompareConfig:
         return {
             "output_dir": self.output_dir,
             "train": {"config": self.train_config, "overrides": copy.deepcopy(self.train_overrides)},
-            "methods": [
-                {"label": m.label, "clip_rule": m.clip_rule, "params": copy.deepcopy(m.params)}
-                for m in self.methods
-            ],
+            "methods": [m.to_dict() for m in self.methods],
             "seeds": list(self.seeds),
             "reference": self.reference,
             "eval": dataclasses.asdict(self.eval),
@@ -403,25 +454,34 @@ def load_compare_config(
         raise CompareError(f"train.overrides must be a mapping of training keys, got {train_overrides!r}")
     methods_raw = data.get("methods") or []
     if not isinstance(methods_raw, list):
-        raise CompareError(f"methods must be a list of {{label, clip_rule, params}}, got {methods_raw!r}")
+        raise CompareError(f"methods must be a list of {{label, method, params}}, got {methods_raw!r}")
     methods = []
+    keys = ("label", "method", "clip_rule", "params")
     for i, item in enumerate(methods_raw):
         if isinstance(item, str):
-            item = {"clip_rule": item}
+            item = {"method": item}
         if not isinstance(item, dict):
             raise CompareError(
-                f"methods[{i}] must be a mapping with clip_rule (and label, params), got {item!r}"
+                f"methods[{i}] must be a mapping with method or clip_rule (and label, params), got {item!r}"
             )
-        unknown = set(item) - {"label", "clip_rule", "params"}
+        unknown = sorted(map(str, set(item) - set(keys)))
         if unknown:
             raise CompareError(
-                f"methods[{i}] has unknown key(s) {', '.join(sorted(map(str, unknown)))}; keys: label, clip_rule, params"
+                f"methods[{i}] has unknown key(s) {', '.join(unknown)}{_suggest(unknown[0], keys)}; keys: "
+                f"{', '.join(keys)}"
             )
-        if "clip_rule" not in item:
-            raise CompareError(f"methods[{i}] needs clip_rule (a registered clip rule name), got {item!r}")
+        name = item.get("method", item.get("clip_rule"))
+        if name is None:
+            from bandpo.training.methods import METHODS
+
+            raise CompareError(
+                f"methods[{i}] needs method (a method name: {', '.join(METHODS.names())}), got {item!r}"
+            )
         params = item.get("params") or {}
-        label = item.get("label") or _default_label(item["clip_rule"], params)
-        methods.append(MethodSpec(label=label, clip_rule=item["clip_rule"], params=params))
+        label = item.get("label") or _default_label(str(name), params)
+        methods.append(
+            MethodSpec(label=label, clip_rule=item.get("clip_rule"), params=params, method=item.get("method"))
+        )
 
     def section(name: str, cls: type) -> Any:
         try:
@@ -471,6 +531,7 @@ class RunPlan:
         """What the run's process needs (written to ``run_spec.json``)."""
         return {
             "label": self.method.label,
+            "method": self.method.method,
             "clip_rule": self.method.clip_rule,
             "params": self.method.params,
             "method_index": self.method_index,
@@ -519,20 +580,23 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
     Raises:
         CompareError: a training config the trainer refuses (checked for every run without loading a model).
     """
-    from bandpo.training.config import RULE_PARAM_KEYS, ConfigError, TrainConfig
+    from bandpo.training.config import ConfigError, TrainConfig
+    from bandpo.training.methods import switch_keys
 
     base = _base_train_config(config)
     base_dict = base.to_dict()
+    base_method = base.training_method().name
     out_root = Path(config.output_dir)
     plans = []
     for index, method in enumerate(config.methods):
+        chosen = method.training_method()
         for seed in config.seeds:
             run_dir = out_root / "runs" / method.label / f"seed{seed}"
             d = copy.deepcopy(base_dict)
-            for key in RULE_PARAM_KEYS:
+            # the recipe's method settings go, as when a config layer switches method
+            for key in switch_keys(base_method, chosen.name):
                 d.pop(key, None)
-            d["clip_rule"] = method.clip_rule
-            d["clip_rule_kwargs"] = copy.deepcopy(method.params) or None
+            d.update(chosen.config_entries(copy.deepcopy(method.params)))
             d["seed"] = seed
             d["output_dir"] = str(run_dir)
             try:
@@ -590,9 +654,12 @@ def check_plans(config: CompareConfig, plans: Sequence[RunPlan], redo: bool = Fa
     )
 
 
-def _validate_with_trainer(plans: Sequence[RunPlan]) -> None:
-    """Every run's config through ``prepare`` (batch arithmetic, TRL settings, reward, data; no model loaded)."""
+def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False) -> None:
+    """Every unfinished run's config through ``prepare`` (batch arithmetic, the method's TRL config, reward, data;
+    no model loaded). ``locked_ok``: a run whose directory another live process holds (a comparison in progress)
+    is skipped instead of refused (for ``--dry-run``)."""
     from bandpo.training.config import ConfigError, TrainConfig
+    from bandpo.training.lock import OutputDirLockedError
     from bandpo.training.run import prepare
 
     for plan in plans:
@@ -601,6 +668,8 @@ def _validate_with_trainer(plans: Sequence[RunPlan]) -> None:
         try:
             prepare(TrainConfig.from_dict(plan.train_config, source=plan.train_source), resume=True)
         except ConfigError as err:
+            if locked_ok and isinstance(err, OutputDirLockedError):
+                continue
             raise CompareError(f"methods[{plan.method.label}] seed {plan.seed}: {err}") from err
 
 
@@ -740,6 +809,7 @@ def run_one(spec_path: str | Path) -> int:
         run_dir / RESULTS_FILE,
         {
             "label": spec["label"],
+            "method": spec.get("method", spec["clip_rule"]),
             "clip_rule": spec["clip_rule"],
             "params": spec["params"],
             "seed": spec["seed"],
@@ -867,7 +937,10 @@ def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
         "config": config.to_dict(),
         "source": config.source,
         "reference": config.reference,
-        "methods": [{"label": m.label, "clip_rule": m.clip_rule, "params": m.params} for m in config.methods],
+        "methods": [
+            {"label": m.label, "method": m.method, "clip_rule": m.clip_rule, "params": m.params}
+            for m in config.methods
+        ],
         "seeds": list(config.seeds),
         "runs": [
             {"label": p.method.label, "seed": p.seed, "dir": str(p.run_dir), "fingerprint": p.fingerprint}
@@ -1002,7 +1075,7 @@ def run_compare(
     check_plans(config, plans, redo=redo)
     failures: list[str] = []
     if not report_only:
-        _validate_with_trainer(plans)
+        validate_with_trainer(plans)
         write_plan(config, plans)
         todo = [p for p in plans if p.status != "done"]
         done = len(plans) - len(todo)
@@ -1066,7 +1139,7 @@ def run_compare(
         smooth=config.smooth,
         methods=[m.label for m in config.methods],
         seeds=list(config.seeds),
-        rules={m.label: (m.clip_rule, m.params) for m in config.methods},
+        rules={m.label: (m.method, m.params) for m in config.methods},
     )
     say(f"bandpo compare: report in {report_dir / 'report.md'} and {report_dir / 'report.html'}")
     if failures:

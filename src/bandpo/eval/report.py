@@ -3,7 +3,8 @@
 :func:`build_report` reads only the files of a compare output directory, so it can be rebuilt at any time
 (``bandpo compare --config ... --report-only``) and tested on synthetic run directories:
 
-* ``runs/<label>/seed<seed>/run_spec.json``: ``label``, ``clip_rule``, ``params``, ``seed`` (``method_index``);
+* ``runs/<label>/seed<seed>/run_spec.json``: ``label``, ``method`` (a clip rule or a TRL-native method; older
+  specs have ``clip_rule`` only), ``params``, ``seed`` (``method_index``);
 * ``.../metrics.jsonl``: the training logs (``bandpo.training.callbacks``: ``step``, ``policy/entropy``,
   ``clip/frac``, ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_up/p0.0-0.2``, ..., ``clip/tail_share``,
   ``tokens/share/<bin>``, ``band/hi_mean``, ``band/lo_mean``, ``reward``);
@@ -28,6 +29,10 @@ Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key wh
   bin keys are absent);
 * ``train/hi_mean``, ``train/lo_mean``: the mean of ``band/hi_mean``, ``band/lo_mean``;
 * ``train/reward_last``: the last logged ``reward``; ``train/steps``: the last logged step.
+
+A number that was not measured is shown as ``-`` (never 0): the runs of a TRL-native method (``bandpo.training.methods``,
+trained by plain ``GRPOTrainer``) log TRL's metrics but none of our ``clip/*`` / ``band/*`` diagnostics, so their clip
+columns are ``-``, and they are left out of the clip-by-bin and bounds figures.
 """
 
 from __future__ import annotations
@@ -202,7 +207,7 @@ def load_runs(output_dir: str | Path) -> list[RunData]:
         runs.append(
             RunData(
                 label=str(spec.get("label", run_dir.parent.name)),
-                clip_rule=str(spec.get("clip_rule", "?")),
+                clip_rule=str(spec.get("method") or spec.get("clip_rule") or "?"),
                 params=dict(spec.get("params") or {}),
                 seed=int(spec.get("seed", 0)),
                 method_index=int(spec.get("method_index", 10**6)),
@@ -492,8 +497,15 @@ def _plot_bins(
     """Grouped bars: per old-probability bin, each method's clip rate (mean over seeds of the per-run means; error
     bars min-max over seeds). Top: share of the bin's tokens clipped (up, down); bottom: where the clipped tokens
     are (the bin's share of all clipped tokens, up and down)."""
+
+    def measured(label: str) -> bool:
+        return any(
+            k.startswith("bins/") and v.get("mean") is not None for k, v in per_method.get(label, {}).items()
+        )
+
+    labels = [label for label in labels if measured(label)]  # no bars of 0 for a method that logs no bins
     bins = sorted(
-        {k.split("/")[-1] for m in per_method.values() for k in m if k.startswith("bins/up/")},
+        {k.split("/")[-1] for label in labels for k in per_method[label] if k.startswith("bins/up/")},
         key=lambda b: float(b[1:].split("-")[0]),
     )
     if not bins:
@@ -904,12 +916,15 @@ def _draw_figures(
             )
         )
     try:
-        from bandpo.losses import make_clip_rule
+        from bandpo.losses import CLIP_RULES, make_clip_rule
         from bandpo.plots import plot_bounds
 
+        with_bounds = [label for label in labels if rule_of[label][0] in CLIP_RULES]  # not TRL-native methods
+        if not with_bounds:
+            return
         plot_bounds(
             fig_dir / "bounds.png",
-            {label: make_clip_rule(rule_of[label][0], **dict(rule_of[label][1])) for label in labels},
+            {label: make_clip_rule(rule_of[label][0], **dict(rule_of[label][1])) for label in with_bounds},
         )
         figures.append(
             (
@@ -1156,6 +1171,8 @@ def _text_blocks(
                 "clip %, clip up %, clip down %: mean over logged steps of clip/frac, clip/frac_up (r > hi with A > 0), "
                 "clip/frac_down (r < lo with A < 0).",
                 "tail share %: share of all clipped tokens with p_old <= 0.2, pooled over logged steps.",
+                "-: not measured. TRL-native methods (trained by plain GRPOTrainer) log TRL's metrics, not these clip "
+                "diagnostics.",
                 "95% CI of a difference: paired over common seeds (t with n-1 degrees of freedom); 'not significant' "
                 "means the interval contains 0.",
             ],

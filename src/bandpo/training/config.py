@@ -22,11 +22,19 @@ Overrides ``key=value`` (dotted keys for sections and dict fields: ``model.path=
 converted to the type of the field they set (``learning_rate=1e-6`` is a float, ``band_relax=[0.2,0.28]`` a list,
 ``max_completion_length=null`` is None), and so are the file's values (YAML reads ``1e-6`` as a string).
 
-Switching the clip rule resets its parameters: when a layer (a derived file or the overrides) sets ``clip_rule``
-to another rule, the ``clip_rule_kwargs`` / ``band_*`` inherited from the layers below are dropped and only that
-layer's own are kept, so ``bandpo train --config configs/tiny.yaml clip_rule=grpo`` trains GRPO with its default
-interval, and ``clip_rule=clip_higher clip_rule_kwargs.eps_high=0.3`` sets just that. Likewise a layer that sets
-``data.path`` drops the inherited ``data.task`` / ``data.task_options`` (and ``data.task`` drops ``data.path``).
+The method (:mod:`bandpo.training.methods`): ``clip_rule: NAME`` selects a clip rule (``BandPOTrainer``; default
+``band``); ``method: NAME`` selects any method of the one registry: a clip rule (the same as ``clip_rule: NAME``)
+or a TRL-native method (``cispo``, ``sapo``, ``gspo``: plain ``GRPOTrainer``, whose parameters are the
+``GRPOConfig`` fields themselves, e.g. ``method: cispo`` with ``epsilon_high: 4.0``). A TRL-native method refuses
+the clip-rule fields (``clip_rule``, ``clip_rule_kwargs``, ``band_*``).
+
+Switching the method resets its parameters: when a layer (a derived file or the overrides) selects another method
+(``clip_rule`` or ``method``), the keys of the inherited method and of the new one (``clip_rule_kwargs`` /
+``band_*``, or the TRL fields the TRL-native method owns, such as ``loss_type``) inherited from the layers below are
+dropped and only that layer's own are kept, so ``bandpo train --config configs/tiny.yaml clip_rule=grpo`` trains
+GRPO with its default interval, ``clip_rule=clip_higher clip_rule_kwargs.eps_high=0.3`` sets just that, and
+``method=cispo`` trains TRL's CISPO with its defaults. Likewise a layer that sets ``data.path`` drops the inherited
+``data.task`` / ``data.task_options`` (and ``data.task`` drops ``data.path``).
 
 An unknown key raises :class:`ConfigError` naming the closest valid key; every check here is on the config
 alone (no file other than the config is read, nothing is imported but TRL's config class).
@@ -48,6 +56,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from bandpo.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
 
 __all__ = [
     "DTYPES",
@@ -78,9 +88,6 @@ DATA_FORMATS = ("auto", "jsonl", "json", "parquet")
 
 CHAT_TEMPLATE_MODES = ("auto", "always", "never")
 """``data.chat_template``: ``auto`` uses the tokenizer's template when it has one."""
-
-RULE_PARAM_KEYS = ("clip_rule_kwargs", "band_divergence", "band_delta", "band_cap", "band_relax")
-"""Trainer keys that parametrise the clip rule (reset when a layer switches ``clip_rule``)."""
 
 REFUSED_TRAINER_KEYS = {
     "resume_from_checkpoint": "use `bandpo train --resume` (or train(config, resume=True)), which resumes from the "
@@ -485,8 +492,11 @@ def parse_overrides(overrides: Iterable[str] | Mapping[str, Any]) -> dict[str, A
 
 def _merge(base: dict[str, Any], layer: Mapping[str, Any], origins: dict[str, str], label: str) -> None:
     """Merge ``layer`` into ``base`` in place (dicts key by key); record each leaf's origin."""
-    if "clip_rule" in layer and layer["clip_rule"] != base.get("clip_rule", _DEFAULT_CLIP_RULE):
-        for key in RULE_PARAM_KEYS:  # another rule: its defaults plus what this layer sets, nothing inherited
+    new = _selected_method(layer)
+    old_method = _selected_method(base) or _DEFAULT_CLIP_RULE
+    if new is not None and new != old_method:
+        # another method: its defaults plus what this layer sets, nothing of the inherited method or the new one
+        for key in switch_keys(old_method, new):
             base.pop(key, None)
             for old in [k for k in origins if k == key or k.startswith(key + ".")]:
                 del origins[old]
@@ -513,6 +523,15 @@ def _merge(base: dict[str, Any], layer: Mapping[str, Any], origins: dict[str, st
                 origins[dotted] = label
 
     merge(base, layer, "")
+
+
+def _selected_method(layer: Mapping[str, Any]) -> Any:
+    """The method a layer selects: its ``method``, else its ``clip_rule``, else ``None`` (a ``null`` method
+    defers to ``clip_rule``)."""
+    value = layer.get(METHOD_KEY)
+    if value in (None, "null", "~"):
+        value = layer.get("clip_rule")
+    return value
 
 
 def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> list[tuple[dict[str, Any], str]]:
@@ -547,7 +566,7 @@ def _suggest(key: str, candidates: Iterable[str]) -> str:
 
 
 def _valid_keys() -> list[str]:
-    keys = list(trainer_field_types())
+    keys = [*trainer_field_types(), METHOD_KEY]
     for name, cls in SECTIONS.items():
         keys.append(name)
         keys.extend(f"{name}.{f}" for f in dataclass_types(cls))
@@ -557,17 +576,58 @@ def _valid_keys() -> list[str]:
 # ---------------------------------------------------------------------------------------------- the config
 @dataclass
 class TrainConfig:
-    """A complete training config (module docstring): ``trainer`` holds the ``BandPOConfig`` fields it sets.
+    """A complete training config (module docstring).
 
     Build it with :func:`load_train_config` (a file and overrides) or :meth:`from_dict`; change it with
-    :meth:`with_overrides`. ``source`` is the config file, if any.
+    :meth:`with_overrides`.
+
+    Attributes:
+        trainer: the ``BandPOConfig`` / ``GRPOConfig`` fields the config sets (TRL's names).
+        model, data, reward: the sections.
+        method: the TRL-native method (``cispo``, ``sapo``, ``gspo``; :data:`bandpo.training.methods.TRL_METHODS`)
+            trained by plain ``GRPOTrainer``; ``None``: the clip rule ``trainer["clip_rule"]`` (default ``band``)
+            trained by ``BandPOTrainer``.
+        source: the config file, if any.
+        origins: (init only) where each dotted key was set, for the messages of the checks.
+
+    Raises:
+        ConfigError: an unknown method or clip rule (with the closest name), a TRL-native method with clip-rule
+            fields or with a TRL field it sets to another value or ignores, a parameter out of range; a clip rule
+            with a loss type or importance-sampling level that only a TRL-native method runs (naming it).
     """
 
     trainer: dict[str, Any] = field(default_factory=dict)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=lambda: DataConfig(task="countdown"))
     reward: RewardConfig = field(default_factory=RewardConfig)
+    method: str | None = None
     source: str | None = None
+    origins: dataclasses.InitVar[Mapping[str, str] | None] = None
+
+    def __post_init__(self, origins: Mapping[str, str] | None) -> None:
+        def where(key: str) -> str:
+            return f" ({_where(origins or {}, key)})"
+
+        if self.method is not None:
+            try:
+                method = METHODS.get(self.method)
+            except ValueError as err:
+                raise ConfigError(f"method{where(METHOD_KEY)}: {err}") from err
+            if method.name not in TRL_METHODS:  # a clip rule: ``clip_rule`` holds it
+                _select_clip_rule(self.trainer, method.name, where)
+                self.method = None
+        if self.method is not None:
+            try:
+                TRL_METHODS.get(self.method).check_trainer(self.trainer, where)
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
+        else:
+            _check_clip_rule_fields(self.trainer, where)
+
+    def training_method(self) -> Any:
+        """The method to train with (:data:`bandpo.training.methods.METHODS`): ``config_class()``,
+        ``trainer_class()``, ``describe(args)``."""
+        return METHODS.get(self.method or self.trainer.get("clip_rule", _DEFAULT_CLIP_RULE))
 
     @classmethod
     def from_dict(
@@ -578,9 +638,18 @@ class TrainConfig:
         field_types = trainer_field_types()
         trainer: dict[str, Any] = {}
         sections: dict[str, Any] = {}
+        method = None
         for key, value in data.items():
             where = _where(origins, key)
-            if key in SECTIONS:
+            if key == METHOD_KEY:
+                if value in (None, "null", "~"):
+                    continue
+                if not isinstance(value, str):
+                    raise ConfigError(
+                        f"method ({where}) must be a method name ({', '.join(METHODS.names())}), got {value!r}"
+                    )
+                method = value
+            elif key in SECTIONS:
                 if value is None:
                     value = {}
                 if not isinstance(value, Mapping):
@@ -608,11 +677,13 @@ class TrainConfig:
             raise ConfigError(
                 "the config has no data section: set data.task (a built-in task) or data.path (local files)"
             )
-        return cls(trainer=trainer, source=source, **sections)
+        return cls(trainer=trainer, method=method, source=source, origins=origins, **sections)
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as the nested dict a YAML file holds (trainer fields at the top level)."""
-        out: dict[str, Any] = copy.deepcopy(self.trainer)
+        """The config as the nested dict a YAML file holds (``method`` if set, then the trainer fields at the top
+        level, then the sections)."""
+        out: dict[str, Any] = {METHOD_KEY: self.method} if self.method is not None else {}
+        out.update(copy.deepcopy(self.trainer))
         for name in SECTIONS:
             out[name] = dataclasses.asdict(getattr(self, name))
         return out
@@ -637,10 +708,13 @@ class TrainConfig:
         return Path(_DEFAULT_OUTPUT_ROOT) / stem
 
     def trainer_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``BandPOConfig``: the config's fields plus bandpo's defaults (progress bar on,
-        ``use_cpu`` when no GPU, ``output_dir``) and the model section's ``dtype`` / ``attn_implementation`` in
-        ``model_init_kwargs``."""
+        """Keyword arguments of the method's config class (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native
+        method): the config's fields, the fields a TRL-native method sets (its ``loss_type``, ..., and the defaults
+        of its parameters), bandpo's defaults (progress bar on, ``use_cpu`` when no GPU, ``output_dir``) and the
+        model section's ``dtype`` / ``attn_implementation`` in ``model_init_kwargs``."""
         kwargs = copy.deepcopy(self.trainer)
+        for key, value in self.training_method().defaults(self.trainer).items():
+            kwargs.setdefault(key, value)
         kwargs["output_dir"] = str(self.output_dir)
         kwargs.setdefault("disable_tqdm", False)
         if "activation_checkpointing" not in kwargs:  # transformers 5's name; TRL's default (on) otherwise
@@ -662,6 +736,68 @@ class TrainConfig:
             init_kwargs[key] = value
         kwargs["model_init_kwargs"] = init_kwargs
         return kwargs
+
+
+def _select_clip_rule(trainer: dict[str, Any], name: str, where: Any) -> None:
+    """``method: NAME`` for a clip rule: the same as ``clip_rule: NAME``; both set to different rules is refused."""
+    existing = trainer.get("clip_rule")
+    if existing is not None and existing != name:
+        raise ConfigError(
+            f"method={name!r}{where(METHOD_KEY)} and clip_rule={existing!r}{where('clip_rule')} select different "
+            "methods: set one of them"
+        )
+    trainer["clip_rule"] = name
+
+
+def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
+    """A clip rule's config: a registered rule, and the loss type / importance-sampling level ``BandPOTrainer``
+    can bound (TRL's other values name the TRL-native method that runs them)."""
+    from bandpo.integrations.trl import REFUSED_LOSS_TYPES, SUPPORTED_LOSS_TYPES
+
+    rule = trainer.get("clip_rule")
+    if rule is not None:
+        if METHODS.is_trl_native(rule):
+            raise ConfigError(
+                f"clip_rule={rule!r}{where('clip_rule')} is TRL's {TRL_METHODS.get(rule).title}, a TRL-native method "
+                f"rather than a clip rule: select it with method: {rule} (plain GRPOTrainer, without clip-rule fields)"
+            )
+        try:
+            METHODS.clip_rule(rule)
+        except ValueError as err:
+            raise ConfigError(
+                f"clip_rule{where('clip_rule')}: {err}; TRL-native methods (method: NAME): "
+                f"{', '.join(METHODS.trl_names())}"
+            ) from err
+
+    def runs_it(key: str, value: Any) -> list[str]:
+        return [n for n in METHODS.trl_names() if TRL_METHODS.get(n).fixed.get(key) == value]
+
+    loss_type = trainer.get("loss_type")
+    if loss_type is not None and loss_type not in SUPPORTED_LOSS_TYPES:
+        known = [*SUPPORTED_LOSS_TYPES, *REFUSED_LOSS_TYPES]
+        methods = runs_it("loss_type", loss_type)
+        if methods:
+            how = f"select it with method: {methods[0]} (plain GRPOTrainer) instead of a clip rule"
+        elif loss_type in known:
+            how = f"{REFUSED_LOSS_TYPES[loss_type]}; bandpo runs TRL's {', '.join(METHODS.trl_names())} as methods"
+        else:
+            close = difflib.get_close_matches(str(loss_type), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(
+                f"unknown loss_type {loss_type!r}{where('loss_type')}{hint}; TRL 1.16 loss types: {', '.join(known)}"
+            )
+        raise ConfigError(
+            f"loss_type={loss_type!r}{where('loss_type')} cannot be used with a clip rule: {how}. With a clip rule: "
+            f"{', '.join(SUPPORTED_LOSS_TYPES)}"
+        )
+    level = trainer.get("importance_sampling_level")
+    if level is not None and level != "token":
+        methods = runs_it("importance_sampling_level", level)
+        how = f"; for {methods[0].upper()} set method: {methods[0]}" if methods else ""
+        raise ConfigError(
+            f"importance_sampling_level={level!r}{where('importance_sampling_level')} cannot be used with a clip "
+            f"rule, which bounds each token's ratio from its old probability{how}. With a clip rule: 'token'"
+        )
 
 
 def _parse_override_leaves(

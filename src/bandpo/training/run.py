@@ -69,7 +69,9 @@ class PreparedRun:
 
     Attributes:
         config: the training config.
-        args: the ``BandPOConfig`` (TRL's ``GRPOConfig`` + clip rule), validated.
+        args: the method's config, validated: a ``BandPOConfig`` (TRL's ``GRPOConfig`` + clip rule), or TRL's own
+            ``GRPOConfig`` for a TRL-native method.
+        method: the method (:data:`bandpo.training.methods.METHODS`), which chooses the trainer class.
         reward_funcs: the reward, wrapped by :func:`bandpo.rewards.safe_reward_func`.
         problems: the training problems (``prompt`` raw, ``answer``, kept columns).
         model_path: the model directory or Hugging Face id; ``None`` for a task model not built yet.
@@ -91,6 +93,7 @@ class PreparedRun:
     resume_plan: ResumePlan | None = None
     tokenizer: Any = None
     dataset: Any = None
+    method: Any = None
 
 
 def last_checkpoint(output_dir: str | Path) -> Path | None:
@@ -249,8 +252,8 @@ def _load_tokenizer(path: str) -> Any:
 def prepare(
     config: TrainConfig, resume: bool = False, overwrite: bool = False, allow_config_change: bool = False
 ) -> PreparedRun:
-    """Check the whole run without loading a model: batch arithmetic, value ranges, clip rule and every TRL
-    setting (``BandPOConfig``, plus the optimizer, scheduler and generation config built as TRL will), reward name
+    """Check the whole run without loading a model: batch arithmetic, value ranges, the method and every TRL
+    setting (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native method, plus the optimizer, scheduler and generation config built as TRL will), reward name
     and options, model path, dataset files and columns (and that they fill one generation round), chat-template
     use, and the output directory (not in use by another run; with ``resume``, its checkpoints and config).
 
@@ -277,10 +280,9 @@ def prepare(
     world_size = _world_size()
     check_trainer_values(lambda name: _trainer_value(config, name))
     _check_batch(config, world_size)
-    from bandpo.integrations.trl import BandPOConfig
-
+    method = config.training_method()
     try:
-        args = BandPOConfig(**config.trainer_kwargs())
+        args = method.config_class()(**config.trainer_kwargs())
     except ConfigError:
         raise
     except (TypeError, ValueError) as err:
@@ -315,6 +317,7 @@ def prepare(
         resume_from=plan.scan.latest if plan and plan.complete_at is None else None,
         world_size=args.world_size,
         resume_plan=plan,
+        method=method,
     )
     if model_path is not None:  # the tokenizer is small: check the prompts against it now
         prepared.tokenizer = _load_tokenizer(model_path)
@@ -324,13 +327,12 @@ def prepare(
 
 # ------------------------------------------------------------------------------------------------ training
 @functools.cache
-def _trainer_class() -> type:
+def _trainer_class(base: type) -> type:
+    """``base`` (the method's trainer: ``BandPOTrainer`` or TRL's ``GRPOTrainer``) with the reward-failure count."""
     import torch
 
-    from bandpo.integrations.trl import BandPOTrainer
-
-    class RunTrainer(BandPOTrainer):
-        """``BandPOTrainer`` that also logs ``rewards/<name>/failures``: completions of the generation batch
+    class RunTrainer(base):  # type: ignore[misc, valid-type]
+        """The method's trainer that also logs ``rewards/<name>/failures``: completions of the generation batch
         (all processes) whose scoring raised and got the failure reward."""
 
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
@@ -355,12 +357,13 @@ def _describe(prepared: PreparedRun, model_path: str, n_rows: int) -> str:
     per_step = args.per_device_train_batch_size * prepared.world_size * args.gradient_accumulation_steps
     generation = args.generation_batch_size
     updates = args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
-    rule = prepared.args.build_clip_rule().describe()
+    method = (prepared.method or prepared.config.training_method()).describe(args)
     lines = [
         f"bandpo train: {prepared.config.source or 'config'} -> {args.output_dir}",
         f"  model      {model_path}",
         f"  data       {n_rows} prompts ({_data_source(prepared.config)}), reward {prepared.reward_funcs[0].__name__}",
-        f"  clip rule  {rule}, loss_type {args.loss_type}, beta {args.beta}, lr {args.learning_rate}",
+        f"  method     {method}",
+        f"  loss       loss_type {args.loss_type}, beta {args.beta}, lr {args.learning_rate}",
         f"  batches    {generation} completions per generation round ({generation // args.num_generations} prompts x "
         f"{args.num_generations}), {per_step} per optimizer step, {updates:g} optimizer steps per round, "
         f"{prepared.world_size} process(es)",
@@ -477,7 +480,8 @@ def train(
     prepared: PreparedRun | None = None,
     allow_config_change: bool = False,
 ) -> Path:
-    """Train ``config`` with ``BandPOTrainer``; returns ``output_dir`` (module docstring for its contents).
+    """Train ``config`` with its method's trainer (``BandPOTrainer`` for a clip rule, TRL's ``GRPOTrainer`` for a
+    TRL-native method; :mod:`bandpo.training.methods`); returns ``output_dir`` (module docstring for its contents).
 
     Args:
         config: the training config (:func:`bandpo.training.config.load_train_config`).
@@ -552,7 +556,8 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
         _write_run_files(prepared, model_path, n_rows, output_dir)
         print(_describe(prepared, model_path, n_rows), flush=True)
 
-    trainer = _trainer_class()(
+    base = (prepared.method or config.training_method()).trainer_class()
+    trainer = _trainer_class(base)(
         model=model_path,
         reward_funcs=prepared.reward_funcs,
         args=args,

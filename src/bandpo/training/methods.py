@@ -1,0 +1,389 @@
+"""Training methods: the one list of method names that ``bandpo train`` and ``bandpo compare`` accept.
+
+A method is one of two kinds, and :data:`METHODS` dispatches on the kind (never on the name):
+
+* a **clip rule** (every name of ``bandpo.losses.CLIP_RULES``, read at each lookup, so a rule registered later is a
+  method too): trained by ``BandPOTrainer`` with ``BandPOConfig(clip_rule=name, clip_rule_kwargs=params)``; our
+  hook logs the clip diagnostics (``clip/frac``, ``clip/tail_share``, per-bin rates, ``band/*``);
+* a **TRL-native method** (:data:`TRL_METHODS`): a loss TRL 1.16 ships whose region is not a per-token ratio
+  interval, so no clip rule can express it. Trained by plain ``GRPOTrainer`` with a ``GRPOConfig`` whose fields the
+  method sets; TRL logs its own metrics (``entropy``, ``clip_ratio/*`` or ``cispo_clip_ratio``) and ours are absent.
+
+The TRL-native methods (``r`` the token ratio ``pi / pi_old``, ``A`` the advantage, ``sg`` stop gradient,
+``s = exp(mean_t log r)`` the sequence ratio):
+
+* ``cispo``, CISPO (MiniMax-M1): sets ``loss_type: cispo``, ``importance_sampling_level: token``. Per token, no
+  region: the loss is ``-sg(min(r, epsilon_high)) A log pi``, so every token keeps its gradient, with a weight
+  capped above at ``epsilon_high`` (default 5.0, ScaleRL's value in TRL's docs). Tokens are averaged over the
+  global batch (TRL's cispo aggregation, not the recipe's ``loss_type``).
+* ``sapo``, SAPO (Soft Adaptive Policy Optimization): sets ``loss_type: sapo``, ``importance_sampling_level:
+  token``. Per token, no hard region: the ratio goes through the gate ``(4 / tau) sigmoid(tau (r - 1))``, whose
+  gradient ``sigmoid'`` decays smoothly as ``r`` leaves 1; ``tau`` is ``sapo_temperature_pos`` (default 1.0) where
+  ``A > 0`` and ``sapo_temperature_neg`` (default 1.05) otherwise (the paper's and TRL's defaults).
+* ``gspo``, GSPO (Group Sequence Policy Optimization): sets ``importance_sampling_level: sequence``, ``loss_type:
+  grpo``. Per sequence: ``s`` is clipped to ``[1 - epsilon, 1 + epsilon_high]`` as in PPO, so every token of a
+  sequence whose ``s`` left the interval in the direction ``A`` pushes it gets no gradient; defaults
+  ``epsilon: 3e-4``, ``epsilon_high: 4e-4`` (GSPO paper v2 section 5.1, as TRL's paper index sets them).
+
+A TRL-native method takes its parameters as the ``GRPOConfig`` fields themselves (``epsilon_high: 4.0`` for
+``cispo``); it refuses the clip-rule fields (``clip_rule``, ``clip_rule_kwargs``, ``band_*``), a value of a field it
+sets other than its own, and the TRL fields its loss ignores (``epsilon`` for ``sapo``), so nothing is silently
+without effect. This module imports neither torch nor TRL until a trainer or config class is asked for.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bandpo.registry import Registry
+
+__all__ = [
+    "CLIP_RULE_KEYS",
+    "METHODS",
+    "RULE_PARAM_KEYS",
+    "TRL_METHODS",
+    "ClipRuleMethod",
+    "MethodParam",
+    "TrainingMethods",
+    "TrlNativeMethod",
+    "switch_keys",
+]
+
+RULE_PARAM_KEYS = ("clip_rule_kwargs", "band_divergence", "band_delta", "band_cap", "band_relax")
+"""Trainer keys that parametrise the clip rule (reset when a layer switches method)."""
+
+CLIP_RULE_KEYS = ("clip_rule", *RULE_PARAM_KEYS)
+"""Every trainer key of the clip-rule kind: the rule's name and its parameters (BandPOConfig's own fields)."""
+
+METHOD_KEY = "method"
+"""The config key that selects a method by name (``method: cispo``)."""
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class MethodParam:
+    """A parameter of a TRL-native method: a ``GRPOConfig`` field, its default for the method and its range.
+
+    Attributes:
+        field: the ``GRPOConfig`` field it sets (``epsilon_high``).
+        default: the value the method uses when the config does not set it (the paper's / TRL's docs).
+        valid: whether a value is in range.
+        allowed: the range in words, for the error message (``a finite number >= 1``).
+        meaning: what the field does in this method.
+    """
+
+    field: str
+    default: float
+    valid: Callable[[Any], bool]
+    allowed: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class ClipRuleMethod:
+    """A clip rule of ``bandpo.losses.CLIP_RULES`` as a method: ``BandPOTrainer`` + ``BandPOConfig``."""
+
+    name: str
+
+    def config_class(self) -> type:
+        """``BandPOConfig`` (imports TRL)."""
+        from bandpo.integrations.trl import BandPOConfig
+
+        return BandPOConfig
+
+    def trainer_class(self) -> type:
+        """``BandPOTrainer`` (imports TRL)."""
+        from bandpo.integrations.trl import BandPOTrainer
+
+        return BandPOTrainer
+
+    def param_names(self) -> list[str]:
+        """The rule's parameter names (``clip_rule_kwargs`` keys)."""
+        from bandpo.losses import clip_rule_params
+
+        return list(clip_rule_params(self.name))
+
+    def method_keys(self) -> tuple[str, ...]:
+        """Trainer keys that belong to this method (dropped from inherited layers when a layer switches method)."""
+        return CLIP_RULE_KEYS
+
+    def check_params(self, params: Mapping[str, Any]) -> None:
+        """Build the rule with ``params``; ``ValueError`` / ``TypeError`` from the rule's own validation."""
+        from bandpo.losses import make_clip_rule
+
+        make_clip_rule(self.name, **dict(params))
+
+    def defaults(self, trainer: Mapping[str, Any]) -> dict[str, Any]:
+        """Trainer fields the method adds to a config's own (none: ``BandPOConfig`` builds the rule itself)."""
+        return {}
+
+    def config_entries(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The training-config keys that select this method with ``params``."""
+        return {"clip_rule": self.name, "clip_rule_kwargs": dict(params) or None}
+
+    def describe(self, args: Any) -> str:
+        """One line for the run's header: the clip rule with its parameters (``args``: the built config)."""
+        return f"clip rule {args.build_clip_rule().describe()} (BandPOTrainer)"
+
+
+@dataclass(frozen=True)
+class TrlNativeMethod:
+    """A loss TRL ships, trained by plain ``GRPOTrainer`` (module docstring).
+
+    Attributes:
+        name: the method's name as users know it (``cispo``).
+        title: the name in prose, with its paper (``CISPO (MiniMax-M1)``).
+        fixed: ``GRPOConfig`` fields the method sets to these values; a config may repeat them, not change them.
+        params: the ``GRPOConfig`` fields that tune it, with their defaults and ranges.
+        ignored: ``GRPOConfig`` fields TRL's loss for this method does not read; setting one is an error.
+    """
+
+    name: str
+    title: str
+    fixed: Mapping[str, Any]
+    params: tuple[MethodParam, ...] = ()
+    ignored: tuple[str, ...] = ()
+
+    def config_class(self) -> type:
+        """TRL's ``GRPOConfig`` (imports TRL)."""
+        from trl import GRPOConfig
+
+        return GRPOConfig
+
+    def trainer_class(self) -> type:
+        """TRL's ``GRPOTrainer`` (imports TRL)."""
+        from trl import GRPOTrainer
+
+        return GRPOTrainer
+
+    def param_names(self) -> list[str]:
+        return [p.field for p in self.params]
+
+    def method_keys(self) -> tuple[str, ...]:
+        return (*self.fixed, *self.param_names(), *self.ignored)
+
+    def check_params(self, params: Mapping[str, Any], where: Callable[[str], str] = lambda key: "") -> None:
+        """``ValueError`` naming the field, the value and the range for an unknown or out-of-range parameter
+        (``where(key)``: where it was set, for the message)."""
+        by_field = {p.field: p for p in self.params}
+        for key, value in params.items():
+            spec = by_field.get(key)
+            if spec is None:
+                close = difflib.get_close_matches(str(key), list(by_field), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(
+                    f"unknown parameter {key!r}{hint} for method {self.name!r} ({self.title}); its parameters "
+                    f"(GRPOConfig fields): {', '.join(by_field) or 'none'}"
+                )
+            if not spec.valid(value):
+                raise ValueError(
+                    f"{key}{where(key)} must be {spec.allowed} for method {self.name!r} ({spec.meaning}), got "
+                    f"{value!r}"
+                )
+
+    def check_trainer(self, trainer: Mapping[str, Any], where: Callable[[str], str] = lambda key: "") -> None:
+        """Check a config's trainer fields against this method (module docstring). ``where(key)`` says where a key
+        was set, for the message. Raises ``ValueError``."""
+        for key in CLIP_RULE_KEYS:
+            if key in trainer:
+                raise ValueError(
+                    f"{key}={trainer[key]!r}{where(key)} is a clip-rule setting, but method={self.name!r} is TRL-native "
+                    f"({self.title}, trained by plain GRPOTrainer) and has no clip rule: remove {key}, or choose a "
+                    f"clip rule ({', '.join(METHODS.clip_rule_names())})"
+                )
+        for key, value in self.fixed.items():
+            if key in trainer and trainer[key] != value:
+                raise ValueError(
+                    f"{key}={trainer[key]!r}{where(key)} conflicts with method={self.name!r}, which sets "
+                    f"{key}={value!r}: remove {key}"
+                )
+        for key in self.ignored:
+            if key in trainer:
+                raise ValueError(
+                    f"{key}={trainer[key]!r}{where(key)} has no effect with method={self.name!r}: TRL's {self.title} "
+                    f"loss does not read it; its parameters: {', '.join(self.param_names()) or 'none'}"
+                )
+        self.check_params({k: trainer[k] for k in self.param_names() if k in trainer}, where)
+
+    def trl_fields(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ``GRPOConfig`` fields of the method: ``fixed``, then each parameter from ``params`` or its default."""
+        params = params or {}
+        self.check_params(params)
+        out = dict(self.fixed)
+        for p in self.params:
+            out[p.field] = params.get(p.field, p.default)
+        return out
+
+    def defaults(self, trainer: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``GRPOConfig`` fields the method sets, with the config's own values of its parameters."""
+        return self.trl_fields({k: trainer[k] for k in self.param_names() if k in trainer})
+
+    def config_entries(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The training-config keys that select this method with ``params`` (its GRPOConfig fields)."""
+        return {METHOD_KEY: self.name, **dict(params)}
+
+    def describe(self, args: Any) -> str:
+        values = {**self.fixed, **{p: getattr(args, p) for p in self.param_names()}}
+        text = ", ".join(f"{k}={v}" for k, v in values.items())
+        return f"{self.name}: {self.title}, TRL-native ({text}; plain GRPOTrainer)"
+
+
+TRL_METHODS: Registry[TrlNativeMethod] = Registry("TRL-native method")
+"""The TRL-native methods by name (module docstring); :data:`METHODS` looks names up here and in CLIP_RULES."""
+
+
+def register_trl_method(method: TrlNativeMethod) -> TrlNativeMethod:
+    """Register a TRL-native method under ``method.name`` (a name taken raises ``ValueError``)."""
+    return TRL_METHODS.register(method.name, method)
+
+
+_TEMPERATURE = "a finite number > 0 (TRL divides by it)"
+register_trl_method(
+    TrlNativeMethod(
+        name="cispo",
+        title="CISPO (MiniMax-M1)",
+        fixed={"loss_type": "cispo", "importance_sampling_level": "token"},
+        params=(
+            MethodParam(
+                "epsilon_high",
+                5.0,
+                lambda v: _finite(v) and v >= 1,
+                "a finite number >= 1",
+                "the cap on the detached importance weight sg(min(r, epsilon_high)); below 1 it would shrink "
+                "on-policy tokens too",
+            ),
+        ),
+        ignored=("epsilon", "delta", "sapo_temperature_pos", "sapo_temperature_neg"),
+    )
+)
+register_trl_method(
+    TrlNativeMethod(
+        name="sapo",
+        title="SAPO (Soft Adaptive Policy Optimization)",
+        fixed={"loss_type": "sapo", "importance_sampling_level": "token"},
+        params=(
+            MethodParam(
+                "sapo_temperature_pos",
+                1.0,
+                lambda v: _finite(v) and v > 0,
+                _TEMPERATURE,
+                "the gate's temperature for tokens with A > 0",
+            ),
+            MethodParam(
+                "sapo_temperature_neg",
+                1.05,
+                lambda v: _finite(v) and v > 0,
+                _TEMPERATURE,
+                "the gate's temperature for tokens with A <= 0",
+            ),
+        ),
+        ignored=("epsilon", "epsilon_high", "delta"),
+    )
+)
+register_trl_method(
+    TrlNativeMethod(
+        name="gspo",
+        title="GSPO (Group Sequence Policy Optimization)",
+        fixed={"importance_sampling_level": "sequence", "loss_type": "grpo"},
+        params=(
+            MethodParam(
+                "epsilon",
+                3e-4,
+                lambda v: _finite(v) and 0 < v < 1,
+                "a finite number in (0, 1)",
+                "the sequence ratio's lower clip 1 - epsilon",
+            ),
+            MethodParam(
+                "epsilon_high",
+                4e-4,
+                lambda v: _finite(v) and v > 0,
+                "a finite number > 0",
+                "the sequence ratio's upper clip 1 + epsilon_high",
+            ),
+        ),
+        ignored=("sapo_temperature_pos", "sapo_temperature_neg"),
+    )
+)
+
+
+@dataclass
+class TrainingMethods:
+    """The one list of method names: the clip rules of ``CLIP_RULES`` (read at each call) and :data:`TRL_METHODS`.
+
+    ``get(name)`` returns a :class:`ClipRuleMethod` or a :class:`TrlNativeMethod`; both answer ``config_class()``,
+    ``trainer_class()``, ``method_keys()``, ``check_params()``, ``config_entries()`` and ``describe()``, which is
+    how ``bandpo train`` and ``bandpo compare`` dispatch.
+    """
+
+    trl: Registry[TrlNativeMethod] = field(default_factory=lambda: TRL_METHODS)
+
+    @staticmethod
+    def _clip_rules() -> Registry[Any]:
+        from bandpo.losses import CLIP_RULES
+
+        return CLIP_RULES
+
+    def clip_rule_names(self) -> list[str]:
+        return self._clip_rules().names()
+
+    def trl_names(self) -> list[str]:
+        return self.trl.names()
+
+    def names(self) -> list[str]:
+        """Every method name: the clip rules, then the TRL-native methods."""
+        return [*self.clip_rule_names(), *self.trl_names()]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.trl or name in self._clip_rules()
+
+    def is_trl_native(self, name: object) -> bool:
+        return name in self.trl
+
+    def clip_rule(self, name: str) -> ClipRuleMethod:
+        """The clip rule called ``name`` (``ValueError`` naming the closest rule and every rule otherwise)."""
+        return ClipRuleMethod(self._clip_rules().canonical(name))
+
+    def get(self, name: str) -> ClipRuleMethod | TrlNativeMethod:
+        """The method called ``name``.
+
+        Raises:
+            ValueError: an unknown name (with the closest name and every valid one), or a name registered both as
+                a clip rule and as a TRL-native method.
+        """
+        rules = self._clip_rules()
+        if name in self.trl:
+            if name in rules:
+                raise ValueError(
+                    f"method {name!r} is registered both as a clip rule and as a TRL-native method; rename one"
+                )
+            return self.trl.get(name)
+        if name in rules:
+            return ClipRuleMethod(rules.canonical(name))
+        close = difflib.get_close_matches(str(name), self.names(), n=1) if isinstance(name, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"unknown method {name!r}{hint}; clip rules: {', '.join(self.clip_rule_names())}; TRL-native methods: "
+            f"{', '.join(self.trl_names())}"
+        )
+
+
+METHODS = TrainingMethods()
+"""The registry of method names ``bandpo train`` (``clip_rule:`` / ``method:``) and ``bandpo compare`` accept."""
+
+
+def switch_keys(old: str, new: str) -> set[str]:
+    """Trainer keys dropped from the inherited layers when a layer switches from method ``old`` to ``new``: both
+    methods' own keys and the selecting keys, so the new method starts from its defaults (unknown names count as
+    clip rules here; they are refused when the config is built)."""
+
+    def keys(name: str) -> tuple[str, ...]:
+        return TRL_METHODS.get(name).method_keys() if name in TRL_METHODS else CLIP_RULE_KEYS
+
+    return {METHOD_KEY, "clip_rule", *keys(old), *keys(new)}
