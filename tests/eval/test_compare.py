@@ -592,3 +592,4 @@ def test_report_shows_dash_for_clip_metrics_a_method_does_not_log(
     text = (report / "report.md").read_text()
     assert "(figures/bounds.png)" in text and "bounds figure skipped" not in text
     assert "-: not measured" in text
+    assert "cispo - (the paper" in text and "cispo -%" not in text  # the tail share: a dash, not "-%"

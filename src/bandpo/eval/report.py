@@ -1102,7 +1102,7 @@ def _text_blocks(
     if any(v is not None for v in share.values()):
         dyn.append(
             "Share of all clipping that falls on tail tokens: "
-            + ", ".join(f"{label} {_pct(v)}%" for label, v in share.items())
+            + ", ".join(f"{label} {_pct(v)}{'' if v is None else '%'}" for label, v in share.items())
             + " (the paper: about 20% under fixed bounds)."
         )
     ref_clip = (per_method.get(reference, {}).get("train/clip_frac") or {}).get("mean")
