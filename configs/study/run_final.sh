@@ -8,12 +8,12 @@ OUT=${OUT:-runs/study/final}
 mkdir -p "$OUT"
 cell=(train.overrides.beta=0.0)
 run() {  # run METHODS SEEDS [extra]
-  $BANDPO compare --config configs/study/final.yaml output_dir="$OUT" "${cell[@]}" --methods "$1" seeds="$2" \
-    "${@:3}" --no-progress || echo "compare $1 $2 exited $?"
+  $BANDPO compare --config configs/study/final.yaml --methods "$1" --no-progress \
+    output_dir="$OUT" "${cell[@]}" seeds="$2" "${@:3}" || echo "compare $1 $2 exited $?"
 }
 q1() { run grpo,clip_higher,dcpo,dppo-kl "[100,101,102]"; run grpo,clip_higher,dcpo,dppo-kl "[103,104]"; }
 q2() { run band-kl,band-tv,band-chi2 "[100,101,102]" baseline=false; run band-kl,band-tv,band-chi2 "[103,104]" baseline=false; }
 q1 > "$OUT.queue1.log" 2>&1 &
 q2 > "$OUT.queue2.log" 2>&1 &
 wait
-$BANDPO compare --config configs/study/final.yaml output_dir="$OUT" "${cell[@]}" --report-only --no-progress
+$BANDPO compare --config configs/study/final.yaml --report-only --no-progress output_dir="$OUT" "${cell[@]}"
