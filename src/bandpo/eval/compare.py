@@ -984,7 +984,8 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
 
     Writes, in the layout of ``output_dir``: the plan, the baseline evaluation, for every started run its
     spec, training config, final evaluation, held-out curve and the training log ``metrics.jsonl`` gzipped
-    (``metrics.jsonl.gz``, byte-for-byte reproducible), and the report directory if there is one. A report
+    (``metrics.jsonl.gz``, byte-for-byte reproducible), and the report directory if there is one (but its
+    ``report.html``, which embeds the figures again). A report
     rebuilt from ``dest`` (``bandpo compare --config ... output_dir=DEST --report-only``) equals one built
     from ``output_dir``.
 
@@ -1032,8 +1033,8 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
             target.write_bytes(gzip.compress(metrics.read_bytes(), compresslevel=9, mtime=0))
             written.append(target)
     report = src / "report"
-    if report.is_dir():
-        for path in sorted(p for p in report.rglob("*") if p.is_file()):
+    if report.is_dir():  # report.html is left out: it embeds the figures a second time (rebuild it from here)
+        for path in sorted(p for p in report.rglob("*") if p.is_file() and p.suffix != ".html"):
             copy(path)
     return written
 

@@ -24,7 +24,7 @@ Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key wh
 * ``train/clip_frac``, ``train/clip_frac_up``, ``train/clip_frac_down``: the mean over logged steps of ``clip/frac``,
   ``clip/frac_up``, ``clip/frac_down``;
 * ``train/tail_up_rate``: the mean of ``clip/frac_up/p0.0-0.2`` (share of tail tokens clipped at the upper bound);
-* ``train/tail_share``: the share of all clipped tokens with ``p_old <= 0.2``, pooled over steps:
+* ``train/tail_share``: the share of all clipped tokens with ``p_old < 0.2``, pooled over steps:
   ``sum(clip/frac/p0.0-0.2 * tokens/share/p0.0-0.2) / sum(clip/frac)`` (the mean of ``clip/tail_share`` when the
   bin keys are absent);
 * ``train/hi_mean``, ``train/lo_mean``: the mean of ``band/hi_mean``, ``band/lo_mean``;
@@ -886,12 +886,12 @@ def _draw_figures(
             "tail_share.png",
             [
                 (
-                    "tail share of clipping: clipped tokens with p_old <= 0.2",
+                    "tail share of clipping: clipped tokens with p_old < 0.2",
                     "clip/tail_share",
                     "% of clipped tokens",
                 )
             ],
-            "Share of the clipped tokens that are tail tokens (p_old <= 0.2); steps without clipping count as 0.",
+            "Share of the clipped tokens that are tail tokens (p_old < 0.2); steps without clipping count as 0.",
         ),
         (
             "band_bounds.png",
@@ -1094,7 +1094,7 @@ def _text_blocks(
     tail = {label: (per_method[label].get(f"bins/up/{TAIL_BIN}") or {}).get("mean") for label in labels}
     if any(v is not None for v in tail.values()):
         dyn.append(
-            "Tail tokens (p_old <= 0.2) clipped at the upper bound (% of tail tokens, mean over steps): "
+            "Tail tokens (p_old < 0.2) clipped at the upper bound (% of tail tokens, mean over steps): "
             + ", ".join(f"{label} {_pct(v, 2)}" for label, v in tail.items())
             + "."
         )
@@ -1170,7 +1170,7 @@ def _text_blocks(
                 "entropy (train, last): the last logged policy/entropy.",
                 "clip %, clip up %, clip down %: mean over logged steps of clip/frac, clip/frac_up (r > hi with A > 0), "
                 "clip/frac_down (r < lo with A < 0).",
-                "tail share %: share of all clipped tokens with p_old <= 0.2, pooled over logged steps.",
+                "tail share %: share of all clipped tokens with p_old < 0.2, pooled over logged steps.",
                 "-: not measured. TRL-native methods (trained by plain GRPOTrainer) log TRL's metrics, not these clip "
                 "diagnostics.",
                 "95% CI of a difference: paired over common seeds (t with n-1 degrees of freedom); 'not significant' "
