@@ -25,10 +25,9 @@ def default_rules(divergences: Sequence[str], delta: float, cap: float | None) -
 def plot_bounds(path: str | Path, rules: dict[str, ClipRule], n_points: int = 400) -> Path:
     """Write a two-panel PNG: ratio bounds [lo, hi] against p_old, and the allowed probability change
     ``Delta pi = (hi - 1) p`` (up) / ``(1 - lo) p`` (down), for each rule, with the simplex limit 1/p."""
-    import matplotlib
+    from bandpo._optional import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     p = torch.logspace(-3, -1e-4, n_points, dtype=torch.float64)
     logp = torch.log(p)

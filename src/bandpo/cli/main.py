@@ -10,6 +10,8 @@ import select
 import sys
 from collections.abc import Sequence
 
+from bandpo._optional import MissingDependencyError
+
 # The exit status of a process killed by SIGPIPE (128 + 13), which is what shells report for `yes | head -1`.
 EXIT_BROKEN_PIPE = 141
 
@@ -28,7 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "train and evaluate several clip rules over seeds; write plots and a report",
     ),
     "demo": ("bandpo.cli.demo", "the main job: warm-start the tiny model, train it with BandPO, evaluate"),
-    "mechanism": ("bandpo.cli.mechanism", "the clip rules on a Zipf-vocabulary bandit: where Band changes the outcome"),
+    "mechanism": (
+        "bandpo.cli.mechanism",
+        "the clip rules on a Zipf-vocabulary bandit: where Band changes the outcome",
+    ),
 }
 
 
@@ -56,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _stdout_is_closed():
             raise  # a broken pipe elsewhere (a socket, a subprocess) is a real error
         return EXIT_BROKEN_PIPE
+    except MissingDependencyError as err:  # an optional extra the command needs (e.g. matplotlib for figures)
+        print(f"bandpo {args.command}: error: {err}", file=sys.stderr)
+        return 2
     return status
 
 

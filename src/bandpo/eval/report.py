@@ -360,12 +360,9 @@ def _html(blocks: Sequence[Block], base_dir: Path, title: str) -> str:
 
 # -------------------------------------------------------------------------------------------------- figures
 def _pyplot() -> Any:
-    import matplotlib
+    from bandpo._optional import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot()
 
 
 def _smooth(ys: list[float], window: int) -> list[float]:

@@ -105,10 +105,9 @@ def markdown_tables(rows: Sequence[dict]) -> str:
 
 def plot_scenario(path: Path, traj: Trajectories, n_boot: int = 200) -> Path:
     """One panel per cell (rows: updates per batch x initial rare probability; columns: learning rates)."""
-    import matplotlib
+    from bandpo._optional import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     outcome = OUTCOMES.get(traj.scenario.outcome)
     n_rows = len(traj.updates_per_batch) * len(traj.rare_probs)
