@@ -111,6 +111,7 @@ def test_plot_bounds_writes_png(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_bench_smoke(tmp_path: Path) -> None:
     out = bandpo(
         "bench", "--sizes", "4096", "--repeats", "1", "--accuracy-points", "2000", "--loss-shape", "4", "64",

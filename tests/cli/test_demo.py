@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     env = {
         **os.environ,
