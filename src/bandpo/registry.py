@@ -8,10 +8,23 @@ is an error.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+def closest(name: object, candidates: Iterable[str]) -> str | None:
+    """The candidate most like ``str(name)`` (``difflib``, similarity >= 0.6), or ``None``."""
+    close = difflib.get_close_matches(str(name), list(candidates), n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(name: object, candidates: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest candidate to ``name``, or ``""``: the one suggestion of every
+    "unknown name" message in the package."""
+    match = closest(name, candidates)
+    return f" (did you mean {match!r}?)" if match is not None else ""
 
 
 class Registry(Generic[T]):
@@ -50,11 +63,7 @@ class Registry(Generic[T]):
             if name in self._aliases:
                 return self._aliases[name]
         valid = ", ".join(self.names())
-        hint = ""
-        if isinstance(name, str):
-            close = difflib.get_close_matches(name, [*self._items, *self._aliases], n=1)
-            if close:
-                hint = f" (did you mean {close[0]!r}?)"
+        hint = did_you_mean(name, [*self._items, *self._aliases]) if isinstance(name, str) else ""
         raise ValueError(f"unknown {self.family} {name!r}{hint}; valid names: {valid}")
 
     def get(self, name: str) -> T:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import difflib
 import hashlib
 import json
 import os
@@ -60,6 +59,7 @@ from typing import Any
 
 import yaml
 
+from bandpo.registry import did_you_mean
 from bandpo.training.config import parse_scalar
 
 __all__ = [
@@ -348,11 +348,6 @@ _SECTION_KEYS = {
 }
 
 
-def _suggest(key: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _apply_overrides(data: dict[str, Any], overrides: Iterable[str] | Mapping[str, Any]) -> None:
     """Set dotted keys: ``seeds=[0]``, ``eval.k=8``, ``train.overrides.max_steps=4`` (the part after
     ``train.overrides.`` is one training key, dots kept: ``train.overrides.model.path=/m``)."""
@@ -378,7 +373,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Iterable[str] | Mapping[st
         head = parts[0]
         if head not in _TOP_KEYS:
             raise CompareError(
-                f"unknown compare config key {key!r}{_suggest(head, _TOP_KEYS)}; keys: {', '.join(_TOP_KEYS)}"
+                f"unknown compare config key {key!r}{did_you_mean(head, _TOP_KEYS)}; keys: {', '.join(_TOP_KEYS)}"
             )
         target = data
         for part in parts[:-1]:
@@ -424,7 +419,7 @@ def load_compare_config(
     for key, value in data.items():
         if key not in _TOP_KEYS:
             raise CompareError(
-                f"unknown compare config key {key!r}{_suggest(key, _TOP_KEYS)}; keys: {', '.join(_TOP_KEYS)}"
+                f"unknown compare config key {key!r}{did_you_mean(key, _TOP_KEYS)}; keys: {', '.join(_TOP_KEYS)}"
             )
         if key in _SECTION_KEYS:
             if value is None:
@@ -436,7 +431,7 @@ def load_compare_config(
             for sub in value:
                 if sub not in _SECTION_KEYS[key]:
                     raise CompareError(
-                        f"unknown compare config key {key}.{sub}{_suggest(str(sub), _SECTION_KEYS[key])}; keys of "
+                        f"unknown compare config key {key}.{sub}{did_you_mean(str(sub), _SECTION_KEYS[key])}; keys of "
                         f"{key}: {', '.join(_SECTION_KEYS[key])}"
                     )
     train = data.get("train", {})
@@ -467,7 +462,7 @@ def load_compare_config(
         unknown = sorted(map(str, set(item) - set(keys)))
         if unknown:
             raise CompareError(
-                f"methods[{i}] has unknown key(s) {', '.join(unknown)}{_suggest(unknown[0], keys)}; keys: "
+                f"methods[{i}] has unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], keys)}; keys: "
                 f"{', '.join(keys)}"
             )
         name = item.get("method", item.get("clip_rule"))

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import enum
 import functools
 import math
@@ -57,6 +56,7 @@ from typing import Any, Literal
 
 import yaml
 
+from bandpo.registry import did_you_mean
 from bandpo.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
 
 __all__ = [
@@ -560,11 +560,6 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> list[tuple[dict[str,
     return layers
 
 
-def _suggest(key: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _valid_keys() -> list[str]:
     keys = [*trainer_field_types(), METHOD_KEY]
     for name, cls in SECTIONS.items():
@@ -665,7 +660,7 @@ class TrainConfig:
                 trainer[key] = coerce_value(value, field_types[key], key, where)
             else:
                 raise ConfigError(
-                    f"unknown config key {key!r} ({where}){_suggest(key, _valid_keys())}. Top-level keys are "
+                    f"unknown config key {key!r} ({where}){did_you_mean(key, _valid_keys())}. Top-level keys are "
                     "the fields of TRL's GRPOConfig / bandpo's BandPOConfig (learning_rate, num_generations, ...) "
                     f"and the sections {', '.join(SECTIONS)}"
                 )
@@ -781,10 +776,8 @@ def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
         elif loss_type in known:
             how = f"{REFUSED_LOSS_TYPES[loss_type]}; bandpo runs TRL's {', '.join(METHODS.trl_names())} as methods"
         else:
-            close = difflib.get_close_matches(str(loss_type), known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(
-                f"unknown loss_type {loss_type!r}{where('loss_type')}{hint}; TRL 1.16 loss types: {', '.join(known)}"
+                f"unknown loss_type {loss_type!r}{where('loss_type')}{did_you_mean(loss_type, known)}; TRL 1.16 loss types: {', '.join(known)}"
             )
         raise ConfigError(
             f"loss_type={loss_type!r}{where('loss_type')} cannot be used with a clip rule: {how}. With a clip rule: "
@@ -840,7 +833,7 @@ def _build_section(name: str, values: Mapping[str, Any], origins: Mapping[str, s
         where = _where(origins, dotted)
         if key not in field_types:
             raise ConfigError(
-                f"unknown config key {dotted!r} ({where}){_suggest(dotted, _valid_keys())}. Keys of {name}: "
+                f"unknown config key {dotted!r} ({where}){did_you_mean(dotted, _valid_keys())}. Keys of {name}: "
                 f"{', '.join(field_types)}"
             )
         value = _parse_override_leaves(value, dotted, origins)

@@ -33,13 +33,12 @@ without effect. This module imports neither torch nor TRL until a trainer or con
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bandpo.registry import Registry
+from bandpo.registry import Registry, did_you_mean
 
 __all__ = [
     "CLIP_RULE_KEYS",
@@ -176,10 +175,8 @@ class TrlNativeMethod:
         for key, value in params.items():
             spec = by_field.get(key)
             if spec is None:
-                close = difflib.get_close_matches(str(key), list(by_field), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ValueError(
-                    f"unknown parameter {key!r}{hint} for method {self.name!r} ({self.title}); its parameters "
+                    f"unknown parameter {key!r}{did_you_mean(key, by_field)} for method {self.name!r} ({self.title}); its parameters "
                     f"(GRPOConfig fields): {', '.join(by_field) or 'none'}"
                 )
             if not spec.valid(value):
@@ -366,8 +363,7 @@ class TrainingMethods:
             return self.trl.get(name)
         if name in rules:
             return ClipRuleMethod(rules.canonical(name))
-        close = difflib.get_close_matches(str(name), self.names(), n=1) if isinstance(name, str) else []
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, self.names()) if isinstance(name, str) else ""
         raise ValueError(
             f"unknown method {name!r}{hint}; clip rules: {', '.join(self.clip_rule_names())}; TRL-native methods: "
             f"{', '.join(self.trl_names())}"

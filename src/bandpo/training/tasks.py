@@ -21,14 +21,13 @@ warm-started tiny character-level Qwen2 of :mod:`bandpo.tasks.tiny_model`, cache
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bandpo.registry import Registry
+from bandpo.registry import Registry, closest
 from bandpo.rewards import REWARDS, register_reward
 from bandpo.tasks.countdown import CountdownConfig, countdown_reward_func, make_splits
 
@@ -84,8 +83,8 @@ def check_options(options: Mapping[str, Any], cls: type, where: str, exclude: tu
     valid = _init_fields(cls, exclude)
     for key in options:
         if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            hint = f" (did you mean {where}.{close[0]}?)" if close else ""
+            match = closest(key, valid)
+            hint = f" (did you mean {where}.{match}?)" if match is not None else ""
             raise ValueError(
                 f"unknown config key {where}.{key}{hint}; valid keys of {where} ({cls.__name__}): "
                 f"{', '.join(valid)}"
