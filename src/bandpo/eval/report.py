@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import gzip
 import html
 import io
 import json
@@ -49,6 +48,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bandpo._files import read_jsonl
 
 __all__ = [
     "RunData",
@@ -165,29 +166,6 @@ class RunData:
     results: dict[str, Any] | None = None
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL file, or of its gzipped copy ``<path>.gz`` (what ``bandpo compare --export`` writes)
-    when the file itself is absent; a torn last line is skipped."""
-    rows: list[dict[str, Any]] = []
-    gz = path.with_name(path.name + ".gz")
-    if path.is_file():
-        text = path.read_text()
-    elif gz.is_file():
-        text = gzip.decompress(gz.read_bytes()).decode()
-    else:
-        return rows
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def load_runs(output_dir: str | Path) -> list[RunData]:
     """Every ``runs/<label>/seed<seed>/`` with a ``run_spec.json``, with its metrics, held-out rows and results."""
     runs = []
@@ -212,8 +190,8 @@ def load_runs(output_dir: str | Path) -> list[RunData]:
                 seed=int(spec.get("seed", 0)),
                 method_index=int(spec.get("method_index", 10**6)),
                 run_dir=run_dir,
-                metrics=[r for r in _read_jsonl(run_dir / "metrics.jsonl") if "train_runtime" not in r],
-                heldout=_read_jsonl(run_dir / "heldout.jsonl"),
+                metrics=[r for r in read_jsonl(run_dir / "metrics.jsonl") if "train_runtime" not in r],
+                heldout=read_jsonl(run_dir / "heldout.jsonl"),
                 results=results,
             )
         )

@@ -12,6 +12,8 @@ from typing import Any
 
 from transformers import ProgressCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from bandpo._files import read_jsonl
+
 __all__ = ["METRICS_FILE", "PROGRESS_KEYS", "CompactProgressCallback", "MetricsJSONLCallback", "read_metrics"]
 
 METRICS_FILE = "metrics.jsonl"
@@ -39,19 +41,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a ``metrics.jsonl`` file (a directory means its ``metrics.jsonl``); a torn last line (the
     process was killed mid-write) is skipped."""
     path = Path(path)
-    if path.is_dir():
-        path = path / METRICS_FILE
-    rows = []
-    if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    return read_jsonl(path / METRICS_FILE if path.is_dir() else path)
 
 
 class MetricsJSONLCallback(TrainerCallback):

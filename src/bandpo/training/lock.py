@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bandpo._files import read_json_object
 from bandpo.training.config import ConfigError
 
 try:
@@ -41,14 +42,6 @@ def _try_flock(fd: int) -> bool:
     return True
 
 
-def _read_holder(path: Path) -> dict[str, Any]:
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
 def lock_holder(output_dir: str | Path) -> dict[str, Any] | None:
     """What the live process holding ``output_dir``'s lock recorded (``pid``, ``host``, ``started``, ``command``;
     ``{}`` if it has not written it yet), or ``None`` when no live process holds it."""
@@ -62,7 +55,7 @@ def lock_holder(output_dir: str | Path) -> dict[str, Any] | None:
     try:
         if _try_flock(fd):
             return None  # a stale file: nobody holds it
-        return _read_holder(path)
+        return read_json_object(path)
     finally:
         os.close(fd)  # closing drops a lock this check took
 
@@ -106,7 +99,7 @@ class OutputDirLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             if not _try_flock(fd):
                 os.close(fd)
-                raise OutputDirLockedError(_locked_message(self.output_dir, _read_holder(self.path)))
+                raise OutputDirLockedError(_locked_message(self.output_dir, read_json_object(self.path)))
             try:  # the holder may have removed the file between our open and flock: lock the current one
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from bandpo._files import read_json_object
 from bandpo.training.checkpoints import CheckpointScan, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 
@@ -176,18 +177,10 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> Conf
     return changes
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def mark_finished(output_dir: Path, global_step: int, args: Any) -> None:
     """Record in ``run_info.json`` that training ended at ``global_step`` and the final model was saved."""
     path = output_dir / RUN_INFO_FILE
-    info = _read_json(path)
+    info = read_json_object(path)
     info["finished"] = {
         "global_step": global_step,
         "max_steps": args.max_steps,
@@ -199,7 +192,7 @@ def mark_finished(output_dir: Path, global_step: int, args: Any) -> None:
 
 def _finished_at(output_dir: Path, args: Any) -> int | None:
     """The step the recorded end of training reached, if it covers the current length settings."""
-    record = _read_json(output_dir / RUN_INFO_FILE).get("finished")
+    record = read_json_object(output_dir / RUN_INFO_FILE).get("finished")
     if not isinstance(record, dict) or not (output_dir / "config.json").is_file():
         return None
     step = record.get("global_step")
