@@ -119,16 +119,26 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
     """``None`` if ``checkpoint`` can be resumed from; otherwise the first thing missing or unreadable in it:
     the model weights, the optimizer and scheduler states, an RNG state file that is there, ``trainer_state.json``.
     """
-    checkpoint = Path(checkpoint)
+    return _inspect(Path(checkpoint))[0]
+
+
+def _inspect(checkpoint: Path) -> tuple[str | None, int | None]:
+    """``(problem, global_step)``: :func:`checkpoint_problem`'s answer and, when ``trainer_state.json`` reads,
+    the step it records (read once for both)."""
     state = checkpoint / TRAINER_STATE
     if not state.is_file():
-        return f"no {TRAINER_STATE} (written last: the save did not finish)"
+        return f"no {TRAINER_STATE} (written last: the save did not finish)", None
     try:
         step = json.loads(state.read_text())["global_step"]
         if not isinstance(step, int):
             raise TypeError(step)
     except (ValueError, KeyError, TypeError):
-        return f"{TRAINER_STATE} is truncated or unreadable"
+        return f"{TRAINER_STATE} is truncated or unreadable", None
+    return _files_problem(checkpoint), step
+
+
+def _files_problem(checkpoint: Path) -> str | None:
+    """The first missing or unreadable weights, optimizer, scheduler or RNG file of ``checkpoint``, or ``None``."""
     problem = _weights_problem(checkpoint)
     if problem:
         return problem
@@ -178,12 +188,11 @@ def scan_checkpoints(output_dir: str | Path) -> CheckpointScan:
     scan = CheckpointScan(any_found=bool(dirs))
     for path in reversed(dirs):
         try:
-            problem = checkpoint_problem(path)
+            problem, step = _inspect(path)
         except OSError as err:  # e.g. no permission: not resumable either
-            problem = f"unreadable ({err.strerror or err})"
+            problem, step = f"unreadable ({err.strerror or err})", None
         if problem is None:
-            scan.latest = path
-            scan.step = int(json.loads((path / TRAINER_STATE).read_text())["global_step"])
+            scan.latest, scan.step = path, step
             break
         scan.skipped.append((path, problem))
     return scan
