@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from bandpo import bench
+    from bandpo.experiments import bench
 
     sys.stdout.reconfigure(line_buffering=True)  # progress shows even when redirected to a file
 

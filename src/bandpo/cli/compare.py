@@ -1,7 +1,7 @@
 """``bandpo compare --config configs/compare-tiny.yaml [KEY=VALUE ...] [--report-only] [--redo] [--dry-run]``.
 
 Trains the same task with several methods (clip rules and TRL-native methods) over several seeds (in sequence, resumable), evaluates every final
-policy and the starting policy, and writes a report directory (``bandpo.eval.compare``, ``bandpo.eval.report``).
+policy and the starting policy, and writes a report directory (``bandpo.experiments.compare``, ``bandpo.experiments.report``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bandpo.eval.compare import (
+    from bandpo.experiments.compare import (
         CompareError,
         export_results,
         load_compare_config,

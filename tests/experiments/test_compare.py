@@ -1,4 +1,4 @@
-"""Tests for bandpo.eval.compare (config, plan, resumability) and bandpo.eval.report (statistics, tables, figures,
+"""Tests for bandpo.experiments.compare (config, plan, resumability) and bandpo.experiments.report (statistics, tables, figures,
 report text) on synthetic run directories: fake ``metrics.jsonl`` / ``heldout.jsonl`` / ``results.json`` files, no
 training."""
 
@@ -15,15 +15,22 @@ from typing import Any
 
 import pytest
 
-from bandpo.eval.compare import (
+from bandpo.experiments.compare import (
     DEFAULT_METHODS,
     RESULTS_FILE,
     CompareError,
-    check_plans,
     load_compare_config,
     plan_runs,
 )
-from bandpo.eval.report import build_report, compare_methods, load_runs, mean_ci, run_summary, t_quantile
+from bandpo.experiments.compare.plan import check_plans
+from bandpo.experiments.report import (
+    build_report,
+    compare_methods,
+    load_runs,
+    mean_ci,
+    run_summary,
+    t_quantile,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -427,7 +434,7 @@ def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_
     from it has the same tables as the one built from the run directories."""
     import shutil
 
-    from bandpo.eval.compare import export_results
+    from bandpo.experiments.compare import export_results
 
     compare_dir = Path(shutil.copytree(compare_dir, tmp_path / "cmp"))
     run = compare_dir / "runs" / "grpo" / "seed0"

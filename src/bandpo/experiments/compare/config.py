@@ -1,0 +1,438 @@
+"""The compare config: methods, seeds, evaluation, held-out curves (the file layout is in the package docstring)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bandpo.registry import did_you_mean
+from bandpo.training.config import parse_scalar
+
+_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+class CompareError(ValueError):
+    """A problem with the compare config or its output directory, found before training."""
+
+
+# --------------------------------------------------------------------------------------------------- config
+@dataclass
+class MethodSpec:
+    """One method with its parameters, under a label (also its directory name).
+
+    Args:
+        label: unique name in the report, letters / digits / ``_.+-``.
+        clip_rule: a clip rule of :data:`bandpo.losses.CLIP_RULES` (grpo, clip_higher, dcpo, band, adaptive_band,
+            ...); the same as ``method`` for a clip rule. After construction: the rule, or ``None`` for a
+            TRL-native method.
+        params: a clip rule's parameters (``make_clip_rule(clip_rule, **params)``), or the ``GRPOConfig`` fields a
+            TRL-native method takes (``{epsilon_high: 5.0}`` for cispo); empty: its defaults.
+        method: any name of :data:`bandpo.training.methods.METHODS`: a clip rule or a TRL-native method (cispo,
+            sapo, gspo). After construction: the method's name, whichever key named it.
+    """
+
+    label: str
+    clip_rule: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    method: str | None = None
+
+    def __post_init__(self) -> None:
+        from bandpo.training.methods import METHODS
+
+        if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
+            raise CompareError(
+                f"methods: label must be letters, digits and _.+- (it names a directory), got {self.label!r}"
+            )
+        if not isinstance(self.params, Mapping):
+            raise CompareError(f"methods[{self.label}].params must be a mapping, got {self.params!r}")
+        self.params = dict(self.params)
+        if self.method is None and self.clip_rule is None:
+            raise CompareError(
+                f"methods[{self.label}] needs method (a method name: {', '.join(METHODS.names())}) or clip_rule"
+            )
+        if self.method is not None and self.clip_rule is not None and self.method != self.clip_rule:
+            raise CompareError(
+                f"methods[{self.label}]: method={self.method!r} and clip_rule={self.clip_rule!r} name different "
+                "methods: set one of them"
+            )
+        try:
+            if self.method is not None:
+                method: Any = METHODS.get(self.method)
+            elif METHODS.is_trl_native(self.clip_rule):
+                raise ValueError(
+                    f"clip_rule={self.clip_rule!r} is a TRL-native method, not a clip rule: write method: "
+                    f"{self.clip_rule} (its params are the GRPOConfig fields it takes)"
+                )
+            else:
+                try:
+                    method = METHODS.clip_rule(self.clip_rule)  # type: ignore[arg-type]
+                except ValueError as err:
+                    raise ValueError(
+                        f"{err}; TRL-native methods (method: NAME): {', '.join(METHODS.trl_names())}"
+                    ) from None
+            method.check_params(copy.deepcopy(self.params))
+        except (TypeError, ValueError) as err:
+            raise CompareError(f"methods[{self.label}]: {err}") from err
+        self.method = method.name
+        self.clip_rule = None if METHODS.is_trl_native(method.name) else method.name
+
+    def training_method(self) -> Any:
+        """The method (:data:`bandpo.training.methods.METHODS`): how the runs are configured and trained."""
+        from bandpo.training.methods import METHODS
+
+        return METHODS.get(self.method)  # type: ignore[arg-type]
+
+    def rule(self) -> Any:
+        """The ``ClipRule`` object of a clip-rule method (``CompareError`` for a TRL-native method, which has none)."""
+        from bandpo.losses import make_clip_rule
+
+        if self.clip_rule is None:
+            raise CompareError(
+                f"methods[{self.label}]: method {self.method!r} is TRL-native and has no clip rule"
+            )
+        return make_clip_rule(self.clip_rule, **copy.deepcopy(self.params))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{label, clip_rule | method, params}`` as a compare config lists it (``clip_rule`` for a clip rule)."""
+        key = "clip_rule" if self.clip_rule is not None else "method"
+        return {"label": self.label, key: self.method, "params": copy.deepcopy(self.params)}
+
+
+DEFAULT_METHODS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("grpo", "grpo", {}),
+    ("clip_higher", "clip_higher", {}),
+    ("dcpo", "dcpo", {}),
+    ("band-kl", "band", {"divergence": "kl", "delta": 0.05}),
+    ("band-tv", "band", {"divergence": "tv", "delta": 0.05}),
+    ("band-chi2", "band", {"divergence": "chi2", "delta": 0.05}),
+    ("adaptive_band", "adaptive_band", {"divergence": "kl", "delta": 0.05}),
+)
+"""``(label, clip_rule, params)`` of the methods compared when the config lists none: GRPO, Clip-Higher, DCPO,
+Band with KL / TV / Pearson chi2 (delta 0.05) and entropy-adaptive Band-KL."""
+
+
+def _int(name: str, value: object, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise CompareError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+@dataclass
+class EvalSpec:
+    """``eval:``: the final evaluation of every run (and of the starting policy).
+
+    Args:
+        k: samples per problem; ks: pass@j values (each <= k; default 1, 4, k); temperature: sampling temperature.
+        dataset: a task name or a file / directory (default: the training task, on ``split``).
+        split: the split of ``dataset`` (default ``test``).
+        max_problems: first N problems (``None``: all). verifier, prompt_column, answer_column: for files.
+        batch_size: prompts per generate call. seed: sampling seed. max_new_tokens: ``None``: the model's default.
+    """
+
+    k: int = 16
+    ks: list[int] | None = None
+    temperature: float = 1.0
+    dataset: str | None = None
+    split: str = "test"
+    max_problems: int | None = None
+    verifier: str | None = None
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    batch_size: int = 64
+    seed: int = 0
+    max_new_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        from bandpo.eval.evaluate import EvalError
+
+        try:
+            settings = self.settings()
+        except EvalError as err:
+            raise CompareError(f"eval: {err}") from err
+        self.ks = list(settings.ks or ())
+        if self.max_problems is not None:
+            _int("eval.max_problems", self.max_problems, 1)
+
+    def settings(self, progress: bool = False) -> Any:
+        """The :class:`bandpo.eval.evaluate.EvalSettings`."""
+        from bandpo.eval.evaluate import EvalSettings
+
+        return EvalSettings(
+            k=self.k,
+            ks=tuple(self.ks) if self.ks else None,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            progress=progress,
+        )
+
+
+@dataclass
+class CurveSpec:
+    """``curves:``: held-out accuracy during training, every ``every`` optimizer steps (and at steps 0 and the
+    last), with ``k`` samples on the first ``max_problems`` problems of the eval dataset (``every: 0``: off)."""
+
+    every: int = 0
+    k: int = 4
+    max_problems: int | None = 100
+
+    def __post_init__(self) -> None:
+        _int("curves.every", self.every, 0)
+        _int("curves.k", self.k, 1)
+        if self.max_problems is not None:
+            _int("curves.max_problems", self.max_problems, 1)
+
+
+@dataclass
+class CompareConfig:
+    """A compare config (module docstring). ``source`` is the YAML file, if any."""
+
+    output_dir: str = "runs/compare"
+    train_config: str = "configs/tiny.yaml"
+    train_overrides: dict[str, Any] = field(default_factory=dict)
+    methods: list[MethodSpec] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    reference: str | None = None
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    curves: CurveSpec = field(default_factory=CurveSpec)
+    baseline: bool = True
+    num_threads: int | None = None
+    smooth: int = 1
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            self.methods = [MethodSpec(label, rule, dict(params)) for label, rule, params in DEFAULT_METHODS]
+        labels = [m.label for m in self.methods]
+        duplicates = sorted({x for x in labels if labels.count(x) > 1})
+        if duplicates:
+            raise CompareError(f"methods: labels must be unique, got {', '.join(duplicates)} more than once")
+        if not isinstance(self.seeds, list) or not self.seeds:
+            raise CompareError(f"seeds must be a non-empty list of integers >= 0, got {self.seeds!r}")
+        for seed in self.seeds:
+            _int("seeds entries", seed, 0)
+        if len(set(self.seeds)) != len(self.seeds):
+            raise CompareError(f"seeds must be distinct, got {self.seeds}")
+        if self.reference is None:
+            self.reference = "grpo" if "grpo" in labels else labels[0]
+        elif self.reference not in labels:
+            raise CompareError(
+                f"reference must be one of the method labels ({', '.join(labels)}), got {self.reference!r}"
+            )
+        if self.num_threads is not None:
+            _int("num_threads", self.num_threads, 1)
+        _int("report.smooth", self.smooth, 1)
+        if not isinstance(self.output_dir, str) or not self.output_dir.strip():
+            raise CompareError(f"output_dir must be a directory path, got {self.output_dir!r}")
+
+    def method(self, label: str) -> MethodSpec:
+        for m in self.methods:
+            if m.label == label:
+                return m
+        raise CompareError(
+            f"no method labelled {label!r}; labels: {', '.join(m.label for m in self.methods)}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as YAML-ready nested dict (the file layout)."""
+        return {
+            "output_dir": self.output_dir,
+            "train": {"config": self.train_config, "overrides": copy.deepcopy(self.train_overrides)},
+            "methods": [m.to_dict() for m in self.methods],
+            "seeds": list(self.seeds),
+            "reference": self.reference,
+            "eval": dataclasses.asdict(self.eval),
+            "curves": dataclasses.asdict(self.curves),
+            "baseline": self.baseline,
+            "num_threads": self.num_threads,
+            "report": {"smooth": self.smooth},
+        }
+
+
+_TOP_KEYS = (
+    "output_dir",
+    "train",
+    "methods",
+    "seeds",
+    "reference",
+    "eval",
+    "curves",
+    "baseline",
+    "num_threads",
+    "report",
+)
+_SECTION_KEYS = {
+    "train": ("config", "overrides"),
+    "eval": tuple(f.name for f in dataclasses.fields(EvalSpec)),
+    "curves": tuple(f.name for f in dataclasses.fields(CurveSpec)),
+    "report": ("smooth",),
+}
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Iterable[str] | Mapping[str, Any]) -> None:
+    """Set dotted keys: ``seeds=[0]``, ``eval.k=8``, ``train.overrides.max_steps=4`` (the part after
+    ``train.overrides.`` is one training key, dots kept: ``train.overrides.model.path=/m``)."""
+    items: list[tuple[str, Any]] = []
+    if isinstance(overrides, Mapping):
+        items = list(overrides.items())
+    else:
+        for text in overrides:
+            if "=" not in text:
+                raise CompareError(f"overrides must look like key=value (e.g. seeds=[0]), got {text!r}")
+            key, _, value = text.partition("=")
+            items.append((key.strip(), parse_scalar(value)))
+    for key, value in items:
+        if key.startswith("train.overrides."):
+            train = data.setdefault("train", {}) or {}
+            data["train"] = train
+            train.setdefault("overrides", {})
+            if train["overrides"] is None:
+                train["overrides"] = {}
+            train["overrides"][key[len("train.overrides.") :]] = value
+            continue
+        parts = key.split(".")
+        head = parts[0]
+        if head not in _TOP_KEYS:
+            raise CompareError(
+                f"unknown compare config key {key!r}{did_you_mean(head, _TOP_KEYS)}; keys: {', '.join(_TOP_KEYS)}"
+            )
+        target = data
+        for part in parts[:-1]:
+            if not isinstance(target.get(part), dict):
+                target[part] = {}
+            target = target[part]
+        target[parts[-1]] = value
+
+
+def load_compare_config(
+    path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()
+) -> CompareConfig:
+    """Read a compare config (module docstring) and apply ``key=value`` overrides.
+
+    ``train.config`` is resolved relative to the file (``configs/tiny.yaml`` from ``configs/compare-tiny.yaml``
+    is written ``tiny.yaml``); ``output_dir`` relative to the working directory.
+
+    Raises:
+        CompareError: unreadable file, unknown key (with the closest valid key), bad value, unknown clip rule or
+            parameter, duplicate labels, a missing training config.
+    """
+    data: dict[str, Any] = {}
+    base_dir = Path.cwd()
+    source = None
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise CompareError(f"compare config {str(path)!r} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as err:
+            raise CompareError(f"compare config {str(path)!r} is not valid YAML: {err}") from err
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise CompareError(
+                f"compare config {str(path)!r} must hold a mapping, got {type(loaded).__name__}"
+            )
+        data = loaded
+        base_dir = p.resolve().parent
+        source = str(path)
+    _apply_overrides(data, overrides)
+    for key, value in data.items():
+        if key not in _TOP_KEYS:
+            raise CompareError(
+                f"unknown compare config key {key!r}{did_you_mean(key, _TOP_KEYS)}; keys: {', '.join(_TOP_KEYS)}"
+            )
+        if key in _SECTION_KEYS:
+            if value is None:
+                data[key] = value = {}
+            if not isinstance(value, dict):
+                raise CompareError(
+                    f"{key} must be a mapping of {', '.join(_SECTION_KEYS[key])}, got {value!r}"
+                )
+            for sub in value:
+                if sub not in _SECTION_KEYS[key]:
+                    raise CompareError(
+                        f"unknown compare config key {key}.{sub}{did_you_mean(str(sub), _SECTION_KEYS[key])}; keys of "
+                        f"{key}: {', '.join(_SECTION_KEYS[key])}"
+                    )
+    train = data.get("train", {})
+    train_path = train.get("config", "tiny.yaml" if path is not None else "configs/tiny.yaml")
+    if not isinstance(train_path, str):
+        raise CompareError(f"train.config must be a path to a training config, got {train_path!r}")
+    resolved = (base_dir / os.path.expandvars(train_path)).expanduser()
+    if not resolved.is_file():
+        raise CompareError(
+            f"train.config {train_path!r} does not exist (resolved to {str(resolved)!r}; relative to the compare "
+            "config's directory)"
+        )
+    train_overrides = train.get("overrides") or {}
+    if not isinstance(train_overrides, dict):
+        raise CompareError(f"train.overrides must be a mapping of training keys, got {train_overrides!r}")
+    methods_raw = data.get("methods") or []
+    if not isinstance(methods_raw, list):
+        raise CompareError(f"methods must be a list of {{label, method, params}}, got {methods_raw!r}")
+    methods = []
+    keys = ("label", "method", "clip_rule", "params")
+    for i, item in enumerate(methods_raw):
+        if isinstance(item, str):
+            item = {"method": item}
+        if not isinstance(item, dict):
+            raise CompareError(
+                f"methods[{i}] must be a mapping with method or clip_rule (and label, params), got {item!r}"
+            )
+        unknown = sorted(map(str, set(item) - set(keys)))
+        if unknown:
+            raise CompareError(
+                f"methods[{i}] has unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], keys)}; keys: "
+                f"{', '.join(keys)}"
+            )
+        name = item.get("method", item.get("clip_rule"))
+        if name is None:
+            from bandpo.training.methods import METHODS
+
+            raise CompareError(
+                f"methods[{i}] needs method (a method name: {', '.join(METHODS.names())}), got {item!r}"
+            )
+        params = item.get("params") or {}
+        label = item.get("label") or _default_label(str(name), params)
+        methods.append(
+            MethodSpec(label=label, clip_rule=item.get("clip_rule"), params=params, method=item.get("method"))
+        )
+
+    def section(name: str, cls: type) -> Any:
+        try:
+            return cls(**(data.get(name) or {}))
+        except TypeError as err:
+            raise CompareError(f"{name}: {err}") from err
+
+    seeds = data.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    return CompareConfig(
+        output_dir=str(data.get("output_dir", "runs/compare")),
+        train_config=str(resolved),
+        train_overrides=dict(train_overrides),
+        methods=methods,
+        seeds=seeds,
+        reference=data.get("reference"),
+        eval=section("eval", EvalSpec),
+        curves=section("curves", CurveSpec),
+        baseline=bool(data.get("baseline", True)),
+        num_threads=data.get("num_threads"),
+        smooth=(data.get("report") or {}).get("smooth", 1),
+        source=source,
+    )
+
+
+def _default_label(rule: str, params: Mapping[str, Any]) -> str:
+    divergence = params.get("divergence")
+    return f"{rule}-{divergence}" if divergence else str(rule)

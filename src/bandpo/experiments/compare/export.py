@@ -1,0 +1,74 @@
+"""Compact results of a comparison (no weights), from which its report rebuilds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bandpo.experiments.compare.config import CompareError
+from bandpo.experiments.compare.layout import (
+    HELDOUT_FILE,
+    PLAN_FILE,
+    RESULTS_FILE,
+    RUN_SPEC_FILE,
+    TRAIN_DONE_FILE,
+)
+
+
+def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
+    """Copy the compact results of a comparison into ``dest``: what the report needs, not the models.
+
+    Writes, in the layout of ``output_dir``: the plan, the baseline evaluation, for every started run its
+    spec, training config, final evaluation, held-out curve and the training log ``metrics.jsonl`` gzipped
+    (``metrics.jsonl.gz``, byte-for-byte reproducible), and the report directory if there is one (but its
+    ``report.html``, which embeds the figures again). A report
+    rebuilt from ``dest`` (``bandpo compare --config ... output_dir=DEST --report-only``) equals one built
+    from ``output_dir``.
+
+    Returns:
+        The files written.
+
+    Raises:
+        CompareError: ``output_dir`` holds no runs, or ``dest`` is inside it or the same directory.
+    """
+    import gzip
+    import shutil
+
+    from bandpo.training.run import CONFIG_FILE
+
+    # what is kept of a run directory besides its training log (no weights, no checkpoints)
+    run_files = (RUN_SPEC_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, CONFIG_FILE)
+    src, out = Path(output_dir).resolve(), Path(dest).resolve()
+    if out == src or src in out.parents:
+        raise CompareError(
+            f"export destination {str(dest)!r} must be outside the output_dir {str(output_dir)!r}"
+        )
+    run_dirs = sorted(p.parent for p in src.glob(f"runs/*/seed*/{RUN_SPEC_FILE}"))
+    if not run_dirs:
+        raise CompareError(
+            f"nothing to export: no runs in {str(output_dir)!r} (runs/<label>/seed<n>/{RUN_SPEC_FILE})"
+        )
+    written: list[Path] = []
+
+    def copy(path: Path) -> None:
+        target = out / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        written.append(target)
+
+    for path in (src / PLAN_FILE, src / "baseline" / RESULTS_FILE):
+        if path.is_file():
+            copy(path)
+    for run_dir in run_dirs:
+        for name in run_files:
+            if (run_dir / name).is_file():
+                copy(run_dir / name)
+        metrics = run_dir / "metrics.jsonl"
+        if metrics.is_file():
+            target = out / metrics.relative_to(src).with_name("metrics.jsonl.gz")
+            target.write_bytes(gzip.compress(metrics.read_bytes(), compresslevel=9, mtime=0))
+            written.append(target)
+    report = src / "report"
+    if report.is_dir():  # report.html is left out: it embeds the figures a second time (rebuild it from here)
+        for path in sorted(p for p in report.rglob("*") if p.is_file() and p.suffix != ".html"):
+            copy(path)
+    return written

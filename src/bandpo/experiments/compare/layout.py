@@ -1,0 +1,29 @@
+"""The files of a comparison's output directory, and the one way they are written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+RUN_SPEC_FILE = "run_spec.json"
+RESULTS_FILE = "results.json"
+HELDOUT_FILE = "heldout.jsonl"
+TRAIN_DONE_FILE = "train_done.json"
+LOG_FILE = "train.log"
+PLAN_FILE = "compare_plan.json"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON atomically (a temporary file, then ``os.replace``)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def fingerprint(payload: Any) -> str:
+    """A short stable hash of a JSON-able payload (what a run or the baseline was made with)."""
+    blob = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

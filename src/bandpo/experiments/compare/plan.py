@@ -1,0 +1,195 @@
+"""The runs of a comparison (method x seed), their status on disk, and the plan file the report reads."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bandpo.experiments.compare.config import CompareConfig, CompareError, MethodSpec
+from bandpo.experiments.compare.layout import PLAN_FILE, RESULTS_FILE, RUN_SPEC_FILE, fingerprint, write_json
+
+
+@dataclass
+class RunPlan:
+    """One run: method x seed, its directory, the training config dict and the fingerprint of what it runs."""
+
+    method: MethodSpec
+    method_index: int
+    seed: int
+    run_dir: Path
+    train_config: dict[str, Any]
+    train_source: str | None
+    fingerprint: str
+    status: str = "new"  # new | partial | done | stale
+
+    def spec(self, config: CompareConfig) -> dict[str, Any]:
+        """What the run's process needs (written to ``run_spec.json``)."""
+        return {
+            "label": self.method.label,
+            "method": self.method.method,
+            "clip_rule": self.method.clip_rule,
+            "params": self.method.params,
+            "method_index": self.method_index,
+            "seed": self.seed,
+            "train_config": self.train_config,
+            "train_source": self.train_source,
+            "eval": dataclasses.asdict(config.eval),
+            "curves": dataclasses.asdict(config.curves),
+            "fingerprint": self.fingerprint,
+        }
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    a, b = _flatten(old), _flatten(new)
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def base_train_config(config: CompareConfig) -> Any:
+    from bandpo.training.config import ConfigError, load_train_config
+
+    try:
+        return load_train_config(config.train_config, config.train_overrides)
+    except ConfigError as err:
+        raise CompareError(f"train: {err}") from err
+
+
+def plan_runs(config: CompareConfig) -> list[RunPlan]:
+    """Every (method, seed) run with its training config, in order (methods outer, seeds inner), and its status
+    (``done``: finished with this config; ``stale``: finished or started with another config; ``partial``:
+    started with this config, resumed; ``new``).
+
+    Raises:
+        CompareError: a training config the trainer refuses (checked for every run without loading a model).
+    """
+    from bandpo.training.config import ConfigError, TrainConfig
+    from bandpo.training.methods import switch_keys
+
+    base = base_train_config(config)
+    base_dict = base.to_dict()
+    base_method = base.training_method().name
+    out_root = Path(config.output_dir)
+    plans = []
+    for index, method in enumerate(config.methods):
+        chosen = method.training_method()
+        for seed in config.seeds:
+            run_dir = out_root / "runs" / method.label / f"seed{seed}"
+            d = copy.deepcopy(base_dict)
+            # the recipe's method settings go, as when a config layer switches method
+            for key in switch_keys(base_method, chosen.name):
+                d.pop(key, None)
+            d.update(chosen.config_entries(copy.deepcopy(method.params)))
+            d["seed"] = seed
+            d["output_dir"] = str(run_dir)
+            try:
+                train_config = TrainConfig.from_dict(d, source=base.source)
+            except ConfigError as err:
+                raise CompareError(f"methods[{method.label}] seed {seed}: {err}") from err
+            train_dict = json.loads(json.dumps(train_config.to_dict(), default=str))
+            payload = {
+                "train": {k: v for k, v in train_dict.items() if k != "output_dir"},
+                "eval": dataclasses.asdict(config.eval),
+                "curves": dataclasses.asdict(config.curves),
+            }
+            plan = RunPlan(method, index, seed, run_dir, train_dict, base.source, fingerprint(payload))
+            plan.status = _status(plan)
+            plans.append(plan)
+    return plans
+
+
+def _status(plan: RunPlan) -> str:
+    results = plan.run_dir / RESULTS_FILE
+    if results.is_file():
+        try:
+            done = json.loads(results.read_text())
+        except json.JSONDecodeError:
+            return "partial"
+        return "done" if done.get("fingerprint") == plan.fingerprint else "stale"
+    spec = plan.run_dir / RUN_SPEC_FILE
+    if spec.is_file():  # started: with this config (resume it) or another one (its checkpoints do not fit)
+        try:
+            same = json.loads(spec.read_text()).get("fingerprint") == plan.fingerprint
+        except json.JSONDecodeError:
+            same = False
+        return "partial" if same else "stale"
+    return "partial" if plan.run_dir.exists() else "new"
+
+
+def check_plans(config: CompareConfig, plans: Sequence[RunPlan], redo: bool = False) -> None:
+    """Refuse runs (finished or started) made with another config, unless ``redo``, naming the keys that differ."""
+    stale = [p for p in plans if p.status == "stale"]
+    if not stale or redo:
+        return
+    p = stale[0]
+    differing = ""
+    try:
+        old_spec = json.loads((p.run_dir / RUN_SPEC_FILE).read_text())
+        old = {k: old_spec.get(k) for k in ("train_config", "eval", "curves")}
+        new = {k: v for k, v in p.spec(config).items() if k in old}
+        keys = [k for k in _differences(old, new) if not k.endswith("output_dir")]
+        differing = f" (differs in: {', '.join(keys[:8])})" if keys else ""
+    except (OSError, json.JSONDecodeError):
+        pass
+    raise CompareError(
+        f"{len(stale)} run(s) in {config.output_dir!r} were made (or started) with another config, e.g. "
+        f"{p.method.label} seed {p.seed}{differing}: choose another output_dir, or pass --redo to retrain them"
+    )
+
+
+def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False) -> None:
+    """Every unfinished run's config through ``prepare`` (batch arithmetic, the method's TRL config, reward, data;
+    no model loaded). ``locked_ok``: a run whose directory another live process holds (a comparison in progress)
+    is skipped instead of refused (for ``--dry-run``)."""
+    from bandpo.training.config import ConfigError, TrainConfig
+    from bandpo.training.lock import OutputDirLockedError
+    from bandpo.training.run import prepare
+
+    for plan in plans:
+        if plan.status == "done":
+            continue
+        try:
+            prepare(TrainConfig.from_dict(plan.train_config, source=plan.train_source), resume=True)
+        except ConfigError as err:
+            if locked_ok and isinstance(err, OutputDirLockedError):
+                continue
+            raise CompareError(f"methods[{plan.method.label}] seed {plan.seed}: {err}") from err
+
+
+# ------------------------------------------------------------------------------------------------ the driver
+def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
+    """``<output_dir>/compare_plan.json``: the config and the runs (the report reads method order, reference and
+    eval settings from it); also ``compare_config.yaml``."""
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare_config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    plan = {
+        "config": config.to_dict(),
+        "source": config.source,
+        "reference": config.reference,
+        "methods": [
+            {"label": m.label, "method": m.method, "clip_rule": m.clip_rule, "params": m.params}
+            for m in config.methods
+        ],
+        "seeds": list(config.seeds),
+        "runs": [
+            {"label": p.method.label, "seed": p.seed, "dir": str(p.run_dir), "fingerprint": p.fingerprint}
+            for p in plans
+        ],
+    }
+    write_json(out / PLAN_FILE, plan)
+    return out / PLAN_FILE

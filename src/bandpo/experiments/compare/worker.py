@@ -1,0 +1,185 @@
+"""One run of a comparison, in its own process: train (resuming), evaluate, write ``results.json``.
+
+Started by the driver as ``python -m bandpo.experiments.compare.worker RUN_SPEC.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bandpo.experiments.compare.config import CompareError
+from bandpo.experiments.compare.layout import HELDOUT_FILE, RESULTS_FILE, TRAIN_DONE_FILE, write_json
+
+
+def eval_dataset(spec: Mapping[str, Any], train_config: Mapping[str, Any], max_problems: int | None) -> Any:
+    """The eval dataset of ``spec`` (an ``EvalSpec`` dict): its ``dataset``, or the training task's ``split``."""
+    from bandpo.eval.evaluate import EvalError, load_eval_dataset
+
+    data = train_config.get("data") or {}
+    dataset = spec.get("dataset")
+    task_options = None
+    if dataset is None:
+        if not data.get("task"):
+            raise CompareError(
+                "eval.dataset is required when training on files (data.path): name a task or an eval file"
+            )
+        dataset = data["task"]
+    if dataset == data.get("task"):
+        task_options = data.get("task_options") or {}
+    try:
+        return load_eval_dataset(
+            dataset,
+            split=spec.get("split", "test"),
+            verifier=spec.get("verifier"),
+            prompt_column=spec.get("prompt_column", "prompt"),
+            answer_column=spec.get("answer_column", "answer"),
+            task_options=task_options,
+            max_problems=max_problems,
+        )
+    except EvalError as err:
+        raise CompareError(f"eval: {err}") from err
+
+
+def eval_settings(spec: Mapping[str, Any], k: int | None = None, progress: bool = False) -> Any:
+    from bandpo.eval.evaluate import EvalSettings
+
+    ks = spec.get("ks") if k is None else sorted({1, k})
+    return EvalSettings(
+        k=spec["k"] if k is None else k,
+        ks=tuple(ks) if ks else None,
+        temperature=spec["temperature"],
+        max_new_tokens=spec.get("max_new_tokens"),
+        batch_size=spec.get("batch_size", 64),
+        seed=spec.get("seed", 0),
+        progress=progress,
+    )
+
+
+# ------------------------------------------------------------------------------------------- held-out curve
+def _heldout_callback(path: Path, dataset: Any, settings: Any, every: int) -> Any:
+    """A ``TrainerCallback`` that evaluates the policy being trained at step 0, every ``every`` optimizer steps and
+    at the last step, appending ``{"step", **overall metrics}`` rows to ``path`` (rows after the step a resumed run
+    restarts from are dropped first)."""
+    from transformers import TrainerCallback
+
+    from bandpo.eval.evaluate import evaluate_model
+
+    class HeldoutCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.done: set[int] = set()
+
+        def _evaluate(self, step: int, model: Any, tokenizer: Any) -> None:
+            if step in self.done or model is None or tokenizer is None:
+                return
+            self.done.add(step)
+            out = evaluate_model(model, tokenizer, [dataset], settings)
+            row = {"step": step, "time": round(time.time(), 3), **out["overall"]}
+            with path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            from bandpo.training.callbacks import read_metrics
+
+            keep = (
+                [r for r in read_metrics(path) if r.get("step", 0) <= state.global_step]
+                if state.global_step
+                else []
+            )
+            self.done = {int(r["step"]) for r in keep}
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+            os.replace(tmp, path)
+            if state.global_step == 0:
+                self._evaluate(0, kwargs.get("model"), kwargs.get("processing_class"))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            step = state.global_step
+            if (every and step % every == 0) or step >= state.max_steps:
+                self._evaluate(step, kwargs.get("model"), kwargs.get("processing_class"))
+
+    return HeldoutCallback()
+
+
+# ------------------------------------------------------------------------------------------- one run (child)
+def run_one(spec_path: str | Path) -> int:
+    """Train one run and evaluate its final policy (the child process of :func:`run_compare`).
+
+    Reads ``run_spec.json``; trains into its directory (resuming from the last checkpoint, skipped when
+    ``train_done.json`` says training finished), then writes ``results.json`` (atomically, last)."""
+    import torch
+
+    from bandpo.eval.evaluate import evaluate_model_dir
+    from bandpo.training.config import TrainConfig
+    from bandpo.training.run import train
+
+    spec_path = Path(spec_path)
+    spec = json.loads(spec_path.read_text())
+    run_dir = spec_path.parent
+    if os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    config = TrainConfig.from_dict(spec["train_config"], source=spec.get("train_source"))
+    curves = spec["curves"]
+    start = time.time()
+    done_marker = run_dir / TRAIN_DONE_FILE
+    if not (done_marker.is_file() and (run_dir / "config.json").is_file()):
+        callbacks = []
+        if curves.get("every", 0):
+            data = eval_dataset(spec["eval"], spec["train_config"], curves.get("max_problems"))
+            settings = eval_settings(spec["eval"], k=curves["k"])
+            callbacks.append(
+                _heldout_callback(run_dir / HELDOUT_FILE, data, settings, curves.get("every", 0))
+            )
+        train(config, resume=True, callbacks=callbacks)
+        write_json(done_marker, {"wall_time_s": round(time.time() - start, 2), "finished": time.time()})
+    train_info = json.loads(done_marker.read_text())
+    eval_start = time.time()
+    data = eval_dataset(spec["eval"], spec["train_config"], spec["eval"].get("max_problems"))
+    result = evaluate_model_dir(run_dir, [data], eval_settings(spec["eval"], progress=True))
+    metrics = result["overall"]
+    write_json(
+        run_dir / RESULTS_FILE,
+        {
+            "label": spec["label"],
+            "method": spec.get("method", spec["clip_rule"]),
+            "clip_rule": spec["clip_rule"],
+            "params": spec["params"],
+            "seed": spec["seed"],
+            "fingerprint": spec["fingerprint"],
+            "dataset": data.name,
+            "settings": result["settings"],
+            "metrics": metrics,
+            "train_wall_s": train_info.get("wall_time_s"),
+            "eval_wall_s": round(time.time() - eval_start, 2),
+        },
+    )
+    print(
+        f"bandpo compare: {spec['label']} seed {spec['seed']}: {headline(metrics, spec['eval']['k'])}",
+        flush=True,
+    )
+    return 0
+
+
+def headline(metrics: Mapping[str, Any], k: int) -> str:
+    parts = []
+    for key in (f"mean@{k}", "pass@1", f"pass@{k}"):
+        if metrics.get(key) is not None:
+            parts.append(f"{key} {100 * metrics[key]:.1f}%")
+    if metrics.get("entropy") is not None:
+        parts.append(f"entropy {metrics['entropy']:.3f}")
+    return ", ".join(parts) or "no metrics"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(
+            "usage: python -m bandpo.experiments.compare.worker RUN_SPEC.json (started by bandpo compare)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    sys.exit(run_one(sys.argv[1]))
