@@ -2,7 +2,8 @@
 
 Config validation, CLI choices and docs all read ``Registry.names()``, so a list of valid names is never
 written twice. Lookups of unknown names fail with the valid names in the message; registering a name twice
-is an error.
+is an error. Where a family is dispatched on, the registered object is the implementation itself (an
+aggregation mode's reduction, a KL estimator), so one entry is all a new name needs.
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ class Registry(Generic[T]):
             return self.register(name, obj, aliases)
 
         return wrap
+
+    def unregister(self, name: str) -> T:
+        """Remove ``name`` (a registered name, not an alias) and its aliases; returns its object.
+
+        For temporary registrations (e.g. a test's own entry); unknown names raise ``ValueError``.
+        """
+        if not isinstance(name, str) or name not in self._items:
+            raise ValueError(f"{self.family} {name!r} is not registered (aliases cannot be unregistered)")
+        for alias in [a for a, target in self._aliases.items() if target == name]:
+            del self._aliases[alias]
+        return self._items.pop(name)
 
     def canonical(self, name: str) -> str:
         """The registered name for ``name`` or one of its aliases; unknown names raise ``ValueError``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bandpo.losses import LOSS_AGG_MODES, aggregate, masked_mean
+from bandpo.losses import LOSS_AGG_MODES, aggregate, masked_mean, policy_loss
 from bandpo.losses.aggregation import masked_max, masked_min
 
 
@@ -47,3 +47,33 @@ def test_masked_reductions_ignore_nan_and_inf_at_padding() -> None:
     assert masked_min(dirty, mask).item() == x[mask].min().item()
     assert masked_max(dirty, mask).item() == x[mask].max().item()
     assert masked_mean(dirty, torch.zeros_like(mask)).item() == 0.0
+
+
+def test_loss_agg_modes_dispatch_to_their_registered_function() -> None:
+    """Wiring: ``aggregate`` is the registry lookup, one registered function per name, nothing else."""
+    x, mask = _batch()
+    for mode in LOSS_AGG_MODES.names():
+        reduce = LOSS_AGG_MODES.get(mode)
+        assert torch.equal(aggregate(x, mask, mode), reduce(torch.where(mask, x, 0.0), mask.double())), mode
+
+
+def test_a_registered_mode_works_end_to_end_and_can_be_removed() -> None:
+    """One registry entry is all a new mode needs: ``aggregate`` and ``policy_loss`` accept it at once."""
+    x, mask = _batch()
+
+    def masked_max_mode(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return masked_max(x, m)
+
+    LOSS_AGG_MODES.register("test-max", masked_max_mode, aliases=("test_max",))
+    try:
+        assert aggregate(x, mask, "test_max").item() == x[mask].max().item()
+        lp = torch.full((2, 3), -1.0)
+        loss, _ = policy_loss(
+            lp, lp, torch.tensor([1.0, -1.0]), torch.ones(2, 3), "grpo", loss_agg_mode="test-max"
+        )
+        assert loss.item() == 1.0  # r = 1: the per-token losses -A r are -1 (A = 1) and 1 (A = -1)
+    finally:
+        assert LOSS_AGG_MODES.unregister("test-max") is masked_max_mode
+    assert "test-max" not in LOSS_AGG_MODES and "test_max" not in LOSS_AGG_MODES
+    with pytest.raises(ValueError, match=r"unknown loss aggregation mode 'test-max'"):
+        aggregate(x, mask, "test-max")

@@ -328,3 +328,45 @@ def test_group_advantages() -> None:
         ValueError, match="group_size must be a positive integer dividing the number of rewards 8"
     ):
         group_advantages(r, 3)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "want"),
+    [
+        ("k1", lambda d: d),
+        ("kl", lambda d: d),
+        ("k2", lambda d: 0.5 * d * d),
+        ("mse", lambda d: 0.5 * d * d),
+        ("k3", lambda d: torch.exp(-d) + d - 1),
+        ("low_var_kl", lambda d: torch.exp(-d) + d - 1),
+    ],
+)
+def test_kl_estimators_against_their_formulas(estimator, want) -> None:
+    """Each name and alias reaches its own estimator (d = logp - ref, small enough for no clamp)."""
+    g = torch.Generator().manual_seed(3)
+    lp, ref = (
+        -torch.rand(3, 5, generator=g, dtype=torch.float64),
+        -torch.rand(3, 5, generator=g, dtype=torch.float64),
+    )
+    got = bandpo.losses.kl_penalty(lp, ref, estimator)
+    torch.testing.assert_close(got, want(lp - ref), rtol=1e-12, atol=1e-15)
+
+
+def test_kl_estimators_registry_is_the_dispatch() -> None:
+    """A registered estimator is used by ``policy_loss`` at once; unregistering removes it and its aliases."""
+    new, old, adv, mask = make_batch(seed=5)
+
+    def zero_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(log_prob)
+
+    bandpo.losses.KL_ESTIMATORS.register("test-zero", zero_kl, aliases=("test_zero",))
+    try:
+        _, m = policy_loss(
+            new, old, adv, mask, "band", ref_log_prob=old, kl_coef=0.5, kl_estimator="test_zero"
+        )
+        assert m["loss/kl"].item() == 0.0
+    finally:
+        assert bandpo.losses.KL_ESTIMATORS.unregister("test-zero") is zero_kl
+    assert "test_zero" not in bandpo.losses.KL_ESTIMATORS
+    with pytest.raises(ValueError, match=r"unknown kl estimator 'test-zero'"):
+        bandpo.losses.kl_penalty(new, old, "test-zero")

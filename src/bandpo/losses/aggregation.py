@@ -7,20 +7,19 @@ gradient (0 there) sees them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from bandpo.registry import Registry
 
-LOSS_AGG_MODES: Registry[str] = Registry("loss aggregation mode")
-for _mode, _doc in [
-    ("token-mean", "sum over all real tokens / number of real tokens (DAPO)"),
-    ("seq-mean-token-mean", "mean over sequences of each sequence's token mean (GRPO; the authors' runs)"),
-    ("seq-mean-token-sum", "mean over sequences of each sequence's token sum"),
-    ("seq-mean-token-sum-norm", "seq-mean-token-sum / T: Dr. GRPO's constant normaliser (verl's definition)"),
-    ("token-sum", "sum over all real tokens"),
-]:
-    LOSS_AGG_MODES.register(_mode, _doc)
+AggregationMode = Callable[[Tensor, Tensor], Tensor]
+"""``(x, m) -> ()``: ``x`` the (B, T) per-token losses, 0 wherever the mask is 0; ``m`` the (B, T) 0/1 mask in
+``x``'s dtype."""
+
+LOSS_AGG_MODES: Registry[AggregationMode] = Registry("loss aggregation mode")
+"""verl's aggregation modes; each entry is the reduction itself (:func:`aggregate` looks it up)."""
 
 
 def _zero_outside(x: Tensor, mask: Tensor) -> Tensor:
@@ -59,17 +58,41 @@ def aggregate(loss_mat: Tensor, mask: Tensor, mode: str = "seq-mean-token-mean")
     Returns:
         () float. An all-zero mask gives 0 (never NaN); sequences without tokens do not count in seq-means.
     """
-    mode = LOSS_AGG_MODES.canonical(mode)
-    m = mask.to(loss_mat.dtype)
-    x = _zero_outside(loss_mat, mask)
-    if mode == "token-mean":
-        return x.sum() / m.sum().clamp(min=1.0)
-    if mode == "token-sum":
-        return x.sum()
-    tokens = m.sum(-1)  # (B,)
-    seq = x.sum(-1) / tokens.clamp(min=1.0) if mode == "seq-mean-token-mean" else x.sum(-1)
-    has = (tokens > 0).to(loss_mat.dtype)
-    loss = (seq * has).sum() / has.sum().clamp(min=1.0)
-    if mode == "seq-mean-token-sum-norm":
-        loss = loss / max(loss_mat.shape[-1], 1)
-    return loss
+    reduce = LOSS_AGG_MODES.get(mode)
+    return reduce(_zero_outside(loss_mat, mask), mask.to(loss_mat.dtype))
+
+
+@LOSS_AGG_MODES.decorator("token-mean")
+def _token_mean(x: Tensor, m: Tensor) -> Tensor:
+    """Sum over all real tokens / number of real tokens (DAPO)."""
+    return x.sum() / m.sum().clamp(min=1.0)
+
+
+def _mean_over_sequences(seq: Tensor, m: Tensor) -> Tensor:
+    """Mean of the (B,) per-sequence values ``seq`` over sequences with at least one real token."""
+    has = (m.sum(-1) > 0).to(seq.dtype)
+    return (seq * has).sum() / has.sum().clamp(min=1.0)
+
+
+@LOSS_AGG_MODES.decorator("seq-mean-token-mean")
+def _seq_mean_token_mean(x: Tensor, m: Tensor) -> Tensor:
+    """Mean over sequences of each sequence's token mean (GRPO; the authors' runs)."""
+    return _mean_over_sequences(x.sum(-1) / m.sum(-1).clamp(min=1.0), m)
+
+
+@LOSS_AGG_MODES.decorator("seq-mean-token-sum")
+def _seq_mean_token_sum(x: Tensor, m: Tensor) -> Tensor:
+    """Mean over sequences of each sequence's token sum."""
+    return _mean_over_sequences(x.sum(-1), m)
+
+
+@LOSS_AGG_MODES.decorator("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(x: Tensor, m: Tensor) -> Tensor:
+    """seq-mean-token-sum / T: Dr. GRPO's constant normaliser (verl's definition)."""
+    return _seq_mean_token_sum(x, m) / max(x.shape[-1], 1)
+
+
+@LOSS_AGG_MODES.decorator("token-sum")
+def _token_sum(x: Tensor, m: Tensor) -> Tensor:
+    """Sum over all real tokens."""
+    return x.sum()
