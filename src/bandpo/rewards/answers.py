@@ -1,0 +1,285 @@
+"""Answers of math completions: the text of a completion, the ``Answer:`` line, the last ``\\boxed{}``, and the
+normalisation that makes equal answers equal strings (DAPO-style exact match, docs/method.md#recipe).
+
+:func:`completion_text` reads a completion as TRL passes it (a string or chat messages); :func:`extract_answer`
+takes the rest of the line after the last ``Answer:``; :func:`last_boxed` the content of the last ``\\boxed{}``;
+:func:`normalize_answer` canonicalises LaTeX, dollars, wrappers, fractions and numbers; :func:`ground_truth_strs` and
+:func:`normalized_ground_truth` check and normalise the ground truth the verifiers compare against.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from numbers import Real
+from typing import Any
+
+__all__ = [
+    "completion_text",
+    "extract_answer",
+    "ground_truth_strs",
+    "last_boxed",
+    "normalize_answer",
+    "normalized_ground_truth",
+]
+
+
+# ------------------------------------------------------------------------------------------- completion text
+def completion_text(completion: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> str:
+    """The text of a completion as TRL passes it: a string, or a chat message list.
+
+    For messages, the contents of all ``"assistant"`` messages are joined with newlines (all messages when
+    none has that role), so the last ``Answer:`` line or ``\\boxed{}`` of a multi-message completion is found.
+    Content may be a string, ``None``, or a list of parts ``{"type": "text", "text": ...}`` (other parts are
+    skipped).
+
+    Raises:
+        TypeError: anything else.
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        messages: list[Any] = [completion]
+    elif isinstance(completion, Sequence):
+        messages = list(completion)
+    else:
+        raise TypeError(
+            f"completion must be a string or a list of chat messages, got {type(completion).__name__}"
+        )
+    for m in messages:
+        if not isinstance(m, Mapping):
+            raise TypeError(
+                f"chat messages must be mappings with 'role' and 'content', got {type(m).__name__}: {m!r}"
+            )
+    chosen = [m for m in messages if m.get("role") == "assistant"] or messages
+    return "\n".join(_content_text(m.get("content")) for m in chosen)
+
+
+def _content_text(content: object) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and part.get("type", "text") == "text":
+                parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    raise TypeError(
+        f"message content must be a string, None or a list of parts, got {type(content).__name__}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- latex helpers
+def _brace_group(s: str, start: int) -> tuple[str, int] | None:
+    """For ``s[start] == "{"``: ``(content, index after the matching "}")``; ``None`` if unbalanced.
+
+    Escaped braces ``\\{`` and ``\\}`` do not count.
+    """
+    depth = 0
+    j = start
+    while j < len(s):
+        ch = s[j]
+        if ch == "\\":
+            j += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return s[start + 1 : j], j + 1
+        j += 1
+    return None
+
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, nested braces included.
+
+    Also accepts the brace-less form ``\\boxed 42`` (up to the next space or ``$``). Returns ``None`` when
+    there is no ``\\boxed``, when the last one is unbalanced, or when its content is blank.
+    """
+    matches = list(_BOXED.finditer(text))
+    if not matches:
+        return None
+    i = matches[-1].end()
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i < len(text) and text[i] == "{":
+        group = _brace_group(text, i)
+        content = group[0] if group else None
+    elif i > matches[-1].end():  # "\boxed 42"
+        content = re.match(r"[^\s$]*", text[i:]).group(0)  # type: ignore[union-attr]
+    else:
+        content = None
+    return content if content and content.strip() else None
+
+
+_WRAPPERS = re.compile(
+    r"\\(?:boxed|fbox|text|textbf|textit|textrm|textnormal|textup|mathrm|mathbf|mathit|mathnormal|mbox)\s*(?=\{)"
+)
+
+
+def _unwrap(s: str) -> str:
+    """Replace ``\\boxed{X}``, ``\\text{X}``, ``\\mathrm{X}``, ... by ``X`` (nested braces included)."""
+    while (m := _WRAPPERS.search(s)) is not None:
+        group = _brace_group(s, m.end())
+        if group is None:  # unbalanced: drop the command word, keep the rest
+            s = s[: m.start()] + s[m.end() :]
+        else:
+            s = s[: m.start()] + group[0] + s[group[1] :]
+    return s
+
+
+def _frac_arg(s: str, i: int) -> tuple[str, int] | None:
+    """One argument of ``\\frac`` at ``s[i]``: a brace group, a command (``\\pi``) or a single character."""
+    if i >= len(s):
+        return None
+    if s[i] == "{":
+        return _brace_group(s, i)
+    if s[i] == "\\":
+        m = re.match(r"\\[a-zA-Z]+", s[i:])
+        return (m.group(0), i + m.end()) if m else None
+    return s[i], i + 1
+
+
+_ATOM = re.compile(r"-?[\w.\\{}^]+")
+_FRAC = re.compile(r"\\frac(?![a-zA-Z])")
+
+
+def _paren(x: str) -> str:
+    return x if _ATOM.fullmatch(x) else f"({x})"
+
+
+def _fracs_to_slash(s: str) -> str:
+    """``\\frac{a}{b}`` (and ``\\frac12``) -> ``a/b``; non-atomic parts get parentheses: ``(1+x)/2``."""
+    out = []
+    pos = 0
+    for m in _FRAC.finditer(s):
+        if m.start() < pos:  # inside an argument already converted
+            continue
+        num = _frac_arg(s, m.end())
+        den = _frac_arg(s, num[1]) if num else None
+        if num is None or den is None:  # malformed: leave the rest untouched
+            break
+        out.append(s[pos : m.start()])
+        out.append(f"{_paren(_fracs_to_slash(num[0]))}/{_paren(_fracs_to_slash(den[0]))}")
+        pos = den[1]
+    out.append(s[pos:])
+    return "".join(out)
+
+
+def _strip_outer_braces(s: str) -> str:
+    while s.startswith("{") and (g := _brace_group(s, 0)) is not None and g[1] == len(s):
+        s = g[0]
+    return s
+
+
+_LATEX_NOISE = re.compile(
+    r"\\left(?![a-zA-Z])|\\right(?![a-zA-Z])|\\displaystyle|\\[!,;: ]|~|\\[()\[\]]"
+    r"|\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|°|\\degree|\\%|%"
+)
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_NUMBER = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?")
+
+
+def normalize_answer(answer: object) -> str:
+    """Normalise an answer string for exact matching (DAPO-style, cheap and deterministic).
+
+    Steps, in order:
+
+    1. ``\\$`` (a dollar sign) is dropped; with two or more ``$``, the first ``$...$`` (or ``$$...$$``) span is
+       kept (``"$5$ dollars"`` -> ``5``), else lone ``$`` are removed.
+    2. ``\\dfrac``/``\\tfrac`` -> ``\\frac``; ``\\left``, ``\\right``, ``\\displaystyle``, spacing (``\\,``,
+       ``\\!``, ``\\;``, ``~``), ``\\(``/``\\)``/``\\[``/``\\]``, degrees (``^\\circ``) and percent signs are
+       removed.
+    3. Wrappers are unwrapped: ``\\boxed{X}``, ``\\fbox{X}``, ``\\text{X}``, ``\\textbf{X}``, ``\\mathrm{X}``, ...
+    4. All whitespace is removed, trailing periods are stripped, and only the part after the last ``=`` is
+       kept (``x=5`` -> ``5``; ``<=``, ``>=``, ``!=`` are not split).
+    5. ``\\sqrt2`` -> ``\\sqrt{2}``; ``\\frac{a}{b}``, ``\\frac ab`` -> ``a/b`` (non-atomic parts in
+       parentheses: ``\\frac{1+x}{2}`` -> ``(1+x)/2``); braces around the whole answer are removed.
+    6. Numbers are canonical: thousands separators removed (``1,000`` and ``1{,}000`` -> ``1000``), leading
+       ``+``, leading zeros and trailing decimal zeros dropped (``05.50`` -> ``5.5``, ``3.0`` -> ``3``).
+
+    Fractions are not reduced and decimals are not compared with fractions (``0.5`` != ``1/2``): the
+    recipe is exact match. Returns ``""`` when nothing is left.
+    """
+    s = str(answer).strip().replace("\\$", "")
+    if s.count("$") >= 2:
+        m = re.search(r"\$+(.*?)\$+", s, flags=re.DOTALL)
+        s = m.group(1) if m else s.replace("$", "")
+    s = s.replace("$", "")
+    s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
+    s = _LATEX_NOISE.sub("", s)
+    s = re.sub(r"\\(boxed|fbox)\s+(?=[^{\s])", "", s)  # "\boxed 42"
+    s = _unwrap(s)
+    s = re.sub(r"\s+", "", s).rstrip(".")
+    s = re.split(r"(?<![<>!])=", s)[-1]
+    s = re.sub(r"\\sqrt(\d)", r"\\sqrt{\1}", s)
+    s = _fracs_to_slash(s)
+    s = _strip_outer_braces(s)
+    s = s.replace("{,}", ",")
+    if _THOUSANDS.fullmatch(s):
+        s = s.replace(",", "")
+    m = _NUMBER.fullmatch(s)
+    if m and (m.group(2) or m.group(3)):
+        sign, int_part, frac_part = m.group(1), m.group(2).lstrip("0") or "0", (m.group(3) or "").rstrip("0")
+        s = int_part + (f".{frac_part}" if frac_part else "")
+        if sign == "-" and s != "0":
+            s = "-" + s
+    return s
+
+
+def ground_truth_strs(ground_truth: object) -> list[str]:
+    """The accepted answers as strings: one string/number, or a non-empty list/tuple of them."""
+    items = list(ground_truth) if isinstance(ground_truth, (list, tuple)) else [ground_truth]
+    for item in items:
+        ok = isinstance(item, str) or (isinstance(item, Real) and not isinstance(item, bool))
+        if not ok or (isinstance(item, Real) and not math.isfinite(float(item))):
+            raise ValueError(
+                f"ground_truth must be a string, a finite number or a non-empty list of them, got {ground_truth!r}"
+            )
+    if not items:
+        raise ValueError(f"ground_truth must not be an empty list, got {ground_truth!r}")
+    return [str(item) for item in items]
+
+
+def normalized_ground_truth(ground_truth: str) -> str:
+    """``normalize_answer(ground_truth)``; raises ``ValueError`` when nothing is left to match against."""
+    gt = normalize_answer(ground_truth)
+    if not gt:
+        raise ValueError(
+            f"ground_truth {ground_truth!r} is empty after normalisation; nothing to match against"
+        )
+    return gt
+
+
+# ---------------------------------------------------------------------------------------------- extraction
+_ANSWER = re.compile(r"(?<![A-Za-z])answer\s*:", flags=re.IGNORECASE)
+
+
+def extract_answer(completion: str | Sequence[Mapping[str, Any]], *, normalize: bool = True) -> str | None:
+    """The DAPO answer of a completion: the rest of the line after the last ``Answer:``.
+
+    The match is case-insensitive and may follow other words (``Final Answer: 42``); the answer may start on
+    the line after ``Answer:`` (DAPO's ``Answer\\s*:\\s*``). Markdown bold (``**``) is removed. With
+    ``normalize`` (default) the result goes through :func:`normalize_answer`.
+
+    Returns:
+        The (normalised) answer, or ``None`` when there is no ``Answer:`` or nothing follows it.
+    """
+    text = completion_text(completion)
+    matches = list(_ANSWER.finditer(text))
+    if not matches:
+        return None
+    rest = text[matches[-1].end() :].replace("**", "").lstrip()
+    line = rest.split("\n", 1)[0].strip()
+    answer = normalize_answer(line) if normalize else line
+    return answer or None
