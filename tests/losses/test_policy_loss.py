@@ -9,8 +9,10 @@ import torch
 
 import bandpo
 from bandpo.losses import CLIP_RULES, LOSS_AGG_MODES, group_advantages, make_clip_rule, policy_loss
+from bandpo.losses.policy_loss import per_token_policy_loss
 
 AGG_MODES = LOSS_AGG_MODES.names()
+ENTRY_POINTS = {"policy_loss": policy_loss, "per_token_policy_loss": per_token_policy_loss}
 
 
 def naive_dppo_inside(rule, lp: float, old: float, a: float) -> bool:
@@ -313,6 +315,37 @@ def test_bad_input(kwargs: dict, match: str) -> None:
     } | kwargs
     with pytest.raises(ValueError, match=match):
         policy_loss(**args)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"log_prob": -torch.rand(6)}, r"log_prob must have shape \(B, T\), got \(6,\)"),
+        ({"old_log_prob": torch.zeros(2, 4)}, r"old_log_prob shape \(2, 4\) must equal log_prob shape"),
+        ({"advantages": torch.zeros(3)}, r"advantages shape \(3,\) must be \(B,\) or \(B, T\)"),
+        ({"clip_ratio_c": 1.0}, "clip_ratio_c must be > 1"),
+        ({"truncation_c": 0.5}, r"truncation_c must be a finite number > 1, got 0.5"),
+        ({"rollout_is_weights": torch.ones(2, 4)}, r"rollout_is_weights shape \(2, 4\) must equal"),
+        ({"clip_rule": "adaptive_band"}, r"clip rule 'adaptive_band' needs the per-token entropy.*got None"),
+        ({"clip_rule": "adaptive_band", "entropy": torch.ones(3, 3)}, r"entropy shape \(3, 3\) must equal"),
+    ],
+)
+@pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
+def test_both_entry_points_check_the_same_inputs(entry: str, kwargs: dict, match: str) -> None:
+    """``policy_loss`` and ``per_token_policy_loss`` (the verl adapter's entry) share one input check."""
+    args = {
+        "log_prob": -torch.rand(2, 3),
+        "old_log_prob": -torch.rand(2, 3),
+        "advantages": torch.zeros(2),
+        "response_mask": torch.ones(2, 3),
+        "clip_rule": "band",
+    } | kwargs
+    if entry == "per_token_policy_loss":
+        args["clip_rule"] = make_clip_rule(args["clip_rule"])
+    with pytest.raises(ValueError, match=match):
+        ENTRY_POINTS[entry](**args)
+    with pytest.raises(TypeError, match=r"advantages must be a floating-point tensor"):
+        ENTRY_POINTS[entry](**(args | {"advantages": torch.zeros(2, dtype=torch.long)}))
 
 
 def test_group_advantages() -> None:

@@ -98,28 +98,113 @@ def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
     return out
 
 
-def _check_shapes(
-    log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, response_mask: Tensor
-) -> Tensor:
+class _ObjectiveInputs(NamedTuple):
+    """The objective's inputs after :func:`_check_objective_inputs`: shapes agree, names resolved."""
+
+    log_prob: Tensor  #: (B, T) float
+    old_log_prob: Tensor  #: (B, T) float
+    advantages: Tensor  #: (B, T) float (a (B,) input broadcast)
+    mask: Tensor  #: (B, T) bool, real response tokens
+    clip_rule: ClipRule
+    clip_ratio_c: float | None
+    truncation_c: float | None  #: the objective's c: the argument, else the rule's (None: clipped objective)
+    rollout_is_weights: Tensor | None  #: (B, T) float
+    entropy: Tensor | None  #: (B, T) float; present whenever the rule needs it
+    ref_log_prob: Tensor | None  #: (B, T) float
+
+
+def _check_like_log_prob(name: str, x: Tensor | None, log_prob: Tensor) -> None:
+    if x is not None and x.shape != log_prob.shape:
+        raise ValueError(f"{name} shape {tuple(x.shape)} must equal log_prob shape {tuple(log_prob.shape)}")
+
+
+def _check_objective_inputs(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    clip_rule: ClipRule | str,
+    *,
+    clip_ratio_c: float | None,
+    truncation_c: float | None,
+    rollout_is_weights: Tensor | None,
+    entropy: Tensor | None,
+    loss_agg_mode: str | None = None,
+    ref_log_prob: Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy_coef: float = 0.0,
+    check_values: bool = False,
+) -> _ObjectiveInputs:
+    """The one check of the objective's inputs, run once by each entry point (:func:`per_token_policy_loss`,
+    :func:`policy_loss`); arguments as theirs. Shape, dtype and name checks always run; ``check_values`` adds
+    the checks that sync with the host (a 0/1 mask, finite values at real tokens).
+
+    Raises:
+        TypeError: a non-float ``log_prob``, ``old_log_prob`` or ``advantages``.
+        ValueError: every other bad input, naming the argument, its value and what is allowed.
+    """
     for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
         check_float_tensor(name, x)
     if log_prob.dim() != 2:
         raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
-    if old_log_prob.shape != log_prob.shape:
-        raise ValueError(
-            f"old_log_prob shape {tuple(old_log_prob.shape)} must equal log_prob shape {tuple(log_prob.shape)}"
-        )
-    if response_mask.shape != log_prob.shape:
-        raise ValueError(
-            f"response_mask shape {tuple(response_mask.shape)} must equal log_prob shape {tuple(log_prob.shape)}"
-        )
+    _check_like_log_prob("old_log_prob", old_log_prob, log_prob)
+    _check_like_log_prob("response_mask", response_mask, log_prob)
     if advantages.shape == log_prob.shape[:1]:
         advantages = advantages.unsqueeze(-1).expand_as(log_prob)  # (B,) -> (B, T)
     elif advantages.shape != log_prob.shape:
         raise ValueError(
             f"advantages shape {tuple(advantages.shape)} must be (B,) or (B, T) = {tuple(log_prob.shape)}"
         )
-    return advantages
+    if loss_agg_mode is not None:
+        LOSS_AGG_MODES.canonical(loss_agg_mode)
+    rule = make_clip_rule(clip_rule) if isinstance(clip_rule, str) else clip_rule
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
+    if truncation_c is not None:
+        truncation_c = check_number_above("truncation_c", truncation_c, 1.0)
+    else:
+        truncation_c = rule.truncation_c
+    if kl_coef < 0 or entropy_coef < 0:
+        raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {kl_coef!r} and {entropy_coef!r}")
+    if kl_coef > 0 and ref_log_prob is None:
+        raise ValueError("kl_coef > 0 needs ref_log_prob (B, T)")
+    for name, x in (
+        ("rollout_is_weights", rollout_is_weights),
+        ("ref_log_prob", ref_log_prob),
+        ("entropy", entropy),
+    ):
+        _check_like_log_prob(name, x, log_prob)
+    if rule.needs_entropy and entropy is None:
+        raise ValueError(
+            f"clip rule {rule.name!r} needs the per-token entropy of the policy: pass entropy=(B, T) float, "
+            "got None"
+        )
+
+    if response_mask.dtype == torch.bool:
+        mask = response_mask
+    else:
+        if check_values and bool(((response_mask != 0) & (response_mask != 1)).any()):
+            raise ValueError("response_mask must hold only 0 and 1 (or be a bool tensor)")
+        mask = response_mask != 0
+    if check_values:
+        for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
+            bad = ~torch.isfinite(x) & mask
+            if bool(bad.any()):
+                raise ValueError(
+                    f"{name} holds {int(bad.sum())} non-finite value(s) at real tokens (mask = 1)"
+                )
+    return _ObjectiveInputs(
+        log_prob,
+        old_log_prob,
+        advantages,
+        mask,
+        rule,
+        clip_ratio_c,
+        truncation_c,
+        rollout_is_weights,
+        entropy,
+        ref_log_prob,
+    )
 
 
 class TokenTerms(NamedTuple):
@@ -153,8 +238,8 @@ def per_token_policy_loss(
 ) -> TokenTerms:
     """The per-token loss matrix of ``bandpo.policy_loss`` before aggregation (module docstring formula).
 
-    :func:`policy_loss` aggregates it (after its value checks, before its regularisers); the verl adapter
-    aggregates it with verl's own ``agg_loss``.
+    :func:`policy_loss` aggregates it (before its regularisers); the verl adapter aggregates it with verl's own
+    ``agg_loss``. Both check their inputs once, with the same checks and messages.
 
     Computed in :func:`compute_dtype` of the inputs (at least float32); ``log_prob`` of a lower precision is
     upcast differentiably, so its gradient arrives in its own dtype.
@@ -178,58 +263,51 @@ def per_token_policy_loss(
         ValueError: on shapes that do not match ``log_prob`` (B, T), ``clip_ratio_c <= 1`` or
             ``truncation_c <= 1``, a missing entropy for an entropy-driven rule.
     """
-    advantages = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
-    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
-    if truncation_c is not None:
-        truncation_c = check_number_above("truncation_c", truncation_c, 1.0)
-    else:
-        truncation_c = clip_rule.truncation_c
-    if rollout_is_weights is not None and rollout_is_weights.shape != log_prob.shape:
-        raise ValueError(
-            f"rollout_is_weights shape {tuple(rollout_is_weights.shape)} must equal log_prob shape "
-            f"{tuple(log_prob.shape)}"
-        )
-    if clip_rule.needs_entropy and entropy is None:
-        raise ValueError(
-            f"clip rule {clip_rule.name!r} needs the per-token entropy of the policy: pass entropy=(B, T) float, "
-            "got None"
-        )
-    mask = response_mask if response_mask.dtype == torch.bool else response_mask != 0
-    cdt = compute_dtype(log_prob, old_log_prob, advantages, rollout_is_weights)
+    x = _check_objective_inputs(
+        log_prob,
+        old_log_prob,
+        advantages,
+        response_mask,
+        clip_rule,
+        clip_ratio_c=clip_ratio_c,
+        truncation_c=truncation_c,
+        rollout_is_weights=rollout_is_weights,
+        entropy=entropy,
+    )
+    return _token_terms(x)
+
+
+def _token_terms(x: _ObjectiveInputs) -> TokenTerms:
+    """:func:`per_token_policy_loss` on inputs :func:`_check_objective_inputs` has checked (no checks here)."""
+    log_prob, rule, mask = x.log_prob, x.clip_rule, x.mask
+    cdt = compute_dtype(log_prob, x.old_log_prob, x.advantages, x.rollout_is_weights)
     zero = torch.zeros((), dtype=cdt, device=log_prob.device)
     # Padded positions may hold anything: replace them before any arithmetic so no NaN reaches the graph.
     logp = torch.where(mask, log_prob.to(cdt), zero)  # differentiable upcast
-    old = torch.where(mask, old_log_prob.detach().to(cdt), zero)
-    adv = torch.where(mask, advantages.detach().to(cdt), zero)
+    old = torch.where(mask, x.old_log_prob.detach().to(cdt), zero)
+    adv = torch.where(mask, x.advantages.detach().to(cdt), zero)
 
-    ent = None
-    if clip_rule.needs_entropy:
-        if entropy.shape != log_prob.shape:
-            raise ValueError(
-                f"entropy shape {tuple(entropy.shape)} must equal log_prob shape {tuple(log_prob.shape)}"
-            )
-        ent = torch.where(mask, entropy.detach().to(cdt), zero)
-    lo, hi = clip_rule.bounds(old, ent)
+    ent = torch.where(mask, x.entropy.detach().to(cdt), zero) if rule.needs_entropy else None
+    lo, hi = rule.bounds(old, ent)
     lo, hi = lo.to(cdt), hi.to(cdt)
     log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
-    if truncation_c is not None:  # DPPO: -A sg(min(r, c)) logp inside the region, 0 outside
+    if x.truncation_c is not None:  # DPPO: -A sg(min(r, c)) logp inside the region, 0 outside
         r = ratio.detach()
-        up_ok, down_ok = clip_rule.region_masks(logp.detach(), old, r, lo, hi)
+        up_ok, down_ok = rule.region_masks(logp.detach(), old, r, lo, hi)
         keep = torch.where(adv > 0, up_ok, down_ok) & mask
-        loss = torch.where(keep, -adv * torch.clamp(r, max=truncation_c) * logp, zero)
-        dual_active = keep & (r > truncation_c)
+        loss = torch.where(keep, -adv * torch.clamp(r, max=x.truncation_c) * logp, zero)
+        dual_active = keep & (r > x.truncation_c)
     else:
         loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))  # L1
-        if clip_ratio_c is not None:
-            dual = torch.minimum(loss, -adv * clip_ratio_c)
+        if x.clip_ratio_c is not None:
+            dual = torch.minimum(loss, -adv * x.clip_ratio_c)
             dual_active = (adv < 0) & (dual < loss)
             loss = torch.where(adv < 0, dual, loss)
         else:
             dual_active = torch.zeros_like(mask)
-    if rollout_is_weights is not None:
-        loss = loss * torch.where(mask, rollout_is_weights.detach().to(cdt), zero)
+    if x.rollout_is_weights is not None:
+        loss = loss * torch.where(mask, x.rollout_is_weights.detach().to(cdt), zero)
     return TokenTerms(loss, ratio.detach(), log_ratio.detach(), lo, hi, adv, old, mask, dual_active)
 
 
@@ -275,50 +353,24 @@ def policy_loss(
         docstring); metrics maps names (``clip/...``, ``band/...``, ``policy/...``,
         ``loss/...``) to detached () tensors, with no host sync.
     """
-    advantages = _check_shapes(log_prob, old_log_prob, advantages, response_mask)
-    LOSS_AGG_MODES.canonical(loss_agg_mode)
-    rule = make_clip_rule(clip_rule) if isinstance(clip_rule, str) else clip_rule
-    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
-    if kl_coef < 0 or entropy_coef < 0:
-        raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {kl_coef!r} and {entropy_coef!r}")
-    if kl_coef > 0 and ref_log_prob is None:
-        raise ValueError("kl_coef > 0 needs ref_log_prob (B, T)")
-    for name, x in (
-        ("rollout_is_weights", rollout_is_weights),
-        ("ref_log_prob", ref_log_prob),
-        ("entropy", entropy),
-    ):
-        if x is not None and x.shape != log_prob.shape:
-            raise ValueError(
-                f"{name} shape {tuple(x.shape)} must equal log_prob shape {tuple(log_prob.shape)}"
-            )
-
-    if response_mask.dtype == torch.bool:
-        mask = response_mask
-    else:
-        if check_values and bool(((response_mask != 0) & (response_mask != 1)).any()):
-            raise ValueError("response_mask must hold only 0 and 1 (or be a bool tensor)")
-        mask = response_mask != 0
-    if check_values:
-        for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
-            bad = ~torch.isfinite(x) & mask
-            if bool(bad.any()):
-                raise ValueError(
-                    f"{name} holds {int(bad.sum())} non-finite value(s) at real tokens (mask = 1)"
-                )
-
-    terms = per_token_policy_loss(
+    x = _check_objective_inputs(
         log_prob,
         old_log_prob,
         advantages,
-        mask,
-        rule,
+        response_mask,
+        clip_rule,
         clip_ratio_c=clip_ratio_c,
         truncation_c=truncation_c,
         rollout_is_weights=rollout_is_weights,
         entropy=entropy,
+        loss_agg_mode=loss_agg_mode,
+        ref_log_prob=ref_log_prob,
+        kl_coef=kl_coef,
+        entropy_coef=entropy_coef,
+        check_values=check_values,
     )
+    terms = _token_terms(x)
+    mask = x.mask
     cdt = terms.loss.dtype  # compute_dtype of the inputs: at least float32
     zero = torch.zeros((), dtype=cdt, device=log_prob.device)
     pg_loss = aggregate(terms.loss, mask, loss_agg_mode)
