@@ -286,6 +286,17 @@ def test_tail_share_and_bins_agree_at_the_edge() -> None:
     assert m["tokens/share/p0.0-0.2"].item() == pytest.approx(1 / 3)
 
 
+def _good_args() -> dict:
+    """Valid arguments of ``policy_loss`` (B = 2, T = 3) for the error tests to spoil one at a time."""
+    return {
+        "log_prob": -torch.rand(2, 3),
+        "old_log_prob": -torch.rand(2, 3),
+        "advantages": torch.zeros(2),
+        "response_mask": torch.ones(2, 3),
+        "clip_rule": "band",
+    }
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
@@ -306,13 +317,7 @@ def test_tail_share_and_bins_agree_at_the_edge() -> None:
     ],
 )
 def test_bad_input(kwargs: dict, match: str) -> None:
-    args = {
-        "log_prob": -torch.rand(2, 3),
-        "old_log_prob": -torch.rand(2, 3),
-        "advantages": torch.zeros(2),
-        "response_mask": torch.ones(2, 3),
-        "clip_rule": "band",
-    } | kwargs
+    args = _good_args() | kwargs
     with pytest.raises(ValueError, match=match):
         policy_loss(**args)
 
@@ -333,13 +338,7 @@ def test_bad_input(kwargs: dict, match: str) -> None:
 @pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
 def test_both_entry_points_check_the_same_inputs(entry: str, kwargs: dict, match: str) -> None:
     """``policy_loss`` and ``per_token_policy_loss`` (the verl adapter's entry) share one input check."""
-    args = {
-        "log_prob": -torch.rand(2, 3),
-        "old_log_prob": -torch.rand(2, 3),
-        "advantages": torch.zeros(2),
-        "response_mask": torch.ones(2, 3),
-        "clip_rule": "band",
-    } | kwargs
+    args = _good_args() | kwargs
     if entry == "per_token_policy_loss":
         args["clip_rule"] = make_clip_rule(args["clip_rule"])
     with pytest.raises(ValueError, match=match):
