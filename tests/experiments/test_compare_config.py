@@ -1,0 +1,161 @@
+"""Tests for bandpo.experiments.compare.config: presets, overrides, errors, TRL-native methods."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from synthetic_runs import CONFIGS
+
+from bandpo.experiments.compare import (
+    DEFAULT_METHODS,
+    CompareError,
+    load_compare_config,
+    plan_runs,
+)
+
+
+# ---------------------------------------------------------------------------------------------- the config
+def test_presets_load_and_default_methods() -> None:
+    tiny = load_compare_config(CONFIGS / "compare-tiny.yaml")
+    assert [m.label for m in tiny.methods] == ["grpo", "band-kl"]
+    assert tiny.reference == "grpo" and tiny.train_config == str((CONFIGS / "tiny.yaml").resolve())
+    full = load_compare_config(CONFIGS / "compare-tiny-full.yaml")
+    assert {m.method for m in full.methods} == {
+        "grpo", "clip_higher", "dcpo", "band", "adaptive_band", "dppo_tv", "dppo_kl", "cispo", "sapo", "gspo",
+    }  # fmt: skip
+    assert {m.label for m in full.methods} >= {"dppo-tv", "dppo-kl", "cispo", "sapo", "gspo"}
+    assert {m.params.get("divergence") for m in full.methods if m.clip_rule == "band"} == {"kl", "tv", "chi2"}
+    assert {m.label for m in full.methods if m.clip_rule is None} == {"cispo", "sapo", "gspo"}  # TRL-native
+    assert len(full.seeds) == 3
+    default = load_compare_config(None, {"output_dir": "x"})
+    assert [m.label for m in default.methods] == [label for label, _, _ in DEFAULT_METHODS]
+    for m in default.methods:
+        m.rule()  # every default rule builds
+
+
+def test_overrides() -> None:
+    cfg = load_compare_config(
+        CONFIGS / "compare-tiny.yaml",
+        [
+            "seeds=[3]",
+            "eval.k=4",
+            "eval.ks=[1,4]",
+            "train.overrides.max_steps=2",
+            "train.overrides.model.cache_dir=/c",
+        ],
+    )
+    assert cfg.seeds == [3] and cfg.eval.k == 4 and cfg.eval.ks == [1, 4]
+    assert cfg.train_overrides["max_steps"] == 2 and cfg.train_overrides["model.cache_dir"] == "/c"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["seedz=[1]"], r"unknown compare config key 'seedz' \(did you mean 'seeds'\?\)"),
+        (["eval.kk=3"], r"unknown compare config key eval.kk \(did you mean 'k'\?\)"),
+        (
+            ["methods=[{clip_rule: bnad}]"],
+            r"unknown clip rule 'bnad' \(did you mean 'band'\?\); valid names: grpo",
+        ),
+        (["methods=[{clip_rule: band, params: {delta: -1}}]"], r"methods\[band\]: delta must be"),
+        (["methods=[grpo, grpo]"], r"labels must be unique, got grpo"),
+        (["reference=dcpo"], r"reference must be one of the method labels \(grpo, band-kl\), got 'dcpo'"),
+        (["eval.ks=[1,16]"], r"eval: ks entry 16 is larger than k=8"),
+        (["seeds=[]"], r"seeds must be a non-empty list"),
+        (["train.config=nope.yaml"], r"train.config 'nope.yaml' does not exist"),
+        (["methods=[{label: 'a b', clip_rule: grpo}]"], r"label must be letters"),
+    ],
+)
+def test_config_errors_name_the_key_and_value(overrides: list[str], message: str) -> None:
+    with pytest.raises(CompareError, match=message):
+        load_compare_config(CONFIGS / "compare-tiny.yaml", overrides)
+
+
+def test_training_config_errors_are_found_when_planning(tmp_path: Path) -> None:
+    cfg = load_compare_config(
+        CONFIGS / "compare-tiny.yaml", [f"output_dir={tmp_path}", "train.overrides.learning_rat=0.1"]
+    )
+    with pytest.raises(
+        CompareError, match=r"train: unknown config key 'learning_rat' .*\(did you mean 'learning_rate'\?\)"
+    ):
+        plan_runs(cfg)
+
+
+def test_compare_config_takes_trl_native_methods(tmp_path: Path) -> None:
+    methods = (
+        "methods=[{clip_rule: grpo, params: {eps_low: 0.2, eps_high: 0.2}}, "
+        "{label: cispo-4, method: cispo, params: {epsilon_high: 4.0}}, {method: gspo}, "
+        "{label: kl, method: band, params: {divergence: kl}}]"
+    )
+    cfg = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={tmp_path}", "seeds=[0]", methods])
+    assert [(m.label, m.method, m.clip_rule) for m in cfg.methods] == [
+        ("grpo", "grpo", "grpo"),
+        ("cispo-4", "cispo", None),
+        ("gspo", "gspo", None),
+        ("kl", "band", "band"),
+    ]
+    grpo, cispo, gspo, kl = plan_runs(cfg)
+    t = cispo.train_config
+    assert t["method"] == "cispo" and t["epsilon_high"] == 4.0
+    for key in ("clip_rule", "clip_rule_kwargs", "band_divergence", "band_delta", "loss_type"):
+        assert key not in t, key  # the recipe's clip rule and the field CISPO sets
+    assert t["beta"] == 0.1 and t["max_steps"] == 40  # the same recipe as the clip rules
+    assert gspo.train_config["method"] == "gspo" and "epsilon" not in gspo.train_config  # its defaults
+    assert "method" not in grpo.train_config and grpo.train_config["loss_type"] == "grpo"
+    assert kl.train_config["clip_rule"] == "band" and kl.train_config["clip_rule_kwargs"] == {
+        "divergence": "kl"
+    }
+    spec = cispo.spec(cfg)
+    assert (spec["method"], spec["clip_rule"], spec["params"]) == ("cispo", None, {"epsilon_high": 4.0})
+    listed = cfg.to_dict()["methods"]
+    assert listed[1] == {"label": "cispo-4", "method": "cispo", "params": {"epsilon_high": 4.0}}
+    assert listed[0] == {"label": "grpo", "clip_rule": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2}}
+    # the same method from the same recipe plans the same run whatever the other methods are
+    alone = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={tmp_path}", "seeds=[0]"])
+    assert plan_runs(alone)[0].fingerprint == grpo.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("methods", "message"),
+    [
+        ("[{method: cipso}]", r"unknown method 'cipso' \(did you mean 'cispo'\?\); clip rules: grpo"),
+        (
+            "[{clip_rule: cispo}]",
+            r"methods\[cispo\]: clip_rule='cispo' is a TRL-native method.*method: cispo",
+        ),
+        (
+            "[{clip_rule: bnad}]",
+            r"unknown clip rule 'bnad'.*TRL-native methods \(method: NAME\): cispo, sapo",
+        ),
+        (
+            "[{method: cispo, params: {band_delta: 0.1}}]",
+            r"methods\[cispo\]: unknown parameter 'band_delta' for method 'cispo'.*its parameters .*: epsilon_high",
+        ),
+        ("[{method: sapo, params: {loss_type: dapo}}]", r"unknown parameter 'loss_type' for method 'sapo'"),
+        (
+            "[{method: cispo, params: {epsilon_high: 0.5}}]",
+            r"epsilon_high must be a finite number >= 1 for method 'cispo'.*got 0.5",
+        ),
+        ("[{method: gspo, params: {epsilon: 0}}]", r"epsilon must be a finite number in \(0, 1\)"),
+        ("[{method: grpo, clip_rule: band}]", r"method='grpo' and clip_rule='band' name different methods"),
+        ("[{label: x}]", r"methods\[0\] needs method \(a method name: grpo, .*cispo, sapo, gspo\)"),
+        ("[{metod: cispo}]", r"unknown key\(s\) metod \(did you mean 'method'\?\)"),
+    ],
+)
+def test_method_errors_name_the_value_and_what_is_allowed(methods: str, message: str) -> None:
+    with pytest.raises(CompareError, match=message):
+        load_compare_config(CONFIGS / "compare-tiny.yaml", [f"methods={methods}"])
+
+
+def test_full_preset_plans_every_method() -> None:
+    cfg = load_compare_config(CONFIGS / "compare-tiny-full.yaml", ["seeds=[0]", "output_dir=/nonexistent/x"])
+    plans = plan_runs(cfg)
+    assert [p.method.label for p in plans] == [m.label for m in cfg.methods]
+    by_label = {p.method.label: p.train_config for p in plans}
+    assert by_label["dppo-kl"]["clip_rule"] == "dppo_kl" and by_label["dppo-tv"]["clip_rule"] == "dppo_tv"
+    assert {label: by_label[label].get("method") for label in ("cispo", "sapo", "gspo")} == {
+        "cispo": "cispo",
+        "sapo": "sapo",
+        "gspo": "gspo",
+    }

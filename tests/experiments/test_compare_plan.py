@@ -1,0 +1,84 @@
+"""Tests for bandpo.experiments.compare.plan and export: run statuses, stale runs, compact exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from synthetic_runs import CONFIGS
+
+from bandpo.experiments.compare import (
+    RESULTS_FILE,
+    CompareError,
+    load_compare_config,
+    plan_runs,
+)
+from bandpo.experiments.compare.plan import check_plans
+from bandpo.experiments.report import (
+    build_report,
+    load_runs,
+)
+
+
+def test_plan_statuses_and_stale_runs(tmp_path: Path) -> None:
+    cfg = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={tmp_path / 'out'}", "seeds=[0]"])
+    plans = plan_runs(cfg)
+    assert [(p.method.label, p.seed, p.status) for p in plans] == [("grpo", 0, "new"), ("band-kl", 0, "new")]
+    grpo, band = plans
+    assert grpo.train_config["clip_rule"] == "grpo" and grpo.train_config["clip_rule_kwargs"] == {
+        "eps_low": 0.2,
+        "eps_high": 0.2,
+    }
+    assert "band_divergence" not in grpo.train_config  # the base recipe's Band settings are dropped
+    assert band.train_config["clip_rule_kwargs"] == {"divergence": "kl", "delta": 0.05}
+    assert grpo.train_config["output_dir"] == str(tmp_path / "out" / "runs" / "grpo" / "seed0")
+    assert grpo.train_config["max_steps"] == 40 and grpo.train_config["seed"] == 0
+
+    # a finished run with this config is done; one with another config is stale and refused
+    for p in plans:
+        p.run_dir.mkdir(parents=True)
+        (p.run_dir / "run_spec.json").write_text(json.dumps(p.spec(cfg)))
+        (p.run_dir / RESULTS_FILE).write_text(json.dumps({"fingerprint": p.fingerprint, "metrics": {}}))
+    assert [p.status for p in plan_runs(cfg)] == ["done", "done"]
+    changed = load_compare_config(
+        CONFIGS / "compare-tiny.yaml",
+        [f"output_dir={tmp_path / 'out'}", "seeds=[0]", "train.overrides.max_steps=41"],
+    )
+    plans = plan_runs(changed)
+    assert [p.status for p in plans] == ["stale", "stale"]
+    with pytest.raises(
+        CompareError,
+        match=r"were made \(or started\) with another config.*differs in: train_config.max_steps.*--redo",
+    ):
+        check_plans(changed, plans)
+    check_plans(changed, plans, redo=True)  # allowed with redo
+
+
+def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_path: Path) -> None:
+    """The exported copy holds no weights or checkpoints, its training logs are gzipped, and the report built
+    from it has the same tables as the one built from the run directories."""
+    import shutil
+
+    compare_dir = Path(shutil.copytree(compare_dir, tmp_path / "cmp"))
+    run = compare_dir / "runs" / "grpo" / "seed0"
+    (run / "checkpoint-20").mkdir(exist_ok=True)
+    (run / "checkpoint-20" / "optimizer.pt").write_bytes(b"x" * 100)
+    (run / "model.safetensors").write_bytes(b"x" * 100)
+    written = export_results(compare_dir, tmp_path / "export")
+    names = {p.name for p in written}
+    assert "model.safetensors" not in names and "optimizer.pt" not in names
+    assert not (tmp_path / "export" / "runs" / "grpo" / "seed0" / "metrics.jsonl").exists()
+    assert (tmp_path / "export" / "runs" / "grpo" / "seed0" / "metrics.jsonl.gz").is_file()
+    assert load_runs(tmp_path / "export")[0].metrics == load_runs(compare_dir)[0].metrics
+    ours = build_report(tmp_path / "export", reference="grpo", smooth=2, figures=False)
+    theirs = build_report(compare_dir, reference="grpo", smooth=2, figures=False)
+    assert (ours / "results.md").read_text() == (theirs / "results.md").read_text()
+    # byte-for-byte reproducible: a second export writes the same gzip bytes
+    again = export_results(compare_dir, tmp_path / "again")
+    gz = next(p for p in again if p.name == "metrics.jsonl.gz")
+    assert gz.read_bytes() == (tmp_path / "export" / gz.relative_to(tmp_path / "again")).read_bytes()
+    with pytest.raises(CompareError, match="outside"):
+        export_results(compare_dir, compare_dir / "inside")
+    with pytest.raises(CompareError, match="nothing to export"):
+        export_results(tmp_path / "empty", tmp_path / "x")
