@@ -60,6 +60,8 @@ def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_
     from it has the same tables as the one built from the run directories."""
     import shutil
 
+    from bandpo.experiments.compare import export_results
+
     compare_dir = Path(shutil.copytree(compare_dir, tmp_path / "cmp"))
     run = compare_dir / "runs" / "grpo" / "seed0"
     (run / "checkpoint-20").mkdir(exist_ok=True)
