@@ -1,5 +1,5 @@
-"""Tests for bandpo.eval.evaluate: datasets, model-directory checks, settings, and the metrics of an evaluation
-(with a scripted sampler, so the numbers are known, and with a tiny random model)."""
+"""Tests for bandpo.eval.evaluate: the metrics of an evaluation (with a scripted sampler, so the numbers are known,
+and with a tiny random model) and its table."""
 
 from __future__ import annotations
 
@@ -12,40 +12,12 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bandpo.eval.evaluate import (
-    EvalDataset,
-    EvalError,
-    EvalSettings,
-    check_model_dir,
-    evaluate_model,
-    format_table,
-    load_eval_dataset,
-    parse_ks,
-    task_options_of_run,
-    verifier_names,
-)
+from bandpo.eval.backends import Chunk
+from bandpo.eval.datasets import EvalDataset, load_eval_dataset
+from bandpo.eval.errors import EvalError
+from bandpo.eval.evaluate import evaluate_model, evaluate_model_dir, format_table
 from bandpo.eval.metrics import pass_at_k
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    from bandpo.tasks.tiny_model import build_tokenizer
-
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Path:
-    """A randomly initialized tiny character-level Qwen2 with its tokenizer."""
-    from bandpo.tasks.tiny_model import WarmStartConfig, build_model
-
-    path = tmp_path_factory.mktemp("model")
-    model = build_model(
-        tokenizer, WarmStartConfig(n_layers=1, hidden_size=16, n_heads=2, intermediate_size=32)
-    )
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+from bandpo.eval.settings import EvalSettings
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -61,132 +33,12 @@ class ScriptedSampler:
         self.calls: list[tuple[list[str], bool, int | None]] = []
 
     def __call__(self, prompts: list[str], add_special_tokens: bool, seed: int | None) -> Any:
-        from bandpo.eval.evaluate import _Chunk
-
         self.calls.append((prompts, add_special_tokens, seed))
         completions = [self.script[p] for p in prompts]
         lengths = [[len(c) + 1 for c in cs] for cs in completions]
-        return _Chunk(
+        return Chunk(
             completions, lengths, [[True] * len(cs) for cs in completions], 0.5, sum(map(sum, lengths))
         )
-
-
-# ---------------------------------------------------------------------------------------------- datasets
-def test_task_dataset() -> None:
-    data = load_eval_dataset("countdown")
-    assert data.name == "countdown/test" and data.verifier == "countdown" and len(data.problems) == 200
-    assert load_eval_dataset("countdown", split="train", max_problems=7).problems[0]["prompt"].endswith("=")
-    assert len(load_eval_dataset("countdown", task_options={"n_test": 50}).problems) == 50
-    with pytest.raises(EvalError, match=r"split must be one of train, test for task 'countdown', got 'dev'"):
-        load_eval_dataset("countdown", split="dev")
-    with pytest.raises(EvalError, match=r"task_options for task 'countdown': unknown config key"):
-        load_eval_dataset("countdown", task_options={"n_tset": 5})
-
-
-def test_file_datasets(tmp_path: Path) -> None:
-    rows = [{"question": f"q{i}", "meta": {"gt": str(i)}} for i in range(5)]
-    path = write_jsonl(tmp_path / "test.jsonl", rows)
-    data = load_eval_dataset(str(path), prompt_column="question", answer_column="meta.gt", verifier="boxed")
-    assert data.name == "test" and data.verifier == "boxed"
-    assert data.problems[3] == {"prompt": "q3", "answer": "3"}
-    # a directory: the files of the split
-    assert (
-        len(load_eval_dataset(str(tmp_path), prompt_column="question", answer_column="meta.gt").problems) == 5
-    )
-    pq = pytest.importorskip("pyarrow.parquet")
-    import pyarrow as pa
-
-    pq.write_table(pa.Table.from_pylist([{"prompt": "p", "answer": "1"}]), tmp_path / "x.parquet")
-    assert load_eval_dataset(str(tmp_path / "x.parquet")).problems == [{"prompt": "p", "answer": "1"}]
-
-
-def test_file_dataset_errors(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "solution": "1"}])
-    with pytest.raises(
-        EvalError,
-        match=r"prompt_column='prompt' is not a column of .*d.jsonl'; its columns: question, solution",
-    ):
-        load_eval_dataset(str(path))
-    with pytest.raises(
-        EvalError, match=r"answer_column='answer' is not a column of .*; its columns: question, solution"
-    ):
-        load_eval_dataset(str(path), prompt_column="question")
-    with pytest.raises(EvalError, match=r"dataset 'nope.jsonl' does not exist"):
-        load_eval_dataset("nope.jsonl")
-    with pytest.raises(EvalError, match=r"verifier must be one of dapo, boxed.*countdown, got 'exact'"):
-        load_eval_dataset(str(path), prompt_column="question", answer_column="solution", verifier="exact")
-    write_jsonl(tmp_path / "e.jsonl", [{"prompt": "", "answer": "1"}])
-    with pytest.raises(EvalError, match=r"row 0 of .*e.jsonl'.*non-empty string"):
-        load_eval_dataset(str(tmp_path / "e.jsonl"))
-    assert set(verifier_names()) >= {"dapo", "boxed", "countdown"}
-
-
-def test_task_options_of_run(tmp_path: Path) -> None:
-    (tmp_path / "checkpoint-4").mkdir()
-    (tmp_path / "train_config.yaml").write_text("data: {task: countdown, task_options: {n_test: 30}}\n")
-    assert task_options_of_run(tmp_path / "checkpoint-4", "countdown") == {"n_test": 30}
-    assert task_options_of_run(tmp_path, "other") is None
-    assert task_options_of_run(tmp_path / "a" / "nowhere", "countdown") is None
-
-
-# ------------------------------------------------------------------------------------------ model directory
-def test_check_model_dir_errors(tmp_path: Path, model_dir: Path) -> None:
-    assert check_model_dir(model_dir) == (model_dir, model_dir)
-    with pytest.raises(EvalError, match=r"model directory '.*missing' does not exist"):
-        check_model_dir(tmp_path / "missing")
-    (tmp_path / "file.txt").write_text("x")
-    with pytest.raises(EvalError, match=r"is a file; expected a model directory"):
-        check_model_dir(tmp_path / "file.txt")
-    run = tmp_path / "run"
-    (run / "checkpoint-2").mkdir(parents=True)
-    (run / "checkpoint-10").mkdir()
-    (run / "metrics.jsonl").write_text("")
-    with pytest.raises(
-        EvalError,
-        match=r"is not a model: config.json is missing; it holds training checkpoints: .*checkpoint-10'",
-    ):
-        check_model_dir(run)
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    (empty / "notes.txt").write_text("")
-    with pytest.raises(EvalError, match=r"config.json is missing; it holds: notes.txt"):
-        check_model_dir(empty)
-    (empty / "config.json").write_text("{")
-    with pytest.raises(EvalError, match=r"config.json is not valid JSON"):
-        check_model_dir(empty)
-    (empty / "config.json").write_text("{}")
-    with pytest.raises(EvalError, match=r"has config.json but no weights \(looked for model.safetensors"):
-        check_model_dir(empty)
-    # a checkpoint without tokenizer files uses the run directory's
-    ckpt = tmp_path / "run2" / "checkpoint-1"
-    ckpt.mkdir(parents=True)
-    for name in ("config.json", "model.safetensors"):
-        (ckpt / name).write_bytes((model_dir / name).read_bytes())
-    with pytest.raises(EvalError, match=r"has no tokenizer \(looked for tokenizer.json"):
-        check_model_dir(ckpt)
-    (ckpt.parent / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
-    assert check_model_dir(ckpt) == (ckpt, ckpt.parent)
-
-
-# ------------------------------------------------------------------------------------------------ settings
-def test_settings_and_ks() -> None:
-    assert parse_ks(None, 32) == (1, 4, 32) and parse_ks(None, 2) == (1, 2)
-    assert parse_ks("1, 8,k", 16) == (1, 8, 16)
-    with pytest.raises(
-        EvalError, match=r"ks entry 64 is larger than k=32, the number of samples per problem"
-    ):
-        parse_ks("1,64", 32)
-    with pytest.raises(EvalError, match=r"ks entries must be integers >= 1 \(or 'k'\), got 'x'"):
-        parse_ks("1,x", 8)
-    with pytest.raises(EvalError, match=r"ks entries must be integers >= 1, got 0"):
-        parse_ks([0], 8)
-    with pytest.raises(EvalError, match=r"k must be an integer >= 1, got 0"):
-        EvalSettings(k=0)
-    with pytest.raises(EvalError, match=r"temperature must be a finite number >= 0"):
-        EvalSettings(temperature=-1.0)
-    with pytest.raises(EvalError, match=r"backend must be one of transformers, vllm, got 'tgi'"):
-        EvalSettings(backend="tgi")
-    assert EvalSettings(k=8, ks=[1, 2]).ks == (1, 2)
 
 
 # -------------------------------------------------------------------------------------- scripted evaluation
@@ -259,8 +111,6 @@ def test_all_ground_truths_unparsable_is_not_a_crash(tmp_path: Path, tokenizer: 
 
 # ----------------------------------------------------------------------------------------- a tiny real model
 def test_tiny_model_on_countdown(model_dir: Path) -> None:
-    from bandpo.eval.evaluate import evaluate_model_dir
-
     data = load_eval_dataset("countdown", max_problems=12)
     settings = EvalSettings(k=4, ks=(1, 4), batch_size=5, max_new_tokens=6, progress=False)
     out = evaluate_model_dir(model_dir, [data], settings)

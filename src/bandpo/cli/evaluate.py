@@ -32,7 +32,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bandpo.eval.evaluate import verifier_names
+    from bandpo.eval.scorers import verifier_names
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _task_options(text: str | None) -> dict[str, Any] | None:
     import yaml
 
-    from bandpo.eval.evaluate import EvalError
+    from bandpo.eval.errors import EvalError
 
     if text is None:
         return None
@@ -127,27 +127,12 @@ def _task_options(text: str | None) -> dict[str, Any] | None:
     return value
 
 
-def _resolve_tiny(datasets: list[str], task_options: dict[str, Any] | None) -> Path:
-    """The built-in task's cached (or now built) warm-started model for ``--model tiny``."""
-    from bandpo.eval.evaluate import EvalError
-    from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
-
-    task = next((d for d in datasets if d in TASKS), None)
-    if task is None:
-        raise EvalError(f"--model tiny needs a built-in task among --dataset ({', '.join(TASKS.names())})")
-    return build_task_model(task, task_options or {}, {}, default_cache_dir())
-
-
 def run(args: argparse.Namespace) -> int:
-    from bandpo.eval.evaluate import (
-        EvalError,
-        EvalSettings,
-        check_model_dir,
-        evaluate_model_dir,
-        format_table,
-        load_eval_dataset,
-        task_options_of_run,
-    )
+    from bandpo.eval.datasets import resolve_eval_datasets
+    from bandpo.eval.errors import EvalError
+    from bandpo.eval.evaluate import evaluate_model_dir, format_table
+    from bandpo.eval.models import resolve_model_dir
+    from bandpo.eval.settings import EvalSettings
 
     specs = args.dataset or ["countdown"]
     try:
@@ -163,43 +148,27 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
         options = _task_options(args.task_options)
-        model = Path(_resolve_tiny(specs, options)) if args.model == "tiny" else Path(args.model)
-        check_model_dir(model)  # before the datasets: a wrong path fails fast
+        model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
         if args.threads is not None:
             if args.threads < 1:
                 raise EvalError(f"--threads must be an integer >= 1, got {args.threads}")
             import torch
 
             torch.set_num_threads(args.threads)
-        datasets = []
-        for spec in specs:
-            task_options = options
-            if task_options is None and not Path(spec).exists():
-                task_options = task_options_of_run(model, spec)
-                if task_options:
-                    print(
-                        f"bandpo eval: {spec}: task options of the training run: {task_options}",
-                        file=sys.stderr,
-                    )
-            datasets.append(
-                load_eval_dataset(
-                    spec,
-                    split=args.split,
-                    verifier=args.verifier,
-                    prompt_column=args.prompt_column,
-                    answer_column=args.answer_column,
-                    task_options=task_options if not Path(spec).exists() else None,
-                    max_problems=args.max_problems,
-                    prompt_template=args.prompt_template,
-                    system_prompt=args.system_prompt,
-                    chat_template=args.chat_template,
-                )
-            )
-        seen: dict[str, int] = {}
-        for d in datasets:  # distinct display names
-            seen[d.name] = seen.get(d.name, 0) + 1
-            if seen[d.name] > 1:
-                d.name = f"{d.name}#{seen[d.name]}"
+        datasets = resolve_eval_datasets(
+            specs,
+            model,
+            task_options=options,
+            report=lambda message: print(f"bandpo eval: {message}", file=sys.stderr),
+            split=args.split,
+            verifier=args.verifier,
+            prompt_column=args.prompt_column,
+            answer_column=args.answer_column,
+            max_problems=args.max_problems,
+            prompt_template=args.prompt_template,
+            system_prompt=args.system_prompt,
+            chat_template=args.chat_template,
+        )
         results = evaluate_model_dir(
             model,
             datasets,

@@ -1,0 +1,128 @@
+"""Model directories: check that a path holds a transformers model (config, weights, tokenizer) before anything
+loads, resolve ``tiny`` to the built-in task's cached model, and load model and tokenizer."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bandpo.eval.errors import EvalError
+
+__all__ = ["TOKENIZER_FILES", "WEIGHT_FILES", "check_model_dir", "load_model", "resolve_model_dir"]
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_model_dir(path: str | Path) -> tuple[Path, Path]:
+    """Check that ``path`` is a transformers model directory; returns ``(model_dir, tokenizer_dir)``.
+
+    A checkpoint without tokenizer files uses its parent's (the run directory) when that has them.
+
+    Raises:
+        EvalError: the path does not exist, is a file, has no ``config.json`` (a run directory with only
+            ``checkpoint-*`` folders names the last one), no weights, or no tokenizer; the message names the path and
+            what is missing.
+    """
+    p = Path(os.path.expandvars(str(path))).expanduser()
+    if not p.exists():
+        raise EvalError(f"model directory {str(path)!r} does not exist (relative to {Path.cwd()})")
+    if not p.is_dir():
+        raise EvalError(
+            f"model {str(path)!r} is a file; expected a model directory (config.json, weights, tokenizer)"
+        )
+    names = sorted(c.name for c in p.iterdir())
+    if "config.json" not in names:
+        checkpoints = sorted(
+            (c for c in p.glob("checkpoint-*") if c.is_dir() and c.name.split("-")[-1].isdigit()),
+            key=lambda c: int(c.name.split("-")[-1]),
+        )
+        hint = (
+            f"; it holds training checkpoints: pass one of them, e.g. {str(checkpoints[-1])!r}"
+            if checkpoints
+            else f"; it holds: {', '.join(names[:20]) or 'nothing'}"
+        )
+        raise EvalError(f"model directory {str(path)!r} is not a model: config.json is missing{hint}")
+    try:
+        json.loads((p / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise EvalError(f"model directory {str(path)!r}: config.json is not valid JSON ({err})") from err
+    if not any(n in names for n in WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+        raise EvalError(
+            f"model directory {str(path)!r} is not a model: it has config.json but no weights (looked for "
+            f"{', '.join(WEIGHT_FILES)}); it holds: {', '.join(names[:20])}"
+        )
+    tokenizer_dir = p
+    if not any(n in names for n in TOKENIZER_FILES):
+        parent = p.parent
+        if any((parent / n).is_file() for n in TOKENIZER_FILES):
+            tokenizer_dir = parent
+        else:
+            raise EvalError(
+                f"model directory {str(path)!r} has no tokenizer (looked for {', '.join(TOKENIZER_FILES)} there and "
+                f"in {str(parent)!r}); save the tokenizer with the model"
+            )
+    return p, tokenizer_dir
+
+
+def load_model(path: str | Path, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a checked model directory (:func:`check_model_dir`), model in eval mode.
+
+    Args:
+        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``, ...
+        dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16`` or ``float16``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir, tokenizer_dir = check_model_dir(path)
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise EvalError(f"dtype must be one of auto, float32, bfloat16, float16, got {dtype!r}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype="auto" if dtype == "auto" else getattr(torch, dtype)
+        )
+    except (OSError, ValueError, KeyError) as err:
+        raise EvalError(f"model directory {str(path)!r} could not be loaded as a causal LM: {err}") from err
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def resolve_model_dir(
+    model: str | Path, datasets: Sequence[str] = (), task_options: Mapping[str, Any] | None = None
+) -> Path:
+    """``model`` as a path, checked by :func:`check_model_dir` (a wrong path fails before any dataset loads).
+
+    ``"tiny"`` stands for the cached warm-started model of the first built-in task among ``datasets``, built with
+    ``task_options`` now when it is not cached yet (:func:`bandpo.training.tasks.build_task_model`).
+
+    Raises:
+        EvalError: ``tiny`` without a built-in task among ``datasets``; a path :func:`check_model_dir` rejects.
+    """
+    if model == "tiny":
+        from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
+
+        task = next((d for d in datasets if d in TASKS), None)
+        if task is None:
+            raise EvalError(
+                f"--model tiny needs a built-in task among --dataset ({', '.join(TASKS.names())})"
+            )
+        path = Path(build_task_model(task, task_options or {}, {}, default_cache_dir()))
+    else:
+        path = Path(model)
+    check_model_dir(path)
+    return path

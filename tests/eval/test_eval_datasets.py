@@ -1,0 +1,97 @@
+"""Tests for bandpo.eval.datasets: built-in task splits, local files, the training run's task options."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bandpo.eval.datasets import load_eval_dataset, resolve_eval_datasets, task_options_of_run
+from bandpo.eval.errors import EvalError
+from bandpo.eval.scorers import verifier_names
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_task_dataset() -> None:
+    data = load_eval_dataset("countdown")
+    assert data.name == "countdown/test" and data.verifier == "countdown" and len(data.problems) == 200
+    assert load_eval_dataset("countdown", split="train", max_problems=7).problems[0]["prompt"].endswith("=")
+    assert len(load_eval_dataset("countdown", task_options={"n_test": 50}).problems) == 50
+    with pytest.raises(EvalError, match=r"split must be one of train, test for task 'countdown', got 'dev'"):
+        load_eval_dataset("countdown", split="dev")
+    with pytest.raises(EvalError, match=r"task_options for task 'countdown': unknown config key"):
+        load_eval_dataset("countdown", task_options={"n_tset": 5})
+
+
+def test_file_datasets(tmp_path: Path) -> None:
+    rows = [{"question": f"q{i}", "meta": {"gt": str(i)}} for i in range(5)]
+    path = write_jsonl(tmp_path / "test.jsonl", rows)
+    data = load_eval_dataset(str(path), prompt_column="question", answer_column="meta.gt", verifier="boxed")
+    assert data.name == "test" and data.verifier == "boxed"
+    assert data.problems[3] == {"prompt": "q3", "answer": "3"}
+    # a directory: the files of the split
+    assert (
+        len(load_eval_dataset(str(tmp_path), prompt_column="question", answer_column="meta.gt").problems) == 5
+    )
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist([{"prompt": "p", "answer": "1"}]), tmp_path / "x.parquet")
+    assert load_eval_dataset(str(tmp_path / "x.parquet")).problems == [{"prompt": "p", "answer": "1"}]
+
+
+def test_file_dataset_errors(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "solution": "1"}])
+    with pytest.raises(
+        EvalError,
+        match=r"prompt_column='prompt' is not a column of .*d.jsonl'; its columns: question, solution",
+    ):
+        load_eval_dataset(str(path))
+    with pytest.raises(
+        EvalError, match=r"answer_column='answer' is not a column of .*; its columns: question, solution"
+    ):
+        load_eval_dataset(str(path), prompt_column="question")
+    with pytest.raises(EvalError, match=r"dataset 'nope.jsonl' does not exist"):
+        load_eval_dataset("nope.jsonl")
+    with pytest.raises(EvalError, match=r"verifier must be one of dapo, boxed.*countdown, got 'exact'"):
+        load_eval_dataset(str(path), prompt_column="question", answer_column="solution", verifier="exact")
+    write_jsonl(tmp_path / "e.jsonl", [{"prompt": "", "answer": "1"}])
+    with pytest.raises(EvalError, match=r"row 0 of .*e.jsonl'.*non-empty string"):
+        load_eval_dataset(str(tmp_path / "e.jsonl"))
+    assert set(verifier_names()) >= {"dapo", "boxed", "countdown"}
+
+
+def test_task_options_of_run(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "train_config.yaml").write_text("data: {task: countdown, task_options: {n_test: 30}}\n")
+    assert task_options_of_run(tmp_path / "checkpoint-4", "countdown") == {"n_test": 30}
+    assert task_options_of_run(tmp_path, "other") is None
+    assert task_options_of_run(tmp_path / "a" / "nowhere", "countdown") is None
+
+
+def test_resolve_eval_datasets(tmp_path: Path) -> None:
+    """The run's task options reach its task (and are reported), files get none, repeated names get #2."""
+    (tmp_path / "train_config.yaml").write_text("data: {task: countdown, task_options: {n_test: 30}}\n")
+    path = write_jsonl(tmp_path / "math.jsonl", [{"prompt": "p", "answer": "1"}])
+    messages: list[str] = []
+    data = resolve_eval_datasets(["countdown", str(path), "countdown"], tmp_path, report=messages.append)
+    assert [d.name for d in data] == ["countdown/test", "math", "countdown/test#2"]
+    assert [len(d.problems) for d in data] == [30, 1, 30]
+    assert messages == ["countdown: task options of the training run: {'n_test': 30}"] * 2
+    # given options win over the run's (nothing reported) and are not passed to files
+    given = resolve_eval_datasets(
+        [str(path), "countdown"], tmp_path, task_options={"n_test": 5}, max_problems=4
+    )
+    assert [len(d.problems) for d in given] == [1, 4] and len(messages) == 2
+    assert len(resolve_eval_datasets(["countdown"])[0].problems) == 200  # no model: the task's defaults
+    with pytest.raises(EvalError, match=r"split must be one of train, test for task 'countdown', got 'dev'"):
+        resolve_eval_datasets(["countdown"], tmp_path, split="dev")

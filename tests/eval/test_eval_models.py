@@ -1,0 +1,59 @@
+"""Tests for bandpo.eval.models: model-directory checks before anything loads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from bandpo.eval.errors import EvalError
+from bandpo.eval.models import check_model_dir, resolve_model_dir
+
+
+def test_check_model_dir_errors(tmp_path: Path, model_dir: Path) -> None:
+    assert check_model_dir(model_dir) == (model_dir, model_dir)
+    with pytest.raises(EvalError, match=r"model directory '.*missing' does not exist"):
+        check_model_dir(tmp_path / "missing")
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(EvalError, match=r"is a file; expected a model directory"):
+        check_model_dir(tmp_path / "file.txt")
+    run = tmp_path / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "checkpoint-10").mkdir()
+    (run / "metrics.jsonl").write_text("")
+    with pytest.raises(
+        EvalError,
+        match=r"is not a model: config.json is missing; it holds training checkpoints: .*checkpoint-10'",
+    ):
+        check_model_dir(run)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("")
+    with pytest.raises(EvalError, match=r"config.json is missing; it holds: notes.txt"):
+        check_model_dir(empty)
+    (empty / "config.json").write_text("{")
+    with pytest.raises(EvalError, match=r"config.json is not valid JSON"):
+        check_model_dir(empty)
+    (empty / "config.json").write_text("{}")
+    with pytest.raises(EvalError, match=r"has config.json but no weights \(looked for model.safetensors"):
+        check_model_dir(empty)
+    # a checkpoint without tokenizer files uses the run directory's
+    ckpt = tmp_path / "run2" / "checkpoint-1"
+    ckpt.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        (ckpt / name).write_bytes((model_dir / name).read_bytes())
+    with pytest.raises(EvalError, match=r"has no tokenizer \(looked for tokenizer.json"):
+        check_model_dir(ckpt)
+    (ckpt.parent / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
+    assert check_model_dir(ckpt) == (ckpt, ckpt.parent)
+
+
+def test_resolve_model_dir(tmp_path: Path, model_dir: Path) -> None:
+    assert resolve_model_dir(str(model_dir)) == model_dir
+    with pytest.raises(EvalError, match=r"model directory '.*nope' does not exist"):
+        resolve_model_dir(tmp_path / "nope")
+    with pytest.raises(EvalError, match=r"--model tiny needs a built-in task among --dataset \(countdown"):
+        resolve_model_dir("tiny", [str(tmp_path / "d.jsonl")])
