@@ -1,4 +1,8 @@
+"""Suite-wide settings and fixtures: offline Hugging Face libraries, ``gpu`` tests skipped without CUDA, and the
+small countdown warm start built once per session (``warm_cache`` / ``warm_model_dir``)."""
+
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,3 +22,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory holding the small countdown warm start (``helpers.tiny.SMALL_WARM_START``), built in this
+    process once per session. Runs of configs/tiny.yaml with ``helpers.tiny.warm_start_overrides(warm_cache)``
+    find it there and skip the build (tests/cli/test_train.py checks that they do)."""
+    from bandpo.tasks.tiny_model import warm_start
+    from helpers.tiny import small_warm_start_config
+
+    cache = tmp_path_factory.mktemp("bandpo_cache")
+    warm_start(cache, small_warm_start_config(), progress=False)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def warm_model_dir(warm_cache: Path) -> Path:
+    """The directory of the small warm-started countdown model (in ``warm_cache``)."""
+    from helpers.tiny import small_warm_start_config
+
+    path = warm_cache / f"countdown-warm-{small_warm_start_config().cache_key()}"
+    assert (path / "warm_start.json").is_file(), f"no warm start in {path}"
+    return path

@@ -13,20 +13,13 @@ from typing import Any
 
 import pytest
 
+from helpers import CONFIGS
+from helpers.tiny import warm_start_overrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-REPO = Path(__file__).resolve().parents[2]
-PRESET = REPO / "configs" / "compare-tiny.yaml"
-FULL = REPO / "configs" / "compare-tiny-full.yaml"
-SMALL_WARM_START = {
-    "n_layers": 1,
-    "hidden_size": 16,
-    "n_heads": 2,
-    "intermediate_size": 32,
-    "max_steps": 3,
-    "batch_size": 8,
-    "warmup_steps": 0,
-}
+PRESET = CONFIGS / "compare-tiny.yaml"
+FULL = CONFIGS / "compare-tiny-full.yaml"
 
 
 def bandpo(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -68,7 +61,6 @@ def test_compare_config_errors(overrides: list[str], message: str, tmp_path: Pat
 
 
 def _overrides(out_dir: Path, cache: Path) -> list[str]:
-    warm = "{" + ", ".join(f"{k}: {v}" for k, v in SMALL_WARM_START.items()) + "}"
     return [
         f"output_dir={out_dir}",
         "seeds=[0]",
@@ -78,8 +70,7 @@ def _overrides(out_dir: Path, cache: Path) -> list[str]:
         "train.overrides.per_device_train_batch_size=8",
         "train.overrides.num_generations=4",
         "train.overrides.steps_per_generation=2",
-        f"train.overrides.model.cache_dir={cache}",
-        f"train.overrides.model.warm_start={warm}",
+        *warm_start_overrides(cache, prefix="train.overrides."),
         "eval.k=4",
         "eval.ks=[1,4]",
         "eval.max_problems=16",
@@ -89,18 +80,8 @@ def _overrides(out_dir: Path, cache: Path) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bandpo.tasks.countdown import CountdownConfig
-    from bandpo.tasks.tiny_model import WarmStartConfig, warm_start
-
-    path = tmp_path_factory.mktemp("bandpo_cache")
-    warm_start(path, WarmStartConfig(task=CountdownConfig(), **SMALL_WARM_START), progress=False)
-    return path
-
-
-def test_dry_run_lists_the_plan(tmp_path: Path, cache: Path) -> None:
-    out = bandpo("compare", "--config", str(PRESET), *_overrides(tmp_path / "cmp", cache), "--dry-run")
+def test_dry_run_lists_the_plan(tmp_path: Path, warm_cache: Path) -> None:
+    out = bandpo("compare", "--config", str(PRESET), *_overrides(tmp_path / "cmp", warm_cache), "--dry-run")
     assert out.returncode == 0, out.stderr
     assert "grpo             seed 0   new" in out.stdout and "band-kl          seed 0   new" in out.stdout
     assert not (tmp_path / "cmp").exists()
@@ -122,9 +103,9 @@ def test_dry_run_of_the_full_preset_checks_every_method(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_compare_a_trl_native_method_end_to_end(tmp_path: Path, cache: Path) -> None:
+def test_compare_a_trl_native_method_end_to_end(tmp_path: Path, warm_cache: Path) -> None:
     out_dir = tmp_path / "cmp"
-    args = [*_overrides(out_dir, cache), "methods=[{method: sapo}]", "reference=sapo", "curves.every=0"]
+    args = [*_overrides(out_dir, warm_cache), "methods=[{method: sapo}]", "reference=sapo", "curves.every=0"]
     args.append("--no-progress")
     out = bandpo("compare", "--config", str(PRESET), *args)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -140,9 +121,9 @@ def test_compare_a_trl_native_method_end_to_end(tmp_path: Path, cache: Path) -> 
 
 
 @pytest.mark.slow
-def test_compare_end_to_end_and_resume(tmp_path: Path, cache: Path) -> None:
+def test_compare_end_to_end_and_resume(tmp_path: Path, warm_cache: Path) -> None:
     out_dir = tmp_path / "cmp"
-    out = bandpo("compare", "--config", str(PRESET), *_overrides(out_dir, cache), "--no-progress")
+    out = bandpo("compare", "--config", str(PRESET), *_overrides(out_dir, warm_cache), "--no-progress")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 runs in" in out.stdout and "report in" in out.stdout
 
@@ -185,7 +166,7 @@ def test_compare_end_to_end_and_resume(tmp_path: Path, cache: Path) -> None:
 
     # a second call finds both runs finished: nothing is retrained
     logs = {label: (out_dir / "runs" / label / "seed0" / "train.log").read_text() for label in runs}
-    again = bandpo("compare", "--config", str(PRESET), *_overrides(out_dir, cache), "--no-progress")
+    again = bandpo("compare", "--config", str(PRESET), *_overrides(out_dir, warm_cache), "--no-progress")
     assert again.returncode == 0, again.stderr
     assert "(2 finished already, 0 to run)" in again.stdout
     for label in runs:
@@ -193,20 +174,22 @@ def test_compare_end_to_end_and_resume(tmp_path: Path, cache: Path) -> None:
 
     # another budget in the same directory is refused, naming what changed
     changed = bandpo(
-        "compare", "--config", str(PRESET), *_overrides(out_dir, cache), "train.overrides.max_steps=3"
+        "compare", "--config", str(PRESET), *_overrides(out_dir, warm_cache), "train.overrides.max_steps=3"
     )
     assert changed.returncode == 2
     assert "with another config" in changed.stderr and "max_steps" in changed.stderr
 
     # the compact export rebuilds the same report without the run directories
     export = tmp_path / "export"
-    out = bandpo("compare", "--config", str(PRESET), *_overrides(out_dir, cache), "--export", str(export))
+    out = bandpo(
+        "compare", "--config", str(PRESET), *_overrides(out_dir, warm_cache), "--export", str(export)
+    )
     assert out.returncode == 0, out.stderr
     assert "exported" in out.stdout and "--report-only" in out.stdout
     assert not list(export.rglob("*.safetensors")) and not list(export.rglob("checkpoint-*"))
     (export / "report").rename(tmp_path / "exported-report")
     rebuilt = bandpo(
-        "compare", "--config", str(PRESET), *_overrides(export, cache), "--report-only", "--no-progress"
+        "compare", "--config", str(PRESET), *_overrides(export, warm_cache), "--report-only", "--no-progress"
     )
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert (export / "report" / "results.md").read_text() == (report / "results.md").read_text()

@@ -12,7 +12,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from helpers import CONFIGS
+from helpers.launch import accelerate_launch
+from helpers.tiny import SMALL_RUN, warm_start_overrides
 
 pytest.importorskip("trl")
 
@@ -29,27 +32,7 @@ from bandpo.training.callbacks import read_metrics
 from bandpo.training.checkpoints import scan_checkpoints
 from bandpo.training.lock import LOCK_FILE
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "configs" / "tiny.yaml"
-
-SMALL_WARM_START: dict[str, Any] = {
-    "n_layers": 1,
-    "hidden_size": 16,
-    "n_heads": 2,
-    "intermediate_size": 32,
-    "max_steps": 3,
-    "batch_size": 8,
-    "warmup_steps": 0,
-}
-SMALL_RUN = [
-    "per_device_train_batch_size=8",
-    "num_generations=4",
-    "steps_per_generation=2",
-    "logging_steps=1",
-    "save_steps=2",
-    "bf16=false",
-    "learning_rate=0.05",
-]
+TINY = CONFIGS / "tiny.yaml"
 OUR_METRICS = (
     "clip/frac",
     "clip/frac_up",
@@ -58,22 +41,6 @@ OUR_METRICS = (
     "band/hi_mean",
     "policy/entropy",
 )
-
-
-def warm_start_overrides(cache_dir: Path) -> list[str]:
-    options = ", ".join(f"{k}: {v}" for k, v in SMALL_WARM_START.items())
-    return [f"model.cache_dir={cache_dir}", f"model.warm_start={{{options}}}"]
-
-
-@pytest.fixture(scope="module")
-def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache holding the small countdown warm start, so the runs below skip building it."""
-    from bandpo.tasks.countdown import CountdownConfig
-    from bandpo.tasks.tiny_model import WarmStartConfig, warm_start
-
-    cache = tmp_path_factory.mktemp("cli_cache")
-    warm_start(cache, WarmStartConfig(task=CountdownConfig(), **SMALL_WARM_START), progress=False)
-    return cache
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
@@ -138,9 +105,7 @@ def test_errors_exit_2_before_loading_a_model(
     assert not (tmp_path / "out").exists()
 
 
-def test_dry_run_prints_the_resolved_config(
-    tmp_path: Path, warm_cache: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_dry_run_prints_the_resolved_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "clip_rule=dcpo"])
     text = capsys.readouterr().out
@@ -149,9 +114,7 @@ def test_dry_run_prints_the_resolved_config(
     assert not out.exists()
 
 
-def test_dry_run_of_a_trl_native_method(
-    tmp_path: Path, warm_cache: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_dry_run_of_a_trl_native_method(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "method=cispo"])
     text = capsys.readouterr().out
@@ -193,6 +156,20 @@ def test_ctrl_c_names_the_checkpoint_and_the_resume_command(
         f"bandpo train: interrupted; last complete checkpoint {out / 'checkpoint-6'}; continue with: "
         f"bandpo train --config {TINY} output_dir={out} report_to=none --resume"
     )
+
+
+def test_small_warm_start_overrides_find_the_session_warm_start(
+    warm_cache: Path, warm_model_dir: Path
+) -> None:
+    """The overrides the runs below pass select the warm start the session fixture built (the same
+    ``WarmStartConfig``, so the same cache key): each run reuses it instead of building its own."""
+    from bandpo.training.config import load_train_config
+    from bandpo.training.tasks import TASKS
+
+    config = load_train_config(TINY, warm_start_overrides(warm_cache))
+    spec = TASKS.get(config.data.task)
+    cached = spec.cached_model(spec.options(config.data.task_options), config.model.warm_start, warm_cache)
+    assert cached == warm_model_dir
 
 
 # ------------------------------------------------------------------------------------------------ subprocess
@@ -311,47 +288,14 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path, warm_cache: Path) -> Non
     assert not (out / LOCK_FILE).exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_accelerate_launch(tmp_path: Path) -> None:
     """Data parallel on two CPU processes; the task model is built (in a child of the main process) while the
     other process waits."""
     out = tmp_path / "out"
     cache = tmp_path / "cache"  # empty: the main process builds the small warm start
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.accelerate_cli",
-        "launch",
-        "--multi_gpu",  # the torchrun launcher; ACCELERATE_USE_CPU + use_cpu make it multi-CPU with gloo
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-        "-m",
-        "bandpo.cli.main",
-        "train",
-        "--config",
-        str(TINY),
-        f"output_dir={out}",
-        *warm_start_overrides(cache),
-        *SMALL_RUN,
-        "max_steps=2",
-        "report_to=none",
-    ]
-    env = subprocess_env(ACCELERATE_USE_CPU="true", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    args = [f"output_dir={out}", *warm_start_overrides(cache), *SMALL_RUN, "max_steps=2", "report_to=none"]
+    proc = accelerate_launch(["-m", "bandpo.cli.main", "train", "--config", str(TINY), *args], timeout=400)
     assert proc.returncode == 0, f"accelerate launch failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
 
     assert json.loads((out / "run_info.json").read_text())["world_size"] == 2

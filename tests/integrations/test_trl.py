@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from helpers.launch import accelerate_launch
 
 pytest.importorskip("trl")
 
@@ -628,46 +628,13 @@ if trainer.accelerator.is_main_process:
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_accelerate_launch(tmp_path: Path, tiny_model_dir: Path) -> None:
     script = tmp_path / "bandpo_two_procs.py"
     script.write_text(MULTI_PROCESS_SCRIPT)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.accelerate_cli",
-        "launch",
-        "--multi_gpu",  # the torchrun launcher; ACCELERATE_USE_CPU + use_cpu make it multi-CPU with gloo
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-        str(script),
-        str(tiny_model_dir),
-        str(out_dir),
-    ]
-    env = {
-        **os.environ,
-        "ACCELERATE_USE_CPU": "true",
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": "1",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
+    proc = accelerate_launch([str(script), str(tiny_model_dir), str(out_dir)], timeout=280)
     assert proc.returncode == 0, f"accelerate launch failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
 
     result = json.loads((out_dir / "result.json").read_text())

@@ -8,7 +8,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from train_helpers import save_model_dir
+
+from helpers.tiny import save_countdown_model_dir
 
 pytest.importorskip("transformers")
 
@@ -73,7 +74,7 @@ def test_only_tied_missing_keys_are_hidden() -> None:
 def test_tied_weight_keys_of_the_tiny_model(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(save_model_dir(tmp_path / "model"))
+    model = AutoModelForCausalLM.from_pretrained(save_countdown_model_dir(tmp_path / "model"))
     assert tied_weight_keys(model) == {"lm_head.weight"}
     model.lm_head.weight = type(model.lm_head.weight)(model.lm_head.weight.detach().clone())  # untie
     assert tied_weight_keys(model) == set()

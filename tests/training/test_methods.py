@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from train_helpers import CONFIGS, SMALL_RUN, save_model_dir
+
+from helpers import CONFIGS
+from helpers.tiny import SMALL_RUN, save_countdown_model_dir
 
 pytest.importorskip("trl")
 
@@ -133,7 +135,7 @@ def test_clip_rules_still_build_bandpo_config(tmp_path: Path) -> None:
 def test_train_builds_the_trainer_of_the_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``train`` dispatches through the method: plain GRPOTrainer for a TRL-native method, BandPOTrainer for a rule
     (stopped where the trainer would be constructed; no model is loaded)."""
-    model_dir = save_model_dir(tmp_path / "model")
+    model_dir = save_countdown_model_dir(tmp_path / "model")
     built: list[type] = []
 
     class Stop(Exception):
@@ -245,7 +247,7 @@ def test_method_and_clip_rule_in_one_layer_must_agree(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["cispo", "sapo", "gspo"])
 def test_trl_native_method_trains_with_trls_metrics_and_not_ours(
-    name: str, tmp_path: Path, countdown_model_dir: Path
+    name: str, tmp_path: Path, warm_model_dir: Path
 ) -> None:
     import torch
     from safetensors.torch import load_file
@@ -256,10 +258,12 @@ def test_trl_native_method_trains_with_trls_metrics_and_not_ours(
         TINY,
         [
             f"method={name}",
-            f"model.path={countdown_model_dir}",
+            f"model.path={warm_model_dir}",
             f"output_dir={tmp_path / 'out'}",
             "activation_checkpointing=false",
             *SMALL_RUN,
+            "max_steps=2",
+            "report_to=none",
         ],
     )
     out = train(config)
@@ -272,6 +276,6 @@ def test_trl_native_method_trains_with_trls_metrics_and_not_ours(
     trl_clip = {"cispo": "cispo_clip_ratio", "sapo": None, "gspo": "clip_ratio/region_mean"}[name]
     if trl_clip:
         assert trl_clip in first
-    before = load_file(countdown_model_dir / "model.safetensors")
+    before = load_file(warm_model_dir / "model.safetensors")
     after = load_file(out / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before), "no parameter changed"

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from train_helpers import CONFIGS, fake_checkpoint, truncate
+from train_helpers import fake_checkpoint, truncate
+
+from helpers import CONFIGS
 
 pytest.importorskip("trl")
 

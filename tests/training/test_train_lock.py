@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from train_helpers import CONFIGS
+
+from helpers import CONFIGS
 
 pytest.importorskip("trl")
 

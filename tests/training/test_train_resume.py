@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from train_helpers import CONFIGS, fake_checkpoint
+from train_helpers import fake_checkpoint
+
+from helpers import CONFIGS
 
 pytest.importorskip("trl")
 

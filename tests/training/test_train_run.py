@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from train_helpers import CONFIGS, SMALL_RUN
+
+from helpers import CONFIGS
+from helpers.tiny import SMALL_RUN
 
 pytest.importorskip("trl")
 
@@ -35,20 +37,20 @@ if "test_flaky" not in REWARDS:
     register_reward("test_flaky", flaky_reward)
 
 
-def test_train_from_files_survives_a_failing_reward(tmp_path: Path, countdown_model_dir: Path) -> None:
+def test_train_from_files_survives_a_failing_reward(tmp_path: Path, warm_model_dir: Path) -> None:
     train_rows, _ = make_splits(CountdownConfig(n_train=40, n_test=5))
     data = tmp_path / "puzzles.jsonl"
     data.write_text("".join(json.dumps({"q": r["prompt"], "gt": r["answer"]}) + "\n" for r in train_rows))
     config_file = tmp_path / "run.yaml"
     config_file.write_text(
-        f"model: {{path: {countdown_model_dir}}}\n"
+        f"model: {{path: {warm_model_dir}}}\n"
         f"data: {{path: {data}, prompt_column: q, answer_column: gt}}\n"
         "reward: {name: test_flaky, failure_reward: -1.0}\n"
         f"output_dir: {tmp_path / 'out'}\n"
         "max_completion_length: 8\n"
         "activation_checkpointing: false\n"
     )
-    config = load_train_config(config_file, SMALL_RUN)
+    config = load_train_config(config_file, [*SMALL_RUN, "max_steps=2", "report_to=none"])
     out = train(config)
 
     assert out == tmp_path / "out"
@@ -65,11 +67,11 @@ def test_train_from_files_survives_a_failing_reward(tmp_path: Path, countdown_mo
     assert (out / "config.json").is_file() and (out / "checkpoint-2").is_dir()
     assert load_train_config(out / CONFIG_FILE).to_dict() == config.to_dict()  # the config as run
     info = json.loads((out / RUN_INFO_FILE).read_text())
-    assert info["model_path"] == str(countdown_model_dir) and info["n_prompts"] == 40
+    assert info["model_path"] == str(warm_model_dir) and info["n_prompts"] == 40
 
 
 def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(
-    tmp_path: Path, countdown_model_dir: Path
+    tmp_path: Path, warm_model_dir: Path
 ) -> None:
     out = tmp_path / "out"
     old_board = out / "runs" / "Jan01_00-00-00_oldhost"
@@ -78,7 +80,7 @@ def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(
     (out / "runs" / "notes.txt").write_text("not TensorBoard's: kept")
     (out / "checkpoint-9").mkdir()
     (out / "metrics.jsonl").write_text(json.dumps({"step": 9, "loss": 1.0}) + "\n")
-    overrides = [f"output_dir={out}", f"model.path={countdown_model_dir}", "activation_checkpointing=false"]
+    overrides = [f"output_dir={out}", f"model.path={warm_model_dir}", "activation_checkpointing=false"]
     config = load_train_config(TINY, [*overrides, *SMALL_RUN, "max_steps=1", "report_to=tensorboard"])
 
     train(config, overwrite=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from train_helpers import CONFIGS
+
+from helpers import CONFIGS
 
 pytest.importorskip("trl")
 
