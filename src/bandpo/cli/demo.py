@@ -65,6 +65,7 @@ def _evaluate(model_dir: Path, dataset: Any, k: int) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from bandpo.eval.evaluate import load_eval_dataset
     from bandpo.training.config import ConfigError, load_train_config
+    from bandpo.training.layout import METRICS_FILE
     from bandpo.training.run import prepare, train
     from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
 
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print("[4/4] held-out evaluation after RL")
     after = _evaluate(out, dataset, args.k)
-    stats = _metrics_summary(out / "metrics.jsonl")
+    stats = _metrics_summary(out / METRICS_FILE)
     k = args.k
     lines = [
         "",

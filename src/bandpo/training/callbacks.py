@@ -13,10 +13,9 @@ from typing import Any
 from transformers import ProgressCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from bandpo._files import read_jsonl
+from bandpo.training.layout import METRICS_FILE
 
 __all__ = ["METRICS_FILE", "PROGRESS_KEYS", "CompactProgressCallback", "MetricsJSONLCallback", "read_metrics"]
-
-METRICS_FILE = "metrics.jsonl"
 
 
 def _json_value(value: Any) -> Any:

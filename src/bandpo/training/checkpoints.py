@@ -21,6 +21,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bandpo.training.layout import TRAINER_STATE
+
 __all__ = [
     "CHECKPOINT_PATTERN",
     "CheckpointScan",
@@ -34,7 +36,6 @@ __all__ = [
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 """Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
 
-TRAINER_STATE = "trainer_state.json"
 _TRAINING_ONLY = re.compile(r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$")
 
 

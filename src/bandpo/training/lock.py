@@ -19,6 +19,7 @@ from typing import Any
 
 from bandpo._files import read_json_object
 from bandpo.training.config import ConfigError
+from bandpo.training.layout import LOCK_FILE
 
 try:
     import fcntl
@@ -26,8 +27,6 @@ except ImportError:  # pragma: no cover - Windows: no flock, no lock
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["LOCK_FILE", "OutputDirLock", "OutputDirLockedError", "check_unlocked", "lock_holder"]
-
-LOCK_FILE = ".bandpo-train.lock"
 
 
 class OutputDirLockedError(ConfigError):

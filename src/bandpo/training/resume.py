@@ -30,6 +30,7 @@ import yaml
 from bandpo._files import read_json_object
 from bandpo.training.checkpoints import CheckpointScan, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
+from bandpo.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE, RUN_INFO_FILE
 
 __all__ = [
     "CONFIG_FILE",
@@ -44,8 +45,6 @@ __all__ = [
     "trainer_default",
 ]
 
-CONFIG_FILE = "train_config.yaml"
-RUN_INFO_FILE = "run_info.json"
 
 HARMLESS_KEYS = frozenset(
     {
@@ -193,7 +192,7 @@ def mark_finished(output_dir: Path, global_step: int, args: Any) -> None:
 def _finished_at(output_dir: Path, args: Any) -> int | None:
     """The step the recorded end of training reached, if it covers the current length settings."""
     record = read_json_object(output_dir / RUN_INFO_FILE).get("finished")
-    if not isinstance(record, dict) or not (output_dir / "config.json").is_file():
+    if not isinstance(record, dict) or not (output_dir / MODEL_CONFIG_FILE).is_file():
         return None
     step = record.get("global_step")
     if not isinstance(step, int):

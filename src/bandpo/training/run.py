@@ -43,10 +43,9 @@ from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.data import build_prompt_dataset, load_problems
 from bandpo.training.expected_warnings import silence_expected_warnings, tied_weight_keys
+from bandpo.training.layout import CONFIG_FILE, METRICS_FILE, MODEL_CONFIG_FILE, RUN_INFO_FILE
 from bandpo.training.lock import OutputDirLock, check_unlocked
 from bandpo.training.resume import (
-    CONFIG_FILE,
-    RUN_INFO_FILE,
     ConfigChanges,
     ResumePlan,
     mark_finished,
@@ -214,7 +213,7 @@ def _check_model(config: TrainConfig) -> str | None:
         )
     path = Path(os.path.expandvars(str(model.path))).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not (path / MODEL_CONFIG_FILE).is_file():
             raise ConfigError(
                 f"model.path {str(model.path)!r} is a directory without config.json: not a transformers model "
                 f"directory (it holds: {', '.join(sorted(p.name for p in path.iterdir())[:20]) or 'nothing'})"
@@ -226,7 +225,7 @@ def _check_model(config: TrainConfig) -> str | None:
         from huggingface_hub import constants, try_to_load_from_cache
 
         if constants.HF_HUB_OFFLINE:
-            cached = try_to_load_from_cache(str(model.path), "config.json")
+            cached = try_to_load_from_cache(str(model.path), MODEL_CONFIG_FILE)
             if not isinstance(cached, str):
                 raise ConfigError(
                     f"model.path {str(model.path)!r} is not a local directory and not in the Hugging Face cache, "
@@ -428,7 +427,6 @@ def _is_tensorboard_folder(path: Path) -> bool:
 def _discard_earlier_run(output_dir: Path) -> None:
     """Remove an earlier run's checkpoints, metrics, run info and TensorBoard folders (``runs/<date>_<host>/``
     holding only event files) from ``output_dir``; the model files are overwritten by the new run."""
-    from bandpo.training.callbacks import METRICS_FILE
 
     for child in output_dir.glob("checkpoint-*"):
         if child.is_dir():
@@ -522,7 +520,7 @@ def train(
 def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[Any], is_main: bool) -> Path:
     from transformers import ProgressCallback
 
-    from bandpo.training.callbacks import METRICS_FILE, CompactProgressCallback, MetricsJSONLCallback
+    from bandpo.training.callbacks import CompactProgressCallback, MetricsJSONLCallback
 
     config, args = prepared.config, prepared.args
     output_dir = Path(args.output_dir)

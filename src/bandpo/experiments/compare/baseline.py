@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.experiments.compare.config import CompareConfig
-from bandpo.experiments.compare.layout import RESULTS_FILE, fingerprint, write_json
+from bandpo.experiments.compare.layout import BASELINE_DIR, RESULTS_FILE, fingerprint, write_json
 from bandpo.experiments.compare.plan import base_train_config
 from bandpo.experiments.compare.worker import eval_dataset, eval_settings
 
@@ -41,7 +41,7 @@ def evaluate_baseline(config: CompareConfig, progress: bool = True) -> dict[str,
     spec = dataclasses.asdict(config.eval)
     train_dict = json.loads(json.dumps(base.to_dict(), default=str))
     stamp = fingerprint({"model": str(model.resolve()), "eval": spec, "data": train_dict.get("data")})
-    out_dir = Path(config.output_dir) / "baseline"
+    out_dir = Path(config.output_dir) / BASELINE_DIR
     path = out_dir / RESULTS_FILE
     if path.is_file():
         old = json.loads(path.read_text())

@@ -6,8 +6,10 @@ from pathlib import Path
 
 from bandpo.experiments.compare.config import CompareError
 from bandpo.experiments.compare.layout import (
+    BASELINE_DIR,
     HELDOUT_FILE,
     PLAN_FILE,
+    REPORT_DIR,
     RESULTS_FILE,
     RUN_SPEC_FILE,
     TRAIN_DONE_FILE,
@@ -33,7 +35,7 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
     import gzip
     import shutil
 
-    from bandpo.training.run import CONFIG_FILE
+    from bandpo.training.layout import CONFIG_FILE, METRICS_FILE
 
     # what is kept of a run directory besides its training log (no weights, no checkpoints)
     run_files = (RUN_SPEC_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, CONFIG_FILE)
@@ -55,19 +57,19 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
         shutil.copyfile(path, target)
         written.append(target)
 
-    for path in (src / PLAN_FILE, src / "baseline" / RESULTS_FILE):
+    for path in (src / PLAN_FILE, src / BASELINE_DIR / RESULTS_FILE):
         if path.is_file():
             copy(path)
     for run_dir in run_dirs:
         for name in run_files:
             if (run_dir / name).is_file():
                 copy(run_dir / name)
-        metrics = run_dir / "metrics.jsonl"
+        metrics = run_dir / METRICS_FILE
         if metrics.is_file():
             target = out / metrics.relative_to(src).with_name("metrics.jsonl.gz")
             target.write_bytes(gzip.compress(metrics.read_bytes(), compresslevel=9, mtime=0))
             written.append(target)
-    report = src / "report"
+    report = src / REPORT_DIR
     if report.is_dir():  # report.html is left out: it embeds the figures a second time (rebuild it from here)
         for path in sorted(p for p in report.rglob("*") if p.is_file() and p.suffix != ".html"):
             copy(path)

@@ -1,4 +1,8 @@
-"""The files of a comparison's output directory, and the one way they are written."""
+"""The files of a comparison's output directory, and the one way they are written.
+
+A run directory (``<output_dir>/runs/<label>/seed<seed>/``) is a training run's output directory
+(its files are named in :mod:`bandpo.training.layout`) plus the files below.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ HELDOUT_FILE = "heldout.jsonl"
 TRAIN_DONE_FILE = "train_done.json"
 LOG_FILE = "train.log"
 PLAN_FILE = "compare_plan.json"
+COMPARE_CONFIG_FILE = "compare_config.yaml"
+BASELINE_DIR = "baseline"
+REPORT_DIR = "report"
 
 
 def write_json(path: Path, data: Any) -> None:

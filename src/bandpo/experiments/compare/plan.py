@@ -13,7 +13,14 @@ from typing import Any
 import yaml
 
 from bandpo.experiments.compare.config import CompareConfig, CompareError, MethodSpec
-from bandpo.experiments.compare.layout import PLAN_FILE, RESULTS_FILE, RUN_SPEC_FILE, fingerprint, write_json
+from bandpo.experiments.compare.layout import (
+    COMPARE_CONFIG_FILE,
+    PLAN_FILE,
+    RESULTS_FILE,
+    RUN_SPEC_FILE,
+    fingerprint,
+    write_json,
+)
 
 
 @dataclass
@@ -176,7 +183,7 @@ def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
     eval settings from it); also ``compare_config.yaml``."""
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare_config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    (out / COMPARE_CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     plan = {
         "config": config.to_dict(),
         "source": config.source,

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.experiments.compare.config import CompareError
-from bandpo.experiments.compare.layout import HELDOUT_FILE, RESULTS_FILE, TRAIN_DONE_FILE, write_json
+from bandpo.experiments.compare.layout import (
+    HELDOUT_FILE,
+    RESULTS_FILE,
+    TRAIN_DONE_FILE,
+    write_json,
+)
+from bandpo.training.layout import MODEL_CONFIG_FILE
 
 
 def eval_dataset(spec: Mapping[str, Any], train_config: Mapping[str, Any], max_problems: int | None) -> Any:
@@ -127,7 +133,7 @@ def run_one(spec_path: str | Path) -> int:
     curves = spec["curves"]
     start = time.time()
     done_marker = run_dir / TRAIN_DONE_FILE
-    if not (done_marker.is_file() and (run_dir / "config.json").is_file()):
+    if not (done_marker.is_file() and (run_dir / MODEL_CONFIG_FILE).is_file()):
         callbacks = []
         if curves.get("every", 0):
             data = eval_dataset(spec["eval"], spec["train_config"], curves.get("max_problems"))
