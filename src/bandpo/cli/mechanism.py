@@ -58,11 +58,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _check_int(name: str, value: int | None, low: int) -> None:
-    if value is not None and value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value}")
-
-
 def _command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run (options at their defaults left out)."""
     parts = ["bandpo", "mechanism"]
@@ -79,11 +74,16 @@ def _command(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from bandpo.experiments.mechanism import SCENARIOS, MechanismConfig, quick, resolve_rules
     from bandpo.experiments.mechanism_report import run_mechanism
+    from bandpo.validation import check_int_in
 
     try:
-        _check_int("--seeds", args.seeds, 2)
-        _check_int("--vocab", args.vocab, 16)
-        _check_int("--steps", args.steps, 1)
+        for flag, value, low in (
+            ("--seeds", args.seeds, 2),
+            ("--vocab", args.vocab, 16),
+            ("--steps", args.steps, 1),
+        ):
+            if value is not None:
+                check_int_in(flag, value, low)
         try:
             rules = resolve_rules(_names(args.rules) if args.rules is not None else None)
         except ValueError as err:

@@ -30,14 +30,9 @@ import torch
 from torch import Tensor
 
 from bandpo.core import newton, solvers
+from bandpo.core.checks import check_cap, check_float_tensor, check_logprobs, check_relax
 from bandpo.core.divergences import DIVERGENCES, Divergence
-from bandpo.core.errors import (
-    check_cap,
-    check_float_tensor,
-    check_logprobs,
-    check_positive_number,
-    check_relax,
-)
+from bandpo.validation import check_positive_number
 
 METHODS = ("auto", "closed_form", "table", "newton", "bisection")
 

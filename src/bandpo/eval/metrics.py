@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from bandpo.validation import check_int_in
+
 __all__ = [
     "ProblemResult",
     "best_at_k",
@@ -63,17 +65,6 @@ def _int_array(name: str, value: ArrayLike) -> NDArray[np.int64]:
     if arr.dtype.kind == "f" and bool(np.all(np.isfinite(arr))) and bool(np.all(arr == np.round(arr))):
         return arr.astype(np.int64)
     raise ValueError(f"{name} must be an integer or an array of integers, got {value!r}")
-
-
-def _check_int(name: str, value: object, low: int, high: int | None = None, what: str = "") -> int:
-    """``value`` must be a Python/numpy integer (not bool) in ``[low, high]``; returns it as ``int``."""
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-    if ok:
-        ok = int(value) >= low and (high is None or int(value) <= high)  # type: ignore[arg-type]
-    if not ok:
-        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be an integer {allowed}{what}, got {value!r}")
-    return int(value)  # type: ignore[arg-type]
 
 
 def to_correct(values: ArrayLike, name: str = "correct") -> NDArray[np.bool_]:
@@ -206,8 +197,8 @@ def best_at_k(
     """
     problems = _problems(correct)
     _check_k(k, problems)
-    n_bootstrap = _check_int("n_bootstrap", n_bootstrap, 1)
-    _check_int("seed", seed, 0)
+    n_bootstrap = check_int_in("n_bootstrap", n_bootstrap, 1)
+    check_int_in("seed", seed, 0)
     rng = np.random.default_rng(seed)
     values = []
     for x in problems:
@@ -218,7 +209,7 @@ def best_at_k(
 
 def _check_k(k: object, problems: list[NDArray[np.bool_]]) -> int:
     n_min = min(x.size for x in problems)
-    return _check_int("k", k, 1, n_min, what=" (k cannot exceed the number of samples of any problem)")
+    return check_int_in("k", k, 1, n_min, note=" (k cannot exceed the number of samples of any problem)")
 
 
 def _majority_correct(answers: Sequence[str | None], correct: NDArray[np.bool_]) -> bool:
@@ -304,7 +295,7 @@ def _check_ks(name: str, ks: object) -> list[int]:
         ks = (ks,)
     if not isinstance(ks, Iterable) or isinstance(ks, (str, bytes)):
         raise ValueError(f"{name} must be an integer or a sequence of integers >= 1, got {ks!r}")
-    out = sorted({_check_int(f"{name} entries", k, 1) for k in ks})
+    out = sorted({check_int_in(f"{name} entries", k, 1) for k in ks})
     if not out:
         raise ValueError(f"{name} must hold at least one k, got {ks!r}")
     return out

@@ -19,6 +19,7 @@ from torch import Tensor
 from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
 from bandpo.eval.metrics import pass_at_k
+from bandpo.validation import check_int_in
 
 __all__ = ["Samples", "evaluate_pass_rates", "generate_samples", "sample_completions"]
 
@@ -61,12 +62,6 @@ class _EntropyRecorder(LogitsProcessor):
         return scores
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
-
-
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     eos: Any = tokenizer.eos_token_id
     if eos is None:
@@ -105,9 +100,9 @@ def generate_samples(
         add_special_tokens: passed to the tokenizer (e.g. to add a BOS).
         compute_entropy: record the mean entropy of the sampled distributions.
     """
-    k = _check_positive_int("k", k)
-    max_new_tokens = _check_positive_int("max_new_tokens", max_new_tokens)
-    batch_size = _check_positive_int("batch_size", batch_size)
+    k = check_int_in("k", k, 1)
+    max_new_tokens = check_int_in("max_new_tokens", max_new_tokens, 1)
+    batch_size = check_int_in("batch_size", batch_size, 1)
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise ValueError("prompts must be a sequence of strings (one per prompt), got " + repr(prompts)[:200])
     if (

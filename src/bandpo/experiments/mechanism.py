@@ -31,10 +31,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bandpo.core.errors import check_int_in, check_number_in, check_positive_number
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, make_clip_rule
 from bandpo.losses.policy_loss import group_advantages, per_token_policy_loss
 from bandpo.registry import Registry
+from bandpo.validation import check_int_in, check_number_in, check_positive_number
 
 CURVES = ("p_head", "log_p_rare", "entropy")  # recorded before every step, (..., steps + 1)
 FLAGS = ("nonfinite", "p_zero", "p_one")  # one per run and seed: did it ever happen

@@ -28,15 +28,10 @@ import torch
 from torch import Tensor
 
 from bandpo.core.bounds import band_bounds, resolve_divergence, resolve_method
+from bandpo.core.checks import check_cap, check_relax
 from bandpo.core.divergences import Divergence
-from bandpo.core.errors import (
-    check_cap,
-    check_number_above,
-    check_number_in,
-    check_positive_number,
-    check_relax,
-)
 from bandpo.registry import Registry
+from bandpo.validation import check_number_above, check_number_in, check_positive_number
 
 
 class ClipRule:

@@ -33,10 +33,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bandpo.core.errors import check_float_tensor, check_number_above
+from bandpo.core.checks import check_float_tensor
 from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_max, masked_mean, masked_min
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
 from bandpo.registry import Registry
+from bandpo.validation import check_number_above
 
 LOG_RATIO_CLAMP = 20.0
 PROB_BIN_EDGES = (0.2, 0.4, 0.6, 0.8)

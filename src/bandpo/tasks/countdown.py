@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from bandpo.core.errors import check_int_in
+from bandpo.validation import check_int_in
 
 __all__ = [
     "END_OF_TEXT_MARKERS",

@@ -40,8 +40,8 @@ from transformers import (
     TrainingArguments,
 )
 
-from bandpo.core.errors import check_int_in
 from bandpo.tasks.countdown import OPERATORS, CountdownConfig, make_splits, solutions
+from bandpo.validation import check_int_in
 
 __all__ = [
     "EOS_TOKEN",

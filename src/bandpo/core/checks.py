@@ -1,4 +1,8 @@
-"""Input validation shared by the core, the losses and the integrations (no framework imports)."""
+"""Checks the core owns: tensor inputs (dtype, log-probability range) and the Band's ``cap`` and ``relax``.
+
+Shared by ``core.bounds`` and ``losses.clip_rules`` (no framework imports). Scalar checks (numbers, integers)
+are in ``bandpo.validation``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from numbers import Real
 
 import torch
 from torch import Tensor
+
+from bandpo.validation import check_number_in, check_positive_number
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -20,33 +26,6 @@ def check_float_tensor(name: str, x: object) -> Tensor:
             f"{name} must be a floating-point tensor (float16, bfloat16, float32 or float64), got dtype {x.dtype}"
         )
     return x
-
-
-def check_positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
-    """``value`` must be a finite real number > 0 (>= 0 with ``allow_zero``)."""
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
-    if ok:
-        ok = float(value) >= 0 if allow_zero else float(value) > 0
-    if not ok:
-        rel = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {rel}, got {value!r}")
-    return float(value)
-
-
-def check_number_in(name: str, value: object, low: float, high: float) -> float:
-    """``value`` must be a finite real number in [low, high]."""
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
-    if not ok or not (low <= float(value) <= high):
-        raise ValueError(f"{name} must be a finite number in [{low}, {high}], got {value!r}")
-    return float(value)
-
-
-def check_number_above(name: str, value: object, low: float) -> float:
-    """``value`` must be a finite real number strictly greater than ``low``."""
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
-    if not ok or not float(value) > low:
-        raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
-    return float(value)
 
 
 def check_cap(value: object, *, allow_none: bool = True) -> float | None:
@@ -77,17 +56,6 @@ def check_relax(value: object) -> tuple[float, float] | None:
         check_number_in("relax eps_low", value[0], 0.0, 1.0),
         check_positive_number("relax eps_high", value[1], allow_zero=True),
     )
-
-
-def check_int_in(name: str, value: object, low: int, high: int | None = None) -> int:
-    """``value`` must be an ``int`` (not a bool) in ``[low, high]`` (``high=None``: no upper limit)."""
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if ok:
-        ok = value >= low and (high is None or value <= high)
-    if not ok:
-        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return int(value)  # type: ignore[arg-type]
 
 
 def check_logprobs(name: str, logp: Tensor, mask: Tensor | None = None) -> None:

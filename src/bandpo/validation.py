@@ -1,0 +1,70 @@
+"""Scalar argument checks for every layer of the package: numbers and THE integer check.
+
+Each check returns the value converted (``float`` or ``int``) or raises with a message that names the argument,
+the value received and what is allowed, e.g. ``delta must be a finite number > 0, got -0.1``. No framework and
+no tensor imports: importable from anywhere (core to cli). Tensor checks live in ``bandpo.core.checks``.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+__all__ = ["check_int_in", "check_number_above", "check_number_in", "check_positive_number"]
+
+
+def _finite_real(value: object) -> bool:
+    """A real number (not a bool) with a finite float value."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def check_positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """``value`` must be a finite real number > 0 (>= 0 with ``allow_zero``)."""
+    ok = _finite_real(value)
+    if ok:
+        ok = float(value) >= 0 if allow_zero else float(value) > 0  # type: ignore[arg-type]
+    if not ok:
+        rel = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {rel}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_number_in(name: str, value: object, low: float, high: float) -> float:
+    """``value`` must be a finite real number in [low, high]."""
+    if not _finite_real(value) or not (low <= float(value) <= high):  # type: ignore[arg-type]
+        raise ValueError(f"{name} must be a finite number in [{low}, {high}], got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_number_above(name: str, value: object, low: float) -> float:
+    """``value`` must be a finite real number strictly greater than ``low``."""
+    if not _finite_real(value) or not float(value) > low:  # type: ignore[arg-type]
+        raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_int_in(
+    name: str,
+    value: object,
+    low: int,
+    high: int | None = None,
+    *,
+    note: str = "",
+    error: type[ValueError] = ValueError,
+) -> int:
+    """``value`` must be an integer in ``[low, high]`` (``high=None``: no upper limit); returns it as ``int``.
+
+    The package's one integer check. Python and numpy integers pass; bools, floats (even ``2.0``) and strings
+    do not. The message is ``"{name} must be an integer >= {low}{note}, got {value!r}"`` (``"... an integer in
+    [{low}, {high}]{note}, ..."`` with a ``high``); ``note`` adds a reason, e.g. ``" (k cannot exceed n)"``.
+
+    Raises:
+        ``error`` (``ValueError`` or a subclass of it, e.g. a module's own error type).
+    """
+    ok = isinstance(value, Integral) and not isinstance(value, bool)
+    if ok:
+        ok = int(value) >= low and (high is None or int(value) <= high)  # type: ignore[arg-type]
+    if not ok:
+        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise error(f"{name} must be {allowed}{note}, got {value!r}")
+    return int(value)  # type: ignore[arg-type]

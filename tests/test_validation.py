@@ -1,0 +1,77 @@
+"""bandpo.validation: the scalar checks every layer uses, their messages and what they return."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bandpo.validation import check_int_in, check_number_above, check_number_in, check_positive_number
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "want"),
+    [
+        (("n", 3, 1), {}, 3),
+        (("n", 0, 0), {}, 0),
+        (("n", 4, 2, 4), {}, 4),
+        (("n", np.int64(5), 1), {}, 5),  # numpy integers pass (numbers.Integral)
+        (("n", -3, -5, 5), {}, -3),
+    ],
+)
+def test_check_int_in_accepts_and_returns_int(args: tuple, kwargs: dict, want: int) -> None:
+    got = check_int_in(*args, **kwargs)
+    assert got == want and type(got) is int
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "high", "match"),
+    [
+        (0, 1, None, r"^n must be an integer >= 1, got 0$"),
+        (1.0, 1, None, r"^n must be an integer >= 1, got 1.0$"),
+        (True, 0, None, r"^n must be an integer >= 0, got True$"),
+        (np.bool_(True), 0, None, r"^n must be an integer >= 0, got "),
+        ("3", 1, None, r"^n must be an integer >= 1, got '3'$"),
+        (None, 1, None, r"^n must be an integer >= 1, got None$"),
+        (7, 2, 4, r"^n must be an integer in \[2, 4\], got 7$"),
+        (1, 2, 4, r"^n must be an integer in \[2, 4\], got 1$"),
+    ],
+)
+def test_check_int_in_rejects_with_the_one_message(
+    value: object, low: int, high: int | None, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        check_int_in("n", value, low, high)
+
+
+def test_check_int_in_note_and_error_type() -> None:
+    class MyError(ValueError):
+        pass
+
+    with pytest.raises(MyError, match=r"^k must be an integer in \[1, 3\] \(k <= n\), got 5$"):
+        check_int_in("k", 5, 1, 3, note=" (k <= n)", error=MyError)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, True, "1", None])
+def test_check_positive_number(bad: object) -> None:
+    assert check_positive_number("delta", 2) == 2.0
+    with pytest.raises(ValueError, match=r"^delta must be a finite number > 0, got "):
+        check_positive_number("delta", bad)
+
+
+def test_check_positive_number_allow_zero() -> None:
+    assert check_positive_number("eps", 0, allow_zero=True) == 0.0
+    with pytest.raises(ValueError, match=r"^eps must be a finite number >= 0, got -0.1$"):
+        check_positive_number("eps", -0.1, allow_zero=True)
+
+
+def test_check_number_in_and_above() -> None:
+    assert check_number_in("p", 1, 0.0, 1.0) == 1.0
+    assert check_number_above("c", 1.5, 1.0) == 1.5
+    for bad in (1.5, math.nan, False):
+        with pytest.raises(ValueError, match=r"^p must be a finite number in \[0.0, 1.0\], got "):
+            check_number_in("p", bad, 0.0, 1.0)
+    for bad in (1.0, math.inf, "2"):
+        with pytest.raises(ValueError, match=r"^c must be a finite number > 1, got "):
+            check_number_above("c", bad, 1.0)
