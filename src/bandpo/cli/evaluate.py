@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo.eval.evaluate import evaluate_model_dir, format_table
     from bandpo.eval.models import resolve_model_dir
     from bandpo.eval.settings import EvalSettings
+    from bandpo.validation import check_int_in
 
     specs = args.dataset or ["countdown"]
     try:
@@ -150,8 +151,7 @@ def run(args: argparse.Namespace) -> int:
         options = _task_options(args.task_options)
         model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
         if args.threads is not None:
-            if args.threads < 1:
-                raise EvalError(f"--threads must be an integer >= 1, got {args.threads}")
+            check_int_in("--threads", args.threads, 1, error=EvalError)
             import torch
 
             torch.set_num_threads(args.threads)

@@ -11,6 +11,7 @@ from typing import Any
 
 from bandpo.eval.errors import EvalError
 from bandpo.eval.scorers import TASK_SCORERS, get_scorer
+from bandpo.validation import check_int_in
 
 __all__ = [
     "EvalDataset",
@@ -94,10 +95,8 @@ def load_eval_dataset(
     from bandpo.training.data import MISSING, lookup_column, read_records, resolve_data_files
     from bandpo.training.tasks import TASKS
 
-    if max_problems is not None and (
-        not isinstance(max_problems, int) or isinstance(max_problems, bool) or max_problems < 1
-    ):
-        raise EvalError(f"max_problems must be an integer >= 1 or None, got {max_problems!r}")
+    if max_problems is not None:
+        max_problems = check_int_in("max_problems", max_problems, 1, note=" or None", error=EvalError)
     if not isinstance(spec, str) or not spec.strip():
         raise EvalError(
             f"dataset must be a task name ({', '.join(TASKS.names())}) or a file path, got {spec!r}"

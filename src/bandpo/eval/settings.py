@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bandpo.eval.errors import EvalError
+from bandpo.validation import check_int_in
 
 __all__ = ["BACKENDS", "EvalSettings", "default_ks", "parse_ks"]
 
@@ -82,22 +83,16 @@ class EvalSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        def positive_int(name: str, value: object) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise EvalError(f"{name} must be an integer >= 1, got {value!r}")
-
-        positive_int("k", self.k)
+        self.k = check_int_in("k", self.k, 1, error=EvalError)
         self.ks = parse_ks(self.ks, self.k)
         t = self.temperature
         if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
             raise EvalError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
         if self.max_new_tokens is not None:
-            positive_int("max_new_tokens", self.max_new_tokens)
-        positive_int("batch_size", self.batch_size)
-        positive_int("n_bootstrap", self.n_bootstrap)
-        if self.seed is not None and (
-            not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0
-        ):
-            raise EvalError(f"seed must be an integer >= 0 or None, got {self.seed!r}")
+            self.max_new_tokens = check_int_in("max_new_tokens", self.max_new_tokens, 1, error=EvalError)
+        self.batch_size = check_int_in("batch_size", self.batch_size, 1, error=EvalError)
+        self.n_bootstrap = check_int_in("n_bootstrap", self.n_bootstrap, 1, error=EvalError)
+        if self.seed is not None:
+            self.seed = check_int_in("seed", self.seed, 0, note=" or None", error=EvalError)
         if self.backend not in BACKENDS:
             raise EvalError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
