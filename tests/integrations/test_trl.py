@@ -420,6 +420,15 @@ def test_bounds_applied_by_trl_equal_band_bounds(
     tiny_dataset: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The tensor bounds TRL's own ``_compute_loss`` clamps with are the rule's bounds of TRL's old log-probs
+    (its entropies for the adaptive radius), on every step, on- and off-policy.
+
+    Wiring test: the expected bounds come from the same ``band_bounds`` / ``rule.bounds`` the hook calls, so this
+    proves the hook feeds TRL's clamp the right tokens; the bounds' numerics are checked against an independent
+    mpmath reference in tests/core/test_bounds.py::test_float64_matches_mpmath_reference, DCPO's and the adaptive radius's
+    formulas in tests/losses/test_clip_rules.py::test_dcpo_formula and
+    tests/losses/test_clip_rules.py::test_adaptive_band_radius_and_bounds.
+    """
     overrides: dict[str, Any] = {"clip_rule": rule, "max_steps": 3}
     if not off_policy:  # TRL leaves old_per_token_logps None and uses the current log-probs, detached
         overrides.update(steps_per_generation=None, num_iterations=1)
@@ -551,6 +560,9 @@ def test_liger_kernel_still_applies_the_bounds(
     Liger's kernels are Triton kernels, which have no CPU driver: on CPU the layer kernels are switched off in
     ``liger_kernel_config``, so the test covers TRL's Liger code path (the trainer applies Liger to the model,
     the loss dispatch), not the kernels' numerics.
+
+    Wiring test: the expected bounds come from the ``band_bounds`` the hook calls; their numerics are checked
+    against an independent mpmath reference in tests/core/test_bounds.py::test_float64_matches_mpmath_reference.
     """
     pytest.importorskip("liger_kernel", reason="liger-kernel is not installed (pip install 'bandpo[dev]')")
     import transformers.trainer

@@ -136,7 +136,13 @@ def test_trl_gradient_is_dppos(
     tmp_path: Path, rule: str, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
 ) -> None:
     """TRL's loss (bnpo: token mean) through the hook has the parameter gradient of bandpo's DPPO objective,
-    truncation included; without the truncation it would not."""
+    truncation included; without the truncation it would not.
+
+    Wiring test: TRL's loss code with the hook's region and truncated old log-probs against ``bandpo.policy_loss``
+    with the same rule object (both sides take the region from the same ``rule.bounds``); it proves the hook's
+    truncation reaches TRL's gradient. DPPO's numerics are checked against verl's own implementation in
+    tests/integrations/test_dppo_verl.py::test_dppo_equals_verl.
+    """
     kwargs = {"clip_divergence_low": 0.3, "clip_divergence_high": 0.3, "clip_ratio_c": 1.5}
     args = make_config(tmp_path, clip_rule=rule, clip_rule_kwargs=kwargs, loss_type="bnpo")
     trainer = make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset)

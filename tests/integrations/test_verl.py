@@ -1,8 +1,9 @@
 """bandpo.integrations.verl against a real verl (skipped without it): registration, config, loss, metrics.
 
-Reference equivalence: ``get_policy_loss_fn("bandpo" | "dcpo")`` called as verl calls it, with an ``ActorConfig``
-built by verl's own config machinery, gives ``bandpo.policy_loss``'s loss and gradients for every aggregation
-mode; with a fixed clip rule the adapter reproduces verl's ``vanilla`` loss and metrics exactly.
+Wiring: ``get_policy_loss_fn("bandpo" | "dcpo")`` called as verl calls it, with an ``ActorConfig`` built by verl's
+own config machinery, gives ``bandpo.policy_loss``'s loss and gradients for every aggregation mode (both run
+``per_token_policy_loss``). Independent reference: with a fixed clip rule the adapter reproduces verl's ``vanilla``
+loss and metrics exactly.
 """
 
 from __future__ import annotations
@@ -330,7 +331,12 @@ def test_example_script_overrides_compose_with_verls_config(loss_mode: str) -> N
 
 def test_per_token_policy_loss_aggregates_to_policy_loss() -> None:
     """The factored per-token matrix equals bandpo.policy_loss for every mode, with NaN padding and (B,)
-    advantages."""
+    advantages.
+
+    Wiring test: ``policy_loss`` is ``per_token_policy_loss`` then ``aggregate``, so this proves the adapter's
+    export and its (B,) advantages / NaN padding reach that same code; the numerics are checked against an
+    independent reference in tests/losses/test_policy_loss.py::test_matches_naive_reference_values_and_grads.
+    """
     data = make_batch(pad_nan=True)
     rule = bandpo.make_clip_rule("band", divergence="kl", delta=0.05)
     adv = data["advantages"][:, 0]  # (B,)
@@ -403,6 +409,12 @@ def test_registered_loss_matches_bandpo_policy_loss(
     rule: Any,
     weights: bool,
 ) -> None:
+    """Wiring test: verl's registry lookup, verl's keyword call and the ``ActorConfig``'s clip ratios,
+    ``clip_ratio_c`` and Band parameters reach ``per_token_policy_loss`` with the rule, weights and aggregation
+    ``bandpo.policy_loss`` gets here (both run that function). The numerics are checked against an independent
+    reference in tests/losses/test_policy_loss.py::test_matches_naive_reference_values_and_grads, and against verl's own ``vanilla`` in
+    tests/integrations/test_verl.py::test_fixed_rule_reproduces_verl_vanilla.
+    """
     config = actor_config(
         loss_mode,
         loss_agg_mode=agg_mode,
@@ -514,7 +526,12 @@ def test_metrics_have_verls_names_and_ours() -> None:
 
 def test_through_verls_ppo_loss() -> None:
     """verl's own actor loss (``verl.workers.utils.losses.ppo_loss``) with a TensorDict micro-batch in verl's
-    no-padding layout gives bandpo.policy_loss's value and gradients."""
+    no-padding layout gives bandpo.policy_loss's value and gradients.
+
+    Wiring test: verl unpacks its layout onto the right tokens and calls our registered loss, which runs the code
+    ``bandpo.policy_loss`` runs; the numerics are checked against an independent reference in
+    tests/losses/test_policy_loss.py::test_matches_naive_reference_values_and_grads.
+    """
     from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.losses import ppo_loss
