@@ -22,16 +22,9 @@ def bandpo(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bandpo.tasks.tiny_model import WarmStartConfig, build_model, build_tokenizer
+    from helpers.tiny import save_countdown_model_dir
 
-    path = tmp_path_factory.mktemp("tiny")
-    tokenizer = build_tokenizer()
-    model = build_model(
-        tokenizer, WarmStartConfig(n_layers=1, hidden_size=16, n_heads=2, intermediate_size=32)
-    )
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_countdown_model_dir(tmp_path_factory.mktemp("tiny"))
 
 
 def test_eval_countdown_json_is_consistent(model_dir: Path, tmp_path: Path) -> None:

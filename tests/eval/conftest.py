@@ -20,14 +20,8 @@ def tokenizer() -> Any:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> Path:
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialized tiny character-level Qwen2 with its tokenizer."""
-    from bandpo.tasks.tiny_model import WarmStartConfig, build_model
+    from helpers.tiny import save_countdown_model_dir
 
-    path = tmp_path_factory.mktemp("model")
-    model = build_model(
-        tokenizer, WarmStartConfig(n_layers=1, hidden_size=16, n_heads=2, intermediate_size=32)
-    )
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_countdown_model_dir(tmp_path_factory.mktemp("model"))
