@@ -56,14 +56,15 @@ def _metrics_summary(metrics_path: Path) -> dict[str, float]:
 
 
 def _evaluate(model_dir: Path, dataset: Any, k: int) -> dict[str, Any]:
-    from bandpo.eval.evaluate import EvalSettings, evaluate_model_dir
+    from bandpo.eval.evaluate import evaluate_model_dir
+    from bandpo.eval.settings import EvalSettings
 
     settings = EvalSettings(k=k, ks=(1, k), temperature=1.0, max_new_tokens=8, progress=True)
     return evaluate_model_dir(model_dir, [dataset], settings)["overall"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from bandpo.eval.evaluate import load_eval_dataset
+    from bandpo.eval.datasets import load_eval_dataset
     from bandpo.training.config import ConfigError, load_train_config
     from bandpo.training.layout import METRICS_FILE
     from bandpo.training.run import prepare, train

@@ -25,7 +25,8 @@ from bandpo.training.layout import MODEL_CONFIG_FILE
 
 def eval_dataset(spec: Mapping[str, Any], train_config: Mapping[str, Any], max_problems: int | None) -> Any:
     """The eval dataset of ``spec`` (an ``EvalSpec`` dict): its ``dataset``, or the training task's ``split``."""
-    from bandpo.eval.evaluate import EvalError, load_eval_dataset
+    from bandpo.eval.datasets import load_eval_dataset
+    from bandpo.eval.errors import EvalError
 
     data = train_config.get("data") or {}
     dataset = spec.get("dataset")
@@ -53,7 +54,7 @@ def eval_dataset(spec: Mapping[str, Any], train_config: Mapping[str, Any], max_p
 
 
 def eval_settings(spec: Mapping[str, Any], k: int | None = None, progress: bool = False) -> Any:
-    from bandpo.eval.evaluate import EvalSettings
+    from bandpo.eval.settings import EvalSettings
 
     ks = spec.get("ks") if k is None else sorted({1, k})
     return EvalSettings(
