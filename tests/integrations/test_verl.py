@@ -330,13 +330,9 @@ def test_example_script_overrides_compose_with_verls_config(loss_mode: str) -> N
 
 
 def test_per_token_policy_loss_aggregates_to_policy_loss() -> None:
-    """The factored per-token matrix equals bandpo.policy_loss for every mode, with NaN padding and (B,)
-    advantages.
-
-    Wiring test: ``policy_loss`` is ``per_token_policy_loss`` then ``aggregate``, so this proves the adapter's
-    export and its (B,) advantages / NaN padding reach that same code; the numerics are checked against an
-    independent reference in tests/losses/test_policy_loss.py::test_matches_naive_reference_values_and_grads.
-    """
+    """The factored per-token matrix equals bandpo.policy_loss for every mode, with NaN padding and (B,) advantages.
+    Wiring test: policy_loss runs that same code; its numerics are checked against an independent reference in
+    tests/losses/test_policy_loss.py::test_matches_naive_reference_values_and_grads."""
     data = make_batch(pad_nan=True)
     rule = bandpo.make_clip_rule("band", divergence="kl", delta=0.05)
     adv = data["advantages"][:, 0]  # (B,)
@@ -527,9 +523,8 @@ def test_metrics_have_verls_names_and_ours() -> None:
 def test_through_verls_ppo_loss() -> None:
     """verl's own actor loss (``verl.workers.utils.losses.ppo_loss``) with a TensorDict micro-batch in verl's
     no-padding layout gives bandpo.policy_loss's value and gradients.
-
-    Wiring test: verl unpacks its layout onto the right tokens and calls our registered loss, which runs the code
-    ``bandpo.policy_loss`` runs; the numerics are checked against an independent reference in
+    Wiring test: verl's layout reaches the right tokens of the code policy_loss runs; the numerics are checked
+    against an independent reference in
     tests/losses/test_policy_loss.py::test_matches_naive_reference_values_and_grads.
     """
     from tensordict import TensorDict
