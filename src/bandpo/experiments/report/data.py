@@ -1,0 +1,412 @@
+"""The numbers of a report, computed once from the files of a compare output directory.
+
+:func:`load_runs` reads the run directories, :func:`run_summary` reduces one run to its numbers, and
+:meth:`ReportData.load` builds everything the views (figures, Markdown, HTML, CSV) show: per-method statistics,
+the comparisons against the reference, the outcome, the curves and the clip-by-bin bars. The views format and
+draw; they compute nothing.
+
+Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key when it has a non-null value):
+
+* ``train/entropy_last``: the last logged ``policy/entropy``;
+* ``train/clip_frac``, ``train/clip_frac_up``, ``train/clip_frac_down``: the mean over logged steps of ``clip/frac``,
+  ``clip/frac_up``, ``clip/frac_down``;
+* ``train/tail_up_rate``: the mean of ``clip/frac_up/p0.0-0.2`` (share of tail tokens clipped at the upper bound);
+* ``train/tail_share``: the share of all clipped tokens with ``p_old < 0.2``, pooled over steps:
+  ``sum(clip/frac/p0.0-0.2 * tokens/share/p0.0-0.2) / sum(clip/frac)`` (the mean of ``clip/tail_share`` when the
+  bin keys are absent);
+* ``train/hi_mean``, ``train/lo_mean``: the mean of ``band/hi_mean``, ``band/lo_mean``;
+* ``train/reward_last``: the last logged ``reward``; ``train/steps``: the last logged step.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bandpo._files import read_json_object, read_jsonl
+from bandpo.experiments.compare.layout import (
+    BASELINE_DIR,
+    HELDOUT_FILE,
+    PLAN_FILE,
+    RESULTS_FILE,
+    RUN_SPEC_FILE,
+)
+from bandpo.experiments.report.outcome import Outcome, outcome_of
+from bandpo.experiments.report.series import BinBars, Curve, bin_names, clip_bin_bars, curve
+from bandpo.experiments.report.stats import compare_methods, mean_ci
+from bandpo.training.layout import METRICS_FILE
+
+__all__ = ["TAIL_BIN", "Column", "ReportData", "RunData", "load_runs", "run_summary"]
+
+TAIL_BIN = "p0.0-0.2"
+_PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------- runs
+@dataclass
+class RunData:
+    """One run's files (see :mod:`bandpo.experiments.report`)."""
+
+    label: str
+    clip_rule: str
+    params: dict[str, Any]
+    seed: int
+    method_index: int
+    run_dir: Path
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    heldout: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, Any] | None = None
+
+
+def load_runs(output_dir: str | Path) -> list[RunData]:
+    """Every ``runs/<label>/seed<seed>/`` with a ``run_spec.json``, with its metrics, held-out rows and results
+    (``None`` when ``results.json`` is missing, torn or empty: the run is unfinished)."""
+    runs = []
+    for spec_path in sorted(Path(output_dir).glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
+        try:
+            spec = json.loads(spec_path.read_text())
+        except json.JSONDecodeError:
+            continue
+        run_dir = spec_path.parent
+        runs.append(
+            RunData(
+                label=str(spec.get("label", run_dir.parent.name)),
+                clip_rule=str(spec.get("method") or spec.get("clip_rule") or "?"),
+                params=dict(spec.get("params") or {}),
+                seed=int(spec.get("seed", 0)),
+                method_index=int(spec.get("method_index", 10**6)),
+                run_dir=run_dir,
+                metrics=[r for r in read_jsonl(run_dir / METRICS_FILE) if "train_runtime" not in r],
+                heldout=read_jsonl(run_dir / HELDOUT_FILE),
+                results=read_json_object(run_dir / RESULTS_FILE) or None,
+            )
+        )
+    runs.sort(key=lambda r: (r.method_index, r.label, r.seed))
+    return runs
+
+
+def _values(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key) is not None]
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def run_summary(run: RunData) -> dict[str, Any]:
+    """One run's numbers: the final evaluation's metrics (``results.json``) and the training numbers of the module
+    docstring (``train/...``), plus per-bin clip rates ``bins/up/<bin>``, ``bins/down/<bin>``, ``bins/share/<bin>``
+    (the mean over logged steps of ``clip/frac_up/<bin>``, ``clip/frac_down/<bin>``, ``tokens/share/<bin>``)."""
+    out: dict[str, Any] = {}
+    if run.results:
+        for key, value in (run.results.get("metrics") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = value
+        for key in ("train_wall_s", "eval_wall_s"):
+            if run.results.get(key) is not None:
+                out[key] = run.results[key]
+    rows = run.metrics
+    steps = _values(rows, "step")
+    out["train/steps"] = int(max(steps)) if steps else None
+    entropy = _values(rows, "policy/entropy") or _values(rows, "entropy")
+    out["train/entropy_last"] = entropy[-1] if entropy else None
+    reward = _values(rows, "reward")
+    out["train/reward_last"] = reward[-1] if reward else None
+    for name, key in (
+        ("train/clip_frac", "clip/frac"),
+        ("train/clip_frac_up", "clip/frac_up"),
+        ("train/clip_frac_down", "clip/frac_down"),
+        ("train/tail_up_rate", f"clip/frac_up/{TAIL_BIN}"),
+        ("train/hi_mean", "band/hi_mean"),
+        ("train/lo_mean", "band/lo_mean"),
+    ):
+        out[name] = _mean(_values(rows, key))
+    pooled = [
+        r
+        for r in rows
+        if all(
+            r.get(k) is not None for k in ("clip/frac", f"clip/frac/{TAIL_BIN}", f"tokens/share/{TAIL_BIN}")
+        )
+    ]
+    if pooled:
+        clipped = sum(float(r["clip/frac"]) for r in pooled)
+        tail = sum(float(r[f"clip/frac/{TAIL_BIN}"]) * float(r[f"tokens/share/{TAIL_BIN}"]) for r in pooled)
+        out["train/tail_share"] = tail / clipped if clipped > 0 else 0.0
+    else:
+        out["train/tail_share"] = _mean(_values(rows, "clip/tail_share"))
+    names = {k.split("/")[-1] for r in rows for k in r if k.startswith("clip/frac_up/")}
+    for b in bin_names(names):
+        out[f"bins/up/{b}"] = _mean(_values(rows, f"clip/frac_up/{b}"))
+        out[f"bins/down/{b}"] = _mean(_values(rows, f"clip/frac_down/{b}"))
+        out[f"bins/share/{b}"] = _mean(_values(rows, f"tokens/share/{b}"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- report
+@dataclass(frozen=True)
+class Column:
+    """A column of the results tables: the summary ``key``, its ``title``, shown in % or not, with ``digits``."""
+
+    key: str
+    title: str
+    percent: bool
+    digits: int
+
+
+def _columns(k: int, ks: Sequence[int]) -> list[Column]:
+    cols = [Column(f"mean@{k}", f"mean@{k} %", True, 1)]
+    cols += [Column(f"pass@{j}", f"pass@{j} %", True, 1) for j in ks]
+    cols += [
+        Column(f"best@{k}", f"best@{k} %", True, 1),
+        Column(f"maj@{k}", f"maj@{k} %", True, 1),
+        Column("entropy", "entropy (eval, nats)", False, 3),
+        Column("train/entropy_last", "entropy (train, last)", False, 3),
+        Column("train/clip_frac", "clip %", True, 2),
+        Column("train/clip_frac_up", "clip up %", True, 2),
+        Column("train/clip_frac_down", "clip down %", True, 2),
+        Column("train/tail_share", "tail share %", True, 1),
+    ]
+    return cols
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything a report shows, built once by :meth:`load` (treat it as read-only).
+
+    Methods are ``labels`` in display order; ``summaries[(label, seed)]`` is :func:`run_summary` of every run
+    (finished or not); ``per_method[label][key]`` is :func:`~bandpo.experiments.report.stats.mean_ci` over the
+    finished seeds; ``comparisons`` are :func:`~bandpo.experiments.report.stats.compare_methods` of each method
+    against ``reference`` on ``main_key``, ``pass@max(ks)`` and ``entropy``, each with ``method``, ``reference``,
+    ``metric`` and ``percent``. Fractions stay fractions (the views show them in %)."""
+
+    output_dir: Path
+    source: str | None  # the config the comparison was made with (compare_plan.json)
+    runs: list[RunData]
+    finished: list[RunData]  # the runs with a results.json
+    labels: list[str]
+    seeds: list[int]  # the planned seeds
+    reference: str
+    rule_of: dict[str, tuple[str, dict[str, Any]]]  # label -> (clip rule or method, params)
+    smooth: int
+    groups: dict[str, list[RunData]]  # label -> every run
+    done_groups: dict[str, list[RunData]]  # label -> its finished runs
+    summaries: dict[tuple[str, int], dict[str, Any]]
+    baseline: dict[str, Any] | None  # baseline/results.json (None: none, or unreadable)
+    k: int
+    ks: list[int]
+    main_key: str  # mean@k
+    columns: list[Column]
+    run_keys: list[str]  # the columns' keys, then every other key a finished run has a number for
+    per_method: dict[str, dict[str, dict[str, Any]]]
+    comparisons: list[dict[str, Any]]
+    outcome: Outcome
+    missing: list[str]  # "<label> seed <seed>" of the planned runs without results
+    colors: dict[str, str]
+    heldout_key: str | None  # the mean@k logged in heldout.jsonl, if any
+    # held-out main_key per method: at step 0 (the baseline) and the mean final point of its runs
+    final_points: dict[str, list[tuple[float, float]]]
+    max_steps: int | None  # the most optimizer steps of a finished run
+    dataset: str | None
+    temperature: Any
+    train_walls: list[float]  # train_wall_s of the finished runs that have one
+
+    @property
+    def title(self) -> str:
+        return f"bandpo compare: {self.output_dir.name}"
+
+    @classmethod
+    def load(
+        cls,
+        output_dir: str | Path,
+        *,
+        reference: str | None = None,
+        smooth: int = 1,
+        methods: Sequence[str] | None = None,
+        seeds: Sequence[int] | None = None,
+        rules: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
+    ) -> ReportData:
+        """Read ``output_dir`` (arguments as :func:`bandpo.experiments.report.build_report`'s).
+
+        Raises:
+            ValueError: no run directory in ``output_dir``.
+        """
+        output_dir = Path(output_dir)
+        plan = read_json_object(output_dir / PLAN_FILE)
+        runs = load_runs(output_dir)
+        if not runs:
+            raise ValueError(
+                f"output_dir {str(output_dir)!r} has no runs (looked for runs/<label>/seed<seed>/{RUN_SPEC_FILE})"
+            )
+        order = list(methods or [m["label"] for m in plan.get("methods", [])])
+        order += [label for label in dict.fromkeys(r.label for r in runs) if label not in order]
+        labels = [label for label in order if any(r.label == label for r in runs)]
+        seeds = list(seeds or plan.get("seeds") or sorted({r.seed for r in runs}))
+        reference = reference or plan.get("reference") or ("grpo" if "grpo" in labels else labels[0])
+        if reference not in labels:
+            reference = labels[0]
+        rule_of = {r.label: (r.clip_rule, r.params) for r in runs}
+        rule_of.update({key: (v[0], dict(v[1])) for key, v in (rules or {}).items()})
+
+        finished = [r for r in runs if r.results]
+        groups = {label: [r for r in runs if r.label == label] for label in labels}
+        done_groups = {label: [r for r in finished if r.label == label] for label in labels}
+        summaries = {(r.label, r.seed): run_summary(r) for r in runs}
+        baseline = read_json_object(output_dir / BASELINE_DIR / RESULTS_FILE) or None
+        settings = next((r.results.get("settings") for r in finished if r.results.get("settings")), None)
+        settings = settings or (baseline or {}).get("settings") or {}
+        k = int(settings.get("k") or _guess_k(summaries))
+        ks = list(settings.get("ks") or [1, k])
+        columns, main_key = _columns(k, ks), f"mean@{k}"
+        done = {label: [summaries[(r.label, r.seed)] for r in done_groups[label]] for label in labels}
+        stat_keys = sorted(
+            {key for rows in done.values() for row in rows for key, v in row.items() if v is not None}
+        )
+        per_method = {
+            label: {key: mean_ci([row.get(key) for row in done[label]]) for key in stat_keys}
+            for label in labels
+        }
+        compared = ((main_key, True), (f"pass@{max(ks)}", True), ("entropy", False))
+        comparisons = [
+            {"method": label, "reference": reference, "metric": key, "percent": percent}
+            | compare_methods(
+                _by_seed(done_groups[reference], summaries, key), _by_seed(done_groups[label], summaries, key)
+            )
+            for label in labels
+            if label != reference
+            for key, percent in compared
+        ]
+        first = (finished[0].results or {}) if finished else {}
+        steps = [summaries[(r.label, r.seed)].get("train/steps") for r in finished]
+        walls = [summaries[(r.label, r.seed)].get("train_wall_s") for r in finished]
+        return cls(
+            output_dir=output_dir,
+            source=plan.get("source"),
+            runs=runs,
+            finished=finished,
+            labels=labels,
+            seeds=seeds,
+            reference=reference,
+            rule_of=rule_of,
+            smooth=smooth,
+            groups=groups,
+            done_groups=done_groups,
+            summaries=summaries,
+            baseline=baseline,
+            k=k,
+            ks=ks,
+            main_key=main_key,
+            columns=columns,
+            run_keys=[c.key for c in columns]
+            + [key for key in stat_keys if key not in {c.key for c in columns}],
+            per_method=per_method,
+            comparisons=comparisons,
+            outcome=outcome_of(comparisons, main_key, reference, rule_of),
+            missing=[
+                f"{label} seed {seed}"
+                for label in labels
+                for seed in seeds
+                if not any(r.seed == seed for r in done_groups[label])
+            ],
+            colors={label: _PALETTE[i % len(_PALETTE)] for i, label in enumerate(labels)},
+            heldout_key=_heldout_key(runs),
+            final_points=_final_points(groups, baseline, main_key),
+            max_steps=max((s for s in steps if s is not None), default=None),
+            dataset=first.get("dataset"),
+            temperature=(first.get("settings") or {}).get("temperature"),
+            train_walls=[w for w in walls if isinstance(w, (int, float))],
+        )
+
+    # ------------------------------------------------------------------------------------------ lookups
+    def method_mean(self, label: str, key: str) -> float | None:
+        """The mean over ``label``'s finished seeds of ``key`` (``None``: not measured)."""
+        return (self.per_method.get(label, {}).get(key) or {}).get("mean")
+
+    def baseline_metric(self, key: str) -> Any:
+        """The starting policy's ``key`` (``None`` without a baseline)."""
+        return (self.baseline or {}).get("metrics", {}).get(key)
+
+    @property
+    def train_wall_mean(self) -> float:
+        """The mean training wall time of a finished run in seconds (of those that recorded one)."""
+        return statistics.fmean(self.train_walls)
+
+    @property
+    def train_wall_total(self) -> float:
+        return sum(self.train_walls)
+
+    def reference_gain(self) -> float | None:
+        """The reference method's mean ``main_key`` minus the starting policy's (``None`` without either)."""
+        start, end = self.baseline_metric(self.main_key), self.method_mean(self.reference, self.main_key)
+        return None if start is None or end is None else end - start
+
+    def clip_ratios(self) -> dict[str, float]:
+        """Each other method's mean clip fraction over the reference's (empty when the reference clips nothing or
+        logs no clip fraction)."""
+        ref_clip = self.method_mean(self.reference, "train/clip_frac")
+        if not ref_clip:
+            return {}
+        clip = {label: self.method_mean(label, "train/clip_frac") for label in self.labels}
+        return {label: v / ref_clip for label, v in clip.items() if v is not None and label != self.reference}
+
+    def curve(self, label: str, key: str, *, heldout: bool = False, smooth: int = 1) -> Curve | None:
+        """``key`` against the optimizer step over ``label``'s runs (``metrics.jsonl``, or ``heldout.jsonl``):
+        per step the mean, min and max over the seeds that logged it, each seed's series rolling-averaged over
+        ``smooth`` logged points; ``None`` when no run logged ``key``."""
+        return curve([r.heldout if heldout else r.metrics for r in self.groups[label]], key, smooth)
+
+    def clip_bins(self) -> BinBars | None:
+        """Clipping by old-probability bin per method (:func:`~bandpo.experiments.report.series.clip_bin_bars`)."""
+        return clip_bin_bars(self.labels, self.per_method)
+
+
+def _by_seed(
+    runs: Sequence[RunData], summaries: Mapping[tuple[str, int], Mapping[str, Any]], key: str
+) -> dict[int, float]:
+    """``seed -> value`` of ``key`` over ``runs`` that have one."""
+    pairs = ((r.seed, summaries[(r.label, r.seed)].get(key)) for r in runs)
+    return {seed: value for seed, value in pairs if value is not None}
+
+
+def _guess_k(summaries: Mapping[Any, Mapping[str, Any]]) -> int:
+    for s in summaries.values():
+        for key in s:
+            if key.startswith("mean@"):
+                return int(key.split("@")[1])
+    return 1
+
+
+def _heldout_key(runs: Sequence[RunData]) -> str | None:
+    for r in runs:
+        for row in r.heldout:
+            for key in row:
+                if key.startswith("mean@"):
+                    return key
+    return None
+
+
+def _final_points(
+    groups: Mapping[str, Sequence[RunData]], baseline: Mapping[str, Any] | None, key: str
+) -> dict[str, list[tuple[float, float]]]:
+    start = (baseline or {}).get("metrics", {}).get(key)
+    points: dict[str, list[tuple[float, float]]] = {}
+    for label, runs in groups.items():
+        ends = []
+        for r in runs:
+            if not r.results or r.results.get("metrics", {}).get(key) is None:
+                continue
+            steps = [row["step"] for row in r.metrics if row.get("step") is not None]
+            ends.append((float(max(steps)) if steps else 1.0, float(r.results["metrics"][key])))
+        if not ends:
+            points[label] = []
+            continue
+        step = statistics.fmean(x for x, _ in ends)
+        pts = [(0.0, float(start))] if start is not None else []
+        pts.append((step, statistics.fmean(y for _, y in ends)))
+        points[label] = pts
+    return points

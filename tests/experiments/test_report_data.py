@@ -1,0 +1,109 @@
+"""Tests for bandpo.experiments.report.data.ReportData: every number the views show, against values recomputed here
+from the synthetic run files (synthetic_runs.py)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from synthetic_runs import BAND_KL, BINS, GRPO, make_run, metrics_rows
+
+from bandpo.experiments.report import ReportData, build_report
+
+SHIFTS = {
+    "grpo": (0.0, 0.01, 0.02),
+    "band-kl": (0.02, 0.03, 0.04),
+    "band-tv": (0.0, 0.03, 0.06),
+}  # conftest's
+
+
+def _rows(shift: float) -> list[dict]:
+    return metrics_rows(shift)[:-1]  # without the end-of-training summary row
+
+
+def test_report_data_of_the_shared_directory(compare_dir: Path) -> None:
+    data = ReportData.load(compare_dir, reference="grpo", smooth=2)
+    assert data.labels == ["grpo", "band-kl", "band-tv"] and data.reference == "grpo"
+    assert (data.k, data.ks, data.main_key) == (8, [1, 4, 8], "mean@8")
+    assert data.seeds == [0, 1, 2] and data.missing == []
+    assert (data.max_steps, data.dataset, data.temperature) == (20, "countdown/test", 1.0)
+    assert data.train_walls == [30.0, 31.0, 32.0] * 3 and data.train_wall_mean == 31.0
+    assert data.heldout_key == "mean@4"
+    assert data.title == "bandpo compare: cmp"
+
+    (main,) = [c for c in data.comparisons if c["method"] == "band-kl" and c["metric"] == "mean@8"]
+    assert main["diff"] == pytest.approx(statistics.fmean(BAND_KL[s] - GRPO[s] for s in GRPO))
+    assert [c["metric"] for c in data.comparisons if c["method"] == "band-tv"] == [
+        "mean@8",
+        "pass@8",
+        "entropy",
+    ]
+    outcome = data.outcome
+    assert [c["method"] for c in outcome.better] == ["band-kl"] and outcome.worse == []
+    assert [c["method"] for c in outcome.band_winners] == ["band-kl"]
+    assert outcome.band_best is main and outcome.band_reaches_paper_gain and not outcome.single_seed
+
+    # the held-out end points: the baseline at step 0, the mean final accuracy at the last step
+    assert data.final_points["grpo"] == [(0.0, 0.09), (20.0, pytest.approx(statistics.fmean(GRPO.values())))]
+
+    clip = {
+        label: statistics.fmean(statistics.fmean(r["clip/frac"] for r in _rows(s)) for s in shifts)
+        for label, shifts in SHIFTS.items()
+    }
+    ratios = data.clip_ratios()
+    assert list(ratios) == ["band-kl", "band-tv"]
+    assert ratios["band-kl"] == pytest.approx(clip["band-kl"] / clip["grpo"], rel=1e-12)
+
+
+def test_curves_are_means_over_seeds_of_the_smoothed_series(compare_dir: Path) -> None:
+    data = ReportData.load(compare_dir, reference="grpo")
+    steps, mean, lo, hi = data.curve("band-kl", "reward")
+    series = [[r["reward"] for r in _rows(s)] for s in SHIFTS["band-kl"]]
+    assert steps == [2.0 * i for i in range(1, 11)]
+    assert mean == pytest.approx([statistics.fmean(ys) for ys in zip(*series)], rel=1e-12)
+    assert lo == [min(ys) for ys in zip(*series)] and hi == [max(ys) for ys in zip(*series)]
+    _, smoothed, _, _ = data.curve("band-kl", "reward", smooth=2)
+    assert smoothed[0] == pytest.approx(mean[0]) and smoothed[3] == pytest.approx((mean[2] + mean[3]) / 2)
+    steps, mean, _, _ = data.curve("grpo", "mean@4", heldout=True)
+    assert steps == [0.0, 10.0, 20.0]  # the torn last line is skipped
+    assert mean[-1] == pytest.approx(statistics.fmean(GRPO.values()) + 0.05)
+    assert data.curve("grpo", "no/such/key") is None
+
+
+def test_clip_bins_are_rates_and_shares_in_percent(compare_dir: Path) -> None:
+    data = ReportData.load(compare_dir, reference="grpo")
+    bars = data.clip_bins()
+    assert bars is not None and bars.bins == BINS and bars.labels == data.labels
+    per_seed = [statistics.fmean(r[f"clip/frac_up/{BINS[0]}"] for r in _rows(s)) for s in SHIFTS["grpo"]]
+    assert bars.rate[("up", "grpo")][0] == pytest.approx(100 * statistics.fmean(per_seed), rel=1e-12)
+    low, high = bars.rate_err[("up", "grpo")]
+    assert low[0] == pytest.approx(100 * (statistics.fmean(per_seed) - min(per_seed)), rel=1e-9)
+    assert high[0] == pytest.approx(100 * (max(per_seed) - statistics.fmean(per_seed)), rel=1e-9)
+    for side in ("up", "down"):
+        for label in data.labels:
+            assert sum(bars.where[(side, label)]) == pytest.approx(100.0)
+
+
+def test_a_band_reference_gets_no_bandpo_statement_and_one_seed_no_interval(tmp_path: Path) -> None:
+    root = tmp_path / "cmp"
+    make_run(root, "band-kl", "band", {"divergence": "kl"}, 0, 0, 0.2, 0.0, heldout=False)
+    make_run(root, "band-tv", "band", {"divergence": "tv"}, 0, 1, 0.3, 0.01, heldout=False)
+    data = ReportData.load(root)
+    assert data.reference == "band-kl"  # no grpo: the first method
+    assert data.outcome.band == [] and data.outcome.band_best is None
+    assert data.outcome.single_seed and data.heldout_key is None
+    assert data.baseline is None and data.final_points["band-tv"] == [(20.0, 0.3)]
+
+
+def test_a_missing_baseline_is_null_in_results_json(tmp_path: Path) -> None:
+    root = tmp_path / "cmp"
+    make_run(root, "grpo", "grpo", {}, 0, 0, 0.1, 0.0, heldout=False)
+    report = build_report(root, figures=False)
+    assert json.loads((report / "results.json").read_text())["baseline"] is None
+    (root / "baseline").mkdir()
+    (root / "baseline" / "results.json").write_text('{"metrics": {"mean@8": 0.0')  # torn: no baseline either
+    report = build_report(root, figures=False)
+    assert json.loads((report / "results.json").read_text())["baseline"] is None
+    assert "Starting policy" not in (report / "report.md").read_text()
