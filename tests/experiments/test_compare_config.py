@@ -52,8 +52,14 @@ def test_overrides() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["seedz=[1]"], r"unknown compare config key 'seedz' \(did you mean 'seeds'\?\)"),
-        (["eval.kk=3"], r"unknown compare config key eval.kk \(did you mean 'k'\?\)"),
+        (
+            ["seedz=[1]"],
+            r"unknown compare config key 'seedz' \(from the overrides\) \(did you mean 'seeds'\?\)",
+        ),
+        (
+            ["eval.kk=3"],
+            r"unknown compare config key 'eval.kk' \(from the overrides\) \(did you mean 'eval.k'\?\)",
+        ),
         (
             ["methods=[{clip_rule: bnad}]"],
             r"unknown clip rule 'bnad' \(did you mean 'band'\?\); valid names: grpo",

@@ -189,7 +189,7 @@ def test_default_output_dir_is_named_after_the_config(tmp_path: Path) -> None:
         (["data.prompt_template=no field"], r"data.prompt_template must contain \{prompt\}"),
         (
             ["data.task_options.n_trian=5"],
-            r"unknown config key data.task_options.n_trian \(did you mean data.task_options.n_train\?\)",
+            r"unknown config key 'data.task_options.n_trian' \(did you mean 'data.task_options.n_train'\?\)",
         ),
         (["data.task_options.n_train=100000"], r"data.task_options: n_train \+ n_test must be <= 1345"),
         (
@@ -207,11 +207,13 @@ def test_config_errors(overrides: list[str], match: str) -> None:
 def test_typo_in_the_file_names_the_file(tmp_path: Path) -> None:
     path = write_yaml(tmp_path / "typo.yaml", "data: {task: countdown}\nnum_generatoins: 8\n")
     with pytest.raises(
-        ConfigError, match=rf"'num_generatoins' \(in {tmp_path}/typo.yaml\).*'num_generations'"
+        ConfigError, match=rf"'num_generatoins' \(in {tmp_path}/typo.yaml:2\).*'num_generations'"
     ):
         load_train_config(path)
     path = write_yaml(tmp_path / "typo2.yaml", "data: {task: countdown, prompt_colunm: q}\n")
-    with pytest.raises(ConfigError, match=r"'data.prompt_colunm' \(in .*typo2.yaml\).*'data.prompt_column'"):
+    with pytest.raises(
+        ConfigError, match=r"'data.prompt_colunm' \(in .*typo2.yaml:1\).*'data.prompt_column'"
+    ):
         load_train_config(path)
 
 
@@ -254,7 +256,7 @@ def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
         ),
         (
             ["model.warm_start.n_layer=2"],
-            r"unknown config key model.warm_start.n_layer \(did you mean model.warm_start.n_layers\?\)",
+            r"unknown config key 'model.warm_start.n_layer' \(did you mean 'model.warm_start.n_layers'\?\)",
         ),
         (["model.path=/does/not/exist"], r"model.path '/does/not/exist' does not exist"),
         (["model.path=nobody/no-such-model"], r"not a local directory and not in the Hugging Face cache"),

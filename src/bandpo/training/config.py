@@ -44,23 +44,35 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import enum
 import functools
 import math
-import types
-import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
+from bandpo.config import (
+    NULL_TEXTS,
+    OVERRIDES_LABEL,
+    ConfigError,
+    Layer,
+    build_dataclass,
+    dataclass_types,
+    field_value,
+    merge,
+    override_layer,
+    read_layers,
+    unknown_key,
+    where,
+)
 from bandpo.registry import did_you_mean
 from bandpo.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
 
 __all__ = [
     "DTYPES",
+    "OVERRIDES_LABEL",
     "RULE_PARAM_KEYS",
     "SECTIONS",
     "ConfigError",
@@ -68,17 +80,10 @@ __all__ = [
     "ModelConfig",
     "RewardConfig",
     "TrainConfig",
-    "coerce_value",
     "dataclass_types",
     "load_train_config",
-    "parse_overrides",
     "trainer_field_types",
 ]
-
-
-class ConfigError(ValueError):
-    """A problem with the training config (key, value, file, dataset or model path), found before training."""
-
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 """Allowed ``model.dtype`` values (as TRL's ``model_init_kwargs["dtype"]``)."""
@@ -96,11 +101,8 @@ REFUSED_TRAINER_KEYS = {
 }
 """TrainingArguments fields a config may not set, with what to do instead."""
 
-_NULL_STRINGS = ("null", "~", "None", "NULL", "Null")
 _DEFAULT_OUTPUT_ROOT = "runs"
 _DEFAULT_CLIP_RULE = "band"  # BandPOConfig's default
-OVERRIDES_LABEL = "from the overrides"
-"""Origin label of values set by ``key=value`` overrides (error messages say where a bad value came from)."""
 
 
 # --------------------------------------------------------------------------------------------------- sections
@@ -274,290 +276,11 @@ SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "reward":
 
 # ------------------------------------------------------------------------------------------------ field types
 @functools.cache
-def dataclass_types(cls: type) -> dict[str, Any]:
-    """Init field name -> resolved type annotation of dataclass ``cls``."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
-
-
-@functools.cache
 def trainer_field_types() -> dict[str, Any]:
     """``BandPOConfig`` init field name -> type (imports TRL)."""
     from bandpo.integrations.trl import BandPOConfig
 
     return dataclass_types(BandPOConfig)
-
-
-_SIMPLE_NAMES = {
-    int: "an integer",
-    float: "a number",
-    bool: "true or false",
-    str: "a string",
-    list: "a list",
-    dict: "a mapping",
-}
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if tp in _SIMPLE_NAMES:
-        return _SIMPLE_NAMES[tp]
-    if origin in _SIMPLE_NAMES:
-        return _SIMPLE_NAMES[origin]
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "null"
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return "one of " + ", ".join(repr(m.value) for m in tp)
-    if origin is not None:
-        return getattr(origin, "__name__", str(origin))
-    return getattr(tp, "__name__", str(tp))
-
-
-def parse_scalar(text: str) -> Any:
-    """YAML scalar/flow parsing of a command-line string, plus numbers YAML 1.1 leaves as strings (``1e-6``)."""
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, str):
-        for convert in (int, float):
-            try:
-                return convert(value)
-            except ValueError:
-                pass
-    return value
-
-
-class _Mismatch(Exception):
-    pass
-
-
-def _convert(value: Any, tp: Any) -> Any:
-    """``value`` as type ``tp``, or raise ``_Mismatch``."""
-    if tp is Any or tp is object:
-        return value
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is type(None):
-        if value is None or (isinstance(value, str) and value in _NULL_STRINGS):
-            return None
-        raise _Mismatch
-    if origin in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value in _NULL_STRINGS and type(None) in args):
-            if type(None) in args:
-                return None
-            raise _Mismatch
-        members = [a for a in args if a is not type(None)]
-        # A value that already has one of the member types keeps it; a string that looks like a YAML list or
-        # dict tries the container members first; otherwise the members are tried in declaration order.
-        if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
-            members.sort(key=lambda m: (typing.get_origin(m) or m) not in (list, dict))
-        else:
-            for member in members:
-                base = typing.get_origin(member) or member
-                if isinstance(base, type) and isinstance(value, base) and not _bool_int_clash(value, base):
-                    return _convert(value, member)
-        for member in members:
-            try:
-                return _convert(value, member)
-            except _Mismatch:
-                continue
-        raise _Mismatch
-    if origin is Literal:
-        for choice in args:
-            if value == choice or (isinstance(value, str) and str(choice) == value):
-                return choice
-        raise _Mismatch
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            lowered = value.strip().lower()
-            if lowered in ("true", "yes", "on", "1"):
-                return True
-            if lowered in ("false", "no", "off", "0"):
-                return False
-        raise _Mismatch
-    if tp is int:
-        if isinstance(value, bool):
-            raise _Mismatch
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                try:
-                    as_float = float(value)
-                except ValueError:
-                    raise _Mismatch from None
-                if as_float.is_integer():
-                    return int(as_float)
-        raise _Mismatch
-    if tp is float:
-        if isinstance(value, bool):
-            raise _Mismatch
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                raise _Mismatch from None
-        raise _Mismatch
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise _Mismatch
-    if origin in (list, tuple, Sequence) or tp in (list, tuple):
-        if isinstance(value, str):
-            value = parse_scalar(value)
-        if not isinstance(value, (list, tuple)):
-            raise _Mismatch
-        item_type = args[0] if args else Any
-        return [_convert(v, item_type) for v in value]
-    if origin in (dict, Mapping) or tp is dict:
-        if isinstance(value, str):
-            value = parse_scalar(value)
-        if not isinstance(value, Mapping):
-            raise _Mismatch
-        value_type = args[1] if len(args) == 2 else Any
-        return {str(k): _convert(v, value_type) for k, v in value.items()}
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        if isinstance(value, tp):
-            return value.value
-        if any(value == m.value for m in tp):
-            return value  # TrainingArguments converts the string itself
-        raise _Mismatch
-    if isinstance(tp, type) and isinstance(value, tp):
-        return value
-    raise _Mismatch
-
-
-def _bool_int_clash(value: Any, base: type) -> bool:
-    """``True`` is an ``int`` to Python, not to a config."""
-    return isinstance(value, bool) and base in (int, float)
-
-
-def coerce_value(value: Any, tp: Any, key: str, origin: str | None = None) -> Any:
-    """``value`` converted to type ``tp`` (a field annotation); :class:`ConfigError` naming ``key`` otherwise."""
-    try:
-        return _convert(value, tp)
-    except _Mismatch:
-        where = f" ({origin})" if origin else ""
-        raise ConfigError(f"{key}{where} must be {_type_name(tp)}, got {value!r}") from None
-
-
-# -------------------------------------------------------------------------------------------- layers & merging
-def parse_overrides(overrides: Iterable[str] | Mapping[str, Any]) -> dict[str, Any]:
-    """``["a=1", "model.path=/m"]`` (or a mapping of dotted keys) -> nested dict ``{"a": "1", "model": {...}}``.
-
-    String values stay strings here; they are converted to the field's type when the config is built.
-    """
-    nested: dict[str, Any] = {}
-    items: Iterable[tuple[str, Any]]
-    if isinstance(overrides, Mapping):
-        items = overrides.items()
-    else:
-        pairs = []
-        for item in overrides:
-            if not isinstance(item, str) or "=" not in item:
-                raise ConfigError(
-                    f"overrides must be key=value (dotted keys for sections, e.g. model.path=/models/x), got {item!r}"
-                )
-            key, value = item.split("=", 1)
-            pairs.append((key.strip(), value))
-        items = pairs
-    for key, value in items:
-        parts = key.split(".")
-        if not key or "" in parts:
-            raise ConfigError(f"override key must be a name or a dotted path like data.path, got {key!r}")
-        node = nested
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {key!r} conflicts with another override of {part!r}")
-            node = child
-        node[parts[-1]] = value
-    return nested
-
-
-def _merge(base: dict[str, Any], layer: Mapping[str, Any], origins: dict[str, str], label: str) -> None:
-    """Merge ``layer`` into ``base`` in place (dicts key by key); record each leaf's origin."""
-    new = _selected_method(layer)
-    old_method = _selected_method(base) or _DEFAULT_CLIP_RULE
-    if new is not None and new != old_method:
-        # another method: its defaults plus what this layer sets, nothing of the inherited method or the new one
-        for key in switch_keys(old_method, new):
-            base.pop(key, None)
-            for old in [k for k in origins if k == key or k.startswith(key + ".")]:
-                del origins[old]
-
-    data_layer = layer.get("data")
-    if isinstance(data_layer, Mapping) and isinstance(base.get("data"), dict):
-        # Files instead of a task, or the other way round: the inherited source and its options go.
-        drop = {"path": ("task", "task_options"), "task": ("path",)}
-        for key, others in drop.items():
-            if data_layer.get(key) not in (None, "null", "~"):
-                for other in others:
-                    if other not in data_layer:
-                        base["data"].pop(other, None)
-
-    def merge(dst: dict[str, Any], src: Mapping[str, Any], prefix: str) -> None:
-        for key, value in src.items():
-            dotted = f"{prefix}{key}"
-            if isinstance(value, Mapping) and isinstance(dst.get(key), dict):
-                merge(dst[key], value, dotted + ".")
-            else:
-                dst[key] = copy.deepcopy(dict(value)) if isinstance(value, Mapping) else copy.deepcopy(value)
-                for old in [k for k in origins if k.startswith(dotted + ".")]:
-                    del origins[old]
-                origins[dotted] = label
-
-    merge(base, layer, "")
-
-
-def _selected_method(layer: Mapping[str, Any]) -> Any:
-    """The method a layer selects: its ``method``, else its ``clip_rule``, else ``None`` (a ``null`` method
-    defers to ``clip_rule``)."""
-    value = layer.get(METHOD_KEY)
-    if value in (None, "null", "~"):
-        value = layer.get("clip_rule")
-    return value
-
-
-def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> list[tuple[dict[str, Any], str]]:
-    """The layers of config file ``path``: its ``base:`` chain first, then the file itself."""
-    path = path.resolve()
-    if path in chain:
-        cycle = " -> ".join(str(p) for p in (*chain, path))
-        raise ConfigError(f"config base: cycle: {cycle}")
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from err
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys, got {type(data).__name__}")
-    layers: list[tuple[dict[str, Any], str]] = []
-    base = data.pop("base", None)
-    if base is not None:
-        if not isinstance(base, str):
-            raise ConfigError(f"base in {str(path)!r} must be a path to another config file, got {base!r}")
-        layers.extend(_read_yaml(path.parent / base, (*chain, path)))
-    layers.append((data, str(path)))
-    return layers
 
 
 def _valid_keys() -> list[str]:
@@ -566,6 +289,37 @@ def _valid_keys() -> list[str]:
         keys.append(name)
         keys.extend(f"{name}.{f}" for f in dataclass_types(cls))
     return keys
+
+
+# ---------------------------------------------------------------------------------------------- layers
+def _selected_method(values: Mapping[str, Any]) -> Any:
+    """The method a layer selects: its ``method``, else its ``clip_rule``, else ``None`` (a ``null`` method
+    defers to ``clip_rule``)."""
+    value = values.get(METHOD_KEY)
+    if value in NULL_TEXTS:
+        value = None
+    return value if value is not None else values.get("clip_rule")
+
+
+def _merge_layer(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None:
+    """Merge ``layer`` into ``values``: first drop what it switches away from (module docstring), then merge."""
+    new = _selected_method(layer.values)
+    old = _selected_method(values) or _DEFAULT_CLIP_RULE
+    if new is not None and new != old:
+        # another method: its defaults plus what this layer sets, nothing of the inherited method or the new one
+        for key in switch_keys(old, new):
+            values.pop(key, None)
+            for gone in [k for k in origins if k == key or k.startswith(key + ".")]:
+                del origins[gone]
+    data = layer.values.get("data")
+    if isinstance(data, Mapping) and isinstance(values.get("data"), dict):
+        # Files instead of a task, or the other way round: the inherited source and its options go.
+        for key, others in {"path": ("task", "task_options"), "task": ("path",)}.items():
+            if data.get(key) not in (None, *NULL_TEXTS):
+                for other in others:
+                    if other not in data:
+                        values["data"].pop(other, None)
+    merge(values, origins, layer)
 
 
 # ---------------------------------------------------------------------------------------------- the config
@@ -600,24 +354,24 @@ class TrainConfig:
     origins: dataclasses.InitVar[Mapping[str, str] | None] = None
 
     def __post_init__(self, origins: Mapping[str, str] | None) -> None:
-        def where(key: str) -> str:
-            return f" ({_where(origins or {}, key)})"
+        def at(key: str) -> str:
+            return f" ({where(origins or {}, key)})"
 
         if self.method is not None:
             try:
                 method = METHODS.get(self.method)
             except ValueError as err:
-                raise ConfigError(f"method{where(METHOD_KEY)}: {err}") from err
+                raise ConfigError(f"method{at(METHOD_KEY)}: {err}") from err
             if method.name not in TRL_METHODS:  # a clip rule: ``clip_rule`` holds it
-                _select_clip_rule(self.trainer, method.name, where)
+                _select_clip_rule(self.trainer, method.name, at)
                 self.method = None
         if self.method is not None:
             try:
-                TRL_METHODS.get(self.method).check_trainer(self.trainer, where)
+                TRL_METHODS.get(self.method).check_trainer(self.trainer, at)
             except ValueError as err:
                 raise ConfigError(str(err)) from err
         else:
-            _check_clip_rule_fields(self.trainer, where)
+            _check_clip_rule_fields(self.trainer, at)
 
     def training_method(self) -> Any:
         """The method to train with (:data:`bandpo.training.methods.METHODS`): ``config_class()``,
@@ -635,13 +389,13 @@ class TrainConfig:
         sections: dict[str, Any] = {}
         method = None
         for key, value in data.items():
-            where = _where(origins, key)
+            here = where(origins, key)
             if key == METHOD_KEY:
-                if value in (None, "null", "~"):
+                if value in (None, *NULL_TEXTS):
                     continue
                 if not isinstance(value, str):
                     raise ConfigError(
-                        f"method ({where}) must be a method name ({', '.join(METHODS.names())}), got {value!r}"
+                        f"method ({here}) must be a method name ({', '.join(METHODS.names())}), got {value!r}"
                     )
                 method = value
             elif key in SECTIONS:
@@ -649,21 +403,20 @@ class TrainConfig:
                     value = {}
                 if not isinstance(value, Mapping):
                     raise ConfigError(
-                        f"{key} ({where}) must be a mapping of {', '.join(dataclass_types(SECTIONS[key]))}, "
+                        f"{key} ({here}) must be a mapping of {', '.join(dataclass_types(SECTIONS[key]))}, "
                         f"got {value!r}"
                     )
                 sections[key] = _build_section(key, value, origins)
             elif key in REFUSED_TRAINER_KEYS:
-                raise ConfigError(f"{key} ({where}) cannot be set in a config: {REFUSED_TRAINER_KEYS[key]}")
+                raise ConfigError(f"{key} ({here}) cannot be set in a config: {REFUSED_TRAINER_KEYS[key]}")
             elif key in field_types:
-                value = _parse_override_leaves(value, key, origins)
-                trainer[key] = coerce_value(value, field_types[key], key, where)
+                trainer[key] = field_value(value, field_types[key], key, origins)
             else:
-                raise ConfigError(
-                    f"unknown config key {key!r} ({where}){did_you_mean(key, _valid_keys())}. Top-level keys are "
-                    "the fields of TRL's GRPOConfig / bandpo's BandPOConfig (learning_rate, num_generations, ...) "
-                    f"and the sections {', '.join(SECTIONS)}"
+                known = (
+                    ". Top-level keys are the fields of TRL's GRPOConfig / bandpo's BandPOConfig (learning_rate, "
+                    f"num_generations, ...) and the sections {', '.join(SECTIONS)}"
                 )
+                raise unknown_key(key, _valid_keys(), at=here, known=known)
         if "model" not in sections:
             sections["model"] = ModelConfig()
         if "reward" not in sections:
@@ -690,7 +443,7 @@ class TrainConfig:
         """A new config with ``overrides`` (``["key=value", ...]`` or ``{"dotted.key": value}``) applied."""
         merged = self.to_dict()
         origins: dict[str, str] = {}
-        _merge(merged, parse_overrides(overrides), origins, OVERRIDES_LABEL)
+        _merge_layer(merged, origins, override_layer(overrides))
         return TrainConfig.from_dict(merged, source=self.source, origins=origins)
 
     @property
@@ -793,53 +546,9 @@ def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
         )
 
 
-def _parse_override_leaves(
-    value: Any, dotted: str, origins: Mapping[str, str], inherited: str | None = None
-) -> Any:
-    """Inside a dict-valued field, overridden string leaves (``reward.options.incorrect_reward=0``) are parsed as
-    YAML scalars: free-form options have no declared type to convert them to."""
-    if not isinstance(value, Mapping):
-        return value
-    inherited = origins.get(dotted, inherited)
-    out = {}
-    for key, item in value.items():
-        sub = f"{dotted}.{key}"
-        if isinstance(item, Mapping):
-            out[key] = _parse_override_leaves(item, sub, origins, inherited)
-        elif isinstance(item, str) and origins.get(sub, inherited) == OVERRIDES_LABEL:
-            out[key] = parse_scalar(item)
-        else:
-            out[key] = item
-    return out
-
-
-def _where(origins: Mapping[str, str], dotted: str) -> str:
-    """Where ``dotted`` was set: its own origin, an enclosing key's, or those of the keys inside it."""
-    parts = dotted.split(".")
-    for end in range(len(parts), 0, -1):
-        found = origins.get(".".join(parts[:end]))
-        if found:
-            return found
-    inside = sorted({v for k, v in origins.items() if k.startswith(dotted + ".")})
-    return ", ".join(inside) if inside else "default"
-
-
 def _build_section(name: str, values: Mapping[str, Any], origins: Mapping[str, str]) -> Any:
-    cls = SECTIONS[name]
-    field_types = dataclass_types(cls)
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
-        dotted = f"{name}.{key}"
-        where = _where(origins, dotted)
-        if key not in field_types:
-            raise ConfigError(
-                f"unknown config key {dotted!r} ({where}){did_you_mean(dotted, _valid_keys())}. Keys of {name}: "
-                f"{', '.join(field_types)}"
-            )
-        value = _parse_override_leaves(value, dotted, origins)
-        kwargs[key] = coerce_value(value, field_types[key], dotted, where)
     try:
-        return cls(**kwargs)
+        return build_dataclass(SECTIONS[name], values, name, origins, suggest=_valid_keys())
     except ConfigError:
         raise
     except (TypeError, ValueError) as err:
@@ -871,13 +580,9 @@ def load_train_config(
             section value that its dataclass refuses. Paths, datasets and the reward are checked later, by
             :func:`bandpo.training.run.prepare`.
     """
-    merged: dict[str, Any] = {}
+    values: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    source = None
-    if path is not None:
-        source = str(path)
-        for layer, file in _read_yaml(Path(path)):
-            label = f"in {file}"
-            _merge(merged, layer, origins, label)
-    _merge(merged, parse_overrides(overrides), origins, OVERRIDES_LABEL)
-    return TrainConfig.from_dict(merged, source=source, origins=origins)
+    layers = read_layers(path) if path is not None else []
+    for layer in [*layers, override_layer(overrides)]:
+        _merge_layer(values, origins, layer)
+    return TrainConfig.from_dict(values, source=None if path is None else str(path), origins=origins)

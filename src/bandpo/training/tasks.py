@@ -20,18 +20,18 @@ warm-started tiny character-level Qwen2 of :mod:`bandpo.tasks.tiny_model`, cache
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bandpo.registry import Registry, closest
+from bandpo.config import build_dataclass
+from bandpo.registry import Registry
 from bandpo.rewards import REWARDS, register_reward
 from bandpo.tasks.countdown import CountdownConfig, countdown_reward_func, make_splits
 
-__all__ = ["TASKS", "TaskSpec", "build_task_model", "check_options", "default_cache_dir", "register_task"]
+__all__ = ["TASKS", "TaskSpec", "build_task_model", "default_cache_dir", "register_task"]
 
 CACHE_ENV = "BANDPO_CACHE_DIR"
 
@@ -58,8 +58,7 @@ class TaskSpec:
 
     def options(self, options: Mapping[str, Any]) -> Any:
         """The task's options object from ``data.task_options`` (``ValueError`` on a bad key or value)."""
-        check_options(options, self.options_type, "data.task_options")
-        return self.options_type(**_coerced(options, self.options_type, "data.task_options"))
+        return build_dataclass(self.options_type, options, "data.task_options")
 
 
 TASKS: Registry[TaskSpec] = Registry("task")
@@ -71,34 +70,6 @@ def register_task(spec: TaskSpec) -> TaskSpec:
     return TASKS.register(spec.name, spec)
 
 
-def _init_fields(cls: type, exclude: tuple[str, ...] = ()) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls) if f.init and f.name not in exclude]
-
-
-def check_options(options: Mapping[str, Any], cls: type, where: str, exclude: tuple[str, ...] = ()) -> None:
-    """Raise ``ValueError`` if ``options`` has a key that is not an init field of dataclass ``cls``.
-
-    The message names the config key (``where``), the unknown key, the closest valid key and all valid keys.
-    """
-    valid = _init_fields(cls, exclude)
-    for key in options:
-        if key not in valid:
-            match = closest(key, valid)
-            hint = f" (did you mean {where}.{match}?)" if match is not None else ""
-            raise ValueError(
-                f"unknown config key {where}.{key}{hint}; valid keys of {where} ({cls.__name__}): "
-                f"{', '.join(valid)}"
-            )
-
-
-def _coerced(options: Mapping[str, Any], cls: type, where: str) -> dict[str, Any]:
-    """``options`` with each value converted to the type of the dataclass field it sets."""
-    from bandpo.training.config import coerce_value, dataclass_types
-
-    types = dataclass_types(cls)
-    return {key: coerce_value(value, types[key], f"{where}.{key}") for key, value in options.items()}
-
-
 # ------------------------------------------------------------------------------------------------ countdown
 def _countdown_split(options: CountdownConfig, split: str) -> list[dict[str, Any]]:
     train, test = make_splits(options)
@@ -108,8 +79,7 @@ def _countdown_split(options: CountdownConfig, split: str) -> list[dict[str, Any
 def _warm_start_config(options: CountdownConfig, model_options: Mapping[str, Any]) -> Any:
     from bandpo.tasks.tiny_model import WarmStartConfig
 
-    check_options(model_options, WarmStartConfig, "model.warm_start", exclude=("task",))
-    return WarmStartConfig(task=options, **_coerced(model_options, WarmStartConfig, "model.warm_start"))
+    return build_dataclass(WarmStartConfig, model_options, "model.warm_start", task=options)
 
 
 def _countdown_model(

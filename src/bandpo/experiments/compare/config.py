@@ -11,10 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from bandpo.config import (
+    ConfigError,
+    build_dataclass,
+    dataclass_types,
+    merge,
+    override_layer,
+    parse_scalar,
+    read_layers,
+    split_override,
+    unknown_key,
+    where,
+)
 from bandpo.registry import did_you_mean
-from bandpo.training.config import parse_scalar
+from bandpo.validation import check_int_in
 
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -119,12 +129,6 @@ DEFAULT_METHODS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 Band with KL / TV / Pearson chi2 (delta 0.05) and entropy-adaptive Band-KL."""
 
 
-def _int(name: str, value: object, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise CompareError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 @dataclass
 class EvalSpec:
     """``eval:``: the final evaluation of every run (and of the starting policy).
@@ -159,7 +163,7 @@ class EvalSpec:
             raise CompareError(f"eval: {err}") from err
         self.ks = list(settings.ks or ())
         if self.max_problems is not None:
-            _int("eval.max_problems", self.max_problems, 1)
+            check_int_in("eval.max_problems", self.max_problems, 1, error=CompareError)
 
     def settings(self, progress: bool = False) -> Any:
         """The :class:`bandpo.eval.evaluate.EvalSettings`."""
@@ -186,10 +190,10 @@ class CurveSpec:
     max_problems: int | None = 100
 
     def __post_init__(self) -> None:
-        _int("curves.every", self.every, 0)
-        _int("curves.k", self.k, 1)
+        check_int_in("curves.every", self.every, 0, error=CompareError)
+        check_int_in("curves.k", self.k, 1, error=CompareError)
         if self.max_problems is not None:
-            _int("curves.max_problems", self.max_problems, 1)
+            check_int_in("curves.max_problems", self.max_problems, 1, error=CompareError)
 
 
 @dataclass
@@ -219,7 +223,7 @@ class CompareConfig:
         if not isinstance(self.seeds, list) or not self.seeds:
             raise CompareError(f"seeds must be a non-empty list of integers >= 0, got {self.seeds!r}")
         for seed in self.seeds:
-            _int("seeds entries", seed, 0)
+            check_int_in("seeds entries", seed, 0, error=CompareError)
         if len(set(self.seeds)) != len(self.seeds):
             raise CompareError(f"seeds must be distinct, got {self.seeds}")
         if self.reference is None:
@@ -229,8 +233,8 @@ class CompareConfig:
                 f"reference must be one of the method labels ({', '.join(labels)}), got {self.reference!r}"
             )
         if self.num_threads is not None:
-            _int("num_threads", self.num_threads, 1)
-        _int("report.smooth", self.smooth, 1)
+            check_int_in("num_threads", self.num_threads, 1, error=CompareError)
+        check_int_in("report.smooth", self.smooth, 1, error=CompareError)
         if not isinstance(self.output_dir, str) or not self.output_dir.strip():
             raise CompareError(f"output_dir must be a directory path, got {self.output_dir!r}")
 
@@ -258,6 +262,25 @@ class CompareConfig:
         }
 
 
+@dataclass
+class _TrainSection:
+    """``train:``: the training recipe and the overrides every run applies to it."""
+
+    config: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _ReportSection:
+    smooth: int = 1
+
+
+_SECTIONS: dict[str, type] = {
+    "train": _TrainSection,
+    "eval": EvalSpec,
+    "curves": CurveSpec,
+    "report": _ReportSection,
+}
 _TOP_KEYS = (
     "output_dir",
     "train",
@@ -270,47 +293,46 @@ _TOP_KEYS = (
     "num_threads",
     "report",
 )
-_SECTION_KEYS = {
-    "train": ("config", "overrides"),
-    "eval": tuple(f.name for f in dataclasses.fields(EvalSpec)),
-    "curves": tuple(f.name for f in dataclasses.fields(CurveSpec)),
-    "report": ("smooth",),
-}
+_OVERRIDES_PREFIX = "train.overrides."
 
 
-def _apply_overrides(data: dict[str, Any], overrides: Iterable[str] | Mapping[str, Any]) -> None:
-    """Set dotted keys: ``seeds=[0]``, ``eval.k=8``, ``train.overrides.max_steps=4`` (the part after
-    ``train.overrides.`` is one training key, dots kept: ``train.overrides.model.path=/m``)."""
-    items: list[tuple[str, Any]] = []
-    if isinstance(overrides, Mapping):
-        items = list(overrides.items())
-    else:
-        for text in overrides:
-            if "=" not in text:
-                raise CompareError(f"overrides must look like key=value (e.g. seeds=[0]), got {text!r}")
-            key, _, value = text.partition("=")
-            items.append((key.strip(), parse_scalar(value)))
-    for key, value in items:
-        if key.startswith("train.overrides."):
-            train = data.setdefault("train", {}) or {}
-            data["train"] = train
-            train.setdefault("overrides", {})
-            if train["overrides"] is None:
-                train["overrides"] = {}
-            train["overrides"][key[len("train.overrides.") :]] = value
-            continue
-        parts = key.split(".")
-        head = parts[0]
-        if head not in _TOP_KEYS:
-            raise CompareError(
-                f"unknown compare config key {key!r}{did_you_mean(head, _TOP_KEYS)}; keys: {', '.join(_TOP_KEYS)}"
-            )
-        target = data
-        for part in parts[:-1]:
-            if not isinstance(target.get(part), dict):
-                target[part] = {}
-            target = target[part]
-        target[parts[-1]] = value
+def _read(
+    path: str | Path | None, overrides: Iterable[str] | Mapping[str, Any]
+) -> tuple[dict[str, Any], Any]:
+    """The file and the overrides (values read as YAML) merged by :mod:`bandpo.config`, top-level keys checked, the
+    sections built. ``train.overrides.KEY=VALUE`` sets one training key (dots kept: ``train.overrides.model.path``)
+    on top of the file's ``train.overrides``."""
+    items = (
+        list(overrides.items())
+        if isinstance(overrides, Mapping)
+        else [split_override(text, "e.g. seeds=[0]") for text in overrides]
+    )
+    read = {k: parse_scalar(v) if isinstance(v, str) else v for k, v in items}
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    layers = read_layers(path, what="compare config", base_key=None) if path is not None else []
+    for layer in [
+        *layers,
+        override_layer({k: v for k, v in read.items() if not k.startswith(_OVERRIDES_PREFIX)}),
+    ]:
+        merge(values, origins, layer)
+    for key, value in values.items():
+        if key not in _TOP_KEYS:
+            at = where(origins, key)
+            raise unknown_key(key, _TOP_KEYS, "compare config", at, known=f"; keys: {', '.join(_TOP_KEYS)}")
+        if key in _SECTIONS:
+            fields = ", ".join(dataclass_types(_SECTIONS[key]))
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(
+                    f"{key} ({where(origins, key)}) must be a mapping of {fields}, got {value!r}"
+                )
+            values[key] = build_dataclass(_SECTIONS[key], value or {}, key, origins, "compare config")
+    sections = {name: values.get(name) or cls() for name, cls in _SECTIONS.items()}
+    train = sections["train"]
+    train.overrides.update(
+        {k[len(_OVERRIDES_PREFIX) :]: v for k, v in read.items() if k.startswith(_OVERRIDES_PREFIX)}
+    )
+    return {**values, **sections}, train
 
 
 def load_compare_config(
@@ -325,58 +347,18 @@ def load_compare_config(
         CompareError: unreadable file, unknown key (with the closest valid key), bad value, unknown clip rule or
             parameter, duplicate labels, a missing training config.
     """
-    data: dict[str, Any] = {}
-    base_dir = Path.cwd()
-    source = None
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise CompareError(f"compare config {str(path)!r} does not exist")
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as err:
-            raise CompareError(f"compare config {str(path)!r} is not valid YAML: {err}") from err
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise CompareError(
-                f"compare config {str(path)!r} must hold a mapping, got {type(loaded).__name__}"
-            )
-        data = loaded
-        base_dir = p.resolve().parent
-        source = str(path)
-    _apply_overrides(data, overrides)
-    for key, value in data.items():
-        if key not in _TOP_KEYS:
-            raise CompareError(
-                f"unknown compare config key {key!r}{did_you_mean(key, _TOP_KEYS)}; keys: {', '.join(_TOP_KEYS)}"
-            )
-        if key in _SECTION_KEYS:
-            if value is None:
-                data[key] = value = {}
-            if not isinstance(value, dict):
-                raise CompareError(
-                    f"{key} must be a mapping of {', '.join(_SECTION_KEYS[key])}, got {value!r}"
-                )
-            for sub in value:
-                if sub not in _SECTION_KEYS[key]:
-                    raise CompareError(
-                        f"unknown compare config key {key}.{sub}{did_you_mean(str(sub), _SECTION_KEYS[key])}; keys of "
-                        f"{key}: {', '.join(_SECTION_KEYS[key])}"
-                    )
-    train = data.get("train", {})
-    train_path = train.get("config", "tiny.yaml" if path is not None else "configs/tiny.yaml")
-    if not isinstance(train_path, str):
-        raise CompareError(f"train.config must be a path to a training config, got {train_path!r}")
+    try:
+        data, train = _read(path, overrides)
+    except ConfigError as err:
+        raise CompareError(str(err)) from err
+    base_dir = Path.cwd() if path is None else Path(path).resolve().parent
+    train_path = train.config or ("tiny.yaml" if path is not None else "configs/tiny.yaml")
     resolved = (base_dir / os.path.expandvars(train_path)).expanduser()
     if not resolved.is_file():
         raise CompareError(
             f"train.config {train_path!r} does not exist (resolved to {str(resolved)!r}; relative to the compare "
             "config's directory)"
         )
-    train_overrides = train.get("overrides") or {}
-    if not isinstance(train_overrides, dict):
-        raise CompareError(f"train.overrides must be a mapping of training keys, got {train_overrides!r}")
     methods_raw = data.get("methods") or []
     if not isinstance(methods_raw, list):
         raise CompareError(f"methods must be a list of {{label, method, params}}, got {methods_raw!r}")
@@ -408,28 +390,22 @@ def load_compare_config(
             MethodSpec(label=label, clip_rule=item.get("clip_rule"), params=params, method=item.get("method"))
         )
 
-    def section(name: str, cls: type) -> Any:
-        try:
-            return cls(**(data.get(name) or {}))
-        except TypeError as err:
-            raise CompareError(f"{name}: {err}") from err
-
     seeds = data.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
     return CompareConfig(
         output_dir=str(data.get("output_dir", "runs/compare")),
         train_config=str(resolved),
-        train_overrides=dict(train_overrides),
+        train_overrides=dict(train.overrides),
         methods=methods,
         seeds=seeds,
         reference=data.get("reference"),
-        eval=section("eval", EvalSpec),
-        curves=section("curves", CurveSpec),
+        eval=data["eval"],
+        curves=data["curves"],
         baseline=bool(data.get("baseline", True)),
         num_threads=data.get("num_threads"),
-        smooth=(data.get("report") or {}).get("smooth", 1),
-        source=source,
+        smooth=data["report"].smooth,
+        source=None if path is None else str(path),
     )
 
 

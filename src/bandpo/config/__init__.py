@@ -1,0 +1,45 @@
+"""The one config layer of ``bandpo train`` and ``bandpo compare``: documents, overrides, typed values.
+
+* :mod:`bandpo.config.documents`: YAML files with their ``base:`` chain, ``key=value`` overrides (dotted keys, as
+  OmegaConf / Hydra write them), merging layers (OmegaConf), and where each key was set (``in FILE:LINE`` or
+  ``from the overrides``) for the messages.
+* :mod:`bandpo.config.coerce`: a value converted to the type of the dataclass field it sets (pydantic), or a
+  :class:`ConfigError` naming the key, where it was set, the type in words and the value.
+
+What the keys mean lives with each config: :mod:`bandpo.training.config` (``TrainConfig``: TRL's fields, the
+``model`` / ``data`` / ``reward`` sections, the method) and :mod:`bandpo.experiments.compare.config`.
+"""
+
+from bandpo.config.coerce import build_dataclass, coerce_value, dataclass_types, field_value, type_words
+from bandpo.config.documents import (
+    NULL_TEXTS,
+    OVERRIDES_LABEL,
+    ConfigError,
+    Layer,
+    merge,
+    override_layer,
+    parse_scalar,
+    read_layers,
+    split_override,
+    unknown_key,
+    where,
+)
+
+__all__ = [
+    "NULL_TEXTS",
+    "OVERRIDES_LABEL",
+    "ConfigError",
+    "Layer",
+    "build_dataclass",
+    "coerce_value",
+    "dataclass_types",
+    "field_value",
+    "merge",
+    "override_layer",
+    "parse_scalar",
+    "read_layers",
+    "split_override",
+    "type_words",
+    "unknown_key",
+    "where",
+]

@@ -1,0 +1,204 @@
+"""Config documents: YAML files with their ``base:`` chain, ``key=value`` overrides, merging, where a key was set.
+
+A config is built from *layers*, lowest first: the files of a ``base:`` chain (each path relative to the file that
+names it), then the file, then the command line's overrides. Each :class:`Layer` holds its values (plain dicts,
+lists and scalars) and, for every dotted key it sets, where it was set: ``in FILE:LINE`` for a file (the line of
+the key, from the YAML node marks), :data:`OVERRIDES_LABEL` for an override. :func:`merge` merges a layer into the
+values below it (OmegaConf's merge: dicts key by key, anything else replaced) and keeps those origins, so an error
+found later names the file and line of the value.
+
+Files are read with OmegaConf's YAML loader (YAML 1.1 with numbers such as ``1e-6`` read as floats, dates as
+strings, duplicate keys refused). Interpolations (``${...}``) are not resolved: a config value is what it says.
+Override values stay the text the user wrote; they are converted to the type of the field they set by
+:func:`bandpo.config.coerce.coerce_value`, so ``run_name=1.50`` stays ``"1.50"`` and ``max_steps=1.50`` is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bandpo.registry import did_you_mean
+
+
+class ConfigError(ValueError):
+    """A problem with a config (key, value, file, dataset or model path), found before anything is trained."""
+
+
+OVERRIDES_LABEL = "from the overrides"
+"""Origin of values set by ``key=value`` overrides (error messages say where a bad value came from)."""
+
+NULL_TEXTS = ("null", "~", "None", "NULL", "Null")
+"""Texts that mean "no value" where a field admits ``None``."""
+
+
+@dataclass
+class Layer:
+    """One layer of a config: ``values`` (nested dicts) and ``origins`` (dotted key -> where it was set)."""
+
+    values: dict[str, Any]
+    origins: dict[str, str] = field(default_factory=dict)
+
+
+def _omegaconf() -> Any:
+    try:
+        import omegaconf
+    except ImportError as err:
+        from bandpo._optional import MissingDependencyError
+
+        raise MissingDependencyError(
+            "config files need omegaconf, which is not installed: pip install 'bandpo[trl]' (or omegaconf)"
+        ) from err
+    return omegaconf
+
+
+def parse_scalar(text: str) -> Any:
+    """A command-line string read as a YAML value (scalar or flow list / mapping; ``1e-6`` is a number too)."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        for convert in (int, float):
+            try:
+                return convert(value)
+            except ValueError:
+                pass
+    return value
+
+
+def _key_lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
+    """Dotted key -> 1-based line of the key, for the mappings of a composed YAML document."""
+    lines: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            dotted = f"{prefix}{key_node.value}"
+            lines[dotted] = key_node.start_mark.line + 1
+            lines.update(_key_lines(value_node, dotted + "."))
+    return lines
+
+
+def _read_file(path: Path, what: str) -> Layer:
+    if not path.is_file():
+        raise ConfigError(f"{what} {str(path)!r} does not exist")
+    text = path.read_text()
+    omegaconf = _omegaconf()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(text)) if text.strip() else {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {err}") from err
+    except omegaconf.errors.OmegaConfBaseException as err:  # a list at the top, a key OmegaConf cannot hold
+        kind = "list" if isinstance(node, yaml.SequenceNode) else "value it cannot read"
+        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {kind}: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {type(data).__name__}")
+    lines = _key_lines(node) if node is not None else {}
+    origins = {key: f"in {path}:{line}" for key, line in lines.items()}
+    return Layer(data, origins)
+
+
+def read_layers(
+    path: str | Path, what: str = "config file", base_key: str | None = "base", _chain: tuple[Path, ...] = ()
+) -> list[Layer]:
+    """The layers of YAML file ``path``: those of its ``base_key:`` chain first (``None``: no chain), then its own.
+
+    Raises:
+        ConfigError: a missing or unreadable file, invalid YAML, a document that is not a mapping, a ``base`` that
+            is not a path, a cycle of bases. ``what`` names the file in the messages (``config file``).
+    """
+    path = Path(path).resolve()
+    if path in _chain:
+        raise ConfigError(f"config {base_key}: cycle: {' -> '.join(str(p) for p in (*_chain, path))}")
+    layer = _read_file(path, what)
+    layers: list[Layer] = []
+    if base_key is not None and base_key in layer.values:
+        base = layer.values.pop(base_key)
+        layer.origins = {k: v for k, v in layer.origins.items() if k.split(".")[0] != base_key}
+        if not isinstance(base, str):
+            raise ConfigError(
+                f"{base_key} in {str(path)!r} must be a path to another config file, got {base!r}"
+            )
+        layers.extend(read_layers(path.parent / base, what, base_key, (*_chain, path)))
+    layers.append(layer)
+    return layers
+
+
+def split_override(text: object, example: str) -> tuple[str, str]:
+    """``"key=value"`` -> ``(key, value)``, the key stripped; :class:`ConfigError` naming ``example`` otherwise."""
+    if not isinstance(text, str) or "=" not in text:
+        raise ConfigError(f"overrides must be key=value ({example}), got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value
+
+
+def override_layer(overrides: Iterable[str] | Mapping[str, Any], example: str = "") -> Layer:
+    """The layer of ``key=value`` overrides (or a mapping of dotted keys): nested values, text kept as text.
+
+    ``example`` shows the syntax in the message of a malformed override (default: dotted keys for sections).
+    """
+    example = example or "dotted keys for sections, e.g. model.path=/models/x"
+    items = (
+        list(overrides.items())
+        if isinstance(overrides, Mapping)
+        else [split_override(text, example) for text in overrides]
+    )
+    omegaconf = _omegaconf().OmegaConf
+    tree = omegaconf.create()
+    for key, value in items:
+        parts = key.split(".")
+        if not key or "" in parts or any(c in key for c in "[]$"):
+            raise ConfigError(f"override key must be a name or a dotted path like data.path, got {key!r}")
+        for end in range(1, len(parts)):
+            parent = omegaconf.select(tree, ".".join(parts[:end]))
+            if parent is not None and not isinstance(parent, Mapping):
+                raise ConfigError(f"override {key!r} conflicts with another override of {parts[end - 1]!r}")
+        omegaconf.update(tree, key, value, merge=True)
+    return Layer(omegaconf.to_container(tree), {key: OVERRIDES_LABEL for key, _ in items})
+
+
+def merge(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None:
+    """Merge ``layer`` into ``values`` in place (OmegaConf's merge: dicts key by key, anything else replaced), and
+    ``origins`` with it: a replaced key takes the layer's origins, those of the keys it had inside go."""
+
+    def walk(dst: Mapping[str, Any], src: Mapping[str, Any], prefix: str) -> None:
+        for key, value in src.items():
+            dotted = f"{prefix}{key}"
+            if isinstance(value, Mapping) and isinstance(dst.get(key), Mapping):
+                walk(dst[key], value, dotted + ".")
+                continue
+            inside = dotted + "."
+            for old in [k for k in origins if k.startswith(inside)]:
+                del origins[old]
+            origins.update({k: v for k, v in layer.origins.items() if k == dotted or k.startswith(inside)})
+
+    walk(values, layer.values, "")
+    omegaconf = _omegaconf().OmegaConf
+    merged = omegaconf.to_container(omegaconf.merge(values, layer.values))
+    values.clear()
+    values.update(merged)
+
+
+def unknown_key(
+    key: str, valid: Iterable[str], what: str = "config", at: str = "", known: str = ""
+) -> ConfigError:
+    """The error of an unknown key: ``unknown {what} key 'KEY' (AT) (did you mean 'X'?){known}``, with the
+    closest of ``valid`` (:func:`bandpo.registry.did_you_mean`); ``at`` is where it was set, ``known`` lists keys."""
+    return ConfigError(
+        f"unknown {what} key {key!r}{f' ({at})' if at else ''}{did_you_mean(key, valid)}{known}"
+    )
+
+
+def where(origins: Mapping[str, str], dotted: str) -> str:
+    """Where ``dotted`` was set: its own origin, an enclosing key's, or those of the keys inside it."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        found = origins.get(".".join(parts[:end]))
+        if found:
+            return found
+    inside = sorted({v for k, v in origins.items() if k.startswith(dotted + ".")})
+    return ", ".join(inside) if inside else "default"
