@@ -15,6 +15,8 @@ from bandpo.core.bounds import METHODS
 sys.path.insert(0, str(Path(__file__).parent))
 from reference import g_value, reference_bounds
 
+from helpers.numerics import rel_err
+
 NAMES = bandpo.DIVERGENCES.names()
 P_GRID = [1e-30, 1e-12, 1e-6, 1e-3, 0.01, 0.08, 0.2, 0.5, 0.8, 0.95, 0.999, 1 - 1e-5, 1 - 1e-7]
 DELTAS = [1e-3, 0.01, 0.05, 0.2, 1.0]
@@ -30,16 +32,6 @@ def methods_for(name: str) -> list[str]:
     if div.fast_solver == "newton":
         out.append("newton")
     return out
-
-
-def rel_err(got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
-    """``|got - ref| / (rtol |ref| + atol)``: <= 1 means within ``rtol`` relative or ``atol`` absolute.
-
-    The absolute floor only matters for bounds far below 1 (e.g. lo = 1e-20), whose relative error is
-    ill-conditioned and irrelevant to a ratio clamp."""
-    both_inf = torch.isinf(got) & torch.isinf(ref) & (torch.sign(got) == torch.sign(ref))
-    err = (got - ref).abs() / (rtol * ref.abs() + atol)
-    return torch.where(both_inf, torch.zeros_like(err), err)
 
 
 def _reference(name: str, logp: torch.Tensor, delta: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,18 +19,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from host_sync import record_host_reads
 from reference import reference_bounds
 
+from helpers.numerics import rel_err
+
 NAMES = ["reverse_kl", "js"]
 P_GRID = [1e-30, 1e-20, 1e-12, 1e-6, 1e-3, 0.01, 0.08, 0.2, 0.5, 0.8, 0.95, 0.999, 1 - 1e-5, 1 - 1e-7]
 DELTAS = [1e-3, 0.05, 0.3, 1.0]
 TOL = {torch.float64: (1e-6, 1e-12), torch.float32: (1e-4, 2e-7)}  # (relative, absolute floor near 0)
-
-
-def rel_err(got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
-    """``|got - ref| / (rtol |ref| + atol)`` (<= 1: within tolerance); equal infinities count as exact."""
-    got, ref = got.double(), ref.double()
-    both_inf = torch.isinf(got) & torch.isinf(ref) & (torch.sign(got) == torch.sign(ref))
-    err = (got - ref).abs() / (rtol * ref.abs() + atol)
-    return torch.where(both_inf, torch.zeros_like(err), err)
 
 
 def _mpmath(name: str, logp: torch.Tensor, delta: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -50,7 +50,9 @@ def test_masked_reductions_ignore_nan_and_inf_at_padding() -> None:
 
 
 def test_loss_agg_modes_dispatch_to_their_registered_function() -> None:
-    """Wiring: ``aggregate`` is the registry lookup, one registered function per name, nothing else."""
+    """Wiring test: ``aggregate`` is the registry lookup, one registered function per name, nothing else; the
+    reductions' values are checked against a plain re-derivation in
+    tests/losses/test_policy_loss.py::test_matches_naive_reference_values_and_grads."""
     x, mask = _batch()
     for mode in LOSS_AGG_MODES.names():
         reduce = LOSS_AGG_MODES.get(mode)

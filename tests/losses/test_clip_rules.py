@@ -45,6 +45,8 @@ def test_dcpo_formula() -> None:
 
 
 def test_band_rule_is_band_bounds() -> None:
+    """Wiring test: the ``band`` rule's bounds are ``band_bounds`` with the rule's parameters; the bounds
+    themselves are checked against mpmath in tests/core/test_bounds.py::test_float64_matches_mpmath_reference."""
     lp = -torch.rand(50) * 5
     rule = make_clip_rule("band", divergence="chi2", delta=0.1, cap=5.0, relax=[0.2, 0.28])
     lo, hi = rule.bounds(lp)

@@ -154,9 +154,9 @@ def test_low_precision_inputs(dtype: torch.dtype) -> None:
     loss.backward()
     assert loss.dtype == torch.float32 and lp.grad.dtype == dtype  # computed in float32, gradient in dtype
     assert torch.isfinite(lp.grad.float()).all()
-    tol = (
-        1e-5 if dtype == torch.float32 else 0.05
-    )  # here also old_log_prob and advantages are rounded to dtype
+    # Here old_log_prob and advantages are rounded to dtype too. Measured |loss - ref| at this batch (|ref| 0.59):
+    # bf16 1.4e-3, fp16 2.4e-4, fp32 4.2e-8; the largest over seeds 0-199: 3.2e-3, 5.6e-4, 1.8e-7.
+    tol = {torch.bfloat16: 4e-3, torch.float16: 7e-4, torch.float32: 1e-6}[dtype]
     assert loss.double().item() == pytest.approx(ref.item(), rel=tol, abs=tol)
     assert all(torch.isfinite(v.float()) for v in m.values())
 
