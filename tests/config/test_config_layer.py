@@ -1,0 +1,131 @@
+"""Tests for ``bandpo.config``: layers with origins and lines, overrides kept as text, values typed like their
+field (pydantic plus our two rules), one unknown-key message."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("omegaconf")
+pytest.importorskip("pydantic")
+
+from bandpo.config import (
+    OVERRIDES_LABEL,
+    ConfigError,
+    build_dataclass,
+    coerce_value,
+    merge,
+    override_layer,
+    read_layers,
+    where,
+)
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclass
+class Section:
+    steps: int = 1
+    rate: float = 0.5
+    flag: bool = False
+    name: str | None = None
+    tags: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def test_layers_merge_with_the_file_and_line_of_each_key(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("a: 1\nsection:\n  steps: 2\n  rate: 1e-6\n")
+    (tmp_path / "top.yaml").write_text("base: base.yaml\nsection:\n  steps: 3\n")
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for layer in [*read_layers(tmp_path / "top.yaml"), override_layer(["section.name=1.50"])]:
+        merge(values, origins, layer)
+    assert values == {"a": 1, "section": {"steps": 3, "rate": 1e-6, "name": "1.50"}}  # 1e-6: a float
+    assert where(origins, "section.steps") == f"in {tmp_path / 'top.yaml'}:3"
+    assert where(origins, "section.rate") == f"in {tmp_path / 'base.yaml'}:4"
+    assert where(origins, "section.name") == OVERRIDES_LABEL
+    assert where(origins, "nowhere") == "default"
+
+
+def test_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config file '.*nope.yaml' does not exist"):
+        read_layers(tmp_path / "nope.yaml")
+    (tmp_path / "dup.yaml").write_text("a: 1\na: 2\n")
+    with pytest.raises(ConfigError, match=r"(?s)is not valid YAML: .*found duplicate key a"):
+        read_layers(tmp_path / "dup.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match=r"must hold a mapping of keys"):
+        read_layers(tmp_path / "list.yaml")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["steps"], r"overrides must be key=value"),
+        (["a..b=1"], r"override key must be a name or a dotted path"),
+        (["a=1", "a.b=2"], r"override 'a.b' conflicts with another override of 'a'"),
+    ],
+)
+def test_override_errors(overrides: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        override_layer(overrides)
+
+
+@pytest.mark.parametrize(
+    ("value", "tp", "expected"),
+    [
+        ("7", int, 7),
+        ("1e3", int, 1000),
+        (3.0, int, 3),
+        ("1e-5", float, 1e-5),
+        (10, float, 10.0),
+        ("yes", bool, True),
+        ("1", bool, True),
+        ("1.50", str | None, "1.50"),  # text stays text for a string field
+        (123, str, "123"),
+        ("null", int | None, None),
+        ("[a, b]", list[str], ["a", "b"]),
+        ("{k: 1}", dict[str, Any], {"k": 1}),
+        ("none", None | str | list[str], "none"),
+        ("8", int | str | None, "8"),  # a string keeps a string member, as TRL's parser
+        ("red", Color | str, "red"),
+        (Color.RED, Color | str, "red"),  # enum members come back as their values
+    ],
+)
+def test_values_take_the_field_type(value: Any, tp: Any, expected: Any) -> None:
+    result = coerce_value(value, tp, "key")
+    assert result == expected and type(result) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("value", "tp", "match"),
+    [
+        (True, int, r"key \(in f.yaml:3\) must be an integer, got True"),  # pydantic alone would give 1
+        ("true", float, r"must be a number, got 'true'"),
+        (1, bool, r"must be true or false, got 1"),  # a number is not a bool
+        ("1.5", int, r"must be an integer, got '1.5'"),
+        ("maybe", bool | None, r"must be true or false or null, got 'maybe'"),
+        ([True], list[float] | None, r"must be a list or null, got \[True\]"),
+    ],
+)
+def test_values_refused_name_the_key_where_and_type(value: Any, tp: Any, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        coerce_value(value, tp, "key", "in f.yaml:3")
+
+
+def test_build_dataclass_checks_keys_and_types() -> None:
+    origins = {"s.steps": OVERRIDES_LABEL, "s.options.n": OVERRIDES_LABEL}
+    built = build_dataclass(Section, {"steps": "4", "options": {"n": "2"}}, "s", origins)
+    assert built == Section(steps=4, options={"n": 2})  # override text inside a mapping is read as YAML
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 's.stpes' \(did you mean 's.steps'\?\). Keys of s"
+    ):
+        build_dataclass(Section, {"stpes": 1}, "s")
+    with pytest.raises(ConfigError, match=r"s.steps \(from the overrides\) must be an integer, got 'x'"):
+        build_dataclass(Section, {"steps": "x"}, "s", origins)
