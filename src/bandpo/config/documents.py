@@ -89,14 +89,17 @@ def _read_file(path: Path, what: str) -> Layer:
     omegaconf = _omegaconf()
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(text)) if text.strip() else {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {err}") from err
-    except omegaconf.errors.OmegaConfBaseException as err:  # a list at the top, a key OmegaConf cannot hold
-        kind = "list" if isinstance(node, yaml.SequenceNode) else "value it cannot read"
-        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {kind}: {err}") from err
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {type(data).__name__}")
+    if node is not None and not isinstance(node, yaml.MappingNode):
+        kind = "list" if isinstance(node, yaml.SequenceNode) else "a single value"
+        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {kind}")
+    try:
+        data = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(text)) if node is not None else {}
+    except yaml.YAMLError as err:  # what the composer lets pass: duplicate keys
+        raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {err}") from err
+    except omegaconf.errors.OmegaConfBaseException as err:  # a key OmegaConf cannot hold
+        raise ConfigError(f"{what} {str(path)!r} cannot be read: {err}") from err
     lines = _key_lines(node) if node is not None else {}
     origins = {key: f"in {path}:{line}" for key, line in lines.items()}
     return Layer(data, origins)
