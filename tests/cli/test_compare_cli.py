@@ -36,7 +36,7 @@ def bandpo(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["seedz=[1]"], "unknown compare config key 'seedz' (did you mean 'seeds'?)"),
+        (["seedz=[1]"], "unknown compare config key 'seedz' (from the overrides) (did you mean 'seeds'?)"),
         (
             ["methods=[{clip_rule: bnad}]"],
             "unknown clip rule 'bnad' (did you mean 'band'?); valid names: grpo",

@@ -234,11 +234,13 @@ def test_bad_input_is_one_clear_error_at_config_time(overrides: list[str], match
 def test_method_and_clip_rule_in_one_layer_must_agree(tmp_path: Path) -> None:
     path = tmp_path / "both.yaml"
     path.write_text(f"base: {TINY}\nmethod: grpo\nclip_rule: band\n")
-    with pytest.raises(ConfigError, match=r"method='grpo' \(in .*both.yaml\) and clip_rule='band'.*set one"):
+    with pytest.raises(
+        ConfigError, match=r"method='grpo' \(in .*both.yaml:2\) and clip_rule='band'.*set one"
+    ):
         load_train_config(path)
     path.write_text(f"base: {TINY}\nmethod: [cispo]\n")
     with pytest.raises(
-        ConfigError, match=r"method \(in .*both.yaml\) must be a method name \(grpo, .*gspo\)"
+        ConfigError, match=r"method \(in .*both.yaml:2\) must be a method name \(grpo, .*gspo\)"
     ):
         load_train_config(path)
 

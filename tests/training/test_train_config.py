@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from train_helpers import CONFIGS, fake_checkpoint, save_model_dir
+from train_helpers import fake_checkpoint
+
+from helpers import CONFIGS
+from helpers.tiny import save_countdown_model_dir
 
 pytest.importorskip("trl")
 
@@ -272,7 +275,7 @@ def test_prepare_errors(
 
 
 def test_prepare_errors_with_files(tmp_path: Path) -> None:
-    model_dir = save_model_dir(tmp_path / "model")
+    model_dir = save_countdown_model_dir(tmp_path / "model")
     data = jsonl(tmp_path / "d.jsonl", [{"question": "1,2,3:6=", "solution": "1+2+3"}])
     config_file = write_yaml(
         tmp_path / "files.yaml", f"model: {{path: {model_dir}}}\ndata: {{path: {data}}}\nreport_to: none\n"

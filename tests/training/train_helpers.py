@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# Kept for tests/training/test_train_config.py until it imports these from helpers.
-from helpers import CONFIGS  # noqa: F401
-from helpers.tiny import save_countdown_model_dir as save_model_dir  # noqa: F401
-
 
 def fake_checkpoint(output_dir: Path, step: int) -> Path:
     """A complete ``checkpoint-<step>`` as transformers writes it (tiny tensors; no model needed)."""
