@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from bandpo.validation import check_int_in, check_number_above, check_number_in, check_positive_number
+from bandpo.validation import (
+    check_int_in,
+    check_number_above,
+    check_number_in,
+    check_positive_number,
+    is_int_in,
+)
 
 
 @pytest.mark.parametrize(
@@ -75,3 +81,28 @@ def test_check_number_in_and_above() -> None:
     for bad in (1.0, math.inf, "2"):
         with pytest.raises(ValueError, match=r"^c must be a finite number > 1, got "):
             check_number_above("c", bad, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "high", "want"),
+    [
+        (3, 1, None, True),
+        (np.int32(3), 1, 3, True),
+        (0, 1, None, False),
+        (4, 1, 3, False),
+        (True, 0, None, False),
+        (2.0, 0, None, False),
+        ("2", 0, None, False),
+        (None, 0, None, False),
+        (-1, -1, -1, True),
+    ],
+)
+def test_is_int_in_is_the_test_behind_check_int_in(
+    value: object, low: int, high: int | None, want: bool
+) -> None:
+    assert is_int_in(value, low, high) is want
+    if want:
+        assert check_int_in("x", value, low, high) == int(value)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(ValueError, match="x must be an integer"):
+            check_int_in("x", value, low, high)

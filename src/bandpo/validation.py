@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
-__all__ = ["check_int_in", "check_number_above", "check_number_in", "check_positive_number"]
+__all__ = ["check_int_in", "check_number_above", "check_number_in", "check_positive_number", "is_int_in"]
 
 
 def _finite_real(value: object) -> bool:
@@ -43,6 +43,14 @@ def check_number_above(name: str, value: object, low: float) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def is_int_in(value: object, low: int, high: int | None = None) -> bool:
+    """Whether ``value`` is an integer (Python or numpy, not a bool) in ``[low, high]``: the test behind
+    :func:`check_int_in`, for tables of predicates that phrase their own message."""
+    if not isinstance(value, Integral) or isinstance(value, bool):
+        return False
+    return int(value) >= low and (high is None or int(value) <= high)
+
+
 def check_int_in(
     name: str,
     value: object,
@@ -61,10 +69,7 @@ def check_int_in(
     Raises:
         ``error`` (``ValueError`` or a subclass of it, e.g. a module's own error type).
     """
-    ok = isinstance(value, Integral) and not isinstance(value, bool)
-    if ok:
-        ok = int(value) >= low and (high is None or int(value) <= high)  # type: ignore[arg-type]
-    if not ok:
+    if not is_int_in(value, low, high):
         allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
         raise error(f"{name} must be {allowed}{note}, got {value!r}")
     return int(value)  # type: ignore[arg-type]

@@ -33,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _metrics_summary(metrics_path: Path) -> dict[str, float]:
     """First/last entropy and mean clipping statistics over the run's logged steps."""
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if "clip/frac" in r]
+    from bandpo._files import read_jsonl
+
+    rows = [r for r in read_jsonl(metrics_path) if "clip/frac" in r]
     if not rows:
         return {}
 

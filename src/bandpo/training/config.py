@@ -69,6 +69,7 @@ from bandpo.config import (
 )
 from bandpo.registry import did_you_mean
 from bandpo.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
+from bandpo.validation import check_int_in
 
 __all__ = [
     "DTYPES",
@@ -236,8 +237,8 @@ class DataConfig:
                 raise ConfigError(
                     f"data.prompt_template must contain {{prompt}}, got {self.prompt_template!r}"
                 )
-        if self.max_samples is not None and self.max_samples < 1:
-            raise ConfigError(f"data.max_samples must be an integer >= 1 or null, got {self.max_samples!r}")
+        if self.max_samples is not None:
+            check_int_in("data.max_samples", self.max_samples, 1, note=" or null", error=ConfigError)
 
     @property
     def paths(self) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bandpo.training.config import ConfigError
+from bandpo.validation import is_int_in
 
 __all__ = ["VALUE_RULES", "check_trainer_components", "check_trainer_values", "check_training_length"]
 
@@ -26,7 +27,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _integer(low: int) -> Predicate:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+    return lambda v: is_int_in(v, low)
 
 
 def _number(ok: Callable[[float], bool]) -> Predicate:
@@ -46,7 +47,7 @@ VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
     ("max_completion_length", _or_null(_integer(1)), "an integer >= 1"),
     (
         "max_steps",
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and (v >= 1 or v == -1),
+        lambda v: is_int_in(v, 1) or is_int_in(v, -1, -1),
         "an integer >= 1, or -1 to train num_train_epochs epochs (0 trains no step)",
     ),
     ("num_train_epochs", _number(lambda v: v > 0), "a finite number > 0"),
