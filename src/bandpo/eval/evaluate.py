@@ -38,14 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.eval.backends import TransformersSampler, VLLMSampler, max_new_tokens_of
-from bandpo.eval.datasets import EvalDataset, load_eval_dataset, prompt_texts, raw_prompt_text  # noqa: F401
+from bandpo.eval.datasets import EvalDataset, prompt_texts, raw_prompt_text
 from bandpo.eval.errors import EvalError
 from bandpo.eval.models import check_model_dir, load_model
 from bandpo.eval.scorers import get_scorer
 from bandpo.eval.settings import EvalSettings
-
-# EvalError, EvalSettings and load_eval_dataset stay importable from here (the noqa above) until bandpo.cli.demo
-# and bandpo.experiments.compare import them from bandpo.eval.errors, .settings and .datasets; then they go.
 
 __all__ = ["evaluate_model", "evaluate_model_dir", "format_table"]
 

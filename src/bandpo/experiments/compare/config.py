@@ -155,7 +155,7 @@ class EvalSpec:
     max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        from bandpo.eval.evaluate import EvalError
+        from bandpo.eval.errors import EvalError
 
         try:
             settings = self.settings()
@@ -166,8 +166,8 @@ class EvalSpec:
             check_int_in("eval.max_problems", self.max_problems, 1, error=CompareError)
 
     def settings(self, progress: bool = False) -> Any:
-        """The :class:`bandpo.eval.evaluate.EvalSettings`."""
-        from bandpo.eval.evaluate import EvalSettings
+        """The :class:`bandpo.eval.settings.EvalSettings`."""
+        from bandpo.eval.settings import EvalSettings
 
         return EvalSettings(
             k=self.k,
