@@ -48,3 +48,21 @@ def test_cli_figure_without_matplotlib_is_one_line(tmp_path: Path) -> None:
     )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "bandpo[plots]" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("blocked", ["omegaconf", "pydantic"])
+def test_missing_config_library_names_the_extra(
+    blocked: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The config layer's libraries come with ``bandpo[trl]``: without one, reading a config is one clear error."""
+    from bandpo.config import coerce
+
+    monkeypatch.setitem(sys.modules, blocked, None)
+    coerce._adapter.cache_clear()  # adapters built earlier in the session would hide the missing library
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: 1.0e-6\n")
+    from bandpo.training.config import load_train_config
+
+    with pytest.raises(MissingDependencyError, match=rf"need {blocked}, .*pip install 'bandpo\[trl\]'"):
+        load_train_config(path)
+    coerce._adapter.cache_clear()

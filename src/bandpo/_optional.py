@@ -6,6 +6,8 @@ the framework adapters; figures need ``bandpo[plots]`` (matplotlib), training an
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any
 
 
@@ -13,14 +15,20 @@ class MissingDependencyError(ImportError):
     """An optional dependency is not installed; the message names the extra that provides it."""
 
 
-def pyplot() -> Any:
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are written to files)."""
+def require(module: str, purpose: str, extra: str) -> ModuleType:
+    """Import ``module`` or raise :class:`MissingDependencyError`: "``purpose`` need(s) ``module``, which is not
+    installed: pip install 'bandpo[``extra``]' (or ``module``)"."""
     try:
-        import matplotlib
+        return importlib.import_module(module)
     except ImportError as err:
         raise MissingDependencyError(
-            "figures need matplotlib, which is not installed: pip install 'bandpo[plots]' (or matplotlib)"
+            f"{purpose} need {module}, which is not installed: pip install 'bandpo[{extra}]' (or {module})"
         ) from err
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are written to files)."""
+    matplotlib = require("matplotlib", "figures", "plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

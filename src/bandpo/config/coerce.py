@@ -25,6 +25,7 @@ import typing
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
+from bandpo._optional import require
 from bandpo.config.documents import NULL_TEXTS, OVERRIDES_LABEL, ConfigError, parse_scalar, unknown_key, where
 
 
@@ -37,14 +38,7 @@ def dataclass_types(cls: type) -> dict[str, Any]:
 
 @functools.cache
 def _adapter(tp: Any) -> Any:
-    try:
-        import pydantic
-    except ImportError as err:
-        from bandpo._optional import MissingDependencyError
-
-        raise MissingDependencyError(
-            "config checks need pydantic, which is not installed: pip install 'bandpo[trl]' (or pydantic)"
-        ) from err
+    pydantic = require("pydantic", "config checks", "trl")
     config = pydantic.ConfigDict(coerce_numbers_to_str=True, arbitrary_types_allowed=True)
     try:
         return pydantic.TypeAdapter(tp, config=config)
@@ -93,9 +87,8 @@ def coerce_value(value: Any, tp: Any, key: str, where: str | None = None) -> Any
     ``"{key} ({where}) must be {type in words}, got {value!r}"``."""
     if tp is Any or tp is object:
         return value
+    adapter = _adapter(tp)  # first: it names the extra when pydantic is missing
     from pydantic import ValidationError
-
-    adapter = _adapter(tp)
     for reading in _readings(value):
         try:
             result = adapter.validate_python(reading)

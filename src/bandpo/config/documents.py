@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from bandpo._optional import require
 from bandpo.registry import did_you_mean
 
 
@@ -45,15 +46,7 @@ class Layer:
 
 
 def _omegaconf() -> Any:
-    try:
-        import omegaconf
-    except ImportError as err:
-        from bandpo._optional import MissingDependencyError
-
-        raise MissingDependencyError(
-            "config files need omegaconf, which is not installed: pip install 'bandpo[trl]' (or omegaconf)"
-        ) from err
-    return omegaconf
+    return require("omegaconf", "config files", "trl")
 
 
 def parse_scalar(text: str) -> Any:
