@@ -80,6 +80,7 @@ def _overrides(out_dir: Path, cache: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # a subprocess that validates every run with the trainer: ~9 s
 def test_dry_run_lists_the_plan(tmp_path: Path, warm_cache: Path) -> None:
     out = bandpo("compare", "--config", str(PRESET), *_overrides(tmp_path / "cmp", warm_cache), "--dry-run")
     assert out.returncode == 0, out.stderr
@@ -87,6 +88,7 @@ def test_dry_run_lists_the_plan(tmp_path: Path, warm_cache: Path) -> None:
     assert not (tmp_path / "cmp").exists()
 
 
+@pytest.mark.slow  # a subprocess that validates every run with the trainer: ~9 s
 def test_dry_run_of_the_full_preset_checks_every_method(tmp_path: Path) -> None:
     """Every run of the full preset (clip rules, DPPO, the TRL-native methods) through the trainer's checks."""
     out = bandpo("compare", "--config", str(FULL), f"output_dir={tmp_path / 'cmp'}", "--dry-run")

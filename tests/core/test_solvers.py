@@ -173,6 +173,7 @@ def test_table_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch) -> N
     assert chunked[0].shape == logp.shape
 
 
+@pytest.mark.slow  # builds two tables from user lambdas: ~16 s
 def test_user_generators_never_share_a_table() -> None:
     """Tables are cached per divergence (name and generator), not per name: two lambdas, two tables."""
     lp = torch.tensor([0.08, 0.5, 0.9], dtype=torch.float64).log()
