@@ -111,6 +111,9 @@ def test_values_take_the_field_type(value: Any, tp: Any, expected: Any) -> None:
         (1, bool, r"must be true or false, got 1"),  # a number is not a bool
         ("1.5", int, r"must be an integer, got '1.5'"),
         ("maybe", bool | None, r"must be true or false or null, got 'maybe'"),
+        # only a null text is None, though YAML reads an empty value and a comment as null
+        ("", int | None, r"must be an integer or null, got ''"),
+        ("# x", float | None, r"must be a number or null, got '# x'"),
         ([True], list[float] | None, r"must be a list or null, got \[True\]"),
     ],
 )

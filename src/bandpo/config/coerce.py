@@ -4,7 +4,8 @@
 -> ``1e-05`` for a ``float``, ``"yes"`` -> ``True`` for a ``bool``, a union tries its members, numbers become
 strings for a ``str``), on these readings of a string value, first success wins:
 
-* a null text (``null``, ``~``, ``None``) is ``None`` where the type admits it;
+* a null text (``null``, ``~``, ``None``) is ``None`` where the type admits it (no other text is: an empty
+  value or a YAML comment is not ``None``);
 * the text itself, so a string field keeps what was written (``run_name=1.50`` stays ``"1.50"``);
 * the text read as YAML (``[0.2, 0.28]`` a list, ``{a: 1}`` a mapping, ``1e3`` a number), tried first when the
   text starts with ``[`` or ``{``.
@@ -52,12 +53,12 @@ def _readings(value: Any) -> Iterator[Any]:
         return
     if value in NULL_TEXTS:
         yield None
+    parsed = parse_scalar(value)
+    as_yaml = [] if parsed is None else [parsed]  # only a null text is None: ``max_samples=`` is refused
     if value.lstrip()[:1] in ("[", "{"):
-        yield parse_scalar(value)
-        yield value
+        yield from (*as_yaml, value)
     else:
-        yield value
-        yield parse_scalar(value)
+        yield from (value, *as_yaml)
 
 
 def _kinds_agree(before: Any, after: Any) -> bool:
@@ -89,6 +90,7 @@ def coerce_value(value: Any, tp: Any, key: str, where: str | None = None) -> Any
         return value
     adapter = _adapter(tp)  # first: it names the extra when pydantic is missing
     from pydantic import ValidationError
+
     for reading in _readings(value):
         try:
             result = adapter.validate_python(reading)
