@@ -11,6 +11,7 @@ from typing import Any
 
 from bandpo.eval.errors import EvalError
 from bandpo.eval.scorers import TASK_SCORERS, get_scorer
+from bandpo.training.layout import CONFIG_FILE
 from bandpo.validation import check_int_in
 
 __all__ = [
@@ -181,7 +182,7 @@ def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | No
     import yaml
 
     for folder in (Path(model_dir), Path(model_dir).parent):
-        path = folder / "train_config.yaml"
+        path = folder / CONFIG_FILE
         if path.is_file():
             try:
                 data = yaml.safe_load(path.read_text()) or {}

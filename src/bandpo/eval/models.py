@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.eval.errors import EvalError
+from bandpo.training.layout import MODEL_CONFIG_FILE
 
 __all__ = ["TOKENIZER_FILES", "WEIGHT_FILES", "check_model_dir", "load_model", "resolve_model_dir"]
 
@@ -40,7 +41,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
             f"model {str(path)!r} is a file; expected a model directory (config.json, weights, tokenizer)"
         )
     names = sorted(c.name for c in p.iterdir())
-    if "config.json" not in names:
+    if MODEL_CONFIG_FILE not in names:
         checkpoints = sorted(
             (c for c in p.glob("checkpoint-*") if c.is_dir() and c.name.split("-")[-1].isdigit()),
             key=lambda c: int(c.name.split("-")[-1]),
@@ -52,7 +53,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
         )
         raise EvalError(f"model directory {str(path)!r} is not a model: config.json is missing{hint}")
     try:
-        json.loads((p / "config.json").read_text())
+        json.loads((p / MODEL_CONFIG_FILE).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise EvalError(f"model directory {str(path)!r}: config.json is not valid JSON ({err})") from err
     if not any(n in names for n in WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
