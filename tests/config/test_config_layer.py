@@ -16,6 +16,7 @@ pytest.importorskip("pydantic")
 from bandpo.config import (
     OVERRIDES_LABEL,
     ConfigError,
+    Layer,
     build_dataclass,
     coerce_value,
     merge,
@@ -51,6 +52,22 @@ def test_layers_merge_with_the_file_and_line_of_each_key(tmp_path: Path) -> None
     assert where(origins, "section.rate") == f"in {tmp_path / 'base.yaml'}:4"
     assert where(origins, "section.name") == OVERRIDES_LABEL
     assert where(origins, "nowhere") == "default"
+
+
+def test_a_layer_replaces_a_list_by_a_mapping_and_a_mapping_by_a_list() -> None:
+    """OmegaConf alone refuses both merges (ConfigTypeError); a layer replaces the value, with its origins."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    file = Layer({"seeds": [0, 1], "opts": {"a": 1}}, {"seeds": "in f.yaml:1", "opts": "in f.yaml:2"})
+    merge(values, origins, file)
+    merge(values, origins, override_layer(["seeds.0=3", "opts=[1, 2]"]))
+    assert values == {"seeds": {"0": "3"}, "opts": "[1, 2]"}
+    assert origins == {"seeds.0": OVERRIDES_LABEL, "opts": OVERRIDES_LABEL}
+    assert where(origins, "seeds") == OVERRIDES_LABEL  # not the file's line of the list it replaced
+    other = Layer({"opts": [1, 2], "seeds": [4]}, {"opts": "in g.yaml:1", "seeds": "in g.yaml:2"})
+    merge(values, origins, other)
+    assert values == {"seeds": [4], "opts": [1, 2]}
+    assert origins == {"seeds": "in g.yaml:2", "opts": "in g.yaml:1"}
 
 
 def test_file_errors(tmp_path: Path) -> None:

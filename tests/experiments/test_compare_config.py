@@ -69,6 +69,8 @@ def test_overrides() -> None:
         (["reference=dcpo"], r"reference must be one of the method labels \(grpo, band-kl\), got 'dcpo'"),
         (["eval.ks=[1,16]"], r"eval: ks entry 16 is larger than k=8"),
         (["seeds=[]"], r"seeds must be a non-empty list"),
+        # a mapping over the file's list: our message, not OmegaConf's ConfigTypeError
+        (["seeds.0=3"], r"seeds must be a non-empty list of integers >= 0, got \{'0': 3\}"),
         (["train.config=nope.yaml"], r"train.config 'nope.yaml' does not exist"),
         (["methods=[{label: 'a b', clip_rule: grpo}]"], r"label must be letters"),
     ],

@@ -15,6 +15,7 @@ Override values stay the text the user wrote; they are converted to the type of 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,17 +159,21 @@ def override_layer(overrides: Iterable[str] | Mapping[str, Any], example: str = 
 
 
 def merge(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None:
-    """Merge ``layer`` into ``values`` in place (OmegaConf's merge: dicts key by key, anything else replaced), and
-    ``origins`` with it: a replaced key takes the layer's origins, those of the keys it had inside go."""
+    """Merge ``layer`` into ``values`` in place (OmegaConf's merge: dicts key by key, anything else replaced, a
+    list by a mapping too), and ``origins`` with it: a replaced key takes the layer's origins, its own and those of
+    the keys it had inside go."""
 
-    def walk(dst: Mapping[str, Any], src: Mapping[str, Any], prefix: str) -> None:
+    def walk(dst: dict[str, Any], src: Mapping[str, Any], prefix: str) -> None:
         for key, value in src.items():
             dotted = f"{prefix}{key}"
             if isinstance(value, Mapping) and isinstance(dst.get(key), Mapping):
                 walk(dst[key], value, dotted + ".")
                 continue
+            # Replaced here, before OmegaConf merges: it refuses a mapping over a list and a list over a mapping
+            # (ConfigTypeError), where a layer replaces the value and the field's type check names the key.
+            dst[key] = copy.deepcopy(value)
             inside = dotted + "."
-            for old in [k for k in origins if k.startswith(inside)]:
+            for old in [k for k in origins if k == dotted or k.startswith(inside)]:
                 del origins[old]
             origins.update({k: v for k, v in layer.origins.items() if k == dotted or k.startswith(inside)})
 
