@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("omegaconf")
 pytest.importorskip("pydantic")
 
 from bandpo.config import (
@@ -55,7 +54,8 @@ def test_layers_merge_with_the_file_and_line_of_each_key(tmp_path: Path) -> None
 
 
 def test_a_layer_replaces_a_list_by_a_mapping_and_a_mapping_by_a_list() -> None:
-    """OmegaConf alone refuses both merges (ConfigTypeError); a layer replaces the value, with its origins."""
+    """A layer replaces a list by a mapping and a mapping by a list, with its origins (the field's type check then
+    names the key)."""
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     file = Layer({"seeds": [0, 1], "opts": {"a": 1}}, {"seeds": "in f.yaml:1", "opts": "in f.yaml:2"})
@@ -149,3 +149,20 @@ def test_build_dataclass_checks_keys_and_types() -> None:
         build_dataclass(Section, {"stpes": 1}, "s")
     with pytest.raises(ConfigError, match=r"s.steps \(from the overrides\) must be an integer, got 'x'"):
         build_dataclass(Section, {"steps": "x"}, "s", origins)
+
+
+def test_values_are_text_not_interpolations_and_yaml_reads_numbers_as_configs_expect(tmp_path: Path) -> None:
+    """``${...}`` is not interpolated (a LaTeX prompt is plain text, from a file or an override); ``1e-6`` is a
+    number; a date stays text."""
+    prompt = "Compute ${n \\choose k}$ and ${oops"
+    (tmp_path / "c.yaml").write_text(f"system_prompt: '{prompt}'\nlr: 5e-4\nday: 2026-12-01\n")
+    (layer,) = read_layers(tmp_path / "c.yaml")
+    assert layer.values == {"system_prompt": prompt, "lr": 5e-4, "day": "2026-12-01"}
+    assert override_layer([f"system_prompt={prompt}"]).values == {"system_prompt": prompt}
+
+
+def test_overrides_of_one_mapping_merge() -> None:
+    layer = override_layer({"opts": {"a": 1, "b": {"c": 2}}, "opts.b.d": 3, "x": 1})
+    assert layer.values == {"opts": {"a": 1, "b": {"c": 2, "d": 3}}, "x": 1}
+    with pytest.raises(ConfigError, match="conflicts with another override of 'x'"):
+        override_layer(["x=1", "x.y=2"])

@@ -1,7 +1,7 @@
 """The one config layer of ``bandpo train`` and ``bandpo compare``: documents, overrides, typed values.
 
-* :mod:`bandpo.config.documents`: YAML files with their ``base:`` chain, ``key=value`` overrides (dotted keys, as
-  OmegaConf / Hydra write them), merging layers (OmegaConf), and where each key was set (``in FILE:LINE`` or
+* :mod:`bandpo.config.documents`: YAML files with their ``base:`` chain (PyYAML), ``key=value`` overrides (dotted
+  keys, as OmegaConf / Hydra users write them), merging layers, and where each key was set (``in FILE:LINE`` or
   ``from the overrides``) for the messages.
 * :mod:`bandpo.config.coerce`: a value converted to the type of the dataclass field it sets (pydantic), or a
   :class:`ConfigError` naming the key, where it was set, the type in words and the value.

@@ -4,18 +4,20 @@ A config is built from *layers*, lowest first: the files of a ``base:`` chain (e
 names it), then the file, then the command line's overrides. Each :class:`Layer` holds its values (plain dicts,
 lists and scalars) and, for every dotted key it sets, where it was set: ``in FILE:LINE`` for a file (the line of
 the key, from the YAML node marks), :data:`OVERRIDES_LABEL` for an override. :func:`merge` merges a layer into the
-values below it (OmegaConf's merge: dicts key by key, anything else replaced) and keeps those origins, so an error
+values below it (dicts key by key, anything else replaced) and keeps those origins, so an error
 found later names the file and line of the value.
 
-Files are read with OmegaConf's YAML loader (YAML 1.1 with numbers such as ``1e-6`` read as floats, dates as
-strings, duplicate keys refused). Interpolations (``${...}``) are not resolved: a config value is what it says.
-Override values stay the text the user wrote; they are converted to the type of the field they set by
-:func:`bandpo.config.coerce.coerce_value`, so ``run_name=1.50`` stays ``"1.50"`` and ``max_steps=1.50`` is refused.
+Files are read with PyYAML's safe loader as configs expect it (:class:`_Loader`: ``1e-6`` is a number, dates stay
+text, a key given twice in one mapping is an error). Nothing is interpolated: ``${...}`` in a value (a LaTeX
+prompt: ``${n \\choose k}$``) is text like any other. Override values stay the text the user wrote; they are
+converted to the type of the field they set by :func:`bandpo.config.coerce.coerce_value`, so ``run_name=1.50``
+stays ``"1.50"`` and ``max_steps=1.50`` is refused.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,6 @@ from typing import Any
 
 import yaml
 
-from bandpo._optional import require
 from bandpo.registry import did_you_mean
 
 
@@ -46,8 +47,35 @@ class Layer:
     origins: dict[str, str] = field(default_factory=dict)
 
 
-def _omegaconf() -> Any:
-    return require("omegaconf", "config files", "trl")
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with three changes configs need: numbers in exponent form without a dot (``1e-6``,
+    ``5e-4``) are floats (YAML 1.1 reads them as text), timestamps stay text, and a key given twice in one mapping
+    is an error (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key_node.value}",
+                        key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def parse_scalar(text: str) -> Any:
@@ -80,20 +108,14 @@ def _read_file(path: Path, what: str) -> Layer:
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r} does not exist")
     text = path.read_text()
-    omegaconf = _omegaconf()
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_Loader)
+        if node is not None and not isinstance(node, yaml.MappingNode):
+            kind = "list" if isinstance(node, yaml.SequenceNode) else "a single value"
+            raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {kind}")
+        data = yaml.load(text, Loader=_Loader) if node is not None else {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {err}") from err
-    if node is not None and not isinstance(node, yaml.MappingNode):
-        kind = "list" if isinstance(node, yaml.SequenceNode) else "a single value"
-        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {kind}")
-    try:
-        data = omegaconf.OmegaConf.to_container(omegaconf.OmegaConf.create(text)) if node is not None else {}
-    except yaml.YAMLError as err:  # what the composer lets pass: duplicate keys
-        raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {err}") from err
-    except omegaconf.errors.OmegaConfBaseException as err:  # a key OmegaConf cannot hold
-        raise ConfigError(f"{what} {str(path)!r} cannot be read: {err}") from err
     lines = _key_lines(node) if node is not None else {}
     origins = {key: f"in {path}:{line}" for key, line in lines.items()}
     return Layer(data, origins)
@@ -144,22 +166,25 @@ def override_layer(overrides: Iterable[str] | Mapping[str, Any], example: str = 
         if isinstance(overrides, Mapping)
         else [split_override(text, example) for text in overrides]
     )
-    omegaconf = _omegaconf().OmegaConf
-    tree = omegaconf.create()
+    tree: dict[str, Any] = {}
     for key, value in items:
         parts = key.split(".")
         if not key or "" in parts or any(c in key for c in "[]$"):
             raise ConfigError(f"override key must be a name or a dotted path like data.path, got {key!r}")
-        for end in range(1, len(parts)):
-            parent = omegaconf.select(tree, ".".join(parts[:end]))
-            if parent is not None and not isinstance(parent, Mapping):
-                raise ConfigError(f"override {key!r} conflicts with another override of {parts[end - 1]!r}")
-        omegaconf.update(tree, key, value, merge=True)
-    return Layer(omegaconf.to_container(tree), {key: OVERRIDES_LABEL for key, _ in items})
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key!r} conflicts with another override of {part!r}")
+        if isinstance(value, Mapping) and isinstance(node.get(parts[-1]), dict):
+            merge(node[parts[-1]], {}, Layer(dict(value)))  # a mapping merges into earlier overrides below it
+        else:
+            node[parts[-1]] = copy.deepcopy(value)
+    return Layer(tree, {key: OVERRIDES_LABEL for key, _ in items})
 
 
 def merge(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None:
-    """Merge ``layer`` into ``values`` in place (OmegaConf's merge: dicts key by key, anything else replaced, a
+    """Merge ``layer`` into ``values`` in place (dicts key by key, anything else replaced, a
     list by a mapping too), and ``origins`` with it: a replaced key takes the layer's origins, its own and those of
     the keys it had inside go."""
 
@@ -169,19 +194,15 @@ def merge(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None
             if isinstance(value, Mapping) and isinstance(dst.get(key), Mapping):
                 walk(dst[key], value, dotted + ".")
                 continue
-            # Replaced here, before OmegaConf merges: it refuses a mapping over a list and a list over a mapping
-            # (ConfigTypeError), where a layer replaces the value and the field's type check names the key.
-            dst[key] = copy.deepcopy(value)
+            dst[key] = copy.deepcopy(
+                value
+            )  # a list over a mapping or the reverse too: the field's check names it
             inside = dotted + "."
             for old in [k for k in origins if k == dotted or k.startswith(inside)]:
                 del origins[old]
             origins.update({k: v for k, v in layer.origins.items() if k == dotted or k.startswith(inside)})
 
     walk(values, layer.values, "")
-    omegaconf = _omegaconf().OmegaConf
-    merged = omegaconf.to_container(omegaconf.merge(values, layer.values))
-    values.clear()
-    values.update(merged)
 
 
 def unknown_key(
