@@ -1,2 +1,8 @@
-"""Evaluation: sampling completions for held-out problems and the metrics the authors report (mean@k, pass@k,
-best@k, maj@k)."""
+"""Evaluation of a model on held-out problems: ``settings`` (k, pass@j values, temperature), ``datasets`` and
+``scorers`` (tasks and files, their verifiers), ``models`` (checking and loading a model directory), ``backends``
+(transformers / vLLM sampling), ``sampling`` (generation helpers), ``metrics`` (mean@k, pass@k, best@k, maj@k:
+pure numpy) and ``evaluate`` (the loop and its table).
+
+Layering (docs/architecture.md): eval imports training (data loading, the task registry) and below; experiments and
+cli import eval.
+"""

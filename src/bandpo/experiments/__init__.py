@@ -1,4 +1,8 @@
-"""Experiments built on the losses: the mechanism study (``bandpo mechanism``).
+"""Experiments: what is run across many training runs or none, and reported.
 
-Layering: experiments import ``bandpo.core`` and ``bandpo.losses``; nothing below imports experiments.
+``compare`` (plan, run and export a comparison of methods over seeds: ``bandpo compare``), ``report`` (its report:
+one ``ReportData``, then figures, Markdown, HTML and CSV views), ``mechanism`` / ``mechanism_stats`` /
+``mechanism_report`` (the bandit study of ``bandpo mechanism``), ``bench`` (``bandpo bench``).
+
+Layering (docs/architecture.md): experiments may import every layer but ``cli``; nothing but ``cli`` imports them.
 """
