@@ -1,8 +1,9 @@
 """Training from a YAML recipe: the engine behind ``bandpo train``.
 
 * :mod:`bandpo.training.config`: :class:`TrainConfig` (TRL's ``GRPOConfig`` / ``BandPOConfig`` fields plus the
-  ``model:``, ``data:`` and ``reward:`` sections), :func:`load_train_config` (YAML file, ``base:`` inheritance,
-  ``key=value`` overrides, typo suggestions).
+  ``model:``, ``data:`` and ``reward:`` sections), :func:`load_train_config` (on the config layer
+  :mod:`bandpo.config`: YAML file, ``base:`` inheritance, ``key=value`` overrides, typo suggestions, file:line).
+* :mod:`bandpo.training.methods`: the one registry of methods (clip rules and TRL-native methods).
 * :mod:`bandpo.training.tasks`: the registry of built-in tasks (``countdown``: puzzles + tiny warm-started model).
 * :mod:`bandpo.training.data`: local JSONL / JSON / parquet prompt datasets and prompt formatting (chat templates).
 * :mod:`bandpo.training.callbacks`: the ``metrics.jsonl`` writer.
@@ -11,6 +12,7 @@
 * :mod:`bandpo.training.checkpoints`: which checkpoints are complete (a kill during a save leaves one that is not).
 * :mod:`bandpo.training.resume`: what ``--resume`` continues; a finished run; config changes on resume.
 * :mod:`bandpo.training.lock`: one run per ``output_dir``.
+* :mod:`bandpo.training.layout`: the names of the files in a run's ``output_dir``.
 * :mod:`bandpo.training.expected_warnings`: silences the two messages every run printed for nothing.
 * :mod:`bandpo.training.run`: :func:`prepare` (every check, no model loaded) and :func:`train`.
 
