@@ -37,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.experiments.compare.layout import REPORT_DIR
-from bandpo.experiments.report.data import TAIL_BIN, ReportData, RunData, load_runs, run_summary
+from bandpo.experiments.report.data import ReportData
 from bandpo.experiments.report.document import report_blocks
 from bandpo.experiments.report.figures import draw_figures
 from bandpo.experiments.report.html import render_html
 from bandpo.experiments.report.markdown import render_markdown, results_markdown
 from bandpo.experiments.report.outcome import BAND_RULES
+from bandpo.experiments.report.runs import TAIL_BIN, RunData, load_runs, run_summary
 from bandpo.experiments.report.stats import compare_methods, mean_ci, t_quantile
 from bandpo.experiments.report.tables import write_tables
 

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bandpo.experiments.report.data import TAIL_BIN, ReportData
+from bandpo.experiments.report.data import ReportData
+from bandpo.experiments.report.runs import TAIL_BIN
 
 __all__ = [
     "Block",

@@ -1,0 +1,131 @@
+"""One run of a comparison: its files read (:func:`load_runs`) and reduced to numbers (:func:`run_summary`).
+
+Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key when it has a non-null value):
+
+* ``train/entropy_last``: the last logged ``policy/entropy``;
+* ``train/clip_frac``, ``train/clip_frac_up``, ``train/clip_frac_down``: the mean over logged steps of ``clip/frac``,
+  ``clip/frac_up``, ``clip/frac_down``;
+* ``train/tail_up_rate``: the mean of ``clip/frac_up/p0.0-0.2`` (share of tail tokens clipped at the upper bound);
+* ``train/tail_share``: the share of all clipped tokens with ``p_old < 0.2``, pooled over steps:
+  ``sum(clip/frac/p0.0-0.2 * tokens/share/p0.0-0.2) / sum(clip/frac)`` (the mean of ``clip/tail_share`` when the
+  bin keys are absent);
+* ``train/hi_mean``, ``train/lo_mean``: the mean of ``band/hi_mean``, ``band/lo_mean``;
+* ``train/reward_last``: the last logged ``reward``; ``train/steps``: the last logged step.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bandpo._files import read_json_object, read_jsonl
+from bandpo.experiments.compare.layout import HELDOUT_FILE, RESULTS_FILE, RUN_SPEC_FILE
+from bandpo.experiments.report.series import bin_names
+from bandpo.training.layout import METRICS_FILE
+
+__all__ = ["TAIL_BIN", "RunData", "load_runs", "run_summary"]
+
+TAIL_BIN = "p0.0-0.2"
+
+
+@dataclass
+class RunData:
+    """One run's files (see :mod:`bandpo.experiments.report`)."""
+
+    label: str
+    clip_rule: str
+    params: dict[str, Any]
+    seed: int
+    method_index: int
+    run_dir: Path
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    heldout: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, Any] | None = None
+
+
+def load_runs(output_dir: str | Path) -> list[RunData]:
+    """Every ``runs/<label>/seed<seed>/`` with a ``run_spec.json``, with its metrics, held-out rows and results
+    (``None`` when ``results.json`` is missing, torn or empty: the run is unfinished)."""
+    runs = []
+    for spec_path in sorted(Path(output_dir).glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
+        try:
+            spec = json.loads(spec_path.read_text())
+        except json.JSONDecodeError:
+            continue
+        run_dir = spec_path.parent
+        runs.append(
+            RunData(
+                label=str(spec.get("label", run_dir.parent.name)),
+                clip_rule=str(spec.get("method") or spec.get("clip_rule") or "?"),
+                params=dict(spec.get("params") or {}),
+                seed=int(spec.get("seed", 0)),
+                method_index=int(spec.get("method_index", 10**6)),
+                run_dir=run_dir,
+                metrics=[r for r in read_jsonl(run_dir / METRICS_FILE) if "train_runtime" not in r],
+                heldout=read_jsonl(run_dir / HELDOUT_FILE),
+                results=read_json_object(run_dir / RESULTS_FILE) or None,
+            )
+        )
+    runs.sort(key=lambda r: (r.method_index, r.label, r.seed))
+    return runs
+
+
+def _values(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key) is not None]
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def run_summary(run: RunData) -> dict[str, Any]:
+    """One run's numbers: the final evaluation's metrics (``results.json``) and the training numbers of the module
+    docstring (``train/...``), plus per-bin clip rates ``bins/up/<bin>``, ``bins/down/<bin>``, ``bins/share/<bin>``
+    (the mean over logged steps of ``clip/frac_up/<bin>``, ``clip/frac_down/<bin>``, ``tokens/share/<bin>``)."""
+    out: dict[str, Any] = {}
+    if run.results:
+        for key, value in (run.results.get("metrics") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = value
+        for key in ("train_wall_s", "eval_wall_s"):
+            if run.results.get(key) is not None:
+                out[key] = run.results[key]
+    rows = run.metrics
+    steps = _values(rows, "step")
+    out["train/steps"] = int(max(steps)) if steps else None
+    entropy = _values(rows, "policy/entropy") or _values(rows, "entropy")
+    out["train/entropy_last"] = entropy[-1] if entropy else None
+    reward = _values(rows, "reward")
+    out["train/reward_last"] = reward[-1] if reward else None
+    for name, key in (
+        ("train/clip_frac", "clip/frac"),
+        ("train/clip_frac_up", "clip/frac_up"),
+        ("train/clip_frac_down", "clip/frac_down"),
+        ("train/tail_up_rate", f"clip/frac_up/{TAIL_BIN}"),
+        ("train/hi_mean", "band/hi_mean"),
+        ("train/lo_mean", "band/lo_mean"),
+    ):
+        out[name] = _mean(_values(rows, key))
+    pooled = [
+        r
+        for r in rows
+        if all(
+            r.get(k) is not None for k in ("clip/frac", f"clip/frac/{TAIL_BIN}", f"tokens/share/{TAIL_BIN}")
+        )
+    ]
+    if pooled:
+        clipped = sum(float(r["clip/frac"]) for r in pooled)
+        tail = sum(float(r[f"clip/frac/{TAIL_BIN}"]) * float(r[f"tokens/share/{TAIL_BIN}"]) for r in pooled)
+        out["train/tail_share"] = tail / clipped if clipped > 0 else 0.0
+    else:
+        out["train/tail_share"] = _mean(_values(rows, "clip/tail_share"))
+    names = {k.split("/")[-1] for r in rows for k in r if k.startswith("clip/frac_up/")}
+    for b in bin_names(names):
+        out[f"bins/up/{b}"] = _mean(_values(rows, f"clip/frac_up/{b}"))
+        out[f"bins/down/{b}"] = _mean(_values(rows, f"clip/frac_down/{b}"))
+        out[f"bins/share/{b}"] = _mean(_values(rows, f"tokens/share/{b}"))
+    return out
