@@ -108,14 +108,17 @@ def _read_file(path: Path, what: str) -> Layer:
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r} does not exist")
     text = path.read_text()
+    loader = _Loader(text)  # one parse: the node gives the keys' lines, the same node the values
     try:
-        node = yaml.compose(text, Loader=_Loader)
+        node = loader.get_single_node()
         if node is not None and not isinstance(node, yaml.MappingNode):
             kind = "list" if isinstance(node, yaml.SequenceNode) else "a single value"
             raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {kind}")
-        data = yaml.load(text, Loader=_Loader) if node is not None else {}
+        data = loader.construct_document(node) if node is not None else {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {err}") from err
+    finally:
+        loader.dispose()
     lines = _key_lines(node) if node is not None else {}
     origins = {key: f"in {path}:{line}" for key, line in lines.items()}
     return Layer(data, origins)

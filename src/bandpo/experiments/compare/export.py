@@ -66,7 +66,7 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
                 copy(run_dir / name)
         metrics = run_dir / METRICS_FILE
         if metrics.is_file():
-            target = out / metrics.relative_to(src).with_name("metrics.jsonl.gz")
+            target = out / metrics.relative_to(src).with_name(metrics.name + ".gz")  # read_jsonl's fallback
             target.write_bytes(gzip.compress(metrics.read_bytes(), compresslevel=9, mtime=0))
             written.append(target)
     report = src / REPORT_DIR
