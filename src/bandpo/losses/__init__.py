@@ -23,12 +23,21 @@ from bandpo.losses.policy_loss import (
     kl_penalty,
     policy_loss,
 )
+from bandpo.losses.schedule import (
+    RADIUS_SCHEDULES,
+    RadiusSchedule,
+    check_schedulable,
+    radius_schedule,
+    rule_at_radius,
+    rule_at_step,
+)
 
 __all__ = [
     "CLIP_RULES",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "PROB_BINS",
+    "RADIUS_SCHEDULES",
     "AdaptiveBandClip",
     "BandClip",
     "ClipHigher",
@@ -37,7 +46,9 @@ __all__ = [
     "DPPOKLClip",
     "DPPOTVClip",
     "FixedClip",
+    "RadiusSchedule",
     "aggregate",
+    "check_schedulable",
     "clip_metrics",
     "clip_rule_params",
     "group_advantages",
@@ -45,5 +56,8 @@ __all__ = [
     "make_clip_rule",
     "masked_mean",
     "policy_loss",
+    "radius_schedule",
     "register_clip_rule",
+    "rule_at_radius",
+    "rule_at_step",
 ]
