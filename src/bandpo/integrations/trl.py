@@ -43,9 +43,18 @@ sequence-level objectives (``luspo``); TRL's own ``epsilon`` / ``epsilon_high`` 
 sets the bounds). When every update is on-policy the ratio is exactly 1 and no clip rule can bind: the trainer
 warns once (``OnPolicyClipWarning``).
 
+The radius schedule (``band_delta_schedule``: ``constant`` by default, ``linear``, ``hold_then_linear``,
+``cosine``; ``bandpo.losses.schedule``): the radius goes from ``band_delta`` (or the rule's ``delta``) to
+``band_delta_end`` over the run. Optimizer update ``k = state.global_step + 1`` (1-based, as verl counts, so the
+last update has ``band_delta_end`` exactly) uses ``schedule.value(k)`` with ``total_steps = state.max_steps``
+(the run's length, known when training starts); both come from the trainer state, so after a resume from a
+checkpoint the radius is the one its step implies. A changing radius uses the tensor-radius solver (no KL table
+per radius: ``rule_at_step``).
+
 Metrics: every loss call appends, next to TRL's, the diagnostics of ``bandpo.losses.clip_metrics``
 (``clip/frac``, ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_out``, per old-probability bin, ``clip/tail_share``,
-``band/{lo,hi}_{mean,min,max}``, ``policy/ppo_kl``, ...) and ``policy/entropy``. They are computed on the tokens
+``band/{lo,hi}_{mean,min,max}``, ``policy/ppo_kl``, ...), ``policy/entropy`` and, for a rule with a radius,
+``band/delta`` (the radius the update used). They are computed on the tokens
 of all processes (padded and gathered with ``accelerator.gather``, as TRL does for its entropy mask), so they are
 exact global values, not means of per-process ratios.
 """
@@ -76,6 +85,7 @@ except ImportError as err:  # pragma: no cover - exercised only without trl
 from bandpo.losses.aggregation import masked_mean
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
 from bandpo.losses.policy_loss import clip_metrics
+from bandpo.losses.schedule import RADIUS_SCHEDULES, RadiusSchedule, radius_schedule, rule_at_step
 
 __all__ = [
     "SUPPORTED_LOSS_TYPES",
@@ -103,6 +113,15 @@ REFUSED_LOSS_TYPES = {
     "luspo": "it is a sequence-level objective (importance_sampling_level='sequence'), Band needs token ratios",
 }
 """TRL loss types that cannot take per-token bounds, with the reason (shown in the error message)."""
+
+# BandPOConfig's radius-schedule fields, by RadiusSchedule field (for the messages).
+_SCHEDULE_LABELS = {
+    "kind": "band_delta_schedule",
+    "start": "band_delta",
+    "end": "band_delta_end",
+    "hold_frac": "band_delta_hold_frac",
+    "total_steps": "max_steps",
+}
 
 # Band-specific shortcut fields of BandPOConfig -> the clip-rule parameter they set.
 _SHORTCUTS = {
@@ -168,6 +187,12 @@ class BandPOConfig(GRPOConfig):
             default (10); to remove the cap pass ``clip_rule_kwargs={"cap": None}``.
         band_relax: shortcut for ``clip_rule_kwargs["relax"]``: ``[eps_low, eps_high]``, union with the fixed
             interval ``[1 - eps_low, 1 + eps_high]``.
+        band_delta_schedule: how the radius changes over the run (``bandpo.losses.RADIUS_SCHEDULES``):
+            ``constant`` (default), ``linear``, ``hold_then_linear``, ``cosine``; from the rule's ``delta`` at
+            step 0 to ``band_delta_end`` at ``max_steps`` (the authors' ``use_decaying_clip``: 0.2 -> 0.02).
+        band_delta_end: the radius at the end of the run (> 0); required by every schedule but ``constant``.
+        band_delta_hold_frac: ``hold_then_linear``'s share of the run held at the start radius, in [0, 1)
+            (default 0.25, the authors' effective value).
 
     TRL's ``epsilon`` / ``epsilon_high`` are not used: leave them at their defaults (for GRPO's fixed interval
     use ``clip_rule="grpo"`` with ``clip_rule_kwargs={"eps_low": 0.2, "eps_high": 0.28}``).
@@ -201,6 +226,25 @@ class BandPOConfig(GRPOConfig):
     band_relax: list[float] | None = field(
         default=None,
         metadata={"help": "Two numbers eps_low eps_high: union of Band with [1 - eps_low, 1 + eps_high]."},
+    )
+    band_delta_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": f"Schedule of Band's radius over the run ({', '.join(RADIUS_SCHEDULES.names())}): from the "
+            "rule's delta to band_delta_end."
+        },
+    )
+    band_delta_end: float | None = field(
+        default=None,
+        metadata={
+            "help": "Band's radius at the end of the run (> 0); needed by every schedule but constant."
+        },
+    )
+    band_delta_hold_frac: float | None = field(
+        default=None,
+        metadata={
+            "help": "hold_then_linear: share of the run at the start radius, in [0, 1) (default 0.25)."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -241,7 +285,7 @@ class BandPOConfig(GRPOConfig):
             )
         if self.band_relax is not None:
             self.band_relax = list(self.band_relax)
-        self.build_clip_rule()
+        self.build_radius_schedule(self.build_clip_rule())
 
     def clip_rule_params(self) -> dict[str, Any]:
         """The parameters passed to the clip rule: ``clip_rule_kwargs`` merged with the ``band_*`` shortcuts."""
@@ -277,6 +321,23 @@ class BandPOConfig(GRPOConfig):
             raise ValueError(
                 f"invalid clip rule configuration (clip_rule={self.clip_rule!r}): {err}"
             ) from err
+
+    def build_radius_schedule(self, rule: ClipRule | None = None) -> RadiusSchedule:
+        """The radius schedule of ``rule`` (default: the configured rule), over ``max_steps`` when it is set
+        (``> 0``); a trainer sets the run's length when training starts (``RadiusSchedule.for_run``)."""
+        rule = self.build_clip_rule() if rule is None else rule
+        total = self.max_steps if self.max_steps > 0 else None
+        try:
+            return radius_schedule(
+                rule,
+                self.band_delta_schedule,
+                end=self.band_delta_end,
+                hold_frac=self.band_delta_hold_frac,
+                total_steps=total,
+                labels=_SCHEDULE_LABELS,
+            )
+        except ValueError as err:
+            raise ValueError(f"invalid radius schedule (clip_rule={self.clip_rule!r}): {err}") from err
 
     @property
     def clipping_can_bind(self) -> bool:
@@ -318,12 +379,15 @@ class _LossCapture(NamedTuple):
     mask: Tensor  # bool, the tokens TRL's loss counts (completion_mask * tool_mask)
     advantages: Tensor  # (B, 1) or (B, T)
     entropy: Tensor | None
+    radius: float | None  # the rule's delta for this update (the radius schedule's value), None without one
 
 
 class BandPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose ratio clip uses the per-token bounds of ``args.clip_rule`` (module docstring).
 
-    Same constructor as ``GRPOTrainer``; ``args`` must be a ``BandPOConfig``. ``self.clip_rule`` holds the rule.
+    Same constructor as ``GRPOTrainer``; ``args`` must be a ``BandPOConfig``. ``self.clip_rule`` holds the rule
+    (with its start radius), ``self.radius_schedule`` the schedule of its radius; :meth:`step_clip_rule` is the
+    rule of the current optimizer update.
     ``adaptive_band`` (and any rule with ``needs_entropy``) gets the per-token entropy of the current policy that
     TRL's loss forward computes anyway (``compute_entropy=True``), detached; on the first update of a generation
     it equals the rollout policy's entropy.
@@ -340,6 +404,7 @@ class BandPOTrainer(GRPOTrainer):
                 f"args must be a BandPOConfig (GRPOConfig plus the clip rule), got {type(args).__name__}"
             )
         self.clip_rule: ClipRule = args.build_clip_rule()
+        self.radius_schedule: RadiusSchedule = args.build_radius_schedule(self.clip_rule)
         self._bandpo_loss_inputs: dict[str, Any] | None = None
         self._bandpo_capture: _LossCapture | None = None
         # Training-mode losses computed with the bounds since the last optimizer step (the step guard).
@@ -411,6 +476,25 @@ class BandPOTrainer(GRPOTrainer):
             "version that dispatches the loss elsewhere, cannot train with Band bounds."
         )
 
+    def step_clip_rule(self) -> ClipRule:
+        """The clip rule of optimizer update ``state.global_step + 1``: ``clip_rule`` with the radius schedule's
+        value there over ``state.max_steps`` steps (``clip_rule`` itself under a constant schedule).
+
+        Raises:
+            RuntimeError: a changing radius before training set the run's length (``state.max_steps`` 0).
+        """
+        if self.radius_schedule.is_constant:
+            return self.clip_rule
+        total = self.state.max_steps
+        if total <= 0:
+            raise RuntimeError(
+                f"the radius schedule {self.radius_schedule.describe()} needs the run's length, but the trainer "
+                f"state has max_steps={total} (it is set when train() starts)"
+            )
+        if self.radius_schedule.total_steps != total:
+            self.radius_schedule = self.radius_schedule.for_run(total)
+        return rule_at_step(self.clip_rule, self.radius_schedule, self.state.global_step + 1)
+
     def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
         """The parent's forward; inside ``_compute_loss`` it also installs the per-token bounds."""
         out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
@@ -448,16 +532,17 @@ class BandPOTrainer(GRPOTrainer):
         ent = None
         if entropy is not None:
             ent = torch.where(mask, entropy.detach().to(work), zero)
-        if self.clip_rule.needs_entropy and ent is None:
+        rule = self.step_clip_rule()
+        if rule.needs_entropy and ent is None:
             raise RuntimeError(
-                f"clip rule {self.clip_rule.name!r} needs the per-token entropy, but TRL's loss forward returned "
+                f"clip rule {rule.name!r} needs the per-token entropy, but TRL's loss forward returned "
                 "none (compute_entropy=False)"
             )
-        lo, hi = self.clip_rule.bounds(old, ent if self.clip_rule.needs_entropy else None)
+        lo, hi = rule.bounds(old, ent if rule.needs_entropy else None)
         lo, hi = lo.to(work), hi.to(work)
         self.epsilon_low = 1.0 - lo  # the parent clamps coef_1 to [1 - epsilon_low, 1 + epsilon_high]
         self.epsilon_high = hi - 1.0
-        c = self.clip_rule.truncation_c
+        c = rule.truncation_c
         raw_old = inputs.get("old_per_token_logps")
         if c is not None and raw_old is not None:
             # DPPO's truncated weight sg(min(r, c)) in TRL's ratio loss: old' = old + (1 - s)(logp - sg(logp)) with
@@ -479,6 +564,7 @@ class BandPOTrainer(GRPOTrainer):
             mask=mask,
             advantages=advantages.detach().to(work),
             entropy=ent,
+            radius=getattr(rule, "delta", None),
         )
 
     def _log_clip_metrics(self, c: _LossCapture) -> None:
@@ -511,3 +597,5 @@ class BandPOTrainer(GRPOTrainer):
         values = torch.stack([v.to(torch.float64) for v in metrics.values()]).tolist()  # one host sync
         for key, value in zip(metrics, values):
             self._metrics[mode][key].append(value)
+        if c.radius is not None:
+            self._metrics[mode]["band/delta"].append(float(c.radius))

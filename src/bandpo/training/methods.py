@@ -52,8 +52,17 @@ __all__ = [
     "switch_keys",
 ]
 
-RULE_PARAM_KEYS = ("clip_rule_kwargs", "band_divergence", "band_delta", "band_cap", "band_relax")
-"""Trainer keys that parametrise the clip rule (reset when a layer switches method)."""
+RULE_PARAM_KEYS = (
+    "clip_rule_kwargs",
+    "band_divergence",
+    "band_delta",
+    "band_cap",
+    "band_relax",
+    "band_delta_schedule",
+    "band_delta_end",
+    "band_delta_hold_frac",
+)
+"""Trainer keys that parametrise the clip rule or its radius schedule (reset when a layer switches method)."""
 
 CLIP_RULE_KEYS = ("clip_rule", *RULE_PARAM_KEYS)
 """Every trainer key of the clip-rule kind: the rule's name and its parameters (BandPOConfig's own fields)."""
@@ -128,8 +137,12 @@ class ClipRuleMethod:
         return {"clip_rule": self.name, "clip_rule_kwargs": dict(params) or None}
 
     def describe(self, args: Any) -> str:
-        """One line for the run's header: the clip rule with its parameters (``args``: the built config)."""
-        return f"clip rule {args.build_clip_rule().describe()} (BandPOTrainer)"
+        """One line for the run's header: the clip rule with its parameters and, when the radius changes, its
+        schedule (``args``: the built config)."""
+        rule = args.build_clip_rule()
+        schedule = args.build_radius_schedule(rule)
+        radius = "" if schedule.is_constant else f", radius {schedule.describe()}"
+        return f"clip rule {rule.describe()}{radius} (BandPOTrainer)"
 
 
 @dataclass(frozen=True)

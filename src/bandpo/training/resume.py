@@ -5,7 +5,7 @@ Settings that do not change what is computed may differ on resume (:data:`HARMLE
 to log and save, the progress bar, the data loader's workers, activation checkpointing, the task model's cache
 directory). ``max_steps`` / ``num_train_epochs`` may change too (to extend or shorten a run) when the learning
 rate schedule does not depend on the run's length: ``constant``, or ``constant_with_warmup`` with
-``warmup_steps`` in steps (>= 1). Any other difference (clip rule, learning rate, data, reward, seed, ...)
+``warmup_steps`` in steps (>= 1), and Band's radius schedule (``band_delta_schedule``) is ``constant``. Any other difference (clip rule, learning rate, data, reward, seed, ...)
 changes the experiment: resuming with it is refused unless ``allow_config_change`` is set.
 
 A run is complete when ``run_info.json`` records its end at or beyond the current ``max_steps`` (written after
@@ -150,6 +150,8 @@ class ConfigChanges:
 
 
 def _length_independent_schedule(flat: Mapping[str, Any]) -> bool:
+    if _effective(flat, "band_delta_schedule") not in (None, "constant"):
+        return False  # the radius of a step depends on max_steps
     schedule = _effective(flat, "lr_scheduler_type")
     warmup = _effective(flat, "warmup_steps")
     if schedule == "constant":
