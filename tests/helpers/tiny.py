@@ -7,6 +7,8 @@ Two kinds of tiny model:
 - :func:`save_countdown_model_dir`: the countdown task's own tokenizer and a random one-layer model of
   ``bandpo.tasks.tiny_model`` (no warm start): tests that need the task's model format but not its skill.
 
+:func:`trl_test_args` holds the TRL integration tests' short-run arguments for the first kind.
+
 The small warm start (:data:`SMALL_WARM_START`, under a second to build) is built once per session by the root
 ``conftest.py`` fixture ``warm_cache``; :func:`warm_start_overrides` points ``configs/tiny.yaml`` at it.
 """
@@ -107,6 +109,31 @@ SMALL_RUN = [
     "bf16=false",
     "learning_rate=0.05",
 ]
+
+
+def trl_test_args(output_dir: str | Path, **overrides: Any) -> dict[str, Any]:
+    """``BandPOConfig`` / ``GRPOConfig`` keyword arguments of the TRL integration tests' short runs on the tiny
+    model (:func:`build_tiny_model_dir`): off-policy (2 optimizer steps per generation round, each a round's
+    mini-batch used twice), 4 steps each logged, a large learning rate so that clipping binds, no saving, CPU;
+    ``overrides`` replace or add fields."""
+    args: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        steps_per_generation=2,
+        num_iterations=2,
+        max_completion_length=8,
+        learning_rate=3e-2,
+        lr_scheduler_type="constant",
+        max_steps=4,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
+    return {**args, **overrides}
 
 
 def small_warm_start_config() -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from helpers.launch import accelerate_launch
+from helpers.tiny import trl_test_args
 
 pytest.importorskip("trl")
 
@@ -56,25 +57,7 @@ def vowel_digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
 def make_config(tmp_path: Path, **overrides: Any) -> BandPOConfig:
     """Off-policy by default: 2 mini-batches x 2 iterations per generation, 1 micro-step per optimizer step, so
     steps 2-4 of each generation update a policy that has moved; a large learning rate makes clipping bind."""
-    kwargs: dict[str, Any] = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        steps_per_generation=2,
-        num_iterations=2,
-        max_completion_length=8,
-        learning_rate=3e-2,
-        lr_scheduler_type="constant",
-        max_steps=4,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        seed=0,
-        disable_tqdm=True,
-    )
-    kwargs.update(overrides)
-    return BandPOConfig(**kwargs)
+    return BandPOConfig(**trl_test_args(tmp_path / "out", **overrides))
 
 
 def make_trainer(args: BandPOConfig, model: Any, tokenizer: Any, dataset: Any) -> BandPOTrainer:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from helpers import CONFIGS
-from helpers.tiny import SMALL_RUN, warm_start_overrides
+from helpers.tiny import SMALL_RUN, trl_test_args, warm_start_overrides
 
 pytest.importorskip("trl")
 
@@ -34,22 +34,8 @@ DECAY = {"band_delta": 0.2, "band_delta_schedule": "linear", "band_delta_end": 0
 
 
 def config(tmp_path: Path, **overrides: Any) -> BandPOConfig:
-    """Off-policy (2 optimizer steps per generation round), 4 steps, every step logged."""
-    kwargs: dict[str, Any] = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        steps_per_generation=2,
-        max_completion_length=8,
-        learning_rate=3e-2,
-        max_steps=4,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-    )
-    return BandPOConfig(**{**kwargs, **overrides})
+    """The TRL tests' short off-policy run (``helpers.tiny.trl_test_args``: 4 steps, each logged)."""
+    return BandPOConfig(**trl_test_args(tmp_path / "out", **overrides))
 
 
 # ---- config time --------------------------------------------------------------------------------------------
