@@ -4,8 +4,9 @@
 ``mechanism_stats.summarize`` as lists in the order of ``fields`` (floats to 4 significant digits, non-finite ones
 as ``null``: a step count of ``null`` means "never within the budget"). ``results.csv``: the same rows, ``inf``
 spelled out. ``results.md``: per scenario, one table per metric (rows: cells, columns: rules, entries
-``statistic [95% interval]``). ``<scenario>.png``: the scenario's curve per cell, statistic over seeds with its
-pointwise 95% bootstrap band, one colour per rule.
+``statistic [95% interval] n=<seeds the statistic is over>``, ``n`` always printed: a statistic over the seeds where an
+event happened has fewer seeds than its neighbours). ``<scenario>.png``: the scenario's curve per cell, statistic
+over seeds with its pointwise 95% bootstrap band, one colour per rule.
 """
 
 from __future__ import annotations
@@ -71,7 +72,12 @@ def _cell_label(row: dict) -> str:
 
 
 def markdown_tables(rows: Sequence[dict]) -> str:
-    """Per scenario and metric, a table of ``statistic [low, high]`` with cells as rows and rules as columns."""
+    """Per scenario and metric, a table of ``statistic [low, high] n=seeds`` with cells as rows and rules as columns.
+
+    ``rows``: the summary rows of ``mechanism_stats.summarize`` (keys ``scenario``, ``updates_per_batch``, ``lr``,
+    ``rare_p``, ``rule``, ``metric``, ``stat``, ``value``, ``ci_low``, ``ci_high``, ``seeds`` and the ``paired_*``
+    comparison). Every entry prints its number of seeds ``n``, also where all rules share it.
+    """
     lines: list[str] = []
     for scenario in dict.fromkeys(r["scenario"] for r in rows):
         sc_rows = [r for r in rows if r["scenario"] == scenario]
@@ -79,7 +85,6 @@ def markdown_tables(rows: Sequence[dict]) -> str:
         lines.append(f"## {scenario}\n")
         for metric in dict.fromkeys(r["metric"] for r in sc_rows):
             m_rows = [r for r in sc_rows if r["metric"] == metric]
-            seeds = max(r["seeds"] for r in m_rows)
             lines.append(f"### {metric} ({m_rows[0]['stat']} over seeds, 95% bootstrap interval)\n")
             lines.append("| cell | " + " | ".join(rules) + " |")
             lines.append("|---|" + "---|" * len(rules))
@@ -88,9 +93,7 @@ def markdown_tables(rows: Sequence[dict]) -> str:
                 entries = []
                 for rule in rules:
                     r = by_rule[rule]
-                    text = f"{fmt(r['value'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
-                    if r["seeds"] < seeds:  # a metric over the seeds where an event happened
-                        text += f" n={r['seeds']}"
+                    text = f"{fmt(r['value'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}] n={r['seeds']}"
                     if r.get("paired") and rule != REFERENCE_RULE:
                         sign = "x" if r["paired"] == "ratio" else ("+" if r["paired_value"] >= 0 else "")
                         text += (
@@ -190,7 +193,9 @@ def write_results(
         f"Command: `{meta.get('command', '')}`  ",
         f"Seeds {meta['seeds']}, vocabulary {meta['vocab']}, wall time {meta.get('wall_time_s', 0):.0f} s. "
         "`K` = updates per sampled batch, `lr` = SGD step on the logits, `p0` = initial probability of the rare "
-        "action. `never`: not reached within the step budget; `n/a`: no value (no seed to take a median over). "
+        "action. `never`: not reached within the step budget; `n/a`: no value (no seed to take a median over); "
+        "`n`: the seeds the statistic is over (fewer than all where it is taken over the seeds where an event "
+        "happened). "
         "In parentheses: the seed-by-seed comparison with grpo (same random numbers), its 95% interval.\n",
     ]
     for traj in trajectories:
