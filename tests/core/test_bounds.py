@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -227,6 +228,34 @@ def test_bad_input(kwargs: dict, exc: type, match: str) -> None:
     args = {"old_logp": torch.tensor([-0.5, -2.0])} | kwargs
     with pytest.raises(exc, match=match):
         bandpo.band_bounds(**args)
+
+
+@pytest.mark.parametrize(
+    "value,accepted",
+    [
+        (-math.inf, True),
+        (-1e30, True),
+        (-0.0, True),
+        (0.0, True),
+        (1e-30, False),
+        (1e30, False),
+        (math.nan, False),
+        (math.inf, False),
+    ],
+)
+def test_old_logp_domain_is_minus_inf_to_zero(value: float, accepted: bool) -> None:
+    """The values ``band_bounds`` accepts: log-probabilities in [-inf, 0] (the same domain as ``policy_loss``'s
+    ``old_log_prob``, tests/losses/test_policy_loss.py); anything else is refused, naming one such value."""
+    old_logp = torch.tensor([-0.5, value], dtype=torch.float64)
+    if accepted:
+        lo, hi = bandpo.band_bounds(old_logp, 0.05, "kl")
+        assert (lo >= 0).all() and (lo <= 1).all() and (hi >= 1).all() and (hi <= 10).all()
+    else:
+        with pytest.raises(
+            ValueError,
+            match=rf"old_logp must hold log-probabilities in \[-inf, 0\].*e\.g\. {re.escape(repr(value))}",
+        ):
+            bandpo.band_bounds(old_logp, 0.05, "kl")
 
 
 def test_value_checks_can_be_switched_off() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -132,8 +133,8 @@ def test_band_with_a_constant_interval_reproduces_grpo() -> None:
 
 
 def test_dual_clip_caps_negative_advantage_loss() -> None:
-    old = torch.log(torch.tensor([[0.1]], dtype=torch.float64))
-    new = old + math.log(50.0)  # ratio 50 with a negative advantage
+    old = torch.log(torch.tensor([[0.01]], dtype=torch.float64))
+    new = old + math.log(50.0)  # ratio 50 (p 0.01 -> 0.5) with a negative advantage
     loss, m = policy_loss(
         new, old, torch.tensor([-1.0], dtype=torch.float64), torch.ones(1, 1), "grpo", clip_ratio_c=3.0
     )
@@ -180,6 +181,86 @@ def test_padding_may_hold_anything_and_empty_mask_gives_zero() -> None:
         assert all(torch.isfinite(v) for v in m.values())
 
 
+# ---- the values the loss accepts (check_values=True), at real tokens and at padding -----------------------
+
+DOMAIN = [  # (argument, value at one real token, accepted); band_bounds' domain: tests/core/test_bounds.py
+    ("old_log_prob", -math.inf, True),  # p_old = 0: the ratio clamps at e^20
+    ("old_log_prob", 0.0, True),  # p_old = 1
+    ("old_log_prob", 1e-30, False),
+    ("old_log_prob", 1e30, False),
+    ("old_log_prob", math.nan, False),
+    ("old_log_prob", math.inf, False),
+    ("log_prob", 0.0, True),
+    ("log_prob", -1e4, True),
+    ("log_prob", -math.inf, False),  # the truncated objective -A w log pi would be infinite
+    ("log_prob", 1e-30, False),
+    ("log_prob", math.nan, False),
+    ("ref_log_prob", 0.0, True),
+    ("ref_log_prob", -math.inf, False),  # k1 = log pi - log pi_ref would be infinite
+    ("ref_log_prob", 0.5, False),
+    ("advantages", math.inf, False),
+]
+
+
+def _domain_args(name: str, value: float) -> dict:
+    """A (2, 3) batch whose token [1, 1] (a real one) holds ``value`` in argument ``name``."""
+    new, old, _, _ = make_batch(B=2, T=3, seed=13)
+    args = {
+        "log_prob": new,
+        "old_log_prob": old,
+        "advantages": torch.tensor([[1.0, -1.0, 0.5], [-0.5, 2.0, 1.0]], dtype=torch.float64),
+        "response_mask": torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]),
+        "ref_log_prob": old - 0.1,
+        "kl_coef": 0.1,
+    }
+    args[name] = args[name].clone()
+    args[name][1, 1] = value
+    return args
+
+
+@pytest.mark.parametrize("name,value,accepted", DOMAIN)
+def test_loss_accepts_log_probabilities_and_refuses_the_rest(name: str, value: float, accepted: bool) -> None:
+    args = _domain_args(name, value)
+    if not accepted:
+        with pytest.raises(
+            ValueError,
+            match=rf"^{name} must hold .* at real tokens \(response_mask = 1\); found 1 other value\(s\), e\.g\. {re.escape(repr(value))}$",
+        ):
+            policy_loss(**args, clip_rule="band")
+        policy_loss(**args, clip_rule="band", check_values=False)  # the switch skips the value checks
+        return
+    for rule in CLIP_RULES.names():
+        lp = args["log_prob"].clone().requires_grad_(True)
+        loss, m = policy_loss(**(args | {"log_prob": lp}), clip_rule=rule, entropy=torch.ones(2, 3))
+        (g,) = torch.autograd.grad(loss, lp)
+        assert torch.isfinite(loss) and torch.isfinite(g).all(), rule
+        assert not any(torch.isnan(v) for v in m.values()), rule
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e30])
+@pytest.mark.parametrize("rule", CLIP_RULES.names())
+def test_padding_is_never_read_by_any_rule(rule: str, value: float) -> None:
+    """Masked-out positions may hold anything (verl and TRL pad with whatever the model computed): the checks pass,
+    and loss, gradient and metrics equal those of the same batch with valid padding."""
+    args = _domain_args("log_prob", -0.5)
+    args["advantages"] = args["advantages"].clone()
+    dirty = {
+        k: v.clone()
+        for k, v in args.items()
+        if k in ("log_prob", "old_log_prob", "advantages", "ref_log_prob")
+    }
+    for x in dirty.values():
+        x[1, 2] = value
+    out = []
+    for inputs in (args, args | dirty):
+        lp = inputs["log_prob"].clone().requires_grad_(True)
+        loss, m = policy_loss(**(inputs | {"log_prob": lp}), clip_rule=rule, entropy=torch.ones(2, 3))
+        out.append((loss, torch.autograd.grad(loss, lp)[0], m))
+    (loss, g, m), (dirty_loss, dirty_g, dirty_m) = out
+    assert torch.equal(dirty_loss, loss) and torch.equal(dirty_g, g)
+    assert all(torch.equal(dirty_m[k], m[k]) for k in m)
+
+
 def test_extreme_log_probs_are_finite_forward_and_backward() -> None:
     old = torch.tensor([[-1e-9, -50.0, -1000.0, 0.0]], dtype=torch.float32)
     new = torch.tensor([[-80.0, -1e-6, 0.0, -1000.0]], dtype=torch.float32, requires_grad=True)
@@ -194,7 +275,7 @@ def test_extreme_log_probs_are_finite_forward_and_backward() -> None:
 
 def test_kl_penalty_and_entropy_bonus_are_added_and_reported() -> None:
     new, old, adv, mask = make_batch(seed=11)
-    ref_lp = old + 0.1
+    ref_lp = old - 0.1
     ent = torch.rand_like(new)
     base, _ = policy_loss(new, old, adv, mask, "band")
     loss, m = policy_loss(
@@ -233,7 +314,7 @@ def test_metrics_on_hand_built_case() -> None:
 
 def test_truncated_objective_on_hand_built_tokens() -> None:
     """truncation_c: L = -A sg(min(r, c)) logp inside the region, 0 outside, no dual clip (module docstring)."""
-    old = torch.log(torch.tensor([[0.5, 0.5, 0.01, 0.5, 0.5]], dtype=torch.float64))
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.01, 0.01, 0.5]], dtype=torch.float64))
     r = torch.tensor([[1.05, 2.0, 50.0, 50.0, 0.3]], dtype=torch.float64)
     adv = torch.tensor([[1.0, 1.0, 1.0, -1.0, -1.0]], dtype=torch.float64)
     rule = make_clip_rule("band", divergence="tv", delta=0.2, cap=None)  # p 0.5: [0.6, 1.4]; p 0.01: [0, 21]
@@ -307,7 +388,10 @@ def _good_args() -> dict:
         ({"response_mask": torch.ones(2, 4)}, r"response_mask shape \(2, 4\) must equal"),
         ({"advantages": torch.zeros(3)}, r"advantages shape \(3,\) must be \(B,\) or \(B, T\)"),
         ({"response_mask": torch.full((2, 3), 2.0)}, "response_mask must hold only 0 and 1"),
-        ({"advantages": torch.tensor([float("nan"), 0.0])}, "advantages holds 3 non-finite"),
+        (
+            {"advantages": torch.tensor([float("nan"), 0.0])},
+            r"advantages must hold finite numbers at real tokens \(response_mask = 1\); found 3 other value",
+        ),
         ({"loss_agg_mode": "mean"}, r"unknown loss aggregation mode 'mean'.*valid names: token-mean"),
         ({"clip_rule": "ppo"}, r"unknown clip rule 'ppo'.*valid names: grpo, clip_higher, dcpo, band"),
         ({"clip_ratio_c": 0.5}, "clip_ratio_c must be > 1"),

@@ -181,19 +181,9 @@ def _check_objective_inputs(
             "got None"
         )
 
-    if response_mask.dtype == torch.bool:
-        mask = response_mask
-    else:
-        if check_values and bool(((response_mask != 0) & (response_mask != 1)).any()):
-            raise ValueError("response_mask must hold only 0 and 1 (or be a bool tensor)")
-        mask = response_mask != 0
+    mask = response_mask if response_mask.dtype == torch.bool else response_mask != 0
     if check_values:
-        for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
-            bad = ~torch.isfinite(x) & mask
-            if bool(bad.any()):
-                raise ValueError(
-                    f"{name} holds {int(bad.sum())} non-finite value(s) at real tokens (mask = 1)"
-                )
+        _check_values(response_mask, mask, log_prob, old_log_prob, advantages, ref_log_prob)
     return _ObjectiveInputs(
         log_prob,
         old_log_prob,
@@ -206,6 +196,55 @@ def _check_objective_inputs(
         entropy,
         ref_log_prob,
     )
+
+
+def _check_values(
+    response_mask: Tensor,
+    mask: Tensor,
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    ref_log_prob: Tensor | None,
+) -> None:
+    """``policy_loss(check_values=True)``: the values the objective accepts at real tokens (``mask`` true), in
+    one device->host sync. Positions where the mask is 0 are never read, so they may hold anything.
+
+    ``log_prob`` and ``ref_log_prob``: finite log-probabilities, ``<= 0`` (``-inf`` would make the loss or its
+    KL term infinite). ``old_log_prob``: ``[-inf, 0]`` as ``band_bounds`` accepts (``-inf``: the behaviour
+    policy gave the token probability 0; its ratio is clamped at ``e^20``). ``advantages``: finite.
+    ``response_mask``: bool, or numbers 0 and 1.
+
+    Raises:
+        ValueError: naming the first argument that holds another value, how many, and one of them.
+    """
+    lp_bad = "finite log-probabilities <= 0"
+    checks: list[tuple[str, Tensor | None, str, Tensor]] = [
+        (
+            "response_mask",
+            None,
+            "only 0 and 1 (or be a bool tensor)",
+            (response_mask != 0) & (response_mask != 1),
+        ),
+        ("log_prob", log_prob, lp_bad, ~torch.isfinite(log_prob) | (log_prob > 0)),
+        (
+            "old_log_prob",
+            old_log_prob,
+            "log-probabilities in [-inf, 0] (-inf: probability 0; no NaN, +inf or positive values)",
+            torch.isnan(old_log_prob) | (old_log_prob > 0),
+        ),
+        ("advantages", advantages, "finite numbers", ~torch.isfinite(advantages)),
+    ]
+    if ref_log_prob is not None:
+        checks.append(
+            ("ref_log_prob", ref_log_prob, lp_bad, ~torch.isfinite(ref_log_prob) | (ref_log_prob > 0))
+        )
+    bad = [b if x is None else b & mask for _, x, _, b in checks]
+    counts = torch.stack([b.sum() for b in bad]).tolist()  # the one host sync
+    for (name, x, allowed, _), b, n in zip(checks, bad, counts):
+        if n:
+            where = "" if x is None else " at real tokens (response_mask = 1)"
+            example = "" if x is None else f", e.g. {x[b].reshape(-1)[0].item()!r}"
+            raise ValueError(f"{name} must hold {allowed}{where}; found {n} other value(s){example}")
 
 
 class TokenTerms(NamedTuple):
@@ -251,6 +290,8 @@ def per_token_policy_loss(
         old_log_prob: (B, T) float, log pi_old (detached here).
         advantages: (B,) or (B, T) float (detached here).
         response_mask: (B, T) bool or 0/1 float/int, real response tokens; padded positions may hold anything.
+            Values are not checked here (no host sync): :func:`policy_loss`'s ``check_values`` lists the ones the
+            objective accepts.
         clip_rule: a ``ClipRule`` giving the ratio bounds from the old log-probabilities (and, for the truncated
             objective, the trust-region test ``region_masks``).
         clip_ratio_c: dual-clip constant > 1 for negative advantages; ``None`` disables the dual clip. Not used by
@@ -332,10 +373,17 @@ def policy_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Policy-gradient loss (the module docstring's clipped or truncated objective) and its diagnostics.
 
+    Values accepted at real tokens (``response_mask`` 1), checked with ``check_values=True``: ``log_prob`` and
+    ``ref_log_prob`` finite and ``<= 0``; ``old_log_prob`` in ``[-inf, 0]`` (as :func:`bandpo.band_bounds`;
+    ``-inf``, probability 0 under the behaviour policy, gives the ratio its clamp ``e^20``); ``advantages``
+    finite. Positions where the mask is 0 are never read: padding may hold anything (NaN, +-inf, positive
+    values), as verl and TRL leave it.
+
     Args:
-        log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable).
-        old_log_prob: (B, T) float, log pi_old (the behaviour policy of the update; detached here).
-        advantages: (B,) or (B, T) float.
+        log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable), finite and <= 0.
+        old_log_prob: (B, T) float, log pi_old (the behaviour policy of the update; detached here), in
+            [-inf, 0].
+        advantages: (B,) or (B, T) float, finite.
         response_mask: (B, T) bool or 0/1, real response tokens. Masked-out positions may hold anything.
         clip_rule: a ``ClipRule`` or a registered name (built with defaults).
         loss_agg_mode: one of ``LOSS_AGG_MODES.names()``.
@@ -343,11 +391,13 @@ def policy_loss(
             the truncated objective (DPPO's rules carry their own ``clip_ratio_c``).
         truncation_c: > 1: the truncated objective with this ``c`` for any rule (e.g. Band); ``None``: the rule's.
         rollout_is_weights: (B, T) float, truncated importance weights (e.g. vLLM/trainer mismatch), detached.
-        ref_log_prob: (B, T) float, reference policy log-probs for the KL penalty (needed when kl_coef > 0).
+        ref_log_prob: (B, T) float, reference policy log-probs for the KL penalty (needed when kl_coef > 0),
+            finite and <= 0.
         kl_coef, kl_estimator: KL penalty coefficient and estimator (``KL_ESTIMATORS.names()``).
         entropy: (B, T) float, per-token policy entropy; logged, used by entropy-driven rules, and the bonus.
         entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef * agg(entropy)``).
-        check_values: raise on non-finite values at real tokens and on a mask that is not 0/1 (syncs).
+        check_values: raise ``ValueError`` on values outside those above at real tokens, or a mask that is not
+            0/1 (one device->host sync); ``False`` skips it (shape, dtype and name checks always run).
 
     Returns:
         ``(loss, metrics)``: () loss in the compute dtype (float32, float64 for float64 input; the module
