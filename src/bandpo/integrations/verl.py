@@ -34,6 +34,19 @@ verl builds ``ActorConfig`` with ``omega_conf_to_dataclass`` (hydra ``instantiat
 ``_target_``), so the parameters are validated when the config is built, before any model is loaded. Without
 the ``_target_`` override, ``loss_mode=bandpo`` runs with the defaults of :class:`BandPOPolicyLossConfig`.
 
+The radius schedule (``policy_loss.delta_schedule``: ``constant`` by default, ``linear``, ``hold_then_linear``,
+``cosine``; ``bandpo.losses.schedule``, the authors' ``use_decaying_clip``): the radius goes from ``delta`` to
+``delta_end`` over ``delta_total_steps`` (default: ``actor.optim.total_training_steps``, which verl's trainer sets
+to the run's length before the workers start). Update ``k`` (verl's ``global_steps``, 1-based) uses
+``schedule.value(k)``. verl 0.9.1 passes a policy loss neither the step nor the batch (only the actor config), and
+the step reaches an actor worker's process in one place: ``ActorRolloutRefWorker.update_weights(global_steps=N)``,
+which the trainer calls once after loading a checkpoint (``N`` = the resumed step, 0 for a fresh run) and after
+every step's actor update (``N`` = that step). So when a config with a changing radius is built in a process where
+verl's ``engine_workers`` is loaded (the actor worker builds it in ``init_model``, before training starts),
+:func:`record_global_steps` wraps that method to record ``N`` (:func:`set_global_step`; the call goes on
+unchanged), and the loss uses ``k = N + 1``; after a resume, ``N`` is the checkpoint's step, so the radius is the
+one the step implies. A loss with a changing radius and no recorded step raises instead of guessing.
+
 Registration in every process (the driver and each Ray worker): ``import verl`` (>= 0.9) loads every entry
 point of the group ``verl.plugins``; bandpo declares ``bandpo = "bandpo.integrations.verl:register"``.
 verl only *loads* the entry point (imports this module and looks ``register`` up; it does not call it and
@@ -46,7 +59,8 @@ bandpo.integrations.verl`` in the environment of every process (verl imports the
 Metrics (returned as Python floats, one device->host transfer per call; verl reduces them across micro-batches
 with a mean): verl's names ``actor/pg_clipfrac`` (clipped term active), ``actor/ppo_kl`` (k1 KL(old || new)),
 ``actor/pg_clipfrac_lower`` (dual clip active), plus ``bandpo.clip_metrics`` under ``actor/`` (``actor/clip/
-frac_up``, ``actor/clip/tail_share``, ``actor/band/hi_mean``, ...). verl adds ``actor/pg_loss`` itself.
+frac_up``, ``actor/clip/tail_share``, ``actor/band/hi_mean``, ...) and, for a rule with a radius,
+``actor/band/delta`` (the radius the update used). verl adds ``actor/pg_loss`` itself.
 
 One environment for verl, another for TRL. verl 0.9.1's workers import ``AutoModelForCausalLMWithValueHead``
 from ``trl`` whenever TRL is installed (``verl.utils.model.patch_valuehead_model``,
@@ -62,6 +76,8 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import inspect
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +88,8 @@ from torch import Tensor
 
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
 from bandpo.losses.policy_loss import TokenTerms, clip_metrics, per_token_policy_loss
+from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_step
+from bandpo.validation import check_int_in
 
 try:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
@@ -93,7 +111,10 @@ __all__ = [
     "compute_policy_loss_clip_rule",
     "compute_policy_loss_dcpo",
     "per_token_policy_loss",
+    "radius_schedule_from_config",
+    "record_global_steps",
     "register",
+    "set_global_step",
     "trl_conflict",
 ]
 
@@ -121,11 +142,18 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
             (the authors' ablation: it hurts).
         method: ``bandpo`` only: ``band_bounds`` solver (``"auto"``, ``"closed_form"``, ``"table"``,
             ``"newton"``, ``"bisection"``).
+        delta_schedule: ``bandpo`` only: the radius schedule (``bandpo.losses.RADIUS_SCHEDULES``:
+            ``constant``, ``linear``, ``hold_then_linear``, ``cosine``), from ``delta`` to ``delta_end``.
+        delta_end: the radius at the end of the run (> 0); required by every schedule but ``constant``.
+        delta_hold_frac: ``hold_then_linear``'s share of the run at ``delta``, in [0, 1) (default 0.25).
+        delta_total_steps: the run's length in verl's global steps (>= 1); ``None``: the actor's
+            ``optim.total_training_steps`` (set by verl's trainer).
 
     Raises:
         ValueError: at construction (i.e. when verl builds the actor config) for a ``loss_mode`` that verl's
-            registry does not hold (listing the registered names), an unknown divergence or method,
-            ``delta <= 0`` or ``cap < 1``, naming the field and the value received.
+            registry does not hold (listing the registered names), an unknown divergence, method or schedule,
+            ``delta <= 0``, ``cap < 1``, ``delta_end <= 0``, ``delta_hold_frac`` outside [0, 1), or a schedule
+            with another mode than ``bandpo``, naming the field and the value received.
     """
 
     loss_mode: str = "bandpo"
@@ -134,6 +162,10 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
     cap: float | None = 10.0
     relax: bool = False
     method: str = "auto"
+    delta_schedule: str = "constant"
+    delta_end: float | None = None
+    delta_hold_frac: float | None = None
+    delta_total_steps: int | None = None
 
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)
@@ -148,10 +180,87 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
         if not isinstance(self.relax, bool):
             raise ValueError(f"policy_loss.relax must be true or false, got {self.relax!r}")
         try:
-            _band_rule(self.divergence, self.delta, self.cap, None, self.method)
+            band = _band_rule(self.divergence, self.delta, self.cap, None, self.method)
             _dcpo_rule(0.0, 0.0, 10.0 if self.cap is None else self.cap)
+            schedule = _schedule(
+                band, self.delta_schedule, self.delta_end, self.delta_hold_frac, self.delta_total_steps
+            )
         except ValueError as err:
             raise ValueError(f"invalid BandPO policy_loss config: {err}") from err
+        if not schedule.is_constant and self.loss_mode != "bandpo":
+            raise ValueError(
+                f"policy_loss.delta_schedule={schedule.kind!r} schedules Band's radius, which loss_mode="
+                f"{self.loss_mode!r} does not have: use loss_mode='bandpo' or delta_schedule='constant'"
+            )
+        if not schedule.is_constant:
+            record_global_steps()
+
+
+# ---- the training step: verl's global_steps, as the actor worker receives it ----------------------------
+
+_global_step: int | None = None  # this process's last update_weights(global_steps=N); None: none seen
+
+
+def set_global_step(step: int | None) -> None:
+    """Record verl's global step ``N`` (an integer >= 0) of this process's last ``update_weights``: the radius
+    schedule then gives the next actor update (step ``N + 1``) its radius. ``None`` forgets it."""
+    global _global_step
+    _global_step = None if step is None else check_int_in("global_steps", step, 0)
+
+
+def _update_step() -> int:
+    """The global step of the actor update now running: the last recorded ``N`` plus 1."""
+    if _global_step is None:
+        raise RuntimeError(
+            "the radius schedule (policy_loss.delta_schedule) needs verl's global step, which reaches an actor "
+            "worker only through ActorRolloutRefWorker.update_weights(global_steps=...), and none was recorded in "
+            "this process: verl's engine_workers was not loaded when the actor config was built, or the trainer "
+            "never calls update_weights; call bandpo.integrations.verl.set_global_step(step) before each update"
+        )
+    return _global_step + 1
+
+
+_WORKER_MODULE, _WORKER_CLASS = "verl.workers.engine_workers", "ActorRolloutRefWorker"
+
+
+def record_global_steps(worker_cls: type | None = None) -> bool:
+    """Wrap ``worker_cls.update_weights`` (default: verl's ``ActorRolloutRefWorker``, if its module is loaded;
+    nothing is imported) so that each call records its ``global_steps`` (:func:`set_global_step`) and then runs
+    unchanged: same coroutine-ness and same verl dispatch attributes (``functools.wraps`` copies them).
+    Idempotent. Returns whether the method records the step afterwards."""
+    if worker_cls is None:
+        module = sys.modules.get(_WORKER_MODULE)
+        worker_cls = getattr(module, _WORKER_CLASS, None)
+        if worker_cls is None:
+            return False
+    original = worker_cls.__dict__.get("update_weights")
+    if original is None:
+        return False
+    if getattr(original, "_bandpo_records_global_steps", False):
+        return True
+
+    def record(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        steps = kwargs.get("global_steps", args[0] if args else None)
+        if steps is not None:  # verl also calls update_weights() without a step (validation's wake-up)
+            set_global_step(int(steps))
+
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def update_weights(self: Any, *args: Any, **kwargs: Any) -> Any:
+            record(args, kwargs)
+            return await original(self, *args, **kwargs)
+
+    else:
+
+        @functools.wraps(original)
+        def update_weights(self: Any, *args: Any, **kwargs: Any) -> Any:
+            record(args, kwargs)
+            return original(self, *args, **kwargs)
+
+    update_weights._bandpo_records_global_steps = True  # type: ignore[attr-defined]
+    worker_cls.update_weights = update_weights  # type: ignore[attr-defined]
+    return True
 
 
 # ---- config -> clip rule -------------------------------------------------------------------------------
@@ -167,6 +276,27 @@ def _band_rule(
 @functools.lru_cache(maxsize=64)
 def _dcpo_rule(eps_low: float, eps_high: float, cap: float) -> ClipRule:
     return make_clip_rule("dcpo", eps_low=eps_low, eps_high=eps_high, cap=cap)
+
+
+_SCHEDULE_LABELS = {
+    name: f"policy_loss.{key}"
+    for name, key in (
+        ("kind", "delta_schedule"),
+        ("start", "delta"),
+        ("end", "delta_end"),
+        ("hold_frac", "delta_hold_frac"),
+        ("total_steps", "delta_total_steps"),
+    )
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule(
+    rule: ClipRule, kind: str, end: float | None, hold_frac: float | None, total: int | None
+) -> RadiusSchedule:
+    return radius_schedule(
+        rule, kind, end=end, hold_frac=hold_frac, total_steps=total, labels=_SCHEDULE_LABELS
+    )
 
 
 def _get(config: Any, key: str, default: Any) -> Any:
@@ -196,12 +326,35 @@ def _param(policy_loss: Any, key: str) -> Any:
     return getattr(policy_loss, key, default)
 
 
+def radius_schedule_from_config(rule: ClipRule, config: Any) -> RadiusSchedule:
+    """The schedule of ``rule``'s radius under verl's actor ``config``: ``policy_loss.delta_schedule`` /
+    ``delta_end`` / ``delta_hold_frac`` and the run's length, ``policy_loss.delta_total_steps`` or else the actor's
+    ``optim.total_training_steps`` (verl's trainer sets it; ``-1`` before: ``None``). Cached per parameter set."""
+    policy_loss = _get(config, "policy_loss", None)
+    total = _param(policy_loss, "delta_total_steps")
+    if total is None:
+        total = _get(_get(config, "optim", None) or {}, "total_training_steps", -1)
+        total = int(total) if int(total) > 0 else None
+    return _schedule(
+        rule,
+        str(_param(policy_loss, "delta_schedule")),
+        _param(policy_loss, "delta_end"),
+        _param(policy_loss, "delta_hold_frac"),
+        total,
+    )
+
+
 def clip_rule_from_config(loss_mode: str, config: Any) -> ClipRule:
-    """The clip rule that ``loss_mode`` (``"bandpo"`` or ``"dcpo"``) uses under verl's actor ``config``.
+    """The clip rule that ``loss_mode`` (``"bandpo"`` or ``"dcpo"``) uses under verl's actor ``config`` for the
+    actor update now running.
 
     Reads Band's parameters from ``config.policy_loss`` (defaults of :class:`BandPOPolicyLossConfig` where
     absent) and the fixed clip ratios (``clip_ratio_low`` / ``clip_ratio_high``, falling back to
-    ``clip_ratio``) from the actor config. Rules are cached per parameter set.
+    ``clip_ratio``) from the actor config. Rules are cached per parameter set. With a changing radius
+    (:func:`radius_schedule_from_config`), the radius of update ``k = N + 1`` (module docstring).
+
+    Raises:
+        RuntimeError: a changing radius and no recorded global step, or no run length.
     """
     if loss_mode not in LOSS_MODES:
         raise ValueError(f"loss_mode must be one of {', '.join(LOSS_MODES)}, got {loss_mode!r}")
@@ -212,13 +365,22 @@ def clip_rule_from_config(loss_mode: str, config: Any) -> ClipRule:
     if loss_mode == "dcpo":
         return _dcpo_rule(eps_low, eps_high, 10.0 if cap is None else cap)
     relax = _param(policy_loss, "relax")
-    return _band_rule(
+    rule = _band_rule(
         str(_param(policy_loss, "divergence")),
         float(_param(policy_loss, "delta")),
         cap,
         (eps_low, eps_high) if relax else None,
         str(_param(policy_loss, "method")),
     )
+    schedule = radius_schedule_from_config(rule, config)
+    if schedule.is_constant:
+        return rule
+    if schedule.total_steps is None:
+        raise RuntimeError(
+            f"policy_loss.delta_schedule={schedule.kind!r} needs the run's length: actor.optim.total_training_steps "
+            "is not set (verl's trainer sets it before the workers start); set policy_loss.delta_total_steps"
+        )
+    return rule_at_step(rule, schedule, _update_step())
 
 
 # ---- the policy losses ---------------------------------------------------------------------------------
@@ -288,7 +450,11 @@ def compute_policy_loss_clip_rule(
     )
     metrics = {verl_name: ours[name] for verl_name, name in VERL_METRIC_NAMES.items()}
     metrics.update({f"actor/{name}": value for name, value in ours.items()})
-    return loss, _to_floats(metrics)
+    floats = _to_floats(metrics)
+    delta = getattr(clip_rule, "delta", None)
+    if isinstance(delta, (int, float)) and not isinstance(delta, bool):
+        floats["actor/band/delta"] = float(delta)
+    return loss, floats
 
 
 def _mode_loss(mode: str, doc: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:
