@@ -45,7 +45,10 @@ every step's actor update (``N`` = that step). So when a config with a changing 
 verl's ``engine_workers`` is loaded (the actor worker builds it in ``init_model``, before training starts),
 :func:`record_global_steps` wraps that method to record ``N`` (:func:`set_global_step`; the call goes on
 unchanged), and the loss uses ``k = N + 1``; after a resume, ``N`` is the checkpoint's step, so the radius is the
-one the step implies. A loss with a changing radius and no recorded step raises instead of guessing.
+one the step implies. The wrapper takes effect because verl's trainers run workers inside its colocated
+``WorkerDict``, which looks a worker's method up by name at each call. A loss with a changing radius and no
+recorded step raises instead of guessing. (Tested with a stand-in worker class carrying verl's own ``register``
+decorator; verl's trainer itself needs GPUs and did not run here.)
 
 Registration in every process (the driver and each Ray worker): ``import verl`` (>= 0.9) loads every entry
 point of the group ``verl.plugins``; bandpo declares ``bandpo = "bandpo.integrations.verl:register"``.
