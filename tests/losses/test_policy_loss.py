@@ -334,6 +334,47 @@ def test_truncated_objective_on_hand_built_tokens() -> None:
     assert g2[0, 3].item() == 0.0 and g2[0, 0].item() == pytest.approx(-1.05)
 
 
+@pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
+@pytest.mark.parametrize(
+    "rule,kwargs",
+    [
+        (make_clip_rule("dppo_tv", clip_ratio_c=3.0), {}),
+        (make_clip_rule("dppo_kl", clip_ratio_c=3.0), {}),
+        (make_clip_rule("band"), {"truncation_c": 3.0}),
+    ],
+    ids=["dppo_tv", "dppo_kl", "band-truncated"],
+)
+def test_truncated_objective_refuses_a_clip_ratio_c_it_would_ignore(entry: str, rule, kwargs: dict) -> None:
+    """The truncated objective (c = 3 here) has no dual clip: a ``clip_ratio_c`` other than its ``c`` is refused, not
+    ignored; left unset, ``None`` or equal to ``c`` (verl passes its one ``clip_ratio_c`` to both objectives) it is
+    accepted and changes nothing."""
+    _, old, adv, mask = make_batch(seed=17)
+    old = old - 2.0  # p_old <= e^-2, so that ratios reach past c
+    new = (
+        old + 1.5 * torch.randn(old.shape, generator=torch.Generator().manual_seed(17), dtype=old.dtype)
+    ).clamp(max=0.0)
+    assert (torch.exp(new - old)[mask > 0] > 3.0).sum() >= 3  # tokens where c binds
+    args = {"log_prob": new, "old_log_prob": old, "advantages": adv, "response_mask": mask, "clip_rule": rule}
+
+    def loss(**extra) -> torch.Tensor:
+        out = ENTRY_POINTS[entry](**args, **extra)
+        return out[0] if entry == "policy_loss" else out.loss
+
+    with pytest.raises(
+        ValueError,
+        match=r"^clip_ratio_c=5\.0 has no effect on the truncated objective of .*\(its c is 3; it has no dual "
+        r"clip\): set c with .* and leave clip_ratio_c unset \(or equal to c\)$",
+    ):
+        loss(clip_ratio_c=5.0, **kwargs)
+    ref = loss(**kwargs)
+    for same in (None, 3, 3.0):
+        assert torch.equal(loss(clip_ratio_c=same, **kwargs), ref)
+    if (
+        kwargs
+    ):  # the same rule without truncation_c: the clipped objective, whose dual clip reads clip_ratio_c
+        assert not torch.equal(loss(clip_ratio_c=3.0), loss(clip_ratio_c=5.0))
+
+
 def _exact_logp(p: float) -> float:
     """A float64 log-probability whose exp is exactly the float ``p`` (searched around log(p))."""
     x = torch.log(torch.tensor(p, dtype=torch.float64))

@@ -114,6 +114,20 @@ class _ObjectiveInputs(NamedTuple):
     ref_log_prob: Tensor | None  #: (B, T) float
 
 
+class _DefaultClipRatioC(float):
+    """The type of :data:`DEFAULT_CLIP_RATIO_C`: a float that tells the default from a value the caller passed."""
+
+
+DEFAULT_CLIP_RATIO_C: float = _DefaultClipRatioC(10.0)
+"""The default dual-clip constant ``clip_ratio_c`` of :func:`policy_loss` and :func:`per_token_policy_loss`: 10.0.
+The truncated objective (DPPO) has no dual clip, so it refuses any other ``clip_ratio_c`` passed with it."""
+
+
+def _passed(clip_ratio_c: float | None) -> bool:
+    """Whether the caller set ``clip_ratio_c`` (neither the default nor ``None``)."""
+    return clip_ratio_c is not None and not isinstance(clip_ratio_c, _DefaultClipRatioC)
+
+
 def _check_like_log_prob(name: str, x: Tensor | None, log_prob: Tensor) -> None:
     if x is not None and x.shape != log_prob.shape:
         raise ValueError(f"{name} shape {tuple(x.shape)} must equal log_prob shape {tuple(log_prob.shape)}")
@@ -163,8 +177,19 @@ def _check_objective_inputs(
         raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
     if truncation_c is not None:
         truncation_c = check_number_above("truncation_c", truncation_c, 1.0)
+        source, how = f"truncation_c={truncation_c:g}", "truncation_c"
     else:
         truncation_c = rule.truncation_c
+        source, how = (
+            f"clip rule {rule.describe()}",
+            f"the rule's clip_ratio_c, e.g. make_clip_rule({rule.name!r}, clip_ratio_c=...)",
+        )
+    if truncation_c is not None and _passed(clip_ratio_c) and clip_ratio_c != truncation_c:
+        raise ValueError(
+            f"clip_ratio_c={clip_ratio_c!r} has no effect on the truncated objective of {source} (its c is "
+            f"{truncation_c:g}; it has no dual clip): set c with {how} and leave clip_ratio_c unset (or equal to c)"
+        )
+    clip_ratio_c = None if clip_ratio_c is None else float(clip_ratio_c)
     if kl_coef < 0 or entropy_coef < 0:
         raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {kl_coef!r} and {entropy_coef!r}")
     if kl_coef > 0 and ref_log_prob is None:
@@ -271,7 +296,7 @@ def per_token_policy_loss(
     response_mask: Tensor,
     clip_rule: ClipRule,
     *,
-    clip_ratio_c: float | None = 10.0,
+    clip_ratio_c: float | None = DEFAULT_CLIP_RATIO_C,
     truncation_c: float | None = None,
     rollout_is_weights: Tensor | None = None,
     entropy: Tensor | None = None,
@@ -294,8 +319,9 @@ def per_token_policy_loss(
             objective accepts.
         clip_rule: a ``ClipRule`` giving the ratio bounds from the old log-probabilities (and, for the truncated
             objective, the trust-region test ``region_masks``).
-        clip_ratio_c: dual-clip constant > 1 for negative advantages; ``None`` disables the dual clip. Not used by
-            the truncated objective (it has no dual clip).
+        clip_ratio_c: dual-clip constant > 1 for negative advantages (default 10); ``None`` disables the dual
+            clip. The truncated objective has no dual clip: with it, a ``clip_ratio_c`` other than its ``c`` (or
+            ``None``) raises ``ValueError`` instead of being ignored (its ``c`` is the rule's or ``truncation_c``).
         truncation_c: > 1: use the truncated objective with this ``c`` whatever the rule; ``None`` (default): the
             rule's ``truncation_c`` (DPPO's rules: their ``clip_ratio_c``; the others: the clipped objective).
         rollout_is_weights: (B, T) float, rollout importance weights multiplying L (detached here).
@@ -303,7 +329,8 @@ def per_token_policy_loss(
 
     Raises:
         ValueError: on shapes that do not match ``log_prob`` (B, T), ``clip_ratio_c <= 1`` or
-            ``truncation_c <= 1``, a missing entropy for an entropy-driven rule.
+            ``truncation_c <= 1``, a ``clip_ratio_c`` passed with the truncated objective that differs from its
+            ``c``, a missing entropy for an entropy-driven rule.
     """
     x = _check_objective_inputs(
         log_prob,
@@ -361,7 +388,7 @@ def policy_loss(
     clip_rule: ClipRule | str = "band",
     *,
     loss_agg_mode: str = "seq-mean-token-mean",
-    clip_ratio_c: float | None = 10.0,
+    clip_ratio_c: float | None = DEFAULT_CLIP_RATIO_C,
     truncation_c: float | None = None,
     rollout_is_weights: Tensor | None = None,
     ref_log_prob: Tensor | None = None,
@@ -387,8 +414,9 @@ def policy_loss(
         response_mask: (B, T) bool or 0/1, real response tokens. Masked-out positions may hold anything.
         clip_rule: a ``ClipRule`` or a registered name (built with defaults).
         loss_agg_mode: one of ``LOSS_AGG_MODES.names()``.
-        clip_ratio_c: dual-clip constant (> 1) for negative advantages; ``None`` disables dual clip. Not used by
-            the truncated objective (DPPO's rules carry their own ``clip_ratio_c``).
+        clip_ratio_c: dual-clip constant (> 1) for negative advantages (default 10); ``None`` disables dual clip.
+            The truncated objective has no dual clip (DPPO's rules carry their own ``clip_ratio_c``, its ``c``):
+            with it, any other ``clip_ratio_c`` passed raises ``ValueError`` instead of being ignored.
         truncation_c: > 1: the truncated objective with this ``c`` for any rule (e.g. Band); ``None``: the rule's.
         rollout_is_weights: (B, T) float, truncated importance weights (e.g. vLLM/trainer mismatch), detached.
         ref_log_prob: (B, T) float, reference policy log-probs for the KL penalty (needed when kl_coef > 0),
