@@ -1,0 +1,767 @@
+"""BandPO in SkyRL: every clip rule as a SkyRL policy loss, selected by ``trainer.algorithm.policy_loss_type``.
+
+SkyRL (``skyrl`` 0.4.0, NovaSky) dispatches the actor's policy loss by name through its ``PolicyLossRegistry``
+(``skyrl.backends.skyrl_train.utils.ppo_utils``): the worker looks up ``cfg.algorithm.policy_loss_type`` and calls
+``fn(log_probs, old_log_probs, advantages, config, loss_mask, rollout_logprobs) -> (loss, metrics)``. This module
+registers one loss per clip rule of ``bandpo.CLIP_RULES`` (:func:`policy_loss_names`):
+
+``bandpo``
+    Band bounds (``bandpo.make_clip_rule("band", ...)``: divergence, radius ``delta``, upper bound capped at
+    ``cap``; ``relax=true`` joins SkyRL's fixed interval ``[1 - eps_clip_low, 1 + eps_clip_high]``).
+``bandpo_<rule>``
+    every other registered rule: ``bandpo_grpo``, ``bandpo_clip_higher``, ``bandpo_dcpo`` (their ``eps_low`` /
+    ``eps_high`` are SkyRL's ``eps_clip_low`` / ``eps_clip_high``), ``bandpo_dppo_tv``, ``bandpo_dppo_kl`` (DPPO's
+    truncated objective; thresholds in ``rule_kwargs``). Rules that need the policy's per-token entropy
+    (``adaptive_band``) are not offered: SkyRL does not pass the entropy to policy losses.
+
+Per token, exactly ``bandpo.policy_loss``'s objective (``per_token_policy_loss``, docs/method.md#objective), with
+``r = exp(clamp(logp - logp_old, -20, 20))``, ``[lo, hi]`` from the rule and ``c = trainer.algorithm.clip_ratio_c``:
+
+    L1 = max(-A r, -A clamp(r, lo, hi));   L = min(L1, -A c) if A < 0 (dual_clip=true) else L1
+
+then SkyRL's own off-policy correction (``apply_off_policy_correction``: ``trainer.algorithm.off_policy_correction``)
+and SkyRL's own reduction (``reduce_loss``: the masked *sum*). In SkyRL 0.4.0 the sum is the loss: the trainer
+has already divided the advantages by the normaliser of ``trainer.algorithm.loss_reduction``
+(``apply_loss_reduction_to_advantages_minibatch``), and the objective is positively homogeneous in ``A``, so every
+reduction mode (``token_mean``, ``sequence_mean``, ``seq_mean_token_sum_norm``, ``prompt_mean``,
+``token_mean_legacy``) works unchanged. KL-to-reference and entropy terms stay SkyRL's (``use_kl_loss``,
+``use_entropy_loss``).
+
+Configuration: :class:`BandPOAlgorithmConfig` (a dataclass subclass of SkyRL's ``AlgorithmConfig``) adds the section
+``trainer.algorithm.bandpo`` (:class:`BandPOLossConfig`: ``divergence``, ``delta``, ``cap``, ``relax``, ``method``,
+``dual_clip``, ``anchor``, ``rule_kwargs``); it is checked when the config is built, before Ray starts. Run::
+
+    python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=bandpo.integrations.skyrl \\
+        trainer.algorithm.policy_loss_type=bandpo trainer.algorithm.bandpo.delta=0.05 ...
+
+``main_base`` imports this module and calls its :func:`main`, which registers the losses, parses the command line
+with :class:`BandPOSkyRLConfig`, runs SkyRL's ``validate_cfg`` and starts SkyRL's own entrypoint task. SkyRL has no
+entry-point discovery: ``initialize_ray`` sends the registered losses to every Ray worker (``sync_registries``), so
+a custom entrypoint must call :func:`register` before it. Pickled losses are :class:`SkyRLPolicyLoss` instances
+(the class by reference), so every Ray worker needs bandpo installed.
+
+Metrics (Python floats, one device->host transfer per call; SkyRL prefixes ``loss_metrics/`` and averages them
+over micro-batches): SkyRL's ``clip_ratio`` (clipped term active, the same definition as SkyRL's ``regular``
+loss), SkyRL's off-policy-correction metrics, and every ``bandpo.clip_metrics`` name (``clip/frac_up``,
+``clip/tail_share``, ``band/hi_mean``, ``policy/ppo_kl``, ...).
+
+SkyRL 0.4.0 needs Python >= 3.12. This module imports without SkyRL (``import bandpo`` never imports it); the
+SkyRL-facing names (:data:`SKYRL_API`) are built on first access and raise :class:`SkyRLUnavailableError`, one
+line, where SkyRL cannot be imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bandpo._optional import MissingDependencyError
+from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
+from bandpo.losses.policy_loss import clip_metrics, per_token_policy_loss
+from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
+from bandpo.registry import closest
+
+__all__ = [
+    "ANCHORS",
+    "LOSS_NAME",
+    "RULE_PREFIX",
+    "SKYRL_API",
+    "SKYRL_METRIC_NAMES",
+    "SKYRL_VERSION",
+    "SkyRLPolicyLoss",
+    "SkyRLUnavailableError",
+    "clip_rule_for",
+    "policy_loss_names",
+    "require_skyrl",
+    "rule_params",
+    "unknown_loss_note",
+]  # and, built on first access with SkyRL: SKYRL_API
+
+#: The SkyRL release this adapter is written and tested against (``make test-skyrl`` pins it).
+SKYRL_VERSION = "0.4.0"
+#: The policy-loss name of Band; every other rule is ``RULE_PREFIX + <rule name>``.
+LOSS_NAME = "bandpo"
+RULE_PREFIX = "bandpo_"
+#: Where the trust region is centred: SkyRL's recomputed old log-probs, or the rollout engine's log-probs.
+ANCHORS = ("old", "rollout")
+#: SkyRL's metric names for the standard PPO diagnostics, mapped to ``bandpo.clip_metrics`` names.
+SKYRL_METRIC_NAMES: dict[str, str] = {"clip_ratio": "clip/frac"}
+#: The names built on first access, which need SkyRL (module ``__getattr__``).
+SKYRL_API = (
+    "BandPOLossConfig",
+    "BandPOAlgorithmConfig",
+    "BandPOTrainerConfig",
+    "BandPOSkyRLConfig",
+    "register",
+    "main",
+    "validate_config",
+    "BandPOTrainer",
+    "BandPOExp",
+)
+_SECTION = "trainer.algorithm.bandpo"
+
+
+class SkyRLUnavailableError(MissingDependencyError):
+    """SkyRL cannot be imported here (Python < 3.12, or skyrl not installed); the message says what to do."""
+
+
+def require_skyrl() -> None:
+    """Raise :class:`SkyRLUnavailableError` (one line: why, and how to get an environment with SkyRL) unless
+    SkyRL's policy-loss registry and config import."""
+    build = (
+        "build its environment with `make test-skyrl` (a Python 3.12 .venv-skyrl) or pip install 'bandpo[skyrl]' "
+        "under Python >= 3.12"
+    )
+    if sys.version_info < (3, 12):
+        version = ".".join(map(str, sys.version_info[:3]))
+        raise SkyRLUnavailableError(
+            f"bandpo.integrations.skyrl: SkyRL {SKYRL_VERSION} needs Python >= 3.12, this is Python {version}; {build}"
+        )
+    try:
+        importlib.import_module("skyrl.backends.skyrl_train.utils.ppo_utils")
+        importlib.import_module("skyrl.train.config")
+    except ImportError as err:
+        raise SkyRLUnavailableError(
+            f"bandpo.integrations.skyrl needs skyrl {SKYRL_VERSION}, whose import failed ({err}); {build}"
+        ) from err
+
+
+def policy_loss_names() -> dict[str, str]:
+    """SkyRL policy-loss name -> bandpo clip rule, for every registered rule SkyRL can run: ``bandpo`` -> ``band``
+    and ``bandpo_<rule>`` -> ``<rule>`` (rules that need the per-token entropy are left out: SkyRL does not pass
+    it to policy losses)."""
+    names = {LOSS_NAME: "band"}
+    for rule in CLIP_RULES.names():
+        if rule != "band" and not CLIP_RULES.get(rule).needs_entropy:
+            names[RULE_PREFIX + rule] = rule
+    return names
+
+
+def _entropy_rules() -> list[str]:
+    return [rule for rule in CLIP_RULES.names() if CLIP_RULES.get(rule).needs_entropy]
+
+
+def unknown_loss_note(name: object) -> str | None:
+    """For a policy-loss name SkyRL does not know: bandpo's names, if ``name`` looks meant as one of them
+    (``bandpo...``, a clip rule's name, or a near miss); else ``None``."""
+    ours = policy_loss_names()
+    text = str(name)
+    by_rule = {rule: name for name, rule in ours.items()}
+    guess = by_rule.get(text) or closest(text, ours) or closest(text.lower(), ours)
+    if guess is None and not text.lower().startswith("band"):
+        return None
+    hint = f" (did you mean {guess!r}?)" if guess is not None else ""
+    return (
+        f"bandpo's policy losses{hint}: {', '.join(ours)}; they are registered by "
+        "trainer.override_entrypoint=bandpo.integrations.skyrl (or bandpo.integrations.skyrl.register())"
+    )
+
+
+# ---- the section trainer.algorithm.bandpo -> clip rule ---------------------------------------------------------
+
+
+def _section_values(section: Any) -> dict[str, Any]:
+    """The section as a dict (a :class:`BandPOLossConfig`, a mapping, or ``None`` for the defaults)."""
+    if section is None:
+        return {}
+    if dataclasses.is_dataclass(section):
+        return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+    if isinstance(section, Mapping):
+        return dict(section)
+    raise ValueError(f"{_SECTION} must be a mapping of BandPO's parameters, got {section!r}")
+
+
+@dataclasses.dataclass
+class _LossFields:
+    """The fields of the section ``trainer.algorithm.bandpo`` (:class:`BandPOLossConfig` adds SkyRL's base class
+    and the checks); without the section a config runs with these defaults."""
+
+    divergence: str = "kl"
+    """Band's divergence (``bandpo.DIVERGENCES.names()``), for the rules that have one (band)."""
+    delta: float = 0.05
+    """Band's trust-region radius, > 0 (the authors' 0.05)."""
+    cap: float | None = 10.0
+    """Maximum of the upper bound, >= 1 (the authors' 10); ``None``: Band capped by ``1/p`` only (DCPO keeps 10)."""
+    relax: bool = False
+    """Band only: join SkyRL's fixed interval ``[1 - eps_clip_low, 1 + eps_clip_high]`` (an ablation: it hurts)."""
+    method: str = "auto"
+    """Band's solver: ``auto``, ``closed_form``, ``table``, ``newton`` or ``bisection``."""
+    dual_clip: bool = True
+    """Cap the loss of ``A < 0`` tokens at ``-A clip_ratio_c`` (SkyRL's ``dual_clip``; its ``regular`` has none)."""
+    anchor: str = "old"
+    """The log-probs the trust region is centred on: ``old`` (SkyRL's recomputed ``old_log_probs``: what Band is
+    defined with, in synchronous training) or ``rollout`` (the inference engine's log-probs, as SkyRL's ``dppo``
+    and ``rollout_is``; ``old_log_probs`` when the batch has none)."""
+    rule_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Further parameters of the selected clip rule, replacing the ones above (e.g. ``{clip_divergence_low:
+    0.1}`` for ``bandpo_dppo_tv``); unknown names list the rule's parameters."""
+    delta_schedule: str = "constant"
+    """How the radius changes over the run (``bandpo.losses.RADIUS_SCHEDULES``: ``constant``, ``linear``,
+    ``hold_then_linear``, ``cosine``): from ``delta`` at the start to ``delta_end`` at SkyRL's last training step."""
+    delta_end: float | None = None
+    """The radius at the end of the run (> 0); required by every schedule but ``constant``."""
+    delta_hold_frac: float | None = None
+    """``hold_then_linear``'s share of the run at ``delta``, in [0, 1) (``None``: the schedule's default 0.25)."""
+    step_delta: float | None = None
+    """Set by bandpo's SkyRL trainer at every training step (the schedule's radius of that step, sent to the
+    workers with the batch); ``None``: ``delta``. Not a setting."""
+
+
+def _section(algorithm: Any) -> dict[str, Any]:
+    """The section ``bandpo`` of SkyRL's ``algorithm`` config as a dict, defaults filled in and checked."""
+    values = _section_values(getattr(algorithm, "bandpo", None))
+    _check_section(values)
+    return {**dataclasses.asdict(_LossFields()), **values}
+
+
+def _check_section(values: Mapping[str, Any]) -> None:
+    """The section's own fields that no clip rule checks (one line naming the field and the value)."""
+    valid = [f.name for f in dataclasses.fields(_LossFields)]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise ValueError(
+            f"unknown field(s) {', '.join(map(repr, unknown))} in {_SECTION}; valid: {', '.join(valid)}"
+        )
+    for key in ("relax", "dual_clip"):
+        if key in values and not isinstance(values[key], bool):
+            raise ValueError(f"{_SECTION}.{key} must be true or false, got {values[key]!r}")
+    if "anchor" in values and values["anchor"] not in ANCHORS:
+        raise ValueError(f"{_SECTION}.anchor must be one of {', '.join(ANCHORS)}, got {values['anchor']!r}")
+    if not isinstance(values.get("rule_kwargs", {}), Mapping):
+        raise ValueError(
+            f"{_SECTION}.rule_kwargs must be a mapping of clip-rule parameters, got {values['rule_kwargs']!r}"
+        )
+
+
+def rule_params(rule: str, algorithm: Any) -> dict[str, Any]:
+    """The parameters of clip rule ``rule`` under SkyRL's ``algorithm`` config (``trainer.algorithm``).
+
+    A rule's ``divergence`` / ``delta`` / ``cap`` / ``method`` come from the section ``trainer.algorithm.bandpo``
+    (its dataclass defaults where the config has no section), its ``eps_low`` / ``eps_high`` from SkyRL's
+    ``eps_clip_low`` / ``eps_clip_high``, Band's ``relax`` (when ``relax=true``) is SkyRL's fixed interval, and
+    ``rule_kwargs`` adds or replaces any parameter. ``cap=None`` means no cap for Band; DCPO keeps its cap 10.
+    """
+    section = _section(algorithm)
+    valid = clip_rule_params(rule)
+    params: dict[str, Any] = {
+        key: section[key] for key in ("divergence", "delta", "cap", "method") if key in valid
+    }
+    if rule == "dcpo" and params.get("cap") is None:
+        params["cap"] = valid["cap"]
+    for ours, skyrl in (("eps_low", "eps_clip_low"), ("eps_high", "eps_clip_high")):
+        if ours in valid:
+            params[ours] = getattr(algorithm, skyrl, valid[ours])
+    if "relax" in valid and section["relax"]:
+        params["relax"] = (getattr(algorithm, "eps_clip_low", 0.2), getattr(algorithm, "eps_clip_high", 0.2))
+    params.update(section["rule_kwargs"] or {})
+    return params
+
+
+class _AlgorithmView:
+    """An algorithm config with another section ``bandpo`` (the other fields from ``algorithm``; without one,
+    SkyRL's eps fields are absent and their defaults apply)."""
+
+    def __init__(self, bandpo: Any, algorithm: Any = None) -> None:
+        self.bandpo = bandpo
+        self._algorithm = algorithm
+
+    def __getattr__(self, name: str) -> Any:
+        if self._algorithm is None:
+            raise AttributeError(name)
+        return getattr(self._algorithm, name)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_rule(rule: str, frozen: tuple[tuple[str, Any], ...]) -> ClipRule:
+    return make_clip_rule(rule, **dict(frozen))
+
+
+def clip_rule_for(rule: str, algorithm: Any) -> ClipRule:
+    """The (cached) clip rule ``rule`` with :func:`rule_params` from SkyRL's ``algorithm`` config, at the radius
+    of the current step when the trainer has set one (``step_delta``: the radius schedule's value; the rule then
+    uses the tensor-radius solver, so no KL table is built per radius: ``bandpo.losses.rule_at_radius``).
+
+    Raises:
+        ValueError: one line naming ``trainer.algorithm.bandpo`` and the bad parameter and value.
+    """
+    params = rule_params(rule, algorithm)
+    try:
+        base = _cached_rule(rule, tuple(sorted((k, _freeze(v)) for k, v in params.items())))
+    except (TypeError, ValueError) as err:  # TypeError: an unhashable parameter value
+        raise ValueError(f"invalid {_SECTION} config for clip rule {rule!r}: {err}") from err
+    step_delta = _section(algorithm)["step_delta"]
+    return base if step_delta is None else _rule_at_radius(base, float(step_delta))
+
+
+@functools.lru_cache(maxsize=16)
+def _rule_at_radius(rule: ClipRule, delta: float) -> ClipRule:
+    return rule_at_radius(rule, delta)
+
+
+#: The radius-schedule fields of the section, by RadiusSchedule field (for the messages).
+_SCHEDULE_LABELS = {
+    "kind": f"{_SECTION}.delta_schedule",
+    "start": f"{_SECTION}.delta",
+    "end": f"{_SECTION}.delta_end",
+    "hold_frac": f"{_SECTION}.delta_hold_frac",
+    "total_steps": "the run's total training steps",
+}
+
+
+def schedule_for(rule: str, algorithm: Any, total_steps: int | None = None) -> RadiusSchedule:
+    """The radius schedule of clip rule ``rule`` under SkyRL's ``algorithm`` config (``delta_schedule``,
+    ``delta_end``, ``delta_hold_frac``; from the rule's ``delta``), over ``total_steps`` when given.
+
+    Raises:
+        ValueError: one line naming the field and the value (a radius <= 0, an unknown kind, a hold fraction
+            outside [0, 1), a schedule on a rule without a radius).
+    """
+    section = _section(algorithm)
+    base = clip_rule_for(rule, _AlgorithmView({**section, "step_delta": None}, algorithm))
+    try:
+        return radius_schedule(
+            base,
+            section["delta_schedule"],
+            end=section["delta_end"],
+            hold_frac=section["delta_hold_frac"],
+            total_steps=total_steps,
+            labels=_SCHEDULE_LABELS,
+        )
+    except ValueError as err:
+        raise ValueError(f"invalid {_SECTION} radius schedule for clip rule {rule!r}: {err}") from err
+
+
+# ---- the policy loss -----------------------------------------------------------------------------------------
+
+
+def _to_floats(metrics: dict[str, Tensor]) -> dict[str, float]:
+    """Detached () tensors -> Python floats with a single device->host transfer."""
+    values = torch.stack([v.detach().to(torch.float64).reshape(()) for v in metrics.values()]).tolist()
+    return dict(zip(metrics, values))
+
+
+class SkyRLPolicyLoss:
+    """One bandpo clip rule as a SkyRL policy loss: ``(loss, metrics) = self(log_probs, old_log_probs,
+    advantages, config, loss_mask, rollout_logprobs)``, SkyRL's contract.
+
+    An instance pickles as its class (by reference) and two strings, so SkyRL's registry actor can ship it to every
+    Ray worker (``sync_registries``); the rule is rebuilt from the config of each call (cached per parameter set).
+
+    Args:
+        name: the SkyRL policy-loss name (``bandpo``, ``bandpo_dcpo``, ...).
+        rule: the bandpo clip rule it runs (``band``, ``dcpo``, ...).
+    """
+
+    def __init__(self, name: str, rule: str) -> None:
+        CLIP_RULES.canonical(rule)  # an unknown rule lists the valid names
+        self.name = name
+        self.rule = rule
+        self.__name__ = self.__qualname__ = f"compute_policy_loss_{name}"
+
+    def __repr__(self) -> str:
+        return f"SkyRLPolicyLoss(name={self.name!r}, rule={self.rule!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SkyRLPolicyLoss) and (self.name, self.rule) == (other.name, other.rule)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.rule))
+
+    def __call__(
+        self,
+        log_probs: Tensor,
+        old_log_probs: Tensor,
+        advantages: Tensor,
+        config: Any,
+        loss_mask: Tensor | None = None,
+        rollout_logprobs: Tensor | None = None,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """SkyRL's policy-loss call.
+
+        Args:
+            log_probs: (B, T) float (any float dtype), log pi_theta of the sampled tokens (differentiable).
+            old_log_probs: (B, T) float, log pi_old as SkyRL recomputed it (the anchor with ``anchor=old``).
+            advantages: (B, T) float, already divided by the normaliser of ``loss_reduction``.
+            config: SkyRL's ``AlgorithmConfig`` (``trainer.algorithm``): ``clip_ratio_c``, ``eps_clip_low`` /
+                ``eps_clip_high``, ``off_policy_correction`` and, for :class:`BandPOAlgorithmConfig`, the section
+                ``bandpo`` (its defaults without it).
+            loss_mask: (B, T) 0/1 float or ``None`` (all tokens), the tokens that count.
+            rollout_logprobs: (B, T) float or ``None``, the inference engine's log-probs: the anchor with
+                ``anchor=rollout`` (``old_log_probs`` when absent) and the input of SkyRL's off-policy correction.
+
+        Returns:
+            ``(loss, metrics)``: the () float masked sum of the per-token loss (in the compute dtype, at least
+            float32), and Python-float metrics (module docstring).
+        """
+        from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import apply_off_policy_correction
+        from skyrl.backends.skyrl_train.utils.ppo_utils import reduce_loss
+
+        rule = clip_rule_for(self.rule, config)
+        section = _section(config)
+        anchor = old_log_probs
+        if section["anchor"] == "rollout" and rollout_logprobs is not None:
+            anchor = rollout_logprobs
+        mask = torch.ones_like(log_probs, dtype=torch.bool) if loss_mask is None else loss_mask
+        # the dual clip (SkyRL's clip_ratio_c) belongs to the clipped objective; DPPO's truncated one has its own c
+        dual = section["dual_clip"] and rule.truncation_c is None
+        clip_ratio_c = float(getattr(config, "clip_ratio_c", 3.0)) if dual else None
+        terms = per_token_policy_loss(
+            log_probs, anchor, advantages, mask, rule, clip_ratio_c=clip_ratio_c, rollout_is_weights=None
+        )
+        loss, mask_after, off_policy_metrics = apply_off_policy_correction(
+            terms.loss, old_log_probs, rollout_logprobs, mask, config.off_policy_correction
+        )
+        loss = reduce_loss(loss, mask_after)
+        ours = clip_metrics(
+            terms.ratio,
+            terms.lo,
+            terms.hi,
+            terms.advantages,
+            terms.mask,
+            terms.old_log_prob,
+            dual_active=terms.dual_active,
+            log_ratio=terms.log_ratio,
+        )
+        metrics = {skyrl_name: ours[name] for skyrl_name, name in SKYRL_METRIC_NAMES.items()}
+        metrics.update(ours)
+        out = _to_floats(metrics)
+        if hasattr(rule, "delta"):
+            out["band/delta"] = float(rule.delta)  # the radius this step used (the schedule's value)
+        out.update({k: float(v) for k, v in off_policy_metrics.items()})
+        return loss, out
+
+
+# ---- the SkyRL-facing API: built on first access (module __getattr__), needs SkyRL ------------------------------
+
+
+def _check_loss_type(name: object) -> str | None:
+    """The clip rule of policy-loss name ``name`` if it is one of bandpo's, ``None`` for any other name (SkyRL's
+    to check); a ``bandpo``-prefixed name that is not one of bandpo's raises (one line, with the valid names)."""
+    ours = policy_loss_names()
+    if name in ours:
+        return ours[name]
+    if not (isinstance(name, str) and name.startswith(LOSS_NAME)):
+        return None
+    valid = ", ".join(ours)
+    rule = name[len(RULE_PREFIX) :]
+    if rule in _entropy_rules():
+        raise ValueError(
+            f"trainer.algorithm.policy_loss_type {name!r}: clip rule {rule!r} needs the per-token entropy of the "
+            f"policy, which SkyRL {SKYRL_VERSION} does not pass to policy losses; bandpo's SkyRL losses: {valid}"
+        )
+    guess = closest(name, ours)
+    hint = f" (did you mean {guess!r}?)" if guess is not None else ""
+    raise ValueError(
+        f"trainer.algorithm.policy_loss_type {name!r} is not one of bandpo's policy losses{hint}; valid: {valid}"
+    )
+
+
+def _loss_config_post_init(self: Any) -> None:
+    """BandPOLossConfig's check: the section's fields, and Band's parameters (divergence, delta, cap, method)
+    whatever the policy loss."""
+    values = _section_values(self)
+    _check_section(values)
+    # rule_kwargs belong to the selected rule (BandPOAlgorithmConfig checks them); Band's own fields here
+    clip_rule_for("band", _AlgorithmView({**values, "rule_kwargs": {}, "step_delta": None}))
+
+
+def _algorithm_config_post_init(self: Any) -> None:
+    """BandPOAlgorithmConfig's check: the section (a mapping becomes a BandPOLossConfig), the policy-loss name,
+    the selected rule's parameters and, with the dual clip, ``clip_ratio_c > 1``."""
+    parent = getattr(super(_API["BandPOAlgorithmConfig"], self), "__post_init__", None)
+    if parent is not None:
+        parent()
+    if isinstance(self.bandpo, Mapping):
+        _check_section(self.bandpo)
+        self.bandpo = _API["BandPOLossConfig"](**self.bandpo)
+    rule = _check_loss_type(self.policy_loss_type)
+    if rule is None:
+        return
+    clip_rule_for(rule, self)
+    schedule_for(rule, self)
+    if self.bandpo.dual_clip and not (
+        isinstance(self.clip_ratio_c, (int, float))
+        and not isinstance(self.clip_ratio_c, bool)
+        and self.clip_ratio_c > 1
+    ):
+        raise ValueError(
+            f"trainer.algorithm.clip_ratio_c must be a number > 1 for bandpo's dual clip, got {self.clip_ratio_c!r} "
+            f"(or set {_SECTION}.dual_clip=false)"
+        )
+
+
+def _register(*, overwrite: bool = False) -> list[str]:
+    """Put one :class:`SkyRLPolicyLoss` per name of :func:`policy_loss_names` into SkyRL's ``PolicyLossRegistry``;
+    idempotent. Call it before ``initialize_ray`` (which sends the registry to the Ray workers); :func:`main` does.
+
+    A name that SkyRL already maps to something else is left alone unless ``overwrite=True``.
+
+    Returns:
+        The names that map to this module's losses afterwards.
+
+    Raises:
+        ValueError: a name is taken by another function and ``overwrite`` is false (the others are registered).
+    """
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+
+    available = set(PolicyLossRegistry.list_available())
+    conflicts = []
+    for name, rule in policy_loss_names().items():
+        loss = SkyRLPolicyLoss(name, rule)
+        if name in available:
+            existing = PolicyLossRegistry.get(name)
+            mine = type(existing).__module__ == __name__ and type(existing).__name__ == "SkyRLPolicyLoss"
+            if mine and getattr(existing, "rule", None) == rule:
+                continue
+            if not (mine or overwrite):
+                conflicts.append(f"{name!r} (taken by {existing!r})")
+                continue
+            PolicyLossRegistry.unregister(name)
+        PolicyLossRegistry.register(name, loss)
+    if conflicts:
+        raise ValueError(
+            f"SkyRL already registers policy loss(es) {', '.join(conflicts)}; "
+            "call bandpo.integrations.skyrl.register(overwrite=True) to replace them"
+        )
+    return [name for name in policy_loss_names() if name in PolicyLossRegistry.list_available()]
+
+
+def _validate_config(cfg: Any) -> None:
+    """SkyRL's own ``validate_cfg(cfg)``; where it refuses an unknown ``policy_loss_type`` that looks meant as one
+    of bandpo's, its error carries a note listing them (:func:`unknown_loss_note`)."""
+    from skyrl.train.utils import validate_cfg
+
+    try:
+        validate_cfg(cfg)
+    except (AssertionError, ValueError) as err:
+        name = cfg.trainer.algorithm.policy_loss_type
+        note = unknown_loss_note(name) if f"invalid policy_loss_type: {name}" in str(err) else None
+        if note is not None:
+            err.add_note(note)
+        raise
+
+
+class _PolicyLossConfig:
+    """SkyRL's ``WorkerDispatch`` with ``loss_fn_config`` added to the policy's ``forward_backward`` calls (the
+    workers merge it into their ``trainer.algorithm`` for that call); every other attribute is the dispatch's."""
+
+    def __init__(self, dispatch: Any, loss_fn_config: dict[str, Any]) -> None:
+        self._dispatch = dispatch
+        self._loss_fn_config = loss_fn_config
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dispatch, name)
+
+    def _with_config(self, model: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if model == "policy" and kwargs.get("loss_fn_config") is None:
+            kwargs["loss_fn_config"] = self._loss_fn_config
+        return kwargs
+
+    def forward_backward(self, model: str, data: Any, **kwargs: Any) -> Any:
+        return self._dispatch.forward_backward(model, data, **self._with_config(model, kwargs))
+
+    def forward_backward_from_staged(self, model: str, chunk_refs: Any, **kwargs: Any) -> Any:
+        return self._dispatch.forward_backward_from_staged(
+            model, chunk_refs, **self._with_config(model, kwargs)
+        )
+
+
+def _train_critic_and_policy(self: Any, data: Any) -> Any:
+    """BandPOTrainer's training step: SkyRL's own, with the radius of this step (``schedule.value(global_step)``
+    over ``total_training_steps``) sent to the policy workers as ``bandpo.step_delta``. SkyRL's ``global_step``
+    counts training steps from 1 and is restored from a checkpoint on resume, so the radius after a resume is
+    the one the step implies."""
+    from skyrl.train.trainer import RayPPOTrainer
+
+    algorithm = self.cfg.trainer.algorithm
+    rule = _check_loss_type(algorithm.policy_loss_type)
+    schedule = None if rule is None else schedule_for(rule, algorithm, self.total_training_steps)
+    if schedule is None or schedule.is_constant:
+        return RayPPOTrainer.train_critic_and_policy(self, data)
+    dispatch = self.dispatch
+    self.dispatch = _PolicyLossConfig(dispatch, {"bandpo": {"step_delta": schedule.value(self.global_step)}})
+    try:
+        return RayPPOTrainer.train_critic_and_policy(self, data)
+    finally:
+        self.dispatch = dispatch
+
+
+def _get_trainer(self: Any, cfg: Any, tracker: Any, tokenizer: Any, *args: Any, **kwargs: Any) -> Any:
+    """BandPOExp's trainer: a BandPOTrainer with SkyRL's own arguments."""
+    return _trainer_api()["BandPOTrainer"](
+        cfg=cfg, tracker=tracker, tokenizer=tokenizer, **dict(zip(_TRAINER_ARGS, args)), **kwargs
+    )
+
+
+_TRAINER_ARGS = ("train_dataset", "eval_dataset", "inference_engine_client", "generator", "colocate_pg")
+
+
+def _run_experiment(cfg: Any) -> None:
+    """In SkyRL's entrypoint Ray task: the experiment with bandpo's trainer (what main_base's
+    ``skyrl_entrypoint`` does with ``BasePPOExp``)."""
+    _trainer_api()["BandPOExp"](cfg).run()
+
+
+_TRAINER_API: dict[str, Any] = {}
+
+
+def _trainer_api() -> dict[str, Any]:
+    """``BandPOTrainer`` (SkyRL's ``RayPPOTrainer`` with the radius schedule) and ``BandPOExp`` (SkyRL's
+    ``BasePPOExp`` building it), built once; they import SkyRL's trainer stack."""
+    if _TRAINER_API:
+        return _TRAINER_API
+    require_skyrl()
+    from skyrl.train.entrypoints.main_base import BasePPOExp
+    from skyrl.train.trainer import RayPPOTrainer
+
+    trainer = type(
+        "BandPOTrainer",
+        (RayPPOTrainer,),
+        {
+            "__module__": __name__,
+            "__doc__": "SkyRL's RayPPOTrainer that sends the radius schedule's value of each step to the policy "
+            "workers (trainer.algorithm.bandpo.delta_schedule); otherwise SkyRL's own.",
+            "train_critic_and_policy": _train_critic_and_policy,
+        },
+    )
+    exp = type(
+        "BandPOExp",
+        (BasePPOExp,),
+        {
+            "__module__": __name__,
+            "__doc__": "SkyRL's BasePPOExp whose trainer is a BandPOTrainer.",
+            "get_trainer": _get_trainer,
+        },
+    )
+    _TRAINER_API.update(BandPOTrainer=trainer, BandPOExp=exp)
+    return _TRAINER_API
+
+
+def _main(argv: list[str] | None = None) -> None:
+    """The entrypoint ``trainer.override_entrypoint=bandpo.integrations.skyrl`` runs (``main_base`` imports this
+    module and calls ``main()``): register the losses, parse ``argv`` (default ``sys.argv[1:]``, without the
+    ``trainer.override_entrypoint=`` flag) with :class:`BandPOSkyRLConfig`, validate, start Ray (which syncs the
+    registries to the workers) and run SkyRL's entrypoint task with :class:`BandPOExp` (SkyRL's ``BasePPOExp``
+    with :class:`BandPOTrainer`: synchronous training, the radius schedule applied)."""
+    import ray
+    from skyrl.train.utils.utils import initialize_ray
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    args = [arg for arg in args if not arg.startswith("trainer.override_entrypoint=")]
+    _register()
+    cfg = _API["BandPOSkyRLConfig"].from_cli_overrides(args)
+    _validate_config(cfg)
+    initialize_ray(cfg)
+    ray.get(_entrypoint_task().remote(cfg))
+
+
+@functools.lru_cache(maxsize=1)
+def _entrypoint_task() -> Any:
+    """:func:`_run_experiment` as a Ray task with one CPU, like main_base's ``skyrl_entrypoint`` (the training
+    loop does not run on the head node's driver)."""
+    import ray
+
+    return ray.remote(num_cpus=1)(_run_experiment)
+
+
+_API: dict[str, Any] = {}
+
+
+def _build_skyrl_api() -> dict[str, Any]:
+    """Import SkyRL (or raise :class:`SkyRLUnavailableError`) and build the names of :data:`SKYRL_API` once."""
+    if _API:
+        return _API
+    require_skyrl()
+    from skyrl.train.config.config import AlgorithmConfig, BaseConfig, SkyRLTrainConfig, TrainerConfig
+
+    def make(
+        name: str, bases: tuple[type, ...], fields: list[tuple[str, type, Any]], doc: str, **ns: Any
+    ) -> type:
+        # Real types in the fields (not strings): SkyRL's build_nested_dataclass builds nested sections by type.
+        cls = dataclasses.make_dataclass(
+            name, fields, bases=bases, namespace={"__doc__": doc, **ns}, module=__name__
+        )
+        return cls
+
+    loss_cls = make(
+        "BandPOLossConfig",
+        (_LossFields, BaseConfig),
+        [],
+        "The section ``trainer.algorithm.bandpo``: BandPO's parameters (fields of ``_LossFields``), checked at "
+        "construction (one line naming the field and the value).",
+        __post_init__=_loss_config_post_init,
+    )
+    algorithm_cls = make(
+        "BandPOAlgorithmConfig",
+        (AlgorithmConfig,),
+        [
+            ("policy_loss_type", str, dataclasses.field(default=LOSS_NAME)),
+            ("bandpo", loss_cls, dataclasses.field(default_factory=loss_cls)),
+        ],
+        "SkyRL's ``AlgorithmConfig`` with the section ``bandpo`` (``BandPOLossConfig``) and ``policy_loss_type`` "
+        "``bandpo`` by default. Checked at construction: the section, a ``bandpo``-prefixed policy-loss name that "
+        "is not one of bandpo's, the selected rule's parameters, ``clip_ratio_c > 1`` with the dual clip.",
+        __post_init__=_algorithm_config_post_init,
+    )
+    trainer_cls = make(
+        "BandPOTrainerConfig",
+        (TrainerConfig,),
+        [("algorithm", algorithm_cls, dataclasses.field(default_factory=algorithm_cls))],
+        "SkyRL's ``TrainerConfig`` whose ``algorithm`` is a ``BandPOAlgorithmConfig``.",
+    )
+    root_cls = make(
+        "BandPOSkyRLConfig",
+        (SkyRLTrainConfig,),
+        [("trainer", trainer_cls, dataclasses.field(default_factory=trainer_cls))],
+        "SkyRL's root ``SkyRLTrainConfig`` whose ``trainer.algorithm`` is a ``BandPOAlgorithmConfig`` (what "
+        "``make_config(algorithm_cls=BandPOAlgorithmConfig)`` builds, under an importable name).",
+    )
+    functions: dict[str, Callable[..., Any]] = {
+        "register": _register,
+        "main": _main,
+        "validate_config": _validate_config,
+    }
+    for public, fn in functions.items():
+        fn.__name__ = fn.__qualname__ = public
+    _API.update(
+        BandPOLossConfig=loss_cls,
+        BandPOAlgorithmConfig=algorithm_cls,
+        BandPOTrainerConfig=trainer_cls,
+        BandPOSkyRLConfig=root_cls,
+        **functions,
+    )
+    return _API
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`SKYRL_API`, built on first access; :class:`SkyRLUnavailableError` without SkyRL."""
+    if name in SKYRL_API:
+        api = _trainer_api() if name in ("BandPOTrainer", "BandPOExp") else _build_skyrl_api()
+        globals().update(api)
+        return api[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *SKYRL_API})
+
+
+if __name__ == "__main__":  # python -m bandpo.integrations.skyrl <SkyRL overrides>
+    from bandpo.integrations.skyrl import main as _entry
+
+    _entry()
