@@ -10,11 +10,15 @@ with DPPO's truncation against DPPO, with the tokens where they differ identifie
    Band-TV's bounds ``1 -+ delta / p`` are DPPO-TV's, Band-KL's divergence is ``KL(pi_old || pi_new)`` over the
    binary partition, DPPO-KL's too. Their gradients are equal at every token except where the theory says they
    cannot be: (a) the log-ratio clamp at 20 (both clamp r to e^20; Band then tests the clamped ratio, DPPO tests
-   probabilities), (b) verl's ``1e-8`` in DPPO-KL's logs, which widens the upward region when ``1 - p_new`` is
-   below ~1e-8 (plus rounding exactly at the region's edge, which random data does not hit).
+   probabilities), (b) verl's ``1e-8`` in DPPO-KL's logs, engineered here where it matters most (``1 - p_new``
+   below 1e-8). Band-KL uses its exact solver (``method="newton"``); its table differs by up to 1e-7 relative.
 3. Band as it is used (clipped ratio, dual clip ``c``, cap 10) against DPPO: they also differ on kept tokens with
    ``r > c`` (the dual clip zeroes ``A < 0``, the plain ratio keeps ``-A r`` for ``A > 0``, DPPO's weight is ``c``)
    and on ``A > 0`` tokens between the cap and the uncapped edge.
+4. The other classes, each on its own constructed tokens: the ulp between ``exp(-lp_old)`` and ``1/exp(lp_old)`` at
+   TV's simplex edge, the mirror of (a) below e^-20, verl's ``1e-8`` moving both KL edges up by a factor
+   ``1 + 1e-8`` at every p, and bfloat16 log-probs (verl decides in bfloat16, bandpo in float32 as float64 does).
+   ``scripts/dppo_vs_band.py`` counts every class on larger samples.
 """
 
 from __future__ import annotations
@@ -263,3 +267,95 @@ def test_band_as_used_differs_from_dppo_by_dual_clip_and_cap(
     neg = kept & (ratio > C) & (d["adv"] < 0)
     assert (g_band[neg] == 0).all()
     torch.testing.assert_close(g_dppo[neg], -d["adv"][neg] * C, rtol=1e-14, atol=0)
+
+
+# ---- the other classes of tokens where Band's region and verl's DPPO differ (README, "The trust-region family") --
+
+
+def per_token_grads(
+    name: str, divergence: str, delta: float, old, new, adv
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's DPPO and Band (radius delta, no cap, exact solver where there is one, truncation C): per-token
+    gradients (token-sum) of one (1, N) row of tokens."""
+    mask = torch.ones_like(old)
+    config = dppo_config(name, "token-sum", delta, delta, C)
+    verl_fn = get_policy_loss_fn(name)
+    _, g_dppo, _ = grad_of(lambda x: verl_fn(old, x, adv, mask, "token-sum", config, None), new)
+    method = "newton" if divergence == "kl" else "auto"
+    band = make_clip_rule("band", divergence=divergence, delta=delta, cap=None, method=method)
+    _, g_band, _ = grad_of(
+        lambda x: policy_loss(x, old, adv, mask, band, loss_agg_mode="token-sum", truncation_c=C), new
+    )
+    return g_dppo, g_band
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tv_simplex_edge_differs_by_one_rounding(dtype: torch.dtype) -> None:
+    """TV, A > 0, p_old > 1 - delta, new log-prob 0: Band's hi is 1/exp(lp_old), the ratio exp(-lp_old). DPPO keeps
+    every such token (1 - p_old <= delta); Band clips exactly those where the two roundings put r above hi."""
+    g = torch.Generator().manual_seed(0)
+    p = 0.86 + 0.13 * torch.rand(1, 2000, generator=g, dtype=torch.float64)
+    old = torch.log(p).to(dtype)
+    new, adv = torch.zeros_like(old), torch.ones_like(old)
+    g_dppo, g_band = per_token_grads("dppo_tv", "tv", 0.15, old, new, adv)
+    _, hi = make_clip_rule("band", divergence="tv", delta=0.15, cap=None).bounds(old)
+    above = torch.exp(new - old) > hi
+    assert (g_dppo != 0).all()
+    assert torch.equal(g_band != g_dppo, above) and above.any()
+    assert torch.equal(
+        above, (torch.exp(-old) != 1 / torch.exp(old)) & above
+    )  # only where the roundings differ
+
+
+def test_kl_low_clamp_mirror() -> None:
+    """A < 0, new log-prob below Band-KL's lower edge: DPPO masks; Band keeps exactly the tokens whose edge is below
+    e^-20, where the clamped ratio e^-20 passes ``r >= lo`` (the mirror of the e^20 clamp)."""
+    g = torch.Generator().manual_seed(1)
+    old = torch.log(
+        1e-4 * 100 ** torch.rand(1, 400, generator=g, dtype=torch.float64)
+    )  # p_old in [1e-4, 1e-2]
+    lo, _ = make_clip_rule("band", divergence="kl", delta=0.05, cap=None, method="newton").bounds(old)
+    new = old + torch.log(lo) - 0.01 - 4.99 * torch.rand(1, 400, generator=g, dtype=torch.float64)
+    g_dppo, g_band = per_token_grads("dppo_kl", "kl", 0.05, old, new, -torch.ones_like(old))
+    edge_below_clamp = torch.log(lo) < -20
+    assert (g_dppo == 0).all()
+    assert torch.equal(g_band != 0, edge_below_clamp) and edge_below_clamp.any() and (~edge_below_clamp).any()
+
+
+@pytest.mark.parametrize("p_old", [1e-3, 0.1, 0.5, 0.9, 0.99])
+def test_verl_epsilon_moves_both_kl_edges_up_by_1e8(p_old: float) -> None:
+    """verl's +1e-8 moves the edge from x to x (1 + 1e-8) to first order, at every p: a token at 0.5e-8 above the
+    exact upper edge is kept by verl only (wider), one at 0.5e-8 above the exact lower edge is masked by verl only
+    (narrower); at 1.5e-8 above either edge both agree again."""
+    old = torch.full((1, 4), math.log(p_old), dtype=torch.float64)
+    lo, hi = make_clip_rule("band", divergence="kl", delta=0.05, cap=None, method="newton").bounds(old)
+    shift = torch.tensor([[0.5e-8, 1.5e-8, 0.5e-8, 1.5e-8]], dtype=torch.float64)
+    edge = torch.cat([hi[:, :2], lo[:, 2:]], dim=1)
+    new = old + torch.log(edge) + torch.log1p(shift)
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]], dtype=torch.float64)
+    g_dppo, g_band = per_token_grads("dppo_kl", "kl", 0.05, old, new, adv)
+    assert (g_dppo != 0).tolist() == [[True, False, False, True]]
+    assert (g_band != 0).tolist() == [[False, False, True, True]]
+
+
+@pytest.mark.parametrize("name", ["dppo_tv", "dppo_kl"])
+def test_bfloat16_log_probs_bandpo_decides_as_float64(name: str) -> None:
+    """With bfloat16 log-probs verl exponentiates and tests the region in bfloat16, bandpo in float32: bandpo's
+    kept/masked decisions equal verl's own function applied to the same values in float64; verl's differ."""
+    g = torch.Generator().manual_seed(1)
+    old = torch.log(1e-4 * 1e4 ** torch.rand(1, 8000, generator=g, dtype=torch.float64)).to(torch.bfloat16)
+    new = (old.double() + 0.5 * torch.randn(1, 8000, generator=g, dtype=torch.float64)).clamp(max=0.0)
+    new = new.to(torch.bfloat16)
+    adv = torch.where(torch.rand(1, 8000, generator=g) < 0.5, 1.0, -1.0)
+    mask = torch.ones_like(adv)
+    rule = make_clip_rule(name, clip_ratio_c=C)
+    config = dppo_config(name, "token-sum", rule.clip_divergence_low, rule.clip_divergence_high, C)
+    verl_fn = get_policy_loss_fn(name)
+    d64 = [t.double() for t in (old, adv, mask)]
+    _, ref, _ = grad_of(lambda x: verl_fn(d64[0], x, d64[1], d64[2], "token-sum", config, None), new.double())
+    b16 = [t.bfloat16() for t in (adv, mask)]
+    _, in_bf16, _ = grad_of(lambda x: verl_fn(old, x, b16[0], b16[1], "token-sum", config, None), new)
+    _, ours, _ = grad_of(lambda x: policy_loss(x, old, adv, mask, rule, loss_agg_mode="token-sum"), new)
+    assert torch.equal(ours != 0, ref != 0)
+    # verl 0.9.1 in bfloat16 decides some tokens otherwise (measured on these 8,000 tokens: TV 3, KL 6)
+    assert ((in_bf16 != 0) != (ref != 0)).sum() > 0

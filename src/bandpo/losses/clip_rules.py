@@ -260,9 +260,20 @@ class _DPPOClip(ClipRule):
 
     The region compares the new and old probability of the sampled token against the divergence thresholds
     (``clip_divergence_high`` where ``A > 0``, ``clip_divergence_low`` where ``A <= 0``; verl's ``clip_ratio_high`` /
-    ``clip_ratio_low``): see ``region_masks``. ``bounds`` gives the same region as ratio bounds: Band's bounds of
-    the same binary divergence, radius the threshold, no cap (for the metrics and for TRL, which clips ratios);
-    the gradient is the same as the mask's up to rounding at the edge (and, for KL, verl's 1e-8).
+    ``clip_ratio_low``): see ``region_masks``. With float32 or float64 log-probs this equals verl's functions bit
+    for bit; with bfloat16 ones it computes in float32 where verl computes in bfloat16.
+
+    ``bounds`` gives the same region as ratio bounds: Band's bounds of the same binary divergence, radius the
+    threshold, no cap, default solver (for the metrics and for TRL, which clips ratios). The mask and those bounds
+    agree except at the log-ratio clamp at +-20, within rounding of the edge (including the simplex edge
+    ``hi = 1/p``), for KL at verl's ``1e-8`` (which moves both edges up by a factor ``1 + 1e-8`` in ``r``) and at
+    the KL table's error (``method="auto"``: up to 1e-7 relative in float64, 8e-6 in float32); the README's
+    "The trust-region family" counts each class (``scripts/dppo_vs_band.py``).
+
+    Defaults, each with its source: the thresholds are the DPPO authors' (TV 0.15, KL 0.05: their script
+    ``examples/dppo_trainer/run_qwen30b_dppo.sh`` in verl's repository); ``clip_ratio_c`` 20 is the fallback in
+    verl 0.9.1's code (``config.get("clip_ratio_c", 20.0)``, used only for a config without the key). verl's
+    ``ActorConfig`` would give thresholds 0.2 / 0.2 and ``c = 3``; the authors' script uses ``c = 10000`` (off).
     """
 
     divergence: ClassVar[str] = "tv"
@@ -292,8 +303,9 @@ class _DPPOClip(ClipRule):
 @dataclass(frozen=True)
 class DPPOTVClip(_DPPOClip):
     """DPPO-Binary-TV: ``up_ok = p_new - p_old <= clip_divergence_high``, ``down_ok = p_new - p_old >=
-    -clip_divergence_low`` (thresholds 0.15 / 0.15 as in the authors' verl script; ``clip_ratio_c`` 20, verl's
-    DPPO default). Its ratio bounds are Band-TV's at radius the threshold without cap: ``1 -+ delta / p``."""
+    -clip_divergence_low``. Defaults: thresholds 0.15 / 0.15 (the DPPO authors' script), ``clip_ratio_c`` 20 (verl's
+    code fallback; verl's ``ActorConfig`` sets 3, the authors' script 10000). Its ratio bounds are Band-TV's at
+    radius the threshold without cap: ``1 -+ delta / p``, clamped to ``[0, 1/p]``."""
 
     divergence: ClassVar[str] = "tv"
 
@@ -308,9 +320,10 @@ class DPPOTVClip(_DPPOClip):
 @dataclass(frozen=True)
 class DPPOKLClip(_DPPOClip):
     """DPPO-Binary-KL: ``up_ok = KL_bin(p_old || p_new) <= clip_divergence_high or p_new <= p_old``, ``down_ok =
-    KL_bin <= clip_divergence_low or p_new >= p_old`` (thresholds 0.05 / 0.05 as in the authors' verl script;
-    ``clip_ratio_c`` 20). ``KL_bin`` is :func:`_binary_kl` (verl's, with its 1e-8). Its ratio bounds are Band-KL's
-    (``KL(pi_old || pi_new)``, the same direction) at radius the threshold without cap."""
+    KL_bin <= clip_divergence_low or p_new >= p_old``. Defaults: thresholds 0.05 / 0.05 (the DPPO authors'
+    script), ``clip_ratio_c`` 20 (verl's code fallback; verl's ``ActorConfig`` sets 3, the authors' script 10000).
+    ``KL_bin`` is :func:`_binary_kl` (verl's, with its 1e-8). Its ratio bounds are Band-KL's (``KL(pi_old ||
+    pi_new)``, the same direction) at radius the threshold without cap."""
 
     divergence: ClassVar[str] = "kl"
 
