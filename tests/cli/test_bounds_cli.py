@@ -124,3 +124,6 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert all(r["ms"] > 0 for r in data["bounds"])
     assert data["kl_accuracy"]["table/float64"] <= 1e-6 and data["kl_accuracy"]["newton/float32"] <= 1e-4
     assert {r["case"] for r in data["loss"]} >= {"loss fwd+bwd band", "loss fwd+bwd grpo"}
+    schedule = {r["case"]: r for r in data["schedule"]}
+    assert schedule["loss band kl, radius constant"]["x_constant"] == 1.0
+    assert schedule["bounds band kl, radius scheduled"]["ms"] > 0

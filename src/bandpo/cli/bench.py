@@ -16,6 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss-shape", type=int, nargs=2, default=[64, 4096], metavar=("B", "T"))
     parser.add_argument("--skip-loss", action="store_true", help="skip the loss benchmark")
     parser.add_argument("--skip-train", action="store_true", help="skip the training-step benchmark (TRL)")
+    parser.add_argument(
+        "--skip-schedule",
+        action="store_true",
+        help="skip the radius-schedule benchmark (changing vs constant)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
 
 
@@ -50,6 +55,16 @@ def run(args: argparse.Namespace) -> int:
         )
         for r in loss_rows:
             print(f"{r['case']:<30} {r['ms']:>10.2f} {r['x_grpo']:>8.3f}")
+    schedule_rows = (
+        [] if args.skip_schedule else bench.bench_schedule(*args.loss_shape, repeats=6 * args.repeats)
+    )
+    if schedule_rows:
+        print(
+            f"\n{'case':<38} {'ms':>10} {'x constant':>10}   (B={args.loss_shape[0]}, T={args.loss_shape[1]}, float32; "
+            "radius linear 0.2 -> 0.02, a new radius every call)"
+        )
+        for r in schedule_rows:
+            print(f"{r['case']:<38} {r['ms']:>10.2f} {r['x_constant']:>10.3f}")
     train_rows = [] if args.skip_train else bench.bench_train_step()
     if train_rows:
         print(
@@ -60,6 +75,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
-            json.dumps({"bounds": rows, "kl_accuracy": acc, "loss": loss_rows, "train": train_rows}, indent=1)
+            json.dumps(
+                {
+                    "bounds": rows,
+                    "kl_accuracy": acc,
+                    "loss": loss_rows,
+                    "schedule": schedule_rows,
+                    "train": train_rows,
+                },
+                indent=1,
+            )
         )
     return 0

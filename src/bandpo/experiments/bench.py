@@ -173,6 +173,52 @@ def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30) -> list[d
     ]
 
 
+def bench_schedule(batch: int = 64, length: int = 4096, repeats: int = 30, steps: int = 1000) -> list[dict]:
+    """Band-KL with a radius that changes every step (``linear`` 0.2 -> 0.02 over ``steps``: the tensor-radius
+    solver, Halley's method) against the same rule at a constant radius (the cached table), in one interleaved run:
+    the bounds alone and the loss forward + backward, each call at the next step's radius. Returns rows with
+    ``x_constant`` (scheduled / constant). That no table is built per radius is tested
+    (tests/losses/test_schedule.py::test_a_radius_per_step_builds_no_table)."""
+    from bandpo.losses import radius_schedule, rule_at_step
+
+    g = torch.Generator().manual_seed(0)
+    old = sample_logp(batch * length).view(batch, length)
+    logits = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
+    adv, mask = torch.randn(batch, generator=g), torch.ones(batch, length)
+    rule = make_clip_rule("band", delta=0.2)
+    schedules = {"constant": radius_schedule(rule), "scheduled": radius_schedule(rule, "linear", end=0.02)}
+    schedules["scheduled"] = schedules["scheduled"].for_run(steps)
+    step = {"constant": 0, "scheduled": 0}
+
+    def bounds(kind: str) -> None:
+        step[kind] = step[kind] % steps + 1
+        rule_at_step(rule, schedules[kind], step[kind]).bounds(old)
+
+    def loss(kind: str) -> None:
+        step[kind] = step[kind] % steps + 1
+        lp = logits.clone().requires_grad_(True)
+        out, _ = policy_loss(
+            lp, old, adv, mask, rule_at_step(rule, schedules[kind], step[kind]), check_values=False
+        )
+        out.backward()
+
+    cases = {
+        f"{what} {kind}": (lambda fn=fn, kind=kind: fn(kind))
+        for what, fn in (("bounds", bounds), ("loss", loss))
+        for kind in schedules
+    }
+    times = time_interleaved(cases, rounds=repeats)
+    return [
+        {
+            "case": f"{what} band kl, radius {kind}",
+            "ms": 1e3 * times[f"{what} {kind}"],
+            "x_constant": times[f"{what} {kind}"] / times[f"{what} constant"],
+        }
+        for what in ("bounds", "loss")
+        for kind in schedules
+    ]
+
+
 def table_memory_bytes(dtype: torch.dtype = torch.float32) -> int:
     """Bytes of one cached table copy in ``dtype`` ((value, slope) pairs for lo and hi), per (divergence,
     delta, device)."""
