@@ -2,11 +2,12 @@
 
 Layers, lowest first (a module may import its own layer and the ones below, never above)::
 
-    0  registry, _files, _optional, validation, config   utilities every layer may use
+    0  registry, _files, _optional, provenance,       utilities every layer may use
+       validation, config
     1  core                                           pure tensor math
     2  losses, bandpo (the package's public API)      the objective, rules, metrics
     3  integrations, plots                            TRL / verl adapters; bound plots
-    4  tasks, rewards                                 the default task and answer checking
+    4  tasks, rewards, models                         the built-in tasks, answer checking, built-in models
     5  training                                       one training run
     6  eval                                           metrics, sampling, evaluation of a model
     7  experiments                                    comparisons, reports, mechanism studies, benchmarks
@@ -27,6 +28,7 @@ LAYERS: dict[str, int] = {
     "registry": 0,
     "_files": 0,
     "_optional": 0,
+    "provenance": 0,
     "validation": 0,
     "config": 0,
     "core": 1,
@@ -36,6 +38,7 @@ LAYERS: dict[str, int] = {
     "plots": 3,
     "tasks": 4,
     "rewards": 4,
+    "models": 4,
     "training": 5,
     "eval": 6,
     "experiments": 7,

@@ -108,12 +108,24 @@ def resolve_model_dir(
 ) -> Path:
     """``model`` as a path, checked by :func:`check_model_dir` (a wrong path fails before any dataset loads).
 
-    ``"tiny"`` stands for the cached warm-started model of the first built-in task among ``datasets``, built with
+    A built-in model name (:data:`bandpo.models.MODELS`, e.g. ``smollm2-135m``) stands for its converted directory
+    (converted now when it is not cached yet). ``"tiny"`` stands for the cached warm-started model of the first built-in task among ``datasets``, built with
     ``task_options`` now when it is not cached yet (:func:`bandpo.training.tasks.build_task_model`).
 
     Raises:
         EvalError: ``tiny`` without a built-in task among ``datasets``; a path :func:`check_model_dir` rejects.
     """
+    from bandpo.models import ModelUnavailableError, builtin_model_dir, is_builtin_model
+
+    if is_builtin_model(str(model)):
+        from bandpo.training.tasks import default_cache_dir
+
+        try:
+            path = builtin_model_dir(str(model), default_cache_dir())
+        except ModelUnavailableError as err:
+            raise EvalError(f"--model {model}: {err}") from err
+        check_model_dir(path)
+        return path
     if model == "tiny":
         from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
 

@@ -1,5 +1,5 @@
 """The reward and verifier registries: names -> TRL reward functions and per-completion verifiers, with the built-in
-``dapo`` and ``boxed``."""
+``dapo``, ``boxed`` and ``last_number``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from bandpo.registry import Registry
 from bandpo.rewards.functions import RewardFunc, VerifierReward
-from bandpo.rewards.verifiers import Verifier, verify_boxed, verify_dapo
+from bandpo.rewards.verifiers import Verifier, verify_boxed, verify_dapo, verify_last_number
 
 __all__ = [
     "REWARDS",
@@ -18,6 +18,7 @@ __all__ = [
     "dapo_reward",
     "get_reward_func",
     "get_verifier",
+    "last_number_reward",
     "register_reward",
     "register_verifier",
     "reward_names",
@@ -105,3 +106,6 @@ dapo_reward: VerifierReward = register_verifier("dapo", verify_dapo)
 
 boxed_reward: VerifierReward = register_verifier("boxed", verify_boxed)
 """TRL reward: :func:`verify_boxed`, +1 correct / -1 otherwise, ground truth in column ``answer``."""
+
+last_number_reward: VerifierReward = register_verifier("last_number", verify_last_number)
+"""TRL reward: :func:`verify_last_number`, +1 correct / -1 otherwise, ground truth in column ``answer``."""

@@ -4,14 +4,18 @@
   normalised, exact match.
 * ``"boxed"`` (:func:`verify_boxed`): the last ``\\boxed{...}``; compared symbolically with the optional
   ``math-verify`` package (extra ``bandpo[math]``), else by the normalised exact match.
+* ``"last_number"`` (:func:`verify_last_number`): the last number in the reply, compared as a number (the
+  "flexible extract" of GSM8K evaluations); for instruct models that answer in prose.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 
 from bandpo.rewards.answers import (
@@ -23,7 +27,15 @@ from bandpo.rewards.answers import (
     normalized_ground_truth,
 )
 
-__all__ = ["Verifier", "VerifyResult", "math_verify_available", "verify_boxed", "verify_dapo"]
+__all__ = [
+    "Verifier",
+    "VerifyResult",
+    "last_number",
+    "math_verify_available",
+    "verify_boxed",
+    "verify_dapo",
+    "verify_last_number",
+]
 
 
 class VerifyResult(NamedTuple):
@@ -128,3 +140,44 @@ def verify_boxed(
         return VerifyResult(True, answer)
     correct = use_math_verify and any(_mv_equal(gt, content) for gt in gts_raw)  # type: ignore[arg-type]
     return VerifyResult(bool(correct), answer)
+
+
+# ------------------------------------------------------------------------------------------------ last number
+_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
+"""A number as a reply writes it: optional minus, digits with optional thousands commas, optional decimals
+(``-1,234.50``); not part of a word (``x2``) and not the tail of a decimal (``.5`` is skipped)."""
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` in canonical form (commas removed, trailing decimal zeros dropped, ``-0`` is
+    ``0``: ``"1,234.50"`` -> ``"1234.5"``), or ``None`` when it holds none."""
+    found = _NUMBER_RE.findall(text)
+    return _canonical_number(found[-1]) if found else None
+
+
+def _canonical_number(raw: str) -> str | None:
+    try:
+        value = Decimal(raw.replace(",", ""))
+    except InvalidOperation:
+        return None
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_truth: object) -> VerifyResult:
+    """The last number in the reply (:func:`last_number`) equals the ground truth as a number (``"7.0"`` = ``7``).
+
+    ``ground_truth`` is a number or a numeric string, or a list of them (any may match).
+
+    Raises:
+        ValueError: a ground truth that is not a number.
+    """
+    truths = set()
+    for gt in ground_truth_strs(ground_truth):
+        canonical = _canonical_number(gt.strip()) if _NUMBER_RE.fullmatch(gt.strip()) else None
+        if canonical is None:
+            raise ValueError(f"the last_number verifier needs a numeric ground truth, got {gt!r}")
+        truths.add(canonical)
+    answer = last_number(completion_text(completion))
+    return VerifyResult(answer is not None and answer in truths, answer)

@@ -112,14 +112,15 @@ class ModelConfig:
     """``model:``: which causal LM to train.
 
     Args:
-        path: a local model directory (``config.json`` + weights + tokenizer), or a Hugging Face model id (it must
-            be in the local cache when ``HF_HUB_OFFLINE=1``). ``None`` or ``"tiny"`` with ``data.task``: the task's
-            own model (countdown: the warm-started tiny Qwen2, built once and cached).
+        path: a local model directory (``config.json`` + weights + tokenizer), a Hugging Face model id (it must
+            be in the local cache when ``HF_HUB_OFFLINE=1``), or a built-in model (:data:`bandpo.models.MODELS`:
+            ``smollm2-135m``, converted once from its package and cached). ``None`` or ``"tiny"`` with
+            ``data.task``: the task's own model (countdown: the warm-started tiny Qwen2, built once and cached).
         dtype: weights dtype for ``from_pretrained``: one of :data:`DTYPES` (TRL's default ``float32``; use
             ``bf16: true`` for bfloat16 mixed precision on GPUs).
         attn_implementation: passed to ``from_pretrained`` (``eager``, ``sdpa``, ``flash_attention_2``);
             ``None`` keeps the model's default.
-        cache_dir: where the task model is cached; ``None``: ``$BANDPO_CACHE_DIR`` or ``~/.cache/bandpo``.
+        cache_dir: where the task model or a built-in model is cached; ``None``: ``$BANDPO_CACHE_DIR`` or ``~/.cache/bandpo``.
         warm_start: options of the task model (countdown: fields of ``bandpo.tasks.WarmStartConfig`` but ``task``,
             e.g. ``{max_steps: 600, n_layers: 4}``); the task's puzzles come from ``data.task_options``.
     """

@@ -15,7 +15,9 @@ A :class:`TaskSpec` bundles
 training must not share the parent's accelerate state or, under ``accelerate launch``, its process group.
 
 Registered here: ``countdown`` (:mod:`bandpo.tasks.countdown` puzzles, the ``countdown`` 0/1 reward, and the
-warm-started tiny character-level Qwen2 of :mod:`bandpo.tasks.tiny_model`, cached under the cache directory).
+warm-started tiny character-level Qwen2 of :mod:`bandpo.tasks.tiny_model`, cached under the cache directory) and
+``arith`` (:mod:`bandpo.tasks.arith`: chat questions ``What is 23 + 45?`` for instruct models, the
+``last_number`` reward; no model of its own: set ``model.path``, e.g. the built-in ``smollm2-135m``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from bandpo.config import build_dataclass
 from bandpo.registry import Registry
 from bandpo.rewards import REWARDS, register_reward
+from bandpo.tasks.arith import ArithConfig, make_arith_splits
 from bandpo.tasks.countdown import CountdownConfig, countdown_reward_func, make_splits
 
 __all__ = ["TASKS", "TaskSpec", "build_task_model", "default_cache_dir", "register_task"]
@@ -116,6 +119,24 @@ register_task(
         cached_model=_countdown_cached,
         check_model_options=_check_countdown_model_options,
         description="countdown puzzles ('3,7,2:23=' -> '3*7+2') and the warm-started tiny character-level Qwen2",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------- arith
+def _arith_split(options: ArithConfig, split: str) -> list[dict[str, Any]]:
+    train, test = make_arith_splits(options)
+    return {"train": train, "test": test}[split]
+
+
+register_task(
+    TaskSpec(
+        name="arith",
+        options_type=ArithConfig,
+        build_split=_arith_split,
+        default_reward="last_number",
+        description="arithmetic questions for instruct models ('What is 23 + 45?'), scored by the last number in "
+        "the reply; model.path must name a chat model (e.g. smollm2-135m)",
     )
 )
 

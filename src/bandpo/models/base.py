@@ -1,0 +1,45 @@
+"""The registry of built-in models (:data:`MODELS`) and what one entry holds (:class:`BuiltinModel`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bandpo.registry import Registry
+
+__all__ = ["MODELS", "BuiltinModel", "ModelUnavailableError", "register_model"]
+
+
+class ModelUnavailableError(RuntimeError):
+    """A built-in model's package is missing or its file does not load; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """One built-in model.
+
+    Attributes:
+        name: what ``model.path`` (or ``bandpo eval --model``) says.
+        description: one line for listings and docs.
+        install: the command that installs what the model needs.
+        check: raises :class:`ModelUnavailableError` (one line) when the model cannot be built here; cheap.
+        build: ``build(cache_dir, progress) -> directory``: converts the model into ``cache_dir`` (or reuses it).
+        cached: ``cached(cache_dir) -> directory | None``: the converted directory when it is already there.
+    """
+
+    name: str
+    description: str
+    install: str
+    check: Callable[[], None]
+    build: Callable[[Path, bool], Path]
+    cached: Callable[[Path], Path | None]
+
+
+MODELS: Registry[BuiltinModel] = Registry("built-in model")
+"""Built-in model name -> :class:`BuiltinModel`."""
+
+
+def register_model(model: BuiltinModel) -> BuiltinModel:
+    """Register a built-in model under ``model.name`` (names must be new)."""
+    return MODELS.register(model.name, model)

