@@ -64,6 +64,8 @@ def get_scorer(name: str) -> tuple[Scorer, Callable[[str, Any], None]]:
 
     def score(prompt: str, completion: str, ground_truth: Any) -> tuple[bool, str | None]:
         result = verify(completion, ground_truth)
+        if isinstance(result, bool):  # a verifier that only says right or wrong
+            return result, None
         return bool(result.correct), result.answer
 
     def check(prompt: str, ground_truth: Any) -> None:

@@ -110,6 +110,13 @@ class VerifierReward:
         n_unparsed = 0
         for completion, truth in zip(completions, truths):
             result = self.verify(completion, truth)
+            if isinstance(result, bool):  # a verifier that only says right or wrong: always parsed
+                rewards.append(self.correct_reward if result else self.incorrect_reward)
+                continue
+            if not hasattr(result, "correct") or not hasattr(result, "answer"):
+                raise ValueError(
+                    f"verifier {self.__name__!r} must return a bool or a VerifyResult(correct, answer), got {result!r}"
+                )
             if result.answer is None:
                 n_unparsed += 1
                 rewards.append(unparsed_reward)

@@ -18,9 +18,11 @@ __all__ = [
     "dapo_reward",
     "get_reward_func",
     "get_verifier",
+    "is_import_path",
     "last_number_reward",
     "register_reward",
     "register_verifier",
+    "reward_display_name",
     "reward_names",
 ]
 
@@ -73,17 +75,75 @@ def get_verifier(name: str) -> Verifier:
     return VERIFIERS.get(name)
 
 
-def get_reward_func(name: str, **options: Any) -> RewardFunc:
-    """The reward function registered as ``name``, with ``options`` applied.
+def _import_reward(path: str) -> RewardFunc:
+    """The reward function at import path ``module:attribute`` (module docstring of :func:`get_reward_func`)."""
+    import importlib
 
-    Options are validated now, before any model is loaded: a :class:`VerifierReward` takes ``answer_key``,
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr or ":" in attr:
+        raise ValueError(f"a reward import path must look like 'my_pkg.rewards:score', got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"reward {path!r}: cannot import module {module_name!r} ({err})") from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            public = sorted(n for n in dir(target) if not n.startswith("_"))[:20]
+            raise ValueError(
+                f"reward {path!r}: {module_name!r} has no attribute {attr!r} (it has: {', '.join(public)})"
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"reward {path!r} is a {type(target).__name__}, not a function")
+    if _is_verifier(target):
+        return VerifierReward(getattr(target, "__name__", attr.rsplit(".", 1)[-1]), target)
+    return target
+
+
+def _is_verifier(fn: Any) -> bool:
+    """A user's verifier ``verify(completion, ground_truth)`` rather than a TRL reward function
+    ``fn(prompts, completions, **kwargs)``: two positional parameters, neither named ``prompts`` nor
+    ``completions``, and no ``**kwargs``."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    names = {p.name for p in params}
+    if "prompts" in names or "completions" in names or any(p.kind is p.VAR_KEYWORD for p in params):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 2
+
+
+def is_import_path(name: object) -> bool:
+    """Whether a reward name is an import path ``module:attribute`` rather than a registered name."""
+    return isinstance(name, str) and ":" in name
+
+
+def reward_display_name(name: str) -> str:
+    """The name a reward's metrics carry (``rewards/<name>/mean``): the registered name, or the attribute of an
+    import path (``my_pkg.rewards:score`` -> ``score``)."""
+    if is_import_path(name):
+        return name.partition(":")[2].rsplit(".", 1)[-1]
+    return REWARDS.canonical(name)
+
+
+def get_reward_func(name: str, **options: Any) -> RewardFunc:
+    """The reward function registered as ``name`` (or at the import path ``module:attribute``), with ``options``
+    applied.
+
+    An import path names a TRL reward function ``fn(prompts, completions, **kwargs) -> list[float | None]``, or
+    a verifier ``verify(completion, ground_truth)`` returning a :class:`VerifyResult` or a bool (two positional
+    parameters, no ``**kwargs``), which is wrapped in a :class:`VerifierReward` (+1 / -1, ground truth in column
+    ``answer``). Options are validated now, before any model is loaded: a :class:`VerifierReward` takes ``answer_key``,
     ``correct_reward``, ``incorrect_reward``, ``unparsed_reward``; another function takes its keyword-only
     parameters (bound with ``functools.partial``, which TRL names after the wrapped function).
 
     Raises:
         ValueError: unknown name (the message lists the valid names) or unknown option.
     """
-    fn = REWARDS.get(name)
+    fn = _import_reward(name) if is_import_path(name) else REWARDS.get(name)
     if not options:
         return fn
     with_options = getattr(fn, "with_options", None)

@@ -251,19 +251,23 @@ class DataConfig:
 
 @dataclass
 class RewardConfig:
-    """``reward:``: the reward function, by registered name.
+    """``reward:``: the reward function(s), by registered name or import path (:mod:`bandpo.training.rewards`).
 
     Args:
         name: a name from :func:`bandpo.rewards.reward_names` (``dapo``: the last ``Answer: ...`` line, exact
-            match; ``boxed``: the last ``\\boxed{}``, math-verify when installed; ``countdown``: the built-in task).
+            match; ``boxed``: the last ``\\boxed{}``, math-verify when installed; ``last_number``: the last number
+            in the reply; ``countdown``: the built-in task), an import path ``my_pkg.rewards:score`` (a TRL reward
+            function, or a verifier ``verify(completion, ground_truth)`` returning a bool or a ``VerifyResult``),
+            or a list of these (weighted by TRL's top-level ``reward_weights``, one weight per reward).
             ``None``: the task's default reward (required with ``data.path``).
-        options: options of the reward (``dapo`` / ``boxed``: ``correct_reward``, ``incorrect_reward``,
-            ``unparsed_reward``, ``answer_key``).
+        options: options of the reward (``dapo`` / ``boxed`` / ``last_number``: ``correct_reward``,
+            ``incorrect_reward``, ``unparsed_reward``, ``answer_key``); with a list of rewards, a mapping from a
+            reward's name to its options.
         failure_reward: reward of a completion whose scoring raised (the run goes on; failures are counted in
             the metrics ``rewards/<name>/failure_frac`` and ``rewards/<name>/failures``).
     """
 
-    name: str | None = None
+    name: str | list[str] | None = None
     options: dict[str, Any] = field(default_factory=dict)
     failure_reward: float = 0.0
 
