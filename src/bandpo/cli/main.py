@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bandpo.cli.mechanism",
         "the clip rules on a Zipf-vocabulary bandit: where Band changes the outcome",
     ),
+    "probe": (
+        "bandpo.cli.probe",
+        "the clip rules on a real model's own tokens: p_old of the sampled tokens, what each rule clips",
+    ),
 }
 
 

@@ -1,0 +1,138 @@
+"""``bandpo probe``: the clip rules on a real model's own tokens, from one sampled batch at a time.
+
+Samples batches from a local causal LM (a directory, or a built-in model such as ``smollm2-135m``) on a task, and
+from each batch takes ``K`` updates under every clip rule (same weights, batch and optimizer); reports the sampled
+tokens' ``p_old`` distribution and, per rule, what it clipped, where, and what the updates did
+(``bandpo.experiments.llm_probe``). Writes ``results.json``, ``results.md`` and ``probe.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  bandpo probe --model smollm2-135m --dataset arith --output runs/probe-smollm2      # ~30 min on 2 CPU cores
+  bandpo probe --model runs/my-model --dataset data/test.jsonl --rules grpo,band --batches 5 --lr 3e-5
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bandpo.experiments.llm_probe import DEFAULT_RULES, ProbeConfig
+
+    defaults = ProbeConfig()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("--model", required=True, help="a model directory or a built-in model (smollm2-135m)")
+    parser.add_argument(
+        "--dataset", default="arith", help="a built-in task or a data file/directory (default arith)"
+    )
+    parser.add_argument(
+        "--task-options", default=None, help="the task's options as JSON (e.g. '{\"digits\": [1]}')"
+    )
+    parser.add_argument("--split", default=defaults.split, help="split the prompts come from (default train)")
+    parser.add_argument(
+        "--rules", default=",".join(DEFAULT_RULES), help="comma-separated clip rules, at defaults"
+    )
+    parser.add_argument("--batches", type=int, default=defaults.batches, help="batches (seeds), default 3")
+    parser.add_argument("--prompts", type=int, default=defaults.prompts, help="prompts per batch, default 4")
+    parser.add_argument(
+        "--group-size", type=int, default=defaults.group_size, help="completions per prompt, 8"
+    )
+    parser.add_argument(
+        "--updates", type=int, default=defaults.updates, help="updates K per batch and rule, 4"
+    )
+    parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="AdamW learning rate, 1e-5")
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="default 16")
+    parser.add_argument("--temperature", type=float, default=defaults.temperature, help="default 1.0")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="first batch's seed, default 0")
+    parser.add_argument("--output", default="runs/probe", help="output directory (default runs/probe)")
+    parser.add_argument("--no-figures", action="store_true", help="write the tables only")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bandpo.eval.errors import EvalError
+    from bandpo.experiments.llm_probe import ProbeConfig
+
+    def fail(message: str) -> int:
+        print(f"bandpo probe: error: {message}", file=sys.stderr)
+        return 2
+
+    try:
+        options = json.loads(args.task_options) if args.task_options else None
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"--task-options must be a JSON object, got {args.task_options!r}")
+        config = ProbeConfig(
+            rules=tuple(r.strip() for r in args.rules.split(",") if r.strip()),
+            batches=args.batches,
+            prompts=args.prompts,
+            group_size=args.group_size,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            updates=args.updates,
+            learning_rate=args.lr,
+            seed=args.seed,
+            split=args.split,
+        )
+    except json.JSONDecodeError as err:
+        return fail(f"--task-options is not valid JSON: {err}")
+    except ValueError as err:
+        return fail(str(err))
+    try:
+        return _run(args, config, options)
+    except EvalError as err:
+        return fail(str(err))
+
+
+def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-untyped-def]
+    import torch
+
+    from bandpo.eval.datasets import load_eval_dataset, prompt_texts, raw_prompt_text
+    from bandpo.eval.models import load_model, resolve_model_dir
+    from bandpo.eval.scorers import get_scorer
+    from bandpo.experiments.llm_probe import figure, markdown, run_probe
+    from bandpo.provenance import provenance
+
+    dataset = load_eval_dataset(args.dataset, split=config.split, task_options=options)
+    if len(dataset.problems) < config.prompts:
+        raise_msg = (
+            f"--prompts {config.prompts} is more than the {len(dataset.problems)} problems of {dataset.name}"
+        )
+        print(f"bandpo probe: error: {raise_msg}", file=sys.stderr)
+        return 2
+    model_dir = resolve_model_dir(args.model, [args.dataset], options)
+    model, tokenizer = load_model(
+        model_dir, device="cpu" if not torch.cuda.is_available() else "auto", dtype="float32"
+    )
+    texts, _ = prompt_texts(dataset, tokenizer)
+    score_fn, _ = get_scorer(dataset.verifier)
+
+    def score(i: int, completion: str) -> float:
+        problem = dataset.problems[i]
+        correct, _ = score_fn(raw_prompt_text(problem["prompt"]), completion, problem.get("answer"))
+        return 1.0 if correct else 0.0
+
+    result = run_probe(
+        model, tokenizer, dataset.problems, texts, score, config, progress=not args.no_progress
+    )
+    command = shlex.join(["bandpo", "probe", *sys.argv[2:]]) if sys.argv[1:2] == ["probe"] else None
+    result.update(
+        {"model": str(args.model), "model_dir": str(model_dir), "dataset": dataset.name, "command": command,
+         "provenance": provenance()}
+    )  # fmt: skip
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    title = f"bandpo probe: {args.model} on {dataset.name}, K={config.updates}, lr={config.learning_rate:g}"
+    (out / "results.md").write_text(markdown(result, title))
+    if not args.no_figures:
+        figure(result, out / "probe.png")
+    print(markdown(result, title))
+    print(f"bandpo probe: {config.batches} batch(es) x {len(config.rules)} rule(s) in {result['wall_time_s']:.0f} s; "
+          f"results in {out}/")  # fmt: skip
+    return 0

@@ -1,0 +1,426 @@
+"""The mechanism on a real model's own tokens: do the clip rules' bounds bind, and where, for *this* model?
+
+``run_probe`` samples batches from any local causal LM (or a built-in one) on a task, then, from each batch, takes
+``K`` updates with every clip rule (same batch, same starting weights, same optimizer) and measures:
+
+* the batch: the distribution of the sampled tokens' old probability ``p_old`` (shares below 0.2, 0.01, 1e-3;
+  also among tokens with a positive advantage) and the per-token entropy of the sampling policy;
+* per rule, over updates ``2..K`` (update 1 has ratio exactly 1, where no rule binds): the share of tokens whose
+  gradient the rule removes ("clipped": the loss's gradient with respect to the token's log-probability is 0
+  although its advantage is not), split by the sign of the advantage (up: ``A > 0``, the ratio rose past the upper
+  bound; down: ``A < 0``) and by ``p_old`` bin, and the tail share (clipped tokens with ``p_old < 0.2``);
+* per rule, after the ``K`` updates: the probability gained by low-probability positive-advantage tokens
+  (``mean(p_new - p_old)`` over tokens with ``A > 0`` and ``p_old < 0.2``, resp. ``< 0.01``), the policy's mean
+  entropy at the batch's positions and the exact ``KL(pi_old || pi_new)`` over the whole vocabulary there.
+
+Batches are seeded (``seed + b``) and shared by all rules, so rules differ only by their bounds. Each metric is
+reported per batch and as a mean with a 95% t-interval over batches.
+
+The objective is :func:`bandpo.policy_loss` with each rule at its registered defaults (``band`` is Band-KL,
+delta 0.05, cap 10), ``seq-mean-token-mean``, dual clip ``c = 10`` for the clipped rules, no KL or entropy term.
+The optimizer is AdamW (betas 0.9/0.999, no weight decay) with gradient clipping at 1.0, fresh for every rule and
+batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bandpo.losses.clip_rules import make_clip_rule
+from bandpo.losses.policy_loss import group_advantages, policy_loss
+from bandpo.validation import check_int_in, check_positive_number
+
+__all__ = ["P_OLD_BINS", "ProbeConfig", "probe_batch", "run_probe", "summarize_probe"]
+
+P_OLD_BINS = (0.0, 1e-3, 1e-2, 0.2, 1.0 + 1e-9)
+"""Edges of the ``p_old`` bins the probe reports (half-open ``[a, b)``; the last bin includes p = 1)."""
+BIN_NAMES = ("p<1e-3", "1e-3<=p<0.01", "0.01<=p<0.2", "p>=0.2")
+DEFAULT_RULES = ("grpo", "clip_higher", "band", "dppo_kl")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What the probe samples and how it updates.
+
+    Args:
+        rules: registered clip rules, each at its defaults.
+        batches: independent batches (seeds ``seed .. seed + batches - 1``), >= 2 for intervals.
+        prompts: prompts per batch; group_size: completions per prompt (GRPO groups).
+        max_new_tokens, temperature: sampling.
+        updates: ``K`` optimizer steps on each batch per rule, >= 2 (update 1 never clips).
+        learning_rate: AdamW learning rate.
+        seed: first batch's seed (prompt choice and sampling).
+        split: the task split prompts come from.
+    """
+
+    rules: tuple[str, ...] = DEFAULT_RULES
+    batches: int = 3
+    prompts: int = 4
+    group_size: int = 8
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    updates: int = 4
+    learning_rate: float = 1e-5
+    seed: int = 0
+    split: str = "train"
+    rule_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_int_in("batches", self.batches, 1)
+        check_int_in("prompts", self.prompts, 1)
+        check_int_in("group_size", self.group_size, 2)
+        check_int_in("max_new_tokens", self.max_new_tokens, 1)
+        check_int_in("updates", self.updates, 2)
+        check_int_in("seed", self.seed, 0)
+        check_positive_number("temperature", self.temperature)
+        check_positive_number("learning_rate", self.learning_rate)
+        if not self.rules:
+            raise ValueError("rules must name at least one clip rule")
+        for rule in self.rules:
+            make_clip_rule(
+                rule, **self.rule_params.get(rule, {})
+            )  # unknown names raise, listing the valid ones
+
+
+# ------------------------------------------------------------------------------------------------ one batch
+def _sequences(
+    prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Right-padded ``input_ids`` (N, L), ``attention_mask`` (N, L) and the response mask (N, L - 1) over the
+    positions that predict a completion token (position ``t`` predicts token ``t + 1``)."""
+    n = len(prompt_ids)
+    length = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids))
+    ids = torch.full((n, length), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, length), dtype=torch.long)
+    resp = torch.zeros((n, length - 1), dtype=torch.bool)
+    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        ids[i, : len(p) + len(c)] = torch.tensor([*p, *c])
+        attn[i, : len(p) + len(c)] = 1
+        resp[i, len(p) - 1 : len(p) + len(c) - 1] = True
+    return ids, attn, resp
+
+
+def _log_probs(model: Any, ids: Tensor, attn: Tensor, full: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Log-probabilities of the next tokens (N, L - 1) float32 and, with ``full``, the whole log-softmax
+    (N, L - 1, V) float32."""
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # (N, L-1, V)
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # (N, L-1)
+    return logp, (logp_all if full else None)
+
+
+def _bin_index(p: Tensor) -> Tensor:
+    return torch.bucketize(p, torch.tensor(P_OLD_BINS[1:-1], dtype=p.dtype), right=True)
+
+
+def probe_batch(
+    model: Any,
+    ids: Tensor,
+    attn: Tensor,
+    resp: Tensor,
+    advantages: Tensor,
+    config: ProbeConfig,
+    progress: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Every rule's ``K`` updates from the same weights on one batch; returns the batch's and each rule's numbers.
+
+    Args:
+        model: a causal LM in float32; its weights are restored after each rule.
+        ids, attn: (N, L) long input ids and attention mask (prompt + completion, right-padded).
+        resp: (N, L - 1) bool, positions that predict completion tokens.
+        advantages: (N,) float group advantages.
+        progress: called after every update.
+    """
+    initial = copy.deepcopy(model.state_dict())
+    model.eval()  # no dropout: the only difference between rules is the rule
+    with torch.no_grad():
+        old_logp, old_all = _log_probs(model, ids, attn, full=True)
+    assert old_all is not None
+    m = resp
+    old_all_r = old_all[m]  # (M, V): the old distribution at the response positions
+    del old_all
+    p_old = old_logp[m].exp()  # (M,)
+    adv_tok = advantages[:, None].expand_as(m)[m]  # (M,)
+    entropy_old = -(old_all_r.exp() * old_all_r).sum(-1)  # (M,)
+    out: dict[str, Any] = {
+        "n_tokens": int(m.sum()),
+        "n_sequences": int(ids.shape[0]),
+        "share_signal": float((advantages != 0).float().mean()),
+        "p_old_below_0.2": float((p_old < 0.2).float().mean()),
+        "p_old_below_0.01": float((p_old < 0.01).float().mean()),
+        "p_old_below_1e-3": float((p_old < 1e-3).float().mean()),
+        "pos_adv_p_old_below_0.2": _share(p_old[adv_tok > 0] < 0.2),
+        "pos_adv_p_old_below_0.01": _share(p_old[adv_tok > 0] < 0.01),
+        "entropy_old": float(entropy_old.mean()),
+        "p_old_values": [round(float(v), 6) for v in p_old],
+        "rules": {},
+    }
+    bins = _bin_index(p_old)
+    for name in config.rules:
+        model.load_state_dict(initial)
+        rule = make_clip_rule(name, **config.rule_params.get(name, {}))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+        per_update = []
+        for k in range(config.updates):
+            logp, _ = _log_probs(model, ids, attn)
+            logp.retain_grad()
+            loss, _ = policy_loss(logp, old_logp, advantages, m.float(), clip_rule=rule, check_values=False)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            grad = logp.grad[m]  # (M,)
+            ratio = (logp.detach()[m] - old_logp[m]).exp()
+            per_update.append(_clip_counts(grad, adv_tok, bins, ratio, k))
+            if progress is not None:
+                progress()
+        with torch.no_grad():
+            new_logp, new_all = _log_probs(model, ids, attn, full=True)
+        assert new_all is not None
+        new_all_r = new_all[m]
+        del new_all
+        p_new = new_logp[m].exp()
+        kl = (old_all_r.exp() * (old_all_r - new_all_r)).sum(
+            -1
+        )  # (M,) exact KL(old || new) over the vocabulary
+        gained = p_new - p_old
+        low = (adv_tok > 0) & (p_old < 0.2)
+        rare = (adv_tok > 0) & (p_old < 0.01)
+        later = [u for u in per_update if u["update"] >= 2]
+        result = _pool(later)
+        result.update(
+            {
+                "gain_pos_adv_p_below_0.2": float(gained[low].mean()) if low.any() else None,
+                "gain_pos_adv_p_below_0.01": float(gained[rare].mean()) if rare.any() else None,
+                "n_pos_adv_p_below_0.2": int(low.sum()),
+                "entropy_after": float(-(new_all_r.exp() * new_all_r).sum(-1).mean()),
+                "kl_after": float(kl.mean()),
+                "per_update": per_update,
+            }
+        )
+        out["rules"][name] = result
+    model.load_state_dict(initial)
+    return out
+
+
+def _share(mask: Tensor) -> float | None:
+    return float(mask.float().mean()) if mask.numel() else None
+
+
+def _clip_counts(grad: Tensor, adv: Tensor, bins: Tensor, ratio: Tensor, k: int) -> dict[str, Any]:
+    """Counts for one update: tokens with a non-zero advantage whose log-prob gradient is exactly 0 (clipped),
+    by the advantage's sign and by ``p_old`` bin (``bins``: (M,) long)."""
+    live = adv != 0
+    clipped = live & (grad == 0)
+    n_bins = len(BIN_NAMES)
+    return {
+        "update": k + 1,
+        "n_live": int(live.sum()),
+        "n_clipped": int(clipped.sum()),
+        "n_up": int((clipped & (adv > 0)).sum()),
+        "n_down": int((clipped & (adv < 0)).sum()),
+        "live_by_bin": torch.bincount(bins[live], minlength=n_bins).tolist(),
+        "clipped_by_bin": torch.bincount(bins[clipped], minlength=n_bins).tolist(),
+        "ratio_max": float(ratio.max()) if ratio.numel() else 1.0,
+        "ratio_min": float(ratio.min()) if ratio.numel() else 1.0,
+    }
+
+
+def _pool(updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Clip shares pooled over updates ``2..K`` (counts summed, then divided)."""
+    live = sum(u["n_live"] for u in updates)
+    clipped = sum(u["n_clipped"] for u in updates)
+    live_bins = [sum(u["live_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))]
+    clip_bins = [sum(u["clipped_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))]
+    tail = sum(clip_bins[:3])  # p_old < 0.2
+    out: dict[str, Any] = {
+        "clip_frac": clipped / live if live else 0.0,
+        "clip_frac_up": sum(u["n_up"] for u in updates) / live if live else 0.0,
+        "clip_frac_down": sum(u["n_down"] for u in updates) / live if live else 0.0,
+        "tail_share": tail / clipped if clipped else None,
+        "n_clipped": clipped,
+    }
+    for name, n_live, n_clip in zip(BIN_NAMES, live_bins, clip_bins):
+        out[f"clip_frac[{name}]"] = n_clip / n_live if n_live else None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- the run
+SUMMARY_METRICS = (
+    "clip_frac",
+    "clip_frac_up",
+    "clip_frac_down",
+    "tail_share",
+    *(f"clip_frac[{b}]" for b in BIN_NAMES),
+    "gain_pos_adv_p_below_0.2",
+    "gain_pos_adv_p_below_0.01",
+    "entropy_after",
+    "kl_after",
+)
+BATCH_METRICS = (
+    "p_old_below_0.2",
+    "p_old_below_0.01",
+    "p_old_below_1e-3",
+    "pos_adv_p_old_below_0.2",
+    "pos_adv_p_old_below_0.01",
+    "entropy_old",
+    "share_signal",
+)
+
+
+def summarize_probe(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> dict[str, Any]:
+    """Mean and 95% t-interval over batches of every batch metric and every rule's metric (``None`` values, e.g.
+    a tail share with nothing clipped, are left out and ``n`` says how many batches remain)."""
+    from bandpo.experiments.report.stats import mean_ci
+
+    def stat(values: Sequence[Any]) -> dict[str, Any]:
+        s = mean_ci([v for v in values if v is not None])
+        return {"mean": s["mean"], "ci95": s["ci95"], "n": s["n"]}
+
+    return {
+        "batch": {k: stat([b[k] for b in batches]) for k in BATCH_METRICS},
+        "rules": {r: {k: stat([b["rules"][r][k] for b in batches]) for k in SUMMARY_METRICS} for r in rules},
+    }
+
+
+def run_probe(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Mapping[str, Any]],
+    prompts: Sequence[str],
+    score: Callable[[int, str], float],
+    config: ProbeConfig,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Sample ``config.batches`` batches and probe each (:func:`probe_batch`); returns per-batch results, the
+    summary and the wall time.
+
+    Args:
+        model, tokenizer: a causal LM (float32) and its tokenizer (with a pad or eos token).
+        problems: the task's problems (for ``score``); prompts: their formatted prompt texts, aligned.
+        score: ``score(problem_index, completion) -> reward``.
+    """
+    from bandpo.eval.sampling import generate_samples
+
+    start = time.perf_counter()
+    n_steps = config.batches * len(config.rules) * config.updates
+    bar = _bar(n_steps, progress)
+    chat = bool(getattr(tokenizer, "chat_template", None))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    results = []
+    for b in range(config.batches):
+        g = torch.Generator().manual_seed(config.seed + b)
+        chosen = torch.randperm(len(problems), generator=g)[: config.prompts].tolist()
+        samples = generate_samples(
+            model,
+            tokenizer,
+            [prompts[i] for i in chosen],
+            k=config.group_size,
+            temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens,
+            seed=config.seed + b,
+            add_special_tokens=not chat,
+        )
+        rewards, prompt_ids, completion_ids = [], [], []
+        for j, i in enumerate(chosen):
+            ids = tokenizer(prompts[i], add_special_tokens=not chat)["input_ids"]
+            for text, toks in zip(samples.completions[j], samples.token_ids[j]):
+                rewards.append(score(i, text))
+                prompt_ids.append(ids)
+                completion_ids.append(toks)
+        adv = group_advantages(torch.tensor(rewards, dtype=torch.float32), config.group_size)
+        ids, attn, resp = _sequences(prompt_ids, completion_ids, pad_id)
+        result = probe_batch(model, ids, attn, resp, adv, config, progress=bar.update if bar else None)
+        result.update({"batch": b, "seed": config.seed + b, "reward_mean": sum(rewards) / len(rewards)})
+        results.append(result)
+    if bar:
+        bar.close()
+    return {
+        "config": dataclasses.asdict(config),
+        "batches": results,
+        "summary": summarize_probe(results, config.rules),
+        "wall_time_s": round(time.perf_counter() - start, 1),
+    }
+
+
+class _Bar:
+    def __init__(self, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=total, desc="probe updates", unit="update")
+
+    def update(self) -> None:
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _bar(total: int, on: bool) -> _Bar | None:
+    return _Bar(total) if on else None
+
+
+def fmt_ci(stat: Mapping[str, Any], scale: float = 1.0, digits: int = 3) -> str:
+    """``mean ± ci95 (n=..)`` with ``n`` always printed; ``-`` when there is no value."""
+    if stat["mean"] is None:
+        return f"- (n={stat['n']})"
+    mean = stat["mean"] * scale
+    if stat["ci95"] is None:
+        return f"{mean:.{digits}g} (n={stat['n']})"
+    return f"{mean:.{digits}g} ± {stat['ci95'] * scale:.{digits}g} (n={stat['n']})"
+
+
+def markdown(result: Mapping[str, Any], title: str) -> str:
+    """The probe's tables: the batch's token distribution, then one row per rule."""
+    summary = result["summary"]
+    lines = [f"# {title}", "", "Mean ± 95% t-interval over batches (n = batches with a value).", ""]
+    lines += ["## The sampled tokens", "", "| metric | value |", "|---|---|"]
+    for key in BATCH_METRICS:
+        lines.append(f"| {key} | {fmt_ci(summary['batch'][key])} |")
+    lines += ["", "## Per rule, updates 2..K (clip shares pooled over updates) and after K updates", ""]
+    cols = SUMMARY_METRICS
+    lines.append("| rule | " + " | ".join(cols) + " |")
+    lines.append("|---|" + "---|" * len(cols))
+    for rule, stats in summary["rules"].items():
+        lines.append(f"| {rule} | " + " | ".join(fmt_ci(stats[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(result: Mapping[str, Any], path: Path) -> Path:
+    """Two panels: the histogram of ``log10 p_old`` of the sampled tokens, and each rule's clipped share by
+    ``p_old`` bin (updates 2..K, mean over batches)."""
+    from bandpo._optional import pyplot
+
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    values = [v for b in result["batches"] for v in b["p_old_values"]]
+    logs = [math.log10(max(v, 1e-12)) for v in values]
+    ax1.hist(logs, bins=40, color="0.4")
+    for edge in (-3, -2, math.log10(0.2)):
+        ax1.axvline(edge, color="k", lw=0.8, ls=":")
+    ax1.set_xlabel("log10 p_old of the sampled token")
+    ax1.set_ylabel("tokens")
+    ax1.set_title(f"sampled tokens ({len(values)} over {len(result['batches'])} batches)")
+    rules = list(result["summary"]["rules"])
+    width = 0.8 / max(len(rules), 1)
+    for j, rule in enumerate(rules):
+        heights = [result["summary"]["rules"][rule][f"clip_frac[{b}]"]["mean"] or 0.0 for b in BIN_NAMES]
+        ax2.bar([i + j * width for i in range(len(BIN_NAMES))], heights, width, label=rule)
+    ax2.set_xticks([i + 0.4 - width / 2 for i in range(len(BIN_NAMES))], BIN_NAMES)
+    ax2.set_ylabel("share of the bin's tokens clipped")
+    ax2.set_title("clipped by p_old (updates 2..K)")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

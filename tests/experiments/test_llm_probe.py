@@ -1,0 +1,122 @@
+"""Tests for bandpo.experiments.llm_probe and ``bandpo probe``: on the small warm-started countdown model (the same
+code path as a real model), the clipped-token detection against the rule's bounds, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from bandpo.experiments.llm_probe import BIN_NAMES, ProbeConfig, _clip_counts, _sequences, probe_batch
+
+
+def test_clipped_detection_equals_the_bounds_for_grpo() -> None:
+    """Independent check of "clipped = zero gradient with a non-zero advantage": for GRPO (eps 0.2, dual clip 10)
+    those are exactly A > 0 with r > 1.2, and A < 0 with r < 0.8 or r > 10."""
+    from bandpo.losses.policy_loss import policy_loss
+
+    g = torch.Generator().manual_seed(0)
+    n, t = 16, 12
+    old = torch.log(torch.rand(n, t, generator=g).clamp_min(1e-4))
+    logp = (old + 0.5 * torch.randn(n, t, generator=g)).clamp_max(0.0).requires_grad_()
+    adv = torch.randn(n, generator=g)
+    adv[:3] = 0.0
+    mask = torch.ones(n, t)
+    loss, _ = policy_loss(logp, old, adv, mask, clip_rule="grpo", check_values=False)
+    loss.backward()
+    m = mask.bool()
+    r = (logp.detach() - old).exp()[m]
+    a = adv[:, None].expand(n, t)[m]
+    expected = ((a > 0) & (r > 1.2)) | ((a < 0) & ((r < 0.8) | (r > 10.0)))
+    bins = torch.zeros_like(r, dtype=torch.long)
+    counts = _clip_counts(logp.grad[m], a, bins, r, 1)
+    assert counts["n_clipped"] == int(expected.sum()) > 0
+    assert counts["n_up"] == int((expected & (a > 0)).sum())
+    assert counts["n_live"] == int((a != 0).sum())
+
+
+def test_sequences_mask_the_completion_positions() -> None:
+    ids, attn, resp = _sequences([[5, 6], [7]], [[1, 2, 3], [4]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 1, 2, 3], [7, 4, 0, 0, 0]]
+    assert attn.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
+    # position t predicts token t + 1: row 0 predicts 1, 2, 3 from positions 1..3
+    assert resp.tolist() == [[False, True, True, True], [True, False, False, False]]
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"updates": 1}, "updates"),
+        ({"group_size": 1}, "group_size"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"rules": ("grpo", "bandd")}, r"unknown clip rule 'bandd'"),
+        ({"rules": ()}, "at least one clip rule"),
+    ],
+)
+def test_bad_config(options: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ProbeConfig(**options)
+
+
+def test_probe_batch_update_one_never_clips_and_weights_are_restored(warm_model_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(warm_model_dir))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, model.config.vocab_size, (8, 10), generator=g)
+    attn = torch.ones_like(ids)
+    resp = torch.zeros(8, 9, dtype=torch.bool)
+    resp[:, 4:] = True
+    adv = torch.tensor([1.0, -1.0] * 4)
+    config = ProbeConfig(rules=("grpo", "band", "dppo_kl"), updates=3, learning_rate=3e-2)
+    out = probe_batch(model, ids, attn, resp, adv, config)
+    for name, rule in out["rules"].items():
+        first = rule["per_update"][0]
+        assert first["update"] == 1 and first["n_clipped"] == 0, name  # ratio exactly 1
+        assert first["ratio_max"] == pytest.approx(1.0, abs=1e-5)
+        assert 0.0 <= rule["clip_frac"] <= 1.0 and rule["kl_after"] >= 0.0
+        assert sum(sum(u["clipped_by_bin"]) for u in rule["per_update"]) == sum(
+            u["n_clipped"] for u in rule["per_update"]
+        )
+    assert sum(out["rules"][r]["n_clipped"] for r in out["rules"]) > 0  # a large step binds somewhere
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.slow
+def test_probe_cli_end_to_end(warm_model_dir: Path, tmp_path: Path) -> None:
+    from bandpo.cli.main import main
+
+    out = tmp_path / "probe"
+    argv = ["probe", "--model", str(warm_model_dir), "--dataset", "countdown", "--rules", "grpo,band",
+            "--batches", "2", "--prompts", "4", "--group-size", "4", "--updates", "2", "--max-new-tokens", "8",
+            "--lr", "1e-2", "--output", str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert len(result["batches"]) == 2 and set(result["summary"]["rules"]) == {"grpo", "band"}
+    assert result["summary"]["batch"]["p_old_below_0.2"]["n"] == 2
+    assert {f"clip_frac[{b}]" for b in BIN_NAMES} <= set(result["summary"]["rules"]["band"])
+    assert "provenance" in result and (out / "probe.png").is_file()
+    text = (out / "results.md").read_text()
+    assert "(n=2)" in text
+
+
+def test_probe_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bandpo.cli.main import main
+
+    assert main(["probe", "--model", "x", "--updates", "1", "--output", str(tmp_path)]) == 2
+    assert main(["probe", "--model", "x", "--task-options", "[1]", "--output", str(tmp_path)]) == 2
+    assert (
+        main(
+            ["probe", "--model", str(tmp_path / "nope"), "--dataset", "countdown", "--output", str(tmp_path)]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("bandpo probe: error:") for line in err)
+    assert "does not exist" in err[2]
