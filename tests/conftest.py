@@ -45,3 +45,18 @@ def warm_model_dir(warm_cache: Path) -> Path:
     path = warm_cache / f"countdown-warm-{small_warm_start_config().cache_key()}"
     assert (path / "warm_start.json").is_file(), f"no warm start in {path}"
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The built-in real model's converted directory (``smollm2-135m``), in the default cache, converted once (about
+    30-90 s; a file lock makes parallel test workers convert it once); skipped without its package."""
+    from bandpo.models import ModelUnavailableError, builtin_model_dir
+    from bandpo.models.smollm2 import INSTALL, gguf_path
+    from bandpo.training.tasks import default_cache_dir
+
+    try:
+        gguf_path()
+    except ModelUnavailableError:
+        pytest.skip(f"needs the model package: {INSTALL}")
+    return builtin_model_dir("smollm2-135m", default_cache_dir(), progress=False)

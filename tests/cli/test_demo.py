@@ -42,3 +42,35 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert any("clip/frac" in r for r in rows)
     assert not old_board.exists() and not (out_dir / "checkpoint-1000").exists()
     assert len(list(out_dir.glob("runs/*/events.out.tfevents.*"))) == 1  # this run's curves only
+
+
+@pytest.mark.slow
+def test_demo_on_the_real_model(tmp_path: Path, smollm2_dir: Path) -> None:
+    """`bandpo demo --model smollm2-135m` on a one-step budget: the converted model from the cache, the arith task,
+    evaluations before and after."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    out_dir = tmp_path / "demo-llm"
+    args = [
+        "demo", "--model", "smollm2-135m", "--steps", "1", "--k", "2", "--eval-problems", "2",
+        "--output-dir", str(out_dir), "logging_steps=1",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "bandpo.cli.main", *args], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[1/4] model smollm2-135m" in proc.stdout and "== bandpo demo: summary ==" in proc.stdout
+    summary = json.loads((out_dir / "demo_summary.json").read_text())
+    assert summary["before"]["n_problems"] == summary["after"]["n_problems"] == 2
+    config = (out_dir / "train_config.yaml").read_text()
+    assert "path: smollm2-135m" in config and "task: arith" in config and "max_steps: 1" in config
+
+
+def test_demo_bad_numbers_are_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bandpo.cli.main", "demo", "--model", "smollm2-135m", "--steps", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "bandpo demo: error: --steps must be an integer >= 1, got 0"

