@@ -11,7 +11,9 @@ import pytest
 import torch
 
 import bandpo
+from bandpo.core import solvers
 from bandpo.core.bounds import METHODS
+from bandpo.core.divergences import KL_DELTA_MAX
 
 sys.path.insert(0, str(Path(__file__).parent))
 from reference import g_value, reference_bounds
@@ -200,7 +202,21 @@ def test_user_generator_matches_registered() -> None:
         ({"delta": -0.1}, ValueError, r"delta must be a finite number > 0, got -0.1"),
         ({"delta": 0.0}, ValueError, "delta must be a finite number > 0"),
         ({"delta": float("inf")}, ValueError, "delta must be a finite number > 0"),
-        ({"delta": torch.tensor([0.1, -1.0])}, ValueError, r"delta must hold finite numbers > 0, found -1.0"),
+        (
+            {"delta": torch.tensor([0.1, -1.0])},
+            ValueError,
+            r"delta must hold finite numbers in \(0, 1000\] for divergence 'kl', found -1.0",
+        ),
+        (
+            {"delta": torch.tensor([0.1, 2e3]), "divergence": "kl"},
+            ValueError,
+            r"in \(0, 1000\].*found 2000.0",
+        ),
+        (
+            {"delta": torch.tensor([0.1, -1.0]), "divergence": "tv"},
+            ValueError,
+            r"finite numbers > 0, found -1.0",
+        ),
         ({"delta": torch.ones(3)}, ValueError, r"delta of shape \(3,\) must broadcast"),
         (
             {"divergence": "kll"},
@@ -256,6 +272,47 @@ def test_old_logp_domain_is_minus_inf_to_zero(value: float, accepted: bool) -> N
             match=rf"old_logp must hold log-probabilities in \[-inf, 0\].*e\.g\. {re.escape(repr(value))}",
         ):
             bandpo.band_bounds(old_logp, 0.05, "kl")
+
+
+KL_EXTREMES = [0.0, -1e-300, -1e-16, -1e-3, -1.0, -80.0, -700.0, -745.0, -1000.0, -math.inf]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("method", ["auto", "newton", "bisection"])
+def test_kl_radius_limit_gives_the_whole_simplex_and_one_above_is_refused(
+    method: str, dtype: torch.dtype
+) -> None:
+    """At ``KL_DELTA_MAX`` every KL solver gives finite bounds, already the simplex ``[0, 1/p]`` (so a larger radius
+    could change nothing); the next float above it is refused, as are the thresholds that gave NaN (issue: 1.8e16)."""
+    logp = torch.cat(
+        [torch.tensor(KL_EXTREMES, dtype=torch.float64), -torch.logspace(-15, 3, 400, dtype=torch.float64)]
+    ).to(dtype)
+    lo, hi = bandpo.band_bounds(logp, KL_DELTA_MAX, "kl", cap=None, method=method)
+    assert not torch.isnan(lo).any() and not torch.isnan(hi).any()
+    assert (lo >= 0).all() and (lo <= 1e-21).all()  # bisection stops at its bracket, 1.9e-22
+    inv_p = torch.exp(-logp.double())
+    finite = torch.isfinite(inv_p)
+    assert (hi.double()[finite] / inv_p[finite] >= 1 - 1e-5).all() and torch.isinf(hi[~finite]).all()
+    for delta in (math.nextafter(KL_DELTA_MAX, math.inf), 1.77e4, 1.8e16):
+        with pytest.raises(
+            ValueError,
+            match=rf"^delta must be a finite number in \(0, 1000\] for divergence 'kl' \(.*\), got {re.escape(repr(delta))}$",
+        ):
+            bandpo.band_bounds(logp, delta, "kl", method=method)
+
+
+@pytest.mark.parametrize("dtype,logp_min", [(torch.float32, -80.0), (torch.float64, -700.0)])
+def test_kl_solver_overflows_where_kl_delta_max_says(dtype: torch.dtype, logp_min: float) -> None:
+    """Why KL's radius is limited: Halley's start ``~ delta / p`` overflows at p = e^logp_min (where band_bounds
+    clamps p = 0) once delta > finfo.max e^logp_min (6141.6 in float32, 17724.7 in float64): NaN bounds from there,
+    finite just below. The limit, 1000, lies below both (and above ~745, where the bounds are the whole simplex)."""
+    onset = torch.finfo(dtype).max * math.exp(logp_min)
+    assert KL_DELTA_MAX < onset < 2e4
+    logp = torch.tensor([logp_min], dtype=dtype)
+    log1mp = torch.log(-torch.expm1(logp))
+    for delta, finite in ((0.999 * onset, True), (1.001 * onset, False)):
+        log_lo, log_hi = solvers.kl_bounds(logp, log1mp, torch.tensor(delta, dtype=dtype))
+        assert bool(torch.isfinite(log_hi).all() and not torch.isnan(log_lo).any()) == finite, delta
 
 
 def test_value_checks_can_be_switched_off() -> None:

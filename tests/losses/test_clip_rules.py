@@ -149,6 +149,22 @@ def test_cap_one_validator_same_message(cap: object) -> None:
             {"clip_divergence_high": float("nan")},
             r"clip_divergence_high must be a finite number > 0",
         ),
+        (
+            "dppo_kl",
+            {"clip_divergence_high": 1.8e16},
+            r"^clip_divergence_high must be a finite number in \(0, 1000\] for divergence 'kl' \(.*\), got 1\.8e\+16$",
+        ),
+        (
+            "dppo_kl",
+            {"clip_divergence_low": math.nextafter(1000.0, math.inf)},
+            r"^clip_divergence_low must be a finite number in \(0, 1000\] for divergence 'kl' .*got 1000.0000000000001$",
+        ),
+        ("band", {"delta": 1001.0}, r"^delta must be a finite number in \(0, 1000\] for divergence 'kl'"),
+        (
+            "adaptive_band",
+            {"delta": 300.0},  # x max_scale 4
+            r"^delta \* max_scale \(the largest per-token radius\) must be a finite number in \(0, 1000\].*got 1200.0$",
+        ),
         ("dppo_tv", {"clip_ratio_c": 1.0}, r"clip_ratio_c must be a finite number > 1, got 1.0$"),
         ("dppo_kl", {"clip_ratio_c": 0.5}, r"clip_ratio_c must be a finite number > 1, got 0.5$"),
         ("dppo_kl", {"clip_ratio_c": float("inf")}, r"clip_ratio_c must be a finite number > 1, got inf"),
@@ -162,6 +178,29 @@ def test_cap_one_validator_same_message(cap: object) -> None:
 def test_validation_at_construction(name: str, params: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make_clip_rule(name, **params)
+
+
+@pytest.mark.parametrize("name", ["dppo_kl", "band", "adaptive_band"])
+def test_kl_radius_at_its_limit_gives_finite_bounds(name: str) -> None:
+    """The largest accepted KL radius (thresholds 1000; Band's delta 1000; adaptive: delta x max_scale 1000) builds
+    and gives finite bounds for every p, 0 and 1 included: the metrics and TRL's clamp never see NaN."""
+    params = {
+        "dppo_kl": {"clip_divergence_low": 1000.0, "clip_divergence_high": 1000.0},
+        "band": {"delta": 1000.0, "cap": None},
+        "adaptive_band": {"delta": 250.0, "cap": None},
+    }[name]
+    rule = make_clip_rule(name, **params)
+    old = torch.tensor([0.0, -1e-12, -0.5, -30.0, -80.0, -700.0, -1e4, -math.inf])
+    lo, hi = rule.bounds(old, torch.full_like(old, 1e6) if rule.needs_entropy else None)  # entropy: max_scale
+    assert not torch.isnan(lo).any() and not torch.isnan(hi).any()
+    assert (lo >= 0).all() and (lo <= 1).all() and (hi >= 1).all()
+
+
+def test_dppo_tv_thresholds_have_no_upper_limit() -> None:
+    """TV's closed form has no overflow: any finite threshold gives finite bounds (1 -+ delta / p in [0, 1/p])."""
+    rule = make_clip_rule("dppo_tv", clip_divergence_low=1.8e16, clip_divergence_high=1.8e16)
+    lo, hi = rule.bounds(torch.tensor([0.0, -0.5, -80.0, -math.inf]))
+    assert not torch.isnan(lo).any() and not torch.isnan(hi).any() and (lo == 0).all()
 
 
 def test_params_listing() -> None:

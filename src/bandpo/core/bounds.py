@@ -30,9 +30,8 @@ import torch
 from torch import Tensor
 
 from bandpo.core import newton, solvers
-from bandpo.core.checks import check_cap, check_float_tensor, check_logprobs, check_relax
+from bandpo.core.checks import check_cap, check_delta, check_float_tensor, check_logprobs, check_relax
 from bandpo.core.divergences import DIVERGENCES, Divergence
-from bandpo.validation import check_positive_number
 
 METHODS = ("auto", "closed_form", "table", "newton", "bisection")
 
@@ -192,7 +191,8 @@ def band_bounds(
     Args:
         old_logp: (...) float16/bfloat16/float32/float64, ``log pi_old(a|s)`` of the sampled tokens, in
             [-inf, 0]. ``-inf`` (p = 0) gives ``lo = 0, hi = cap``; ``0`` (p = 1) gives ``hi = 1``.
-        delta: trust-region radius > 0; a float, or a float tensor broadcastable to ``old_logp`` (per token).
+        delta: trust-region radius > 0 (KL: at most ``KL_DELTA_MAX`` = 1000, ``Divergence.max_delta``); a float,
+            or a float tensor broadcastable to ``old_logp`` (per token).
         divergence: a registered name (``bandpo.DIVERGENCES.names()``), a ``Divergence``, or a convex generator
             ``f(u)`` with ``f(1) = 0`` (solved by the generic bisection).
         cap: upper cap on ``hi``, a finite number >= 1 (the authors' ``upper_bound_max``, default 10);
@@ -214,7 +214,7 @@ def band_bounds(
     cdt = _compute_dtype(old_logp, compute_dtype)
     method = resolve_method(div, method, scalar_delta)
     if scalar_delta:
-        delta_f = check_positive_number("delta", delta)
+        delta_f = check_delta("delta", delta, div)
         delta_t = None  # made below only where a solver needs it (not the table: no host->device copy)
     else:
         check_float_tensor("delta", delta)
@@ -227,9 +227,16 @@ def band_bounds(
                 f"delta of shape {tuple(delta.shape)} must broadcast to old_logp's shape {tuple(old_logp.shape)}"
             )
         delta_t = delta.to(device=old_logp.device, dtype=cdt)
-        if check_values and bool(((delta_t <= 0) | ~torch.isfinite(delta_t)).any()):
-            bad = delta_t[(delta_t <= 0) | ~torch.isfinite(delta_t)].reshape(-1)[0].item()
-            raise ValueError(f"delta must hold finite numbers > 0, found {bad!r}")
+        out = (delta_t <= 0) | ~torch.isfinite(delta_t) | (delta_t > div.max_delta)
+        if check_values and bool(out.any()):
+            allowed = (
+                "> 0"
+                if math.isinf(div.max_delta)
+                else f"in (0, {div.max_delta:g}] for divergence {div.name!r}"
+            )
+            raise ValueError(
+                f"delta must hold finite numbers {allowed}, found {delta_t[out].reshape(-1)[0].item()!r}"
+            )
     cap = check_cap(cap)
     if cap is not None:
         cap = min(cap, torch.finfo(cdt).max)  # a cap beyond the compute dtype's range: its largest number

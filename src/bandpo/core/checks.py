@@ -1,4 +1,5 @@
-"""Checks the core owns: tensor inputs (dtype, log-probability range) and the Band's ``cap`` and ``relax``.
+"""Checks the core owns: tensor inputs (dtype, log-probability range), the radius and the Band's ``cap`` and
+``relax``.
 
 Shared by ``core.bounds`` and ``losses.clip_rules`` (no framework imports). Scalar checks (numbers, integers)
 are in ``bandpo.validation``.
@@ -12,6 +13,7 @@ from numbers import Real
 import torch
 from torch import Tensor
 
+from bandpo.core.divergences import Divergence
 from bandpo.validation import check_number_in, check_positive_number
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -26,6 +28,21 @@ def check_float_tensor(name: str, x: object) -> Tensor:
             f"{name} must be a floating-point tensor (float16, bfloat16, float32 or float64), got dtype {x.dtype}"
         )
     return x
+
+
+def check_delta(name: str, value: object, divergence: Divergence) -> float:
+    """A trust-region radius of ``divergence``: a finite number in ``(0, divergence.max_delta]``.
+
+    The one check for ``band_bounds``' scalar ``delta``, Band's ``delta`` and DPPO-KL's thresholds (KL's limit:
+    ``bandpo.core.divergences.KL_DELTA_MAX``). Returns it as a float.
+    """
+    delta = check_positive_number(name, value)
+    if delta > divergence.max_delta:
+        raise ValueError(
+            f"{name} must be a finite number in (0, {divergence.max_delta:g}] for divergence {divergence.name!r} "
+            f"(from about 745 on its bounds are [0, 1/p], the whole simplex), got {value!r}"
+        )
+    return delta
 
 
 def check_cap(value: object, *, allow_none: bool = True) -> float | None:

@@ -45,6 +45,9 @@ class Divergence:
         derivative: ``f'(u)`` for ``u > 0``, elementwise on float tensors of the generator's dtype; used by
             the ``"newton"`` solver, which needs ``f(0)`` finite and ``f'`` at most logarithmically singular
             at 0 (see ``bandpo.core.newton.fdiv_newton_bounds``).
+        max_delta: the largest radius ``band_bounds`` and the clip rules accept (``inf``: no limit; KL:
+            :data:`KL_DELTA_MAX`). A finite one lies where the bounds have already reached ``[0, 1/p]`` (a larger
+            radius would change nothing) and below any radius where a solver fails.
     """
 
     name: str
@@ -55,6 +58,7 @@ class Divergence:
     tabulate: bool = False
     limit_lo_at_one: Callable[[float], float] | None = None
     derivative: Callable[[Tensor], Tensor] | None = None
+    max_delta: float = math.inf
 
     def g(self, p: Tensor, r: Tensor) -> Tensor:
         """The projected divergence ``g_f(p, r) = p f(r) + (1-p) f((1-rp)/(1-p))`` (naive; for tests/plots)."""
@@ -63,6 +67,17 @@ class Divergence:
 
 
 DIVERGENCES: Registry[Divergence] = Registry("divergence")
+
+KL_DELTA_MAX = 1000.0
+"""The largest radius of Band-KL (``band``, ``adaptive_band``) and the largest threshold of DPPO-KL (``dppo_kl``).
+
+From ``delta ~ 745`` on, KL's bounds are ``[0, 1/p]`` to float64 rounding (``lo <= e^-delta`` underflows, ``hi p =
+1 - e^-delta`` rounds to 1 for small p): the region is the whole simplex and a larger radius changes nothing.
+Halley's solver (``solvers.kl_bounds``) overflows in its outer starting point ``~ delta / p`` at the clamp of
+``p`` (``e^-80`` in float32, ``e^-700`` in float64) once ``delta`` exceeds ``finfo.max * p``: 6141.6 in float32,
+17724.7 in float64, and from there gives NaN bounds for p = 0 (and for every p from about 1.8e16 on); the table
+(``method="auto"``) is built by the float64 solver. ``tests/core/test_bounds.py`` checks both numbers and that every
+method and dtype gives finite, saturated bounds at this limit."""
 
 
 def register_divergence(div: Divergence, aliases: tuple[str, ...] = ()) -> Divergence:
@@ -184,6 +199,7 @@ register_divergence(
         fast_solver="kl",
         tabulate=True,
         limit_lo_at_one=lambda d: math.exp(-d),
+        max_delta=KL_DELTA_MAX,
     ),
     aliases=("bandkl",),
 )

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from bandpo.core.bounds import band_bounds, resolve_divergence, resolve_method
-from bandpo.core.checks import check_cap, check_relax
+from bandpo.core.checks import check_cap, check_delta, check_relax
 from bandpo.core.divergences import Divergence
 from bandpo.registry import Registry
 from bandpo.validation import check_number_above, check_number_in, check_positive_number
@@ -145,7 +145,7 @@ def _check_band_params(divergence: object, delta: object, cap: object) -> Diverg
     if not isinstance(divergence, str):
         raise ValueError(f"divergence must be a registered name, got {divergence!r}")
     div = resolve_divergence(divergence)
-    check_positive_number("delta", delta)
+    check_delta("delta", delta, div)
     check_cap(cap)
     return div
 
@@ -217,6 +217,7 @@ class AdaptiveBandClip(ClipRule):
         hi = check_positive_number("max_scale", self.max_scale)
         if lo > hi:
             raise ValueError(f"min_scale must be <= max_scale, got {self.min_scale!r} > {self.max_scale!r}")
+        check_delta("delta * max_scale (the largest per-token radius)", self.delta * hi, div)
         resolve_method(div, "auto", scalar_delta=False)
 
     def radius(self, entropy: Tensor) -> Tensor:
@@ -283,8 +284,9 @@ class _DPPOClip(ClipRule):
     clip_ratio_c: float = 20.0
 
     def __post_init__(self) -> None:
-        check_positive_number("clip_divergence_low", self.clip_divergence_low)
-        check_positive_number("clip_divergence_high", self.clip_divergence_high)
+        div = resolve_divergence(self.divergence)  # the thresholds are radii of Band's bounds of it
+        check_delta("clip_divergence_low", self.clip_divergence_low, div)
+        check_delta("clip_divergence_high", self.clip_divergence_high, div)
         check_number_above("clip_ratio_c", self.clip_ratio_c, 1.0)
 
     @property
