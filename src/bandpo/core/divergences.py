@@ -75,9 +75,9 @@ From ``delta ~ 745`` on, KL's bounds are ``[0, 1/p]`` to float64 rounding (``lo 
 1 - e^-delta`` rounds to 1 for small p): the region is the whole simplex and a larger radius changes nothing.
 Halley's solver (``solvers.kl_bounds``) overflows in its outer starting point ``~ delta / p`` at the clamp of
 ``p`` (``e^-80`` in float32, ``e^-700`` in float64) once ``delta`` exceeds ``finfo.max * p``: 6141.6 in float32,
-17724.7 in float64, and from there gives NaN bounds for p = 0 (and for every p from about 1.8e16 on); the table
-(``method="auto"``) is built by the float64 solver. ``tests/core/test_bounds.py`` checks both numbers and that every
-method and dtype gives finite, saturated bounds at this limit."""
+17724.7 in float64, and from there gives NaN bounds for p = 0 (from about 1.7e16 also for p near 1, and for
+most p by 1e17); the table (``method="auto"``) is built by the float64 solver. ``tests/core/test_bounds.py``
+checks both numbers and that every method and dtype gives finite, saturated bounds at this limit."""
 
 
 def register_divergence(div: Divergence, aliases: tuple[str, ...] = ()) -> Divergence:
