@@ -471,6 +471,33 @@ def test_unknown_policy_loss_type_gets_skyrl_error_with_bandpo_names() -> None:
     assert not getattr(info.value, "__notes__", [])
 
 
+def _readme_recipe() -> list[str]:
+    """The overrides of the README's SkyRL recipe (the first bash block under "The authors' recipe")."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Using bandpo with SkyRL", 1)[1].split("\n## ", 1)[0]
+    block = section.split("### The authors' recipe", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [
+        tok
+        for tok in block.split()
+        if "=" in tok and tok.split("=", 1)[0].startswith(("trainer.", "generator."))
+    ]
+
+
+@needs_skyrl
+def test_readme_recipe_builds_and_validates() -> None:
+    """The README's recipe in SkyRL's names is a config SkyRL accepts (every key exists, validate_cfg passes)."""
+    args = _readme_recipe()
+    assert "trainer.override_entrypoint=bandpo.integrations.skyrl" in args and len(args) > 15
+    bskyrl.register()
+    cfg = bskyrl.BandPOSkyRLConfig.from_cli_overrides(
+        [a for a in args if not a.startswith("trainer.override_entrypoint=")] + ["trainer.logger=console"]
+    )
+    bskyrl.validate_config(cfg)
+    alg = cfg.trainer.algorithm
+    assert (alg.policy_loss_type, alg.bandpo.delta, alg.clip_ratio_c) == ("bandpo", 0.05, 10)
+    assert cfg.generator.n_samples_per_prompt == 16 and cfg.trainer.train_batch_size == 256
+
+
 # ---- entrypoint and Ray ----------------------------------------------------------------------------------------
 
 

@@ -214,20 +214,27 @@ class _LossFields:
     workers with the batch); ``None``: ``delta``. Not a setting."""
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(_LossFields))
+
+
 def _section(algorithm: Any) -> dict[str, Any]:
-    """The section ``bandpo`` of SkyRL's ``algorithm`` config as a dict, defaults filled in and checked."""
-    values = _section_values(getattr(algorithm, "bandpo", None))
+    """The section ``bandpo`` of SkyRL's ``algorithm`` config as a dict, defaults filled in and checked (a
+    BandPOLossConfig was checked when it was built: read as it is, the loss's fast path)."""
+    section = getattr(algorithm, "bandpo", None)
+    if isinstance(section, _LossFields):
+        return {name: getattr(section, name) for name in _FIELDS}
+    values = _section_values(section)
     _check_section(values)
-    return {**dataclasses.asdict(_LossFields()), **values}
+    defaults = _LossFields()
+    return {**{name: getattr(defaults, name) for name in _FIELDS}, **values}
 
 
 def _check_section(values: Mapping[str, Any]) -> None:
     """The section's own fields that no clip rule checks (one line naming the field and the value)."""
-    valid = [f.name for f in dataclasses.fields(_LossFields)]
-    unknown = sorted(set(values) - set(valid))
+    unknown = sorted(set(values) - set(_FIELDS))
     if unknown:
         raise ValueError(
-            f"unknown field(s) {', '.join(map(repr, unknown))} in {_SECTION}; valid: {', '.join(valid)}"
+            f"unknown field(s) {', '.join(map(repr, unknown))} in {_SECTION}; valid: {', '.join(_FIELDS)}"
         )
     for key in ("relax", "dual_clip"):
         if key in values and not isinstance(values[key], bool):
@@ -240,15 +247,16 @@ def _check_section(values: Mapping[str, Any]) -> None:
         )
 
 
-def rule_params(rule: str, algorithm: Any) -> dict[str, Any]:
+def rule_params(rule: str, algorithm: Any, section: dict[str, Any] | None = None) -> dict[str, Any]:
     """The parameters of clip rule ``rule`` under SkyRL's ``algorithm`` config (``trainer.algorithm``).
 
     A rule's ``divergence`` / ``delta`` / ``cap`` / ``method`` come from the section ``trainer.algorithm.bandpo``
     (its dataclass defaults where the config has no section), its ``eps_low`` / ``eps_high`` from SkyRL's
     ``eps_clip_low`` / ``eps_clip_high``, Band's ``relax`` (when ``relax=true``) is SkyRL's fixed interval, and
     ``rule_kwargs`` adds or replaces any parameter. ``cap=None`` means no cap for Band; DCPO keeps its cap 10.
+    ``section``: the section as :func:`_section` reads it, if the caller has it already.
     """
-    section = _section(algorithm)
+    section = _section(algorithm) if section is None else section
     valid = clip_rule_params(rule)
     params: dict[str, Any] = {
         key: section[key] for key in ("divergence", "delta", "cap", "method") if key in valid
@@ -291,7 +299,7 @@ def _cached_rule(rule: str, frozen: tuple[tuple[str, Any], ...]) -> ClipRule:
     return make_clip_rule(rule, **dict(frozen))
 
 
-def clip_rule_for(rule: str, algorithm: Any) -> ClipRule:
+def clip_rule_for(rule: str, algorithm: Any, section: dict[str, Any] | None = None) -> ClipRule:
     """The (cached) clip rule ``rule`` with :func:`rule_params` from SkyRL's ``algorithm`` config, at the radius
     of the current step when the trainer has set one (``step_delta``: the radius schedule's value; the rule then
     uses the tensor-radius solver, so no KL table is built per radius: ``bandpo.losses.rule_at_radius``).
@@ -299,12 +307,13 @@ def clip_rule_for(rule: str, algorithm: Any) -> ClipRule:
     Raises:
         ValueError: one line naming ``trainer.algorithm.bandpo`` and the bad parameter and value.
     """
-    params = rule_params(rule, algorithm)
+    section = _section(algorithm) if section is None else section
+    params = rule_params(rule, algorithm, section)
     try:
         base = _cached_rule(rule, tuple(sorted((k, _freeze(v)) for k, v in params.items())))
     except (TypeError, ValueError) as err:  # TypeError: an unhashable parameter value
         raise ValueError(f"invalid {_SECTION} config for clip rule {rule!r}: {err}") from err
-    step_delta = _section(algorithm)["step_delta"]
+    step_delta = section["step_delta"]
     return base if step_delta is None else _rule_at_radius(base, float(step_delta))
 
 
@@ -351,7 +360,7 @@ def schedule_for(rule: str, algorithm: Any, total_steps: int | None = None) -> R
 
 def _to_floats(metrics: dict[str, Tensor]) -> dict[str, float]:
     """Detached () tensors -> Python floats with a single device->host transfer."""
-    values = torch.stack([v.detach().to(torch.float64).reshape(()) for v in metrics.values()]).tolist()
+    values = torch.stack(list(metrics.values())).to(torch.float64).tolist()  # () tensors, promoted by stack
     return dict(zip(metrics, values))
 
 
@@ -411,8 +420,8 @@ class SkyRLPolicyLoss:
         from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import apply_off_policy_correction
         from skyrl.backends.skyrl_train.utils.ppo_utils import reduce_loss
 
-        rule = clip_rule_for(self.rule, config)
         section = _section(config)
+        rule = clip_rule_for(self.rule, config, section)
         anchor = old_log_probs
         if section["anchor"] == "rollout" and rollout_logprobs is not None:
             anchor = rollout_logprobs

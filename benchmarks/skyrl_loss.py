@@ -1,0 +1,87 @@
+"""The SkyRL adapter's policy-loss time against SkyRL's own ``regular`` loss, measured in the same run.
+
+Run in the SkyRL environment (Python 3.12): ``make bench-skyrl`` (or ``.venv-skyrl/bin/python
+benchmarks/skyrl_loss.py``). Every case is the registered loss called as SkyRL 0.4.0's worker calls it
+(``fn(log_probs, old_log_probs, advantages, config, loss_mask, rollout_logprobs)``), forward and backward, its
+metrics included (bandpo's: ``clip_ratio`` and every ``bandpo.clip_metrics`` diagnostic, one host transfer; SkyRL's
+``regular``: ``clip_ratio``, one ``.item()``). Cases are timed in turn, best of ``--rounds`` rounds each
+(``bandpo.experiments.bench.time_interleaved``), and printed as ratios to ``regular``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from bandpo.experiments.bench import sample_logp, time_interleaved
+
+#: label -> (policy_loss_type, further trainer.algorithm overrides)
+CASES: dict[str, tuple[str, dict[str, str]]] = {
+    "regular (SkyRL)": ("regular", {}),
+    "dual_clip (SkyRL)": ("dual_clip", {}),
+    "dppo (SkyRL, binary_kl)": ("dppo", {"dppo.dppo_type": "binary_kl"}),
+    "bandpo_grpo": ("bandpo_grpo", {}),
+    "bandpo (band kl, table)": ("bandpo", {}),
+    "bandpo (band kl, scheduled)": ("bandpo", {"bandpo.step_delta": "0.04"}),
+    "bandpo (band tv)": ("bandpo", {"bandpo.divergence": "tv"}),
+    "bandpo_dcpo": ("bandpo_dcpo", {}),
+    "bandpo_dppo_kl": ("bandpo_dppo_kl", {}),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", type=int, nargs=2, default=[64, 4096], metavar=("B", "T"))
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    args = parser.parse_args(argv)
+
+    from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
+
+    import bandpo.integrations.skyrl as bskyrl
+
+    bskyrl.register()
+    b, t = args.shape
+    g = torch.Generator().manual_seed(0)
+    old = sample_logp(b * t).view(b, t)
+    logp = (old + 0.05 * torch.randn(b, t, generator=g)).clamp(max=0)
+    # token_mean: SkyRL divides the advantages by the token count before the loss (its masked sum is the mean)
+    adv = (torch.randn(b, generator=g)[:, None] / (b * t)).expand(b, t).contiguous()
+    mask = torch.ones(b, t)
+
+    steps: dict[str, Callable[[], object]] = {}
+    for label, (name, overrides) in CASES.items():
+        cli = [f"trainer.algorithm.policy_loss_type={name}"]
+        cli += [f"trainer.algorithm.{key}={value}" for key, value in overrides.items()]
+        cfg = bskyrl.BandPOSkyRLConfig.from_cli_overrides(cli).trainer.algorithm
+        fn = PolicyLossRegistry.get(name)
+
+        def step(fn=fn, cfg=cfg) -> None:
+            lp = logp.clone().requires_grad_(True)
+            loss, _ = fn(lp, old, adv, config=cfg, loss_mask=mask, rollout_logprobs=None)
+            loss.backward()
+
+        steps[label] = step
+    times = time_interleaved(steps, rounds=args.rounds)
+    base = times["regular (SkyRL)"]
+    rows = [{"case": label, "ms": 1e3 * sec, "x_regular": sec / base} for label, sec in times.items()]
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, B={b}, T={t}, float32, fwd + bwd with "
+        f"metrics, best of {args.rounds} interleaved rounds"
+    )
+    print(f"{'case':<30} {'ms':>9} {'x regular':>10}")
+    for row in rows:
+        print(f"{row['case']:<30} {row['ms']:>9.2f} {row['x_regular']:>10.3f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
