@@ -9,10 +9,11 @@
 
 What ends up in ``output_dir``: the final model and tokenizer (``from_pretrained`` loads the directory),
 ``checkpoint-<step>/`` every ``save_steps``, ``metrics.jsonl`` (every logged dict with ``step`` and ``time``),
-``train_config.yaml`` (the config as run), ``run_info.json`` (resolved model path, data size, processes,
-versions; ``finished`` once the final model is saved) and, with ``report_to: tensorboard``, TensorBoard event
-files under ``runs/``. While a run trains, ``.bandpo-train.lock`` there keeps a second run out
-(:mod:`bandpo.training.lock`).
+``train_config.yaml`` (the config as run), ``run_info.json`` (resolved model path, data size, processes, the
+code's provenance: bandpo's version and git commit with a dirty flag and the libraries' versions, from
+:func:`bandpo.provenance.provenance`, with those of the earlier calls when resumed; ``finished`` once the final
+model is saved) and, with ``report_to: tensorboard``, TensorBoard event files under ``runs/``. While a run
+trains, ``.bandpo-train.lock`` there keeps a second run out (:mod:`bandpo.training.lock`).
 
 Resuming (:mod:`bandpo.training.resume`) continues from the newest *complete* checkpoint (incomplete ones, left
 by a kill during a save, are skipped and named), does nothing for a run that already finished, and refuses a
@@ -29,7 +30,6 @@ import contextlib
 import functools
 import json
 import os
-import platform
 import shutil
 import sys
 import time
@@ -38,7 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bandpo.rewards import REWARDS, SafeRewardFunc, get_reward_func, reward_names, safe_reward_func
+from bandpo._files import read_json_object
+from bandpo.models import MODELS, ModelUnavailableError, builtin_model_dir, is_builtin_model
+from bandpo.provenance import provenance
+from bandpo.rewards import SafeRewardFunc
 from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.data import build_prompt_dataset, load_problems
@@ -52,6 +55,7 @@ from bandpo.training.resume import (
     plan_resume,
     trainer_default,
 )
+from bandpo.training.rewards import answer_columns, build_rewards, check_rewards_on
 from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
 from bandpo.training.trainer_checks import (
     check_trainer_components,
@@ -71,7 +75,7 @@ class PreparedRun:
         args: the method's config, validated: a ``BandPOConfig`` (TRL's ``GRPOConfig`` + clip rule), or TRL's own
             ``GRPOConfig`` for a TRL-native method.
         method: the method (:data:`bandpo.training.methods.METHODS`), which chooses the trainer class.
-        reward_funcs: the reward, wrapped by :func:`bandpo.rewards.safe_reward_func`.
+        reward_funcs: the rewards, each wrapped by :func:`bandpo.rewards.safe_reward_func`.
         problems: the training problems (``prompt`` raw, ``answer``, kept columns).
         model_path: the model directory or Hugging Face id; ``None`` for a task model not built yet.
         resume_from: the checkpoint to resume from, or ``None``.
@@ -163,25 +167,6 @@ def _suggest_batch(per_device: int, n: int) -> int:
     return max(n, ((per_device + n - 1) // n) * n)
 
 
-def _build_reward(config: TrainConfig) -> SafeRewardFunc:
-    name = config.reward.name
-    if name is None:
-        if config.data.task is None:
-            raise ConfigError(
-                f"reward.name is required with data.path; valid names: {', '.join(reward_names())}"
-            )
-        name = TASKS.get(config.data.task).default_reward
-    try:
-        fn = get_reward_func(name, **config.reward.options)
-    except ValueError as err:
-        raise ConfigError(f"reward: {err}") from err
-    safe = safe_reward_func(fn, config.reward.failure_reward)
-    safe.__name__ = REWARDS.canonical(
-        name
-    )  # metrics are named after the registered reward: rewards/<name>/mean
-    return safe
-
-
 def _looks_like_hub_id(path: str) -> bool:
     parts = path.split("/")
     return len(parts) == 2 and all(parts) and not path.startswith((".", "~")) and "\\" not in path
@@ -211,6 +196,13 @@ def _check_model(config: TrainConfig) -> str | None:
             f"model.warm_start={model.warm_start!r} applies to the task model only (model.path absent or 'tiny'), "
             f"but model.path={model.path!r}"
         )
+    if is_builtin_model(model.path):
+        try:
+            MODELS.get(str(model.path)).check()
+        except ModelUnavailableError as err:
+            raise ConfigError(f"model.path={model.path!r}: {err}") from err
+        cached = MODELS.get(str(model.path)).cached(_cache_dir(config))
+        return None if cached is None else str(cached)  # None: converted by the main process before training
     path = Path(os.path.expandvars(str(model.path))).expanduser()
     if path.is_dir():
         if not (path / MODEL_CONFIG_FILE).is_file():
@@ -235,8 +227,14 @@ def _check_model(config: TrainConfig) -> str | None:
         return str(model.path)
     raise ConfigError(
         f"model.path {str(model.path)!r} does not exist (relative paths are relative to {Path.cwd()}); it must be "
-        "a model directory, a Hugging Face id (org/name) or 'tiny' with data.task"
+        f"a model directory, a Hugging Face id (org/name), a built-in model ({', '.join(MODELS.names())}) or 'tiny' "
+        "with data.task"
     )
+
+
+def _cache_dir(config: TrainConfig) -> Path:
+    """Where task and built-in models are cached: ``model.cache_dir``, else the default cache directory."""
+    return Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
 
 
 def _load_tokenizer(path: str) -> Any:
@@ -287,14 +285,13 @@ def prepare(
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from err
     check_trainer_components(args)
-    reward = _build_reward(config)
+    rewards = build_rewards(config, args.reward_weights)
     model_path = _check_model(config)
-    answer_key = getattr(reward.fn, "answer_key", None)
+    keys = answer_columns(rewards)
     problems = load_problems(
-        config.data,
-        need_answer=answer_key == "answer",
-        answer_columns=[answer_key] if answer_key and answer_key != "answer" else [],
+        config.data, need_answer="answer" in keys, answer_columns=sorted(keys - {"answer"})
     )
+    check_rewards_on(rewards, problems[0])
     check_training_length(args, len(problems))
     plan = None
     if resume:
@@ -310,7 +307,7 @@ def prepare(
     prepared = PreparedRun(
         config=config,
         args=args,
-        reward_funcs=[reward],
+        reward_funcs=rewards,
         problems=problems,
         model_path=model_path,
         resume_from=plan.scan.latest if plan and plan.complete_at is None else None,
@@ -360,7 +357,7 @@ def _describe(prepared: PreparedRun, model_path: str, n_rows: int) -> str:
     lines = [
         f"bandpo train: {prepared.config.source or 'config'} -> {args.output_dir}",
         f"  model      {model_path}",
-        f"  data       {n_rows} prompts ({_data_source(prepared.config)}), reward {prepared.reward_funcs[0].__name__}",
+        f"  data       {n_rows} prompts ({_data_source(prepared.config)}), reward {', '.join(f.__name__ for f in prepared.reward_funcs)}",
         f"  method     {method}",
         f"  loss       loss_type {args.loss_type}, beta {args.beta}, lr {args.learning_rate}",
         f"  batches    {generation} completions per generation round ({generation // args.num_generations} prompts x "
@@ -378,20 +375,16 @@ def _data_source(config: TrainConfig) -> str:
     return ", ".join(config.data.paths)
 
 
-def _versions() -> dict[str, str]:
-    import torch
-    import transformers
-    import trl
-
-    import bandpo
-
-    return {
-        "bandpo": bandpo.__version__,
-        "trl": trl.__version__,
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
+def _earlier_provenance(prepared: PreparedRun, output_dir: Path) -> list[dict[str, Any]]:
+    """When resuming, the code records of the earlier calls that trained this run (from the ``run_info.json``
+    about to be replaced), oldest first, each with the time it started; empty for a fresh run."""
+    if prepared.resume_from is None:
+        return []
+    old = read_json_object(output_dir / RUN_INFO_FILE)
+    earlier = [r for r in old.get("provenance_earlier") or [] if isinstance(r, dict)]
+    if isinstance(old.get("provenance"), dict):
+        earlier.append({"started": old.get("started"), **old["provenance"]})
+    return earlier
 
 
 def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output_dir: Path) -> None:
@@ -414,7 +407,8 @@ def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output
         "config_changed_on_resume": {k: list(v) for k, v in changed.items()} or None,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv,
-        "versions": _versions(),
+        "provenance": provenance(),
+        "provenance_earlier": _earlier_provenance(prepared, output_dir),
     }
     (output_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
 
@@ -533,18 +527,21 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
         )
 
     model_path = prepared.model_path
-    if model_path is None:  # the task's own model: the main process builds it, the others read the cache
-        cache_dir = (
-            Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
-        )
-        with args.main_process_first(desc="building the task model"):
-            built = build_task_model(
-                config.data.task,  # type: ignore[arg-type]
-                config.data.task_options,
-                config.model.warm_start,
-                cache_dir,
-                progress=is_main,
-            )
+    if (
+        model_path is None
+    ):  # the task's or a built-in model: the main process builds it, the others read the cache
+        cache_dir = _cache_dir(config)
+        with args.main_process_first(desc="building the model"):
+            if is_builtin_model(config.model.path):
+                built = builtin_model_dir(str(config.model.path), cache_dir, progress=is_main)
+            else:
+                built = build_task_model(
+                    config.data.task,  # type: ignore[arg-type]
+                    config.data.task_options,
+                    config.model.warm_start,
+                    cache_dir,
+                    progress=is_main,
+                )
         model_path = str(built)
     if prepared.tokenizer is None:
         prepared.tokenizer = _load_tokenizer(model_path)

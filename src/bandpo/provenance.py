@@ -1,0 +1,108 @@
+"""Provenance: the code a run ran. bandpo's version and git commit (with a dirty flag), Python's and the libraries'
+versions, as one JSON-able dict that training runs (``run_info.json``), comparisons (``compare_plan.json``, each
+run's ``results.json``) and the benchmark record.
+
+Nothing heavy is imported: versions come from the installed distributions' metadata (``importlib.metadata``), the
+commit from ``git`` run on the directory of this package, so calling :func:`provenance` costs two or three ``git``
+calls (tens of milliseconds) and no import of torch.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_PACKAGES", "NOT_INSTALLED", "UNKNOWN", "git_state", "package_version", "provenance"]
+
+UNKNOWN = "unknown"
+"""The value of ``commit`` and ``dirty`` when bandpo is not in a git checkout (an installed wheel) or git fails."""
+NOT_INSTALLED = "not installed"
+"""The version recorded for a library that is not installed."""
+DEFAULT_PACKAGES = ("torch", "transformers", "trl")
+"""The libraries whose versions every record holds (a caller adds others it uses, e.g. ``verl``)."""
+MAX_DIRTY_FILES = 20
+"""At most this many changed paths are listed under ``dirty_files`` (the count is in ``dirty_count``)."""
+_GIT_TIMEOUT_S = 10.0
+
+
+def _git(directory: Path, *args: str) -> str:
+    """``git -C directory args`` 's standard output (trailing newlines removed). Optional locks are off: ``git status`` then never
+    takes the index lock, so recording provenance cannot collide with a commit being made in the same checkout.
+
+    Raises:
+        OSError: git is not installed; subprocess.SubprocessError: git failed or timed out.
+    """
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+    done = subprocess.run(
+        ["git", "-C", str(directory), *args],
+        capture_output=True,
+        text=True,
+        timeout=_GIT_TIMEOUT_S,
+        env=env,
+        check=True,
+    )
+    return done.stdout.rstrip("\n")
+
+
+def git_state(directory: str | Path | None = None) -> dict[str, Any]:
+    """The git commit of the checkout holding ``directory`` (default: this package's source directory) and
+    whether its working tree differs from it.
+
+    Returns:
+        ``{"commit": 40 hex digits, "dirty": bool}``, plus, when dirty, ``dirty_count`` (changed or untracked
+        paths, ignored files excluded) and ``dirty_files`` (the first :data:`MAX_DIRTY_FILES` of them, relative to
+        the checkout's root). ``{"commit": "unknown", "dirty": "unknown"}`` when git is missing or fails, or when
+        ``directory`` is not a tracked part of a checkout (e.g. an installed copy inside some other repository's
+        ignored virtual environment).
+    """
+    where = Path(directory) if directory is not None else Path(__file__).resolve().parent
+    unknown: dict[str, Any] = {"commit": UNKNOWN, "dirty": UNKNOWN}
+    try:
+        if not _git(where, "ls-files", "--", "."):  # not tracked here: not the code of this checkout
+            return unknown
+        commit = _git(where, "rev-parse", "HEAD")
+        top = Path(_git(where, "rev-parse", "--show-toplevel"))
+        status = _git(top, "status", "--porcelain", "--untracked-files=normal")
+    except (OSError, subprocess.SubprocessError):
+        return unknown
+    changed = [line[3:] for line in status.splitlines() if line.strip()]
+    out: dict[str, Any] = {"commit": commit, "dirty": bool(changed)}
+    if changed:
+        out["dirty_count"] = len(changed)
+        out["dirty_files"] = changed[:MAX_DIRTY_FILES]
+    return out
+
+
+def package_version(name: str) -> str:
+    """The installed version of distribution ``name`` (:data:`NOT_INSTALLED` when it is not installed)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return NOT_INSTALLED
+
+
+def provenance(extra_packages: Sequence[str] = ()) -> dict[str, Any]:
+    """The record of the code that runs now (recorded by training runs, comparisons and the benchmark).
+
+    Args:
+        extra_packages: distributions to record besides :data:`DEFAULT_PACKAGES` (e.g. ``("verl",)`` where verl
+            is used).
+
+    Returns:
+        ``{"bandpo": version, "commit": ..., "dirty": ..., ["dirty_count", "dirty_files",] "python": version,
+        "torch": version, "transformers": version, "trl": version, ...}`` (:func:`git_state` for the git keys;
+        a library that is not installed has the version :data:`NOT_INSTALLED`; bandpo's version is
+        :data:`UNKNOWN` when bandpo is imported from a source tree that was never installed).
+    """
+    version = package_version("bandpo")
+    out: dict[str, Any] = {"bandpo": UNKNOWN if version == NOT_INSTALLED else version}
+    out.update(git_state())
+    out["python"] = platform.python_version()
+    for name in dict.fromkeys([*DEFAULT_PACKAGES, *extra_packages]):
+        out[name] = package_version(name)
+    return out
