@@ -174,6 +174,19 @@ def test_compare_end_to_end_and_resume(tmp_path: Path, warm_cache: Path) -> None
     for label in runs:
         assert (out_dir / "runs" / label / "seed0" / "train.log").read_text() == logs[label]
 
+    # provenance: every call that queued runs, and the code that trained and evaluated each run
+    calls = json.loads((out_dir / "compare_plan.json").read_text())["calls"]
+    assert [len(c["queued"]) for c in calls] == [2, 0]
+    records = [c["provenance"] for c in calls] + [res["provenance"] for res in runs.values()]
+    records += [
+        json.loads((out_dir / "runs" / label / "seed0" / "run_info.json").read_text())["provenance"]
+        for label in runs
+    ]
+    for record in records:
+        assert {"bandpo", "commit", "dirty", "torch", "transformers", "trl"} <= set(record)
+    text = (report / "report.md").read_text()
+    assert "Code of the runs: bandpo " in text and "Queued by 2 calls of bandpo compare" in text
+
     # another budget in the same directory is refused, naming what changed
     changed = bandpo(
         "compare", "--config", str(PRESET), *_overrides(out_dir, warm_cache), "train.overrides.max_steps=3"
@@ -195,3 +208,8 @@ def test_compare_end_to_end_and_resume(tmp_path: Path, warm_cache: Path) -> None
     )
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert (export / "report" / "results.md").read_text() == (report / "results.md").read_text()
+
+    def provenance_section(md: str) -> str:
+        return md.split("## Provenance")[1].split("## Outcome")[0]
+
+    assert provenance_section((export / "report" / "report.md").read_text()) == provenance_section(text)

@@ -55,6 +55,39 @@ def test_plan_statuses_and_stale_runs(tmp_path: Path) -> None:
     check_plans(changed, plans, redo=True)  # allowed with redo
 
 
+def test_the_plan_keeps_every_call_with_its_time_and_code(tmp_path: Path) -> None:
+    from bandpo.experiments.compare.plan import write_plan
+    from bandpo.provenance import provenance
+
+    out = tmp_path / "out"
+    out.mkdir()
+    # a plan written before calls were kept: it counts as one call, time and code not recorded
+    (out / "compare_plan.json").write_text(json.dumps({"config": {"seeds": [7]}, "seeds": [7]}))
+    cfg = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={out}", "seeds=[0]"])
+    plans = plan_runs(cfg)
+    write_plan(cfg, plans)
+    plans[0].status = "done"  # the second call finds grpo finished
+    write_plan(cfg, plans)
+    plan = json.loads((out / "compare_plan.json").read_text())
+    calls = plan["calls"]
+    assert len(calls) == 3
+    assert calls[0] == {
+        "time": None,
+        "argv": None,
+        "provenance": None,
+        "config": {"seeds": [7]},
+        "queued": None,
+    }
+    assert calls[1]["queued"] == ["grpo seed 0", "band-kl seed 0"] and calls[2]["queued"] == [
+        "band-kl seed 0"
+    ]
+    now = provenance()
+    for call in calls[1:]:
+        assert call["time"] and call["config"] == cfg.to_dict() and isinstance(call["argv"], list)
+        assert call["provenance"]["commit"] == now["commit"] and call["provenance"]["torch"] == now["torch"]
+    assert plan["seeds"] == [0]  # the top level is the last call's
+
+
 def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_path: Path) -> None:
     """The exported copy holds no weights or checkpoints, its training logs are gzipped, and the report built
     from it has the same tables as the one built from the run directories."""
@@ -64,6 +97,7 @@ def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_
 
     compare_dir = Path(shutil.copytree(compare_dir, tmp_path / "cmp"))
     run = compare_dir / "runs" / "grpo" / "seed0"
+    (run / "run_info.json").write_text(json.dumps({"provenance": {"commit": "a" * 40}}))
     (run / "checkpoint-20").mkdir(exist_ok=True)
     (run / "checkpoint-20" / "optimizer.pt").write_bytes(b"x" * 100)
     (run / "model.safetensors").write_bytes(b"x" * 100)
@@ -72,6 +106,10 @@ def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_
     assert "model.safetensors" not in names and "optimizer.pt" not in names
     assert not (tmp_path / "export" / "runs" / "grpo" / "seed0" / "metrics.jsonl").exists()
     assert (tmp_path / "export" / "runs" / "grpo" / "seed0" / "metrics.jsonl.gz").is_file()
+    exported_info = tmp_path / "export" / "runs" / "grpo" / "seed0" / "run_info.json"
+    assert (
+        exported_info.read_bytes() == (run / "run_info.json").read_bytes()
+    )  # the training code's provenance
     assert load_runs(tmp_path / "export")[0].metrics == load_runs(compare_dir)[0].metrics
     ours = build_report(tmp_path / "export", reference="grpo", smooth=2, figures=False)
     theirs = build_report(compare_dir, reference="grpo", smooth=2, figures=False)

@@ -68,6 +68,44 @@ def test_train_from_files_survives_a_failing_reward(tmp_path: Path, warm_model_d
     assert load_train_config(out / CONFIG_FILE).to_dict() == config.to_dict()  # the config as run
     info = json.loads((out / RUN_INFO_FILE).read_text())
     assert info["model_path"] == str(warm_model_dir) and info["n_prompts"] == 40
+    assert set(info["provenance"]) >= {"bandpo", "commit", "dirty", "torch", "transformers", "trl", "python"}
+    assert info["provenance_earlier"] == []
+
+
+def test_run_info_keeps_the_code_of_earlier_calls_when_resumed(tmp_path: Path) -> None:
+    """No model is loaded: ``run_info.json`` as ``train`` writes it before training (a fake checkpoint to resume)."""
+    from train_helpers import fake_checkpoint
+
+    from bandpo.provenance import provenance
+    from bandpo.training import run
+
+    out = tmp_path / "out"
+    base = [f"output_dir={out}", "report_to=none", "max_steps=8"]
+    out.mkdir()
+    (out / CONFIG_FILE).write_text(load_train_config(TINY, base).to_yaml())
+    first = {"bandpo": "0.0.9", "commit": "a" * 40, "dirty": False, "torch": "2.0"}
+    (out / RUN_INFO_FILE).write_text(json.dumps({"started": "earlier", "provenance": first}))
+    fresh = run.prepare(load_train_config(TINY, base))
+    run._write_run_files(fresh, "model", 1, out)  # a fresh run: no history
+    assert json.loads((out / RUN_INFO_FILE).read_text())["provenance_earlier"] == []
+
+    (out / RUN_INFO_FILE).write_text(json.dumps({"started": "earlier", "provenance": first}))
+    fake_checkpoint(out, 4)
+    resumed = run.prepare(load_train_config(TINY, base), resume=True)
+    assert resumed.resume_from == out / "checkpoint-4"
+    run._write_run_files(resumed, "model", 1, out)
+    info = json.loads((out / RUN_INFO_FILE).read_text())
+    now = provenance()
+    assert {k: info["provenance"][k] for k in ("bandpo", "commit", "torch")} == {
+        k: now[k] for k in ("bandpo", "commit", "torch")
+    }
+    assert info["provenance_earlier"] == [{"started": "earlier", **first}]
+    run._write_run_files(resumed, "model", 1, out)  # resumed again: the history grows, oldest first
+    again = json.loads((out / RUN_INFO_FILE).read_text())
+    assert again["provenance_earlier"] == [
+        {"started": "earlier", **first},
+        {"started": info["started"], **info["provenance"]},
+    ]
 
 
 def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(

@@ -1,4 +1,5 @@
-"""The starting policy's evaluation, once per comparison (``<output_dir>/baseline/results.json``)."""
+"""The starting policy's evaluation, once per comparison (``<output_dir>/baseline/results.json``, with the provenance
+of the code that evaluated it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from bandpo.experiments.compare.config import CompareConfig
 from bandpo.experiments.compare.layout import BASELINE_DIR, RESULTS_FILE, fingerprint, write_json
 from bandpo.experiments.compare.plan import base_train_config
 from bandpo.experiments.compare.worker import eval_dataset, eval_settings
+from bandpo.provenance import provenance
 
 
 def _starting_model(train_config: Any) -> Path:
@@ -90,6 +92,7 @@ def _evaluate_baseline(
         "settings": result["settings"],
         "metrics": result["overall"],
         "eval_wall_s": result["wall_time_s"],
+        "provenance": provenance(),
     }
     if config.curves.every:
         curve = evaluate_model_dir(

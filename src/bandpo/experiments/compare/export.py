@@ -19,9 +19,10 @@ from bandpo.experiments.compare.layout import (
 def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
     """Copy the compact results of a comparison into ``dest``: what the report needs, not the models.
 
-    Writes, in the layout of ``output_dir``: the plan, the baseline evaluation, for every started run its
-    spec, training config, final evaluation, held-out curve and the training log ``metrics.jsonl`` gzipped
-    (``metrics.jsonl.gz``, byte-for-byte reproducible), and the report directory if there is one (but its
+    Writes, in the layout of ``output_dir``: the plan (with every call that queued runs and its provenance), the
+    baseline evaluation, for every started run its spec, training config, run info (the training code's
+    provenance), final evaluation (the evaluating code's), held-out curve and the training log ``metrics.jsonl``
+    gzipped (``metrics.jsonl.gz``, byte-for-byte reproducible), and the report directory if there is one (but its
     ``report.html``, which embeds the figures again). A report
     rebuilt from ``dest`` (``bandpo compare --config ... output_dir=DEST --report-only``) equals one built
     from ``output_dir``.
@@ -35,10 +36,10 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
     import gzip
     import shutil
 
-    from bandpo.training.layout import CONFIG_FILE, METRICS_FILE
+    from bandpo.training.layout import CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE
 
     # what is kept of a run directory besides its training log (no weights, no checkpoints)
-    run_files = (RUN_SPEC_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, CONFIG_FILE)
+    run_files = (RUN_SPEC_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, CONFIG_FILE, RUN_INFO_FILE)
     src, out = Path(output_dir).resolve(), Path(dest).resolve()
     if out == src or src in out.parents:
         raise CompareError(

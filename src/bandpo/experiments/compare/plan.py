@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from bandpo._files import read_json_object
 from bandpo.experiments.compare.config import CompareConfig, CompareError, MethodSpec
 from bandpo.experiments.compare.layout import (
     COMPARE_CONFIG_FILE,
@@ -21,6 +24,7 @@ from bandpo.experiments.compare.layout import (
     fingerprint,
     write_json,
 )
+from bandpo.provenance import provenance
 
 
 @dataclass
@@ -180,7 +184,8 @@ def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False) -> 
 # ------------------------------------------------------------------------------------------------ the driver
 def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
     """``<output_dir>/compare_plan.json``: the config and the runs (the report reads method order, reference and
-    eval settings from it); also ``compare_config.yaml``."""
+    eval settings from it), and ``calls``: every call that queued runs here, oldest first (:func:`queue_call`);
+    also ``compare_config.yaml``."""
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / COMPARE_CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -197,6 +202,30 @@ def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
             {"label": p.method.label, "seed": p.seed, "dir": str(p.run_dir), "fingerprint": p.fingerprint}
             for p in plans
         ],
+        "calls": [*earlier_calls(read_json_object(out / PLAN_FILE)), queue_call(config, plans)],
     }
     write_json(out / PLAN_FILE, plan)
     return out / PLAN_FILE
+
+
+def queue_call(config: CompareConfig, plans: Sequence[RunPlan]) -> dict[str, Any]:
+    """The record of this call: ``time``, ``argv``, ``provenance`` (:func:`bandpo.provenance.provenance`), the
+    ``config`` and ``queued``, the runs it trains or resumes (``"<label> seed <seed>"``; the others are done)."""
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": list(sys.argv),
+        "provenance": provenance(),
+        "config": config.to_dict(),
+        "queued": [f"{p.method.label} seed {p.seed}" for p in plans if p.status != "done"],
+    }
+
+
+def earlier_calls(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``calls`` of an existing plan; a plan written before calls were kept counts as one call whose time and
+    provenance were not recorded (``None``), with its config. ``[]`` for no plan."""
+    calls = plan.get("calls")
+    if isinstance(calls, list):
+        return [c for c in calls if isinstance(c, dict)]
+    if not plan:
+        return []
+    return [{"time": None, "argv": None, "provenance": None, "config": plan.get("config"), "queued": None}]

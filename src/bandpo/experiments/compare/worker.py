@@ -1,4 +1,5 @@
-"""One run of a comparison, in its own process: train (resuming), evaluate, write ``results.json``.
+"""One run of a comparison, in its own process: train (resuming), evaluate, write ``results.json`` (with the
+provenance of the code that evaluated it; the training's is in the run's ``run_info.json``).
 
 Started by the driver as ``python -m bandpo.experiments.compare.worker RUN_SPEC.json``.
 """
@@ -20,6 +21,7 @@ from bandpo.experiments.compare.layout import (
     TRAIN_DONE_FILE,
     write_json,
 )
+from bandpo.provenance import provenance
 from bandpo.training.layout import MODEL_CONFIG_FILE
 
 
@@ -163,6 +165,7 @@ def run_one(spec_path: str | Path) -> int:
             "metrics": metrics,
             "train_wall_s": train_info.get("wall_time_s"),
             "eval_wall_s": round(time.time() - eval_start, 2),
+            "provenance": provenance(),
         },
     )
     print(

@@ -10,9 +10,14 @@
   ``tokens/share/<bin>``, ``band/hi_mean``, ``band/lo_mean``, ``reward``);
 * ``.../heldout.jsonl`` (optional): held-out accuracy during training (``step``, ``mean@k``, ...);
 * ``.../results.json``: the final evaluation (``metrics``: ``mean@k``, ``pass@j``, ``best@k``, ``maj@k``,
-  ``entropy``, ...); a run without it is unfinished and left out of the tables;
+  ``entropy``, ...; ``provenance``: the evaluating code's); a run without it is unfinished and left out of the
+  tables;
+* ``.../run_info.json`` (optional): the training calls' ``provenance`` (``provenance_earlier`` when resumed);
 * ``baseline/results.json`` (optional): the starting policy; ``compare_plan.json`` (optional): method order,
-  reference method, seeds.
+  reference method, seeds, and ``calls``: every call that queued runs, with its time and provenance.
+
+Files without provenance (written before bandpo recorded it) make the report's Provenance section say "not
+recorded".
 
 What it writes to ``<output_dir>/report/``: ``report.md`` and ``report.html`` (figures inline as base64 PNG),
 ``results.md`` / ``results.csv`` / ``results.json`` (per method: mean, 95% t-interval half-width, min, max over
@@ -26,7 +31,8 @@ The package, data first, then views:
 
 * ``stats``: t quantiles, mean with a 95% interval, the difference of two methods (pure functions);
 * ``data``: the run files read once (:func:`load_runs`, :func:`run_summary`) and :class:`ReportData`, every number
-  the report shows (with ``series``: the figures' curves and bars; ``outcome``: what the comparison concludes);
+  the report shows (with ``series``: the figures' curves and bars; ``outcome``: what the comparison concludes;
+  ``provenance``: the code the runs ran);
 * ``document``: the report as blocks, rendered by ``markdown`` and ``html``; ``figures``; ``tables`` (CSV, JSON).
 """
 

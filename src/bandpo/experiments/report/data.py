@@ -24,6 +24,7 @@ from bandpo.experiments.compare.layout import (
     RUN_SPEC_FILE,
 )
 from bandpo.experiments.report.outcome import Outcome, outcome_of
+from bandpo.experiments.report.provenance import CodeProvenance, collect_provenance
 from bandpo.experiments.report.runs import RunData, load_runs, run_summary
 from bandpo.experiments.report.series import BinBars, Curve, clip_bin_bars, curve
 from bandpo.experiments.report.stats import compare_methods, mean_ci
@@ -102,6 +103,7 @@ class ReportData:
     dataset: str | None
     temperature: Any
     train_walls: list[float]  # train_wall_s of the finished runs that have one
+    provenance: CodeProvenance  # the code of the runs and of the calls that queued them
 
     @property
     def title(self) -> str:
@@ -207,6 +209,7 @@ class ReportData:
             dataset=first.get("dataset"),
             temperature=(first.get("settings") or {}).get("temperature"),
             train_walls=[w for w in walls if isinstance(w, (int, float))],
+            provenance=collect_provenance(runs, plan),
         )
 
     # ------------------------------------------------------------------------------------------ lookups

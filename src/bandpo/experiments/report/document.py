@@ -10,6 +10,7 @@ from typing import Any
 
 from bandpo.experiments.report.data import ReportData
 from bandpo.experiments.report.runs import TAIL_BIN
+from bandpo.provenance import UNKNOWN
 
 __all__ = [
     "Block",
@@ -65,9 +66,10 @@ class Figure:
 
 
 def report_blocks(data: ReportData, figures: Sequence[Figure]) -> list[Block]:
-    """The whole report: setup, outcome, results, clipping and entropy, ``figures``, per-run results, missing runs,
-    definitions."""
+    """The whole report: setup, provenance, outcome, results, clipping and entropy, ``figures``, per-run results,
+    missing runs, definitions."""
     blocks: list[Block] = [Heading(1, data.title), Heading(2, "Setup"), Paragraph(_setup(data))]
+    blocks += [Heading(2, "Provenance"), Bullets(_provenance(data))]
     blocks += [Heading(2, "Outcome"), Bullets(_outcome(data)), *map(Paragraph, _outcome_summary(data))]
     start = _starting_policy(data)
     if start:
@@ -153,6 +155,57 @@ def _setup(data: ReportData) -> str:
             f"({data.train_wall_total / 60:.0f} min over {len(walls)} runs)."
         )
     return text
+
+
+def _code(code: tuple[str, str, bool | str]) -> str:
+    version, commit, dirty = code
+    if commit == UNKNOWN:
+        return f"bandpo {version}, commit unknown (not run from a git checkout)"
+    if dirty is True:
+        state = "with uncommitted changes"
+    elif dirty is False:
+        state = "clean"
+    else:
+        state = "dirty flag unknown"
+    return f"bandpo {version} at commit {commit[:10]} ({state})"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _provenance(data: ReportData) -> list[str]:
+    p = data.provenance
+    if not p.recorded:
+        return [
+            "Not recorded: these files hold no record of the code the runs ran (bandpo version, git commit, "
+            "uncommitted changes) or of the library versions."
+        ]
+    items = []
+    if p.codes:
+        text = "Code of the runs: " + "; ".join(f"{_code(c)}: {_count(n, 'run')}" for c, n in p.codes)
+        if sum(n for _, n in p.codes) > p.n_runs - len(p.unrecorded):
+            text += " (a run trained, resumed or evaluated under several of these counts under each)"
+        if p.unrecorded:
+            text += f"; not recorded for {len(p.unrecorded)} of {p.n_runs} runs"
+        items.append(text + ".")
+    else:
+        items.append(f"Code of the runs: not recorded for any of the {p.n_runs} runs.")
+    if p.versions:
+        items.append(
+            "Libraries: " + ", ".join(f"{name} {' / '.join(v)}" for name, v in p.versions.items()) + "."
+        )
+    if p.calls:
+        calls = [
+            f"{c.time or 'time not recorded'}"
+            + ("" if c.queued is None else f" ({_count(c.queued, 'run')} to run)")
+            + (f", {_code(c.code)}" if c.code else ", code not recorded")
+            for c in p.calls
+        ]
+        items.append(f"Queued by {_count(len(calls), 'call')} of bandpo compare: " + "; ".join(calls) + ".")
+    else:
+        items.append("Calls of bandpo compare that queued the runs: not recorded.")
+    return items
 
 
 def _starting_policy(data: ReportData) -> str | None:

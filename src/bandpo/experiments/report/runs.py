@@ -25,7 +25,7 @@ from typing import Any
 from bandpo._files import read_json_object, read_jsonl
 from bandpo.experiments.compare.layout import HELDOUT_FILE, RESULTS_FILE, RUN_SPEC_FILE
 from bandpo.experiments.report.series import bin_names
-from bandpo.training.layout import METRICS_FILE
+from bandpo.training.layout import METRICS_FILE, RUN_INFO_FILE
 
 __all__ = ["TAIL_BIN", "RunData", "load_runs", "run_summary"]
 
@@ -45,11 +45,12 @@ class RunData:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     heldout: list[dict[str, Any]] = field(default_factory=list)
     results: dict[str, Any] | None = None
+    run_info: dict[str, Any] | None = None  # run_info.json (the training calls' provenance); None: none
 
 
 def load_runs(output_dir: str | Path) -> list[RunData]:
-    """Every ``runs/<label>/seed<seed>/`` with a ``run_spec.json``, with its metrics, held-out rows and results
-    (``None`` when ``results.json`` is missing, torn or empty: the run is unfinished)."""
+    """Every ``runs/<label>/seed<seed>/`` with a ``run_spec.json``, with its metrics, held-out rows, results
+    (``None`` when ``results.json`` is missing, torn or empty: the run is unfinished) and run info."""
     runs = []
     for spec_path in sorted(Path(output_dir).glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
         try:
@@ -68,6 +69,7 @@ def load_runs(output_dir: str | Path) -> list[RunData]:
                 metrics=[r for r in read_jsonl(run_dir / METRICS_FILE) if "train_runtime" not in r],
                 heldout=read_jsonl(run_dir / HELDOUT_FILE),
                 results=read_json_object(run_dir / RESULTS_FILE) or None,
+                run_info=read_json_object(run_dir / RUN_INFO_FILE) or None,
             )
         )
     runs.sort(key=lambda r: (r.method_index, r.label, r.seed))
