@@ -26,6 +26,7 @@ from bandpo.integrations.trl import BandPOConfig, BandPOTrainer
 from bandpo.losses import RadiusSchedule
 from bandpo.training.callbacks import read_metrics
 from bandpo.training.config import ConfigError, load_train_config
+from bandpo.training.methods import METHODS
 from bandpo.training.resume import config_changes
 from bandpo.training.run import prepare, train
 
@@ -52,6 +53,13 @@ def test_config_builds_the_schedule_from_the_rules_delta(tmp_path: Path) -> None
     )
     default = config(tmp_path)
     assert default.band_delta_schedule == "constant" and default.build_radius_schedule().is_constant
+    # the run's header line
+    assert (
+        METHODS.get("band")
+        .describe(config(tmp_path, **DECAY))
+        .endswith(", radius linear 0.2 -> 0.02 over 4 steps (BandPOTrainer)")
+    )
+    assert "radius" not in METHODS.get("band").describe(default)
 
 
 def test_config_from_command_line(tmp_path: Path) -> None:
