@@ -29,21 +29,33 @@ reduction mode (``token_mean``, ``sequence_mean``, ``seq_mean_token_sum_norm``, 
 
 Configuration: :class:`BandPOAlgorithmConfig` (a dataclass subclass of SkyRL's ``AlgorithmConfig``) adds the section
 ``trainer.algorithm.bandpo`` (:class:`BandPOLossConfig`: ``divergence``, ``delta``, ``cap``, ``relax``, ``method``,
-``dual_clip``, ``anchor``, ``rule_kwargs``); it is checked when the config is built, before Ray starts. Run::
+``dual_clip``, ``anchor``, ``rule_kwargs`` and the radius schedule ``delta_schedule``, ``delta_end``,
+``delta_hold_frac``); it is checked when the config is built, before Ray starts. Run::
 
     python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=bandpo.integrations.skyrl \\
         trainer.algorithm.policy_loss_type=bandpo trainer.algorithm.bandpo.delta=0.05 ...
 
 ``main_base`` imports this module and calls its :func:`main`, which registers the losses, parses the command line
-with :class:`BandPOSkyRLConfig`, runs SkyRL's ``validate_cfg`` and starts SkyRL's own entrypoint task. SkyRL has no
-entry-point discovery: ``initialize_ray`` sends the registered losses to every Ray worker (``sync_registries``), so
-a custom entrypoint must call :func:`register` before it. Pickled losses are :class:`SkyRLPolicyLoss` instances
-(the class by reference), so every Ray worker needs bandpo installed.
+with :class:`BandPOSkyRLConfig`, runs SkyRL's ``validate_cfg``, starts Ray and runs SkyRL's experiment with
+:class:`BandPOTrainer`. SkyRL has no entry-point discovery: ``initialize_ray`` sends the registered losses to every
+Ray worker (``sync_registries``), so a custom entrypoint must call :func:`register` before it. Pickled losses are
+:class:`SkyRLPolicyLoss` instances (the class by reference), so every Ray worker needs bandpo installed.
+
+The radius schedule (``bandpo.losses.schedule``): SkyRL gives a policy loss no step, so :class:`BandPOTrainer`
+(SkyRL's ``RayPPOTrainer``) computes ``schedule.value(global_step)`` over ``total_training_steps`` at each training
+step and sends it to the policy workers as ``bandpo.step_delta`` through SkyRL's ``loss_fn_config`` (the workers
+merge it into their algorithm config); the loss then uses the tensor-radius solver (no KL table per radius) and
+logs ``band/delta``. SkyRL restores ``global_step`` from the checkpoint on resume, so the radius after a resume is
+the one the step implies.
 
 Metrics (Python floats, one device->host transfer per call; SkyRL prefixes ``loss_metrics/`` and averages them
 over micro-batches): SkyRL's ``clip_ratio`` (clipped term active, the same definition as SkyRL's ``regular``
-loss), SkyRL's off-policy-correction metrics, and every ``bandpo.clip_metrics`` name (``clip/frac_up``,
-``clip/tail_share``, ``band/hi_mean``, ``policy/ppo_kl``, ...).
+loss), SkyRL's off-policy-correction metrics, every ``bandpo.clip_metrics`` name (``clip/frac_up``,
+``clip/tail_share``, ``band/hi_mean``, ``policy/ppo_kl``, ...) and, for a rule with a radius, ``band/delta``.
+
+Fully async training: SkyRL's fully async trainer accepts a custom loss as one that optimizes against the rollout
+log-probs, yet still recomputes ``old_log_probs`` with its current weights; use ``anchor=rollout`` there (the
+README's "Known differences").
 
 SkyRL 0.4.0 needs Python >= 3.12. This module imports without SkyRL (``import bandpo`` never imports it); the
 SkyRL-facing names (:data:`SKYRL_API`) are built on first access and raise :class:`SkyRLUnavailableError`, one
@@ -63,8 +75,9 @@ import torch
 from torch import Tensor
 
 from bandpo._optional import MissingDependencyError
+from bandpo.losses import clip_metrics
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
-from bandpo.losses.policy_loss import clip_metrics, per_token_policy_loss
+from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
 from bandpo.registry import closest
 
