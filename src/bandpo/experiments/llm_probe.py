@@ -162,7 +162,7 @@ def probe_batch(
         "pos_adv_p_old_below_0.2": _share(p_old[adv_tok > 0] < 0.2),
         "pos_adv_p_old_below_0.01": _share(p_old[adv_tok > 0] < 0.01),
         "entropy_old": float(entropy_old.mean()),
-        "p_old_values": [round(float(v), 6) for v in p_old],
+        "p_old_values": [float(f"{float(v):.4g}") for v in p_old],  # 4 significant digits: the tail stays
         "rules": {},
     }
     bins = _bin_index(p_old)
