@@ -251,7 +251,7 @@ def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
         (["band_delta=-1"], r"delta must be a finite number > 0, got -1"),
         (
             ["reward.name=dapoo"],
-            r"reward: unknown reward 'dapoo' \(did you mean 'dapo'\?\); valid names: .*dapo.*boxed.*countdown",
+            r"reward.name: unknown reward 'dapoo' \(did you mean 'dapo'\?\); valid names: .*dapo.*boxed.*countdown",
         ),
         (
             ["reward.name=dapo", "reward.options.incorect_reward=0"],
