@@ -286,7 +286,7 @@ def test_prepare_errors_with_files(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=match):
             prepare(load_train_config(config_file, [*base, *overrides]))
 
-    check([], r"reward.name is required with data.path; valid names: dapo, boxed")
+    check([], r"reward.name is required with data.path: a registered name \(dapo, boxed")
     check(
         ["reward.name=countdown"],
         r"data.prompt_column='prompt' is not a column of data.path .*d.jsonl'; its columns: question, solution",
