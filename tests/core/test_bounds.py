@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -313,6 +314,48 @@ def test_kl_solver_overflows_where_kl_delta_max_says(dtype: torch.dtype, logp_mi
     for delta, finite in ((0.999 * onset, True), (1.001 * onset, False)):
         log_lo, log_hi = solvers.kl_bounds(logp, log1mp, torch.tensor(delta, dtype=dtype))
         assert bool(torch.isfinite(log_hi).all() and not torch.isnan(log_lo).any()) == finite, delta
+
+
+@pytest.mark.parametrize(
+    "shape,ok",
+    [
+        ((), True),
+        ((1,), True),
+        ((3,), True),
+        ((2, 1), True),
+        ((2, 3), True),
+        ((1, 1), True),
+        ((4,), False),
+        ((3, 1), False),
+        ((1, 2, 3), False),
+        ((2, 3, 1), False),
+    ],
+)
+def test_per_token_delta_shapes_that_broadcast_to_old_logp(shape: tuple, ok: bool) -> None:
+    """A tensor delta must broadcast to old_logp's shape (2, 3) without changing it (as torch.broadcast_shapes)."""
+    logp = -torch.rand(2, 3, generator=torch.Generator().manual_seed(0))
+    delta = torch.full(shape, 0.1)
+    if ok:
+        lo, hi = bandpo.band_bounds(logp, delta, "kl")
+        ref_lo, ref_hi = bandpo.band_bounds(logp, torch.full((2, 3), 0.1), "kl")
+        assert torch.equal(lo, ref_lo) and torch.equal(hi, ref_hi)
+    else:
+        with pytest.raises(
+            ValueError, match=r"delta of shape .* must broadcast to old_logp's shape \(2, 3\)"
+        ):
+            bandpo.band_bounds(logp, delta, "kl")
+
+
+def test_per_token_delta_does_not_import_sympy() -> None:
+    """The shape check is written out: torch.broadcast_shapes imports sympy on first use (1-2 s idle, 18 s measured
+    on a loaded machine), which the first adaptive_band loss used to pay."""
+    code = (
+        "import sys, torch, bandpo; "
+        "bandpo.band_bounds(-torch.rand(2, 3), torch.full((3,), 0.1), 'kl'); "
+        "print('sympy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_value_checks_can_be_switched_off() -> None:

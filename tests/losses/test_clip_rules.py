@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 
@@ -11,7 +12,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import bandpo
-from bandpo.losses import CLIP_RULES, AdaptiveBandClip, clip_rule_params, make_clip_rule
+from bandpo.core import solvers
+from bandpo.losses import CLIP_RULES, AdaptiveBandClip, clip_rule_params, make_clip_rule, policy_loss
 
 
 def test_registry_names() -> None:
@@ -201,6 +203,56 @@ def test_dppo_tv_thresholds_have_no_upper_limit() -> None:
     rule = make_clip_rule("dppo_tv", clip_divergence_low=1.8e16, clip_divergence_high=1.8e16)
     lo, hi = rule.bounds(torch.tensor([0.0, -0.5, -80.0, -math.inf]))
     assert not torch.isnan(lo).any() and not torch.isnan(hi).any() and (lo == 0).all()
+
+
+def _count_table_builds(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record the radius of every KL table built from now on (``solvers.BoundsTable``)."""
+    built: list[float] = []
+    real = solvers.cached_table
+
+    def counting(key, delta, bins_log2, build):
+        return real(key, delta, bins_log2, lambda: built.append(delta) or build())
+
+    monkeypatch.setattr(solvers, "cached_table", counting)
+    return built
+
+
+def test_dppo_kl_builds_its_tables_at_construction_and_logs_them(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new DPPO-KL threshold costs a KL table (0.1-2 s): construction pays it, once per threshold, and says so in
+    the log; the first loss then builds nothing (before: the first bounds call built them)."""
+    built = _count_table_builds(monkeypatch)
+    low, high = 0.0312, 0.0687  # thresholds no other test uses
+    with caplog.at_level(logging.INFO, logger="bandpo.core.bounds"):
+        rule = make_clip_rule("dppo_kl", clip_divergence_low=low, clip_divergence_high=high)
+    assert sorted(built) == [low, high]
+    logged = [r.getMessage() for r in caplog.records]
+    for delta in (low, high):
+        assert any(
+            f"built the kl bounds table for delta={delta:g} (float32 compute, 102401 nodes) in " in m
+            for m in logged
+        )
+    built.clear()
+    new = torch.log(torch.rand(4, 16, generator=torch.Generator().manual_seed(0)))
+    old = new + 0.3 * torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    policy_loss(new, old.clamp(max=0.0), torch.randn(4), torch.ones(4, 16), rule)
+    make_clip_rule("dppo_kl", clip_divergence_low=low, clip_divergence_high=high)  # cached: no rebuild
+    assert built == []
+
+
+@pytest.mark.parametrize("name", ["grpo", "dcpo", "band", "adaptive_band", "dppo_tv"])
+def test_warm_builds_what_the_first_bounds_call_would(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``warm`` is the first bounds call done early: Band-KL's scalar radius gets its table, the others need none."""
+    built = _count_table_builds(monkeypatch)
+    params = {"band": {"delta": 0.0418}, "adaptive_band": {"delta": 0.0418}}.get(name, {})
+    rule = make_clip_rule(name, **params)
+    assert built == []  # only dppo_kl builds at construction
+    rule.warm()
+    assert built == ([0.0418] if name == "band" else [])
+    built.clear()
+    rule.bounds(-torch.rand(8), torch.ones(8) if rule.needs_entropy else None)
+    assert built == []
 
 
 def test_params_listing() -> None:

@@ -23,7 +23,9 @@ Methods (``method=``):
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Callable
 
 import torch
@@ -34,6 +36,8 @@ from bandpo.core.checks import check_cap, check_delta, check_float_tensor, check
 from bandpo.core.divergences import DIVERGENCES, Divergence
 
 METHODS = ("auto", "closed_form", "table", "newton", "bisection")
+
+logger = logging.getLogger(__name__)
 
 # logp is clamped to [LOGP_MIN, -Q_MIN] inside the solvers so that p and q = 1-p stay normal numbers;
 # p = 0 and p = 1 are then restored exactly (hi = inf resp. hi = 1), the other bound reaches its limit.
@@ -218,11 +222,10 @@ def band_bounds(
         delta_t = None  # made below only where a solver needs it (not the table: no host->device copy)
     else:
         check_float_tensor("delta", delta)
-        try:
-            shape = torch.broadcast_shapes(delta.shape, old_logp.shape)
-        except RuntimeError:
-            shape = None
-        if shape != old_logp.shape:
+        # delta's shape broadcasts to old_logp's: written out, since torch.broadcast_shapes imports sympy on its
+        # first call (1-2 s, up to 18 s on a loaded machine)
+        trailing = zip(reversed(delta.shape), reversed(old_logp.shape))
+        if delta.dim() > old_logp.dim() or any(d not in (1, n) for d, n in trailing):
             raise ValueError(
                 f"delta of shape {tuple(delta.shape)} must broadcast to old_logp's shape {tuple(old_logp.shape)}"
             )
@@ -250,10 +253,20 @@ def band_bounds(
     if method == "table":
         bins = solvers.TABLE_BINS_LOG2[cdt]
 
-        def build() -> solvers.BoundsTable:  # only on a cache miss
+        def build() -> solvers.BoundsTable:  # only on a cache miss: logged with its cost (0.1-2 s)
+            start = time.perf_counter()
             exact = _exact_solver(div, "newton" if _has_newton(div) else "bisection")
             d64 = torch.tensor(delta_f, dtype=torch.float64)
-            return solvers.BoundsTable(lambda lp: exact(lp, d64), bins)
+            table = solvers.BoundsTable(lambda lp: exact(lp, d64), bins)
+            logger.info(
+                "built the %s bounds table for delta=%g (%s compute, %d nodes) in %.2f s; cached for later calls",
+                div.name,
+                delta_f,
+                str(cdt).removeprefix("torch."),
+                table.n_intervals + 1,
+                time.perf_counter() - start,
+            )
+            return table
 
         table = solvers.cached_table(div, delta_f, bins, build)
         # the lookup returns 0 <= lo <= 1 <= hi <= cap already: without relax, nothing is left to clamp

@@ -73,6 +73,15 @@ class ClipRule:
         args = ", ".join(f"{k}={v}" for k, v in self.params().items())
         return f"{self.name}({args})"
 
+    def warm(self, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+        """Build now what the first :meth:`bounds` call with ``dtype`` log-probs on ``device`` would build: the
+        interpolation table of a scalar KL radius (``bandpo.core.solvers.cached_table``: 0.1-2 s per radius and
+        compute dtype on a CPU core, 1.6 MB in float32) and its copy to the device. Later calls, and a CUDA graph
+        captured after this one, then find it cached. Cheap for rules without a table (one bounds call on one
+        token)."""
+        one = torch.zeros(1, dtype=dtype, device=device)  # p = 1
+        self.bounds(one, torch.ones_like(one) if self.needs_entropy else None)
+
 
 CLIP_RULES: Registry[type[ClipRule]] = Registry("clip rule")
 
@@ -331,6 +340,13 @@ class DPPOKLClip(_DPPOClip):
 
     clip_divergence_low: float = 0.05
     clip_divergence_high: float = 0.05
+
+    def __post_init__(self) -> None:
+        """Checks the parameters, then builds the float32 KL tables of both thresholds (:meth:`warm`; one when
+        they are equal): their 0.1-2 s per new threshold is paid here, at configuration time, and not inside the
+        first loss. The float64 tables (float64 log-probs) are built on first use."""
+        super().__post_init__()
+        self.warm()
 
     def region_masks(
         self, log_prob: Tensor, old_log_prob: Tensor, ratio: Tensor, lo: Tensor, hi: Tensor
