@@ -18,17 +18,21 @@ from bandpo.provenance import provenance
 
 
 def _starting_model(train_config: Any) -> Path:
+    """The starting policy's directory: the task's model, a built-in model (converted if needed), or the path."""
+    from bandpo.models import builtin_model_dir, is_builtin_model
     from bandpo.training.tasks import build_task_model, default_cache_dir
 
+    cache = (
+        Path(train_config.model.cache_dir).expanduser()
+        if train_config.model.cache_dir
+        else default_cache_dir()
+    )
     if train_config.model.uses_task_model:
-        cache = (
-            Path(train_config.model.cache_dir).expanduser()
-            if train_config.model.cache_dir
-            else default_cache_dir()
-        )
         return build_task_model(
             train_config.data.task, train_config.data.task_options, train_config.model.warm_start, cache
         )
+    if is_builtin_model(train_config.model.path):
+        return builtin_model_dir(str(train_config.model.path), cache, progress=False)
     return Path(str(train_config.model.path))
 
 
