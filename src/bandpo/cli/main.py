@@ -52,12 +52,30 @@ def build_parser(with_commands: Sequence[str] | None = None) -> argparse.Argumen
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, with a command's ``KEY=VALUE`` overrides accepted anywhere on the line.
+
+    A command that takes overrides declares them as the positional ``overrides`` (``nargs="*"``); argparse fills
+    it with one run of positional words only, so ``train --config c.yaml method=cispo --dry-run output_dir=x``
+    left ``output_dir=x`` unrecognized. Here the words argparse did not place are appended to the overrides in
+    their order on the line (overrides apply in order, so the last one of a key wins, as before), provided that
+    none of them is an option: an unknown flag (``--bogus``) is still an error, as it is for a command without
+    overrides.
+    """
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        if not isinstance(getattr(args, "overrides", None), list) or any(w.startswith("-") for w in extras):
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        args.overrides = [*args.overrides, *extras]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser([command] if command in COMMANDS else [])
     try:
-        args = parser.parse_args(argv)  # --help prints too
+        args = parse_args(parser, argv)  # --help prints too
         module = importlib.import_module(COMMANDS[args.command][0])
         status = int(module.run(args) or 0)
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at interpreter exit
