@@ -24,12 +24,16 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml Makefile
 
 setup: $(VENV)/.installed
 
+# The README's test command: two pytest-xdist workers, one torch thread each (tests/conftest.py sets it for every
+# worker and the subprocesses the tests start), so the suite uses both cores without oversubscribing them.
+PYTEST := HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 --dist worksteal
+
 test: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # The edit loop: every test not marked slow.
 test-fast: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # SkyRL 0.4.0 needs Python >= 3.12, so its tests run in their own environment, .venv-skyrl: pinned SkyRL, the
 # modules its trainer imports without declaring them (cloudpickle: without it SkyRL's sync_registries falls back to

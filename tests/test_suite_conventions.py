@@ -5,12 +5,17 @@
   numerics are checked against an independent reference; that reference exists and is not a wiring test itself.
 - Every ``tests/<file>.py::<test>`` cited in the tests, docs/ or the README names a test that exists (tests move
   between files; a citation must move with them).
+- One torch thread per test process (``tests/conftest.py``), and ``make test``, ``make test-fast``, ``.ci/run`` and
+  the README run the suite with the same command (two pytest-xdist workers).
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from helpers import REPO
@@ -79,3 +84,27 @@ def test_citations_of_tests_name_existing_tests() -> None:
         if _resolve(citation) is None
     ]
     assert not missing, "cited tests that do not exist:\n" + "\n".join(missing)
+
+
+def test_one_torch_thread_per_test_process_and_its_subprocesses() -> None:
+    """conftest.py: this worker computes on one thread, and a subprocess a test starts inherits the setting."""
+    import torch
+
+    assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"] == "1"
+    assert torch.get_num_threads() == 1
+    code = "import torch; print(torch.get_num_threads())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
+
+
+def test_make_ci_and_readme_run_the_suite_with_one_command() -> None:
+    """The Makefile's test command (two xdist workers), used by ``make test`` and ``make test-fast``; ``.ci/run``
+    runs ``make test``; the README shows that command."""
+    makefile = (REPO / "Makefile").read_text()
+    command = re.search(r"^PYTEST := (.+)$", makefile, re.MULTILINE)
+    assert command is not None and "-n 2" in command.group(1)
+    assert re.search(r"^test: setup\n\t\$\(PYTEST\)\n", makefile, re.MULTILINE)
+    assert re.search(r'^test-fast: setup\n\t\$\(PYTEST\) -m "not slow"\n', makefile, re.MULTILINE)
+    assert re.search(r"^make test$", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+    shown = command.group(1).replace("$(BIN)", ".venv/bin")
+    assert f"`{shown}`" in (REPO / "README.md").read_text()
