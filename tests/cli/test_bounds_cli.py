@@ -115,7 +115,7 @@ def test_plot_bounds_writes_png(tmp_path: Path) -> None:
 def test_bench_smoke(tmp_path: Path) -> None:
     out = bandpo(
         "bench", "--sizes", "4096", "--repeats", "1", "--accuracy-points", "2000", "--loss-shape", "4", "64",
-        "--skip-train", "--json", str(tmp_path / "b.json"),
+        "--verl-shape", "4", "32", "--skip-train", "--json", str(tmp_path / "b.json"),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads((tmp_path / "b.json").read_text())
@@ -127,3 +127,15 @@ def test_bench_smoke(tmp_path: Path) -> None:
     schedule = {r["case"]: r for r in data["schedule"]}
     assert schedule["loss band kl, radius constant"]["x_constant"] == 1.0
     assert schedule["bounds band kl, radius scheduled"]["ms"] > 0
+    assert data["provenance"]["bandpo"] and "commit" in data["provenance"] and "verl" in data["provenance"]
+    diagnostics = {r["case"]: r for r in data["diagnostics"]}
+    assert set(diagnostics) == {"diagnostics grpo", "diagnostics band", "diagnostics dppo_kl"}
+    assert all(r["cpu_x_naive"] == r["cpu_ms"] / r["cpu_naive_ms"] for r in diagnostics.values())
+    if data["provenance"]["verl"] == "not installed":
+        assert data["loss_vs_verl"] == [] and "verl is not installed" in data["loss_vs_verl_skipped"]
+        assert "loss vs verl: skipped: verl is not installed" in out.stdout
+    else:
+        verl = {r["case"]: r for r in data["loss_vs_verl"]}
+        assert set(verl) == {"verl vanilla", "verl dppo_kl", "bandpo grpo", "bandpo band", "bandpo dppo_kl"}
+        assert verl["verl vanilla"]["cpu_x_verl"] == 1.0 and verl["bandpo band"]["cpu_x_verl"] > 0
+        assert "bandpo dppo_kl / verl dppo_kl:" in out.stdout

@@ -15,6 +15,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--loss-shape", type=int, nargs=2, default=[64, 4096], metavar=("B", "T"))
     parser.add_argument("--skip-loss", action="store_true", help="skip the loss benchmark")
+    parser.add_argument(
+        "--verl-shape",
+        type=int,
+        nargs=2,
+        default=[64, 2048],
+        metavar=("B", "T"),
+        help="shape of the loss against verl's own (grpo, band, dppo_kl vs verl's vanilla and dppo_kl)",
+    )
+    parser.add_argument(
+        "--skip-verl", action="store_true", help="skip the loss against verl's own and the diagnostics' cost"
+    )
     parser.add_argument("--skip-train", action="store_true", help="skip the training-step benchmark (TRL)")
     parser.add_argument(
         "--skip-schedule",
@@ -33,7 +44,14 @@ def run(args: argparse.Namespace) -> int:
 
     sys.stdout.reconfigure(line_buffering=True)  # progress shows even when redirected to a file
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32 inputs, cap 10, delta 0.05")
+    from bandpo.provenance import provenance
+
+    code = provenance(["verl"])
+    dirty = {True: ", uncommitted changes", False: ""}.get(code["dirty"], ", dirty flag unknown")
+    print(
+        f"bandpo {code['bandpo']} (commit {code['commit'][:10]}{dirty}), torch {code['torch']}, verl {code['verl']}; "
+        f"{torch.get_num_threads()} threads, float32 inputs, cap 10, delta 0.05"
+    )
     rows = bench.bench_bounds(tuple(args.sizes), repeats=args.repeats)
     print(f"\n{'tokens':>9}  {'case':<38} {'ms/call':>10} {'x TV':>8} {'bisection/x':>12}")
     for r in rows:
@@ -65,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
         )
         for r in schedule_rows:
             print(f"{r['case']:<38} {r['ms']:>10.2f} {r['x_constant']:>10.3f}")
+    diag_rows, verl_rows, verl_skipped = [], [], "--skip-verl"
+    if not args.skip_verl:
+        diag_rows = bench.bench_diagnostics(*args.verl_shape, rounds=6 * args.repeats)
+        _print_diagnostics(diag_rows, args.verl_shape)
+        verl_rows, verl_skipped = bench.bench_loss_vs_verl(*args.verl_shape, rounds=6 * args.repeats)
+        _print_verl(verl_rows, verl_skipped, args.verl_shape)
     train_rows = [] if args.skip_train else bench.bench_train_step()
     if train_rows:
         print(
@@ -77,13 +101,58 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(
             json.dumps(
                 {
+                    "provenance": code,
                     "bounds": rows,
                     "kl_accuracy": acc,
                     "loss": loss_rows,
                     "schedule": schedule_rows,
+                    "diagnostics": diag_rows,
+                    "loss_vs_verl": verl_rows,
+                    "loss_vs_verl_skipped": verl_skipped,
                     "train": train_rows,
                 },
                 indent=1,
             )
         )
     return 0
+
+
+def _print_diagnostics(rows: list[dict], shape: list[int]) -> None:
+    b, t = shape
+    print(
+        f"\ndiagnostics alone (B={b}, T={t}, float32, ragged mask; the loss's per-token terms): the fused pass against "
+        "the per-metric masked means it replaced, best of interleaved rounds"
+    )
+    print(
+        f"{'case':<22} {'wall ms':>9} {'naive ms':>9} {'x naive':>8} {'cpu ms':>9} {'naive ms':>9} {'x naive':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['case']:<22} {r['wall_ms']:>9.2f} {r['wall_naive_ms']:>9.2f} {r['wall_x_naive']:>8.2f} "
+            f"{r['cpu_ms']:>9.2f} {r['cpu_naive_ms']:>9.2f} {r['cpu_x_naive']:>8.2f}"
+        )
+
+
+def _print_verl(rows: list[dict], skipped: str | None, shape: list[int]) -> None:
+    """The loss against verl's own, or the one line saying why it was skipped."""
+    if skipped:
+        print(f"\nloss vs verl: skipped: {skipped}")
+        return
+    b, t = shape
+    print(
+        f"\nloss vs verl (B={b}, T={t}, float32, ragged mask, token-mean, fwd + bwd; bandpo with all its diagnostics, "
+        "check_values=False): x verl = time / verl vanilla's time, best and median of interleaved rounds; cpu: "
+        "this process's CPU time (not inflated by waits on a busy machine). Target: bandpo <= 1.3x verl vanilla."
+    )
+    print(
+        f"{'case':<16} {'wall ms':>9} {'x verl':>7} {'x (med)':>8} {'cpu ms':>9} {'x verl':>7} {'x (med)':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['case']:<16} {r['wall_ms']:>9.2f} {r['wall_x_verl']:>7.2f} {r['wall_x_verl_median']:>8.2f} "
+            f"{r['cpu_ms']:>9.2f} {r['cpu_x_verl']:>7.2f} {r['cpu_x_verl_median']:>8.2f}"
+        )
+    dppo = next(r for r in rows if r["case"] == "bandpo dppo_kl")
+    print(
+        f"bandpo dppo_kl / verl dppo_kl: {dppo['wall_x_verl_dppo']:.2f}x wall, {dppo['cpu_x_verl_dppo']:.2f}x cpu"
+    )

@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from bandpo.core import DIVERGENCES, band_bounds
-from bandpo.losses import CLIP_RULES, make_clip_rule, policy_loss
+from bandpo.losses import CLIP_RULES, clip_metrics, make_clip_rule, policy_loss
+from bandpo.losses.aggregation import masked_max, masked_mean, masked_min
+from bandpo.losses.diagnostics import PROB_BIN_EDGES, PROB_BINS
 
 
 def authors_bisection(
@@ -138,13 +141,24 @@ def kl_accuracy(n: int = 200_000) -> dict[str, float]:
 def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int = 30) -> dict[str, float]:
     """Best wall time per case, the cases called in turn (a, b, c, a, b, c, ...) after one warm-up each, so
     that a noisy stretch of the machine hits every case alike."""
+    return {name: min(w for w, _ in times) for name, times in time_interleaved_samples(fns, rounds).items()}
+
+
+def time_interleaved_samples(
+    fns: dict[str, Callable[[], object]], rounds: int = 30
+) -> dict[str, list[tuple[float, float]]]:
+    """Every ``(wall, CPU)`` time in seconds (``rounds`` per case) of :func:`time_interleaved`'s schedule. The CPU
+    time is this process's (``time.process_time``): on a busy machine the waits for a core inflate the wall time
+    but not it, so with one torch thread it measures the work itself."""
     for fn in fns.values():
         fn()
-    best = dict.fromkeys(fns, math.inf)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            best[name] = min(best[name], _timed(fn))
-    return best
+            cpu = time.process_time()
+            wall = _timed(fn)
+            times[name].append((wall, time.process_time() - cpu))
+    return times
 
 
 def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30) -> list[dict]:
@@ -217,6 +231,199 @@ def bench_schedule(batch: int = 64, length: int = 4096, repeats: int = 30, steps
         for what in ("bounds", "loss")
         for kind in schedules
     ]
+
+
+def naive_clip_metrics(
+    ratio: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    old_log_prob: Tensor,
+    *,
+    dual_active: Tensor | None = None,
+    log_ratio: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """The diagnostics as ``bandpo.losses.policy_loss.clip_metrics`` computed them before the fused pass of
+    :func:`bandpo.losses.diagnostics.clip_metrics` (commit 04aab16), unchanged: one masked reduction per metric.
+    Kept as the baseline of :func:`bench_diagnostics` and the reference of tests/losses/test_diagnostics.py."""
+    with torch.no_grad():
+        m = mask.bool()
+        adv = advantages.expand_as(ratio)
+        up = (ratio > hi) & (adv > 0) & m
+        down = (ratio < lo) & (adv < 0) & m
+        clipped = up | down
+        out = ((ratio > hi) | (ratio < lo)) & m
+        f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
+        n_tok = m.to(f).sum().clamp(min=1.0)
+        met: dict[str, Tensor] = {
+            "clip/frac": clipped.to(f).sum() / n_tok,
+            "clip/frac_up": up.to(f).sum() / n_tok,
+            "clip/frac_down": down.to(f).sum() / n_tok,
+            "clip/frac_out": out.to(f).sum() / n_tok,
+        }
+        if dual_active is not None:
+            met["clip/frac_dual"] = (dual_active & m).to(f).sum() / n_tok
+        p_old = torch.exp(old_log_prob.to(f))
+        bin_idx = torch.bucketize(
+            p_old, torch.tensor(PROB_BIN_EDGES, dtype=f, device=p_old.device), right=True
+        )
+        for i, name in enumerate(PROB_BINS):
+            in_bin = (bin_idx == i) & m
+            n_bin = in_bin.to(f).sum()
+            denom = n_bin.clamp(min=1.0)
+            met[f"clip/frac_up/{name}"] = (up & in_bin).to(f).sum() / denom
+            met[f"clip/frac_down/{name}"] = (down & in_bin).to(f).sum() / denom
+            met[f"clip/frac/{name}"] = (clipped & in_bin).to(f).sum() / denom
+            met[f"tokens/share/{name}"] = n_bin / n_tok
+        tail = (bin_idx == 0) & m  # p_old < TAIL_PROB: the first bin [0, 0.2)
+        n_clipped = clipped.to(f).sum()
+        met["clip/tail_share"] = (clipped & tail).to(f).sum() / n_clipped.clamp(min=1.0)
+        met["clip/tail_share_up"] = (up & tail).to(f).sum() / up.to(f).sum().clamp(min=1.0)
+        for name, x in (("lo", lo), ("hi", hi)):
+            x = x.to(f)
+            met[f"band/{name}_mean"] = masked_mean(x, m)
+            met[f"band/{name}_min"] = masked_min(x, m)
+            met[f"band/{name}_max"] = masked_max(x, m)
+        lr = torch.log(ratio.to(f)) if log_ratio is None else log_ratio.to(f)
+        met["policy/ppo_kl"] = masked_mean(-lr, m)
+        met["policy/approx_kl"] = masked_mean(torch.expm1(lr) - lr, m)
+        r = ratio.to(f)
+        met["policy/ratio_mean"] = masked_mean(r, m)
+        met["policy/ratio_max"] = masked_max(r, m)
+        met["policy/ratio_min"] = masked_min(r, m)
+    return met
+
+
+def bench_diagnostics(batch: int = 64, length: int = 2048, rounds: int = 30) -> list[dict]:
+    """The loss's diagnostics alone (:func:`bandpo.losses.clip_metrics`, one fused pass) against
+    :func:`naive_clip_metrics` (one masked mean per metric), on the per-token terms of ``grpo``, ``band`` and
+    ``dppo_kl`` for the inputs of :func:`bench_loss_vs_verl`; ``rounds`` interleaved rounds. Returns per rule
+    ``ms`` and ``naive_ms`` (best wall times) and ``x_naive`` (their ratio), and the same of CPU time."""
+    from bandpo.losses.policy_loss import per_token_policy_loss
+
+    old, logits, adv, mask = _loss_inputs(batch, length)
+    cases: dict[str, Callable[[], object]] = {}
+    for name in VERL_COMPARED_RULES:
+        t = per_token_policy_loss(logits, old, adv, mask, make_clip_rule(name))
+        args = (t.ratio, t.lo, t.hi, t.advantages, t.mask, t.old_log_prob)
+        extra = {"dual_active": t.dual_active, "log_ratio": t.log_ratio}
+        cases[f"{name} fused"] = lambda args=args, extra=extra: clip_metrics(*args, **extra)
+        cases[f"{name} naive"] = lambda args=args, extra=extra: naive_clip_metrics(*args, **extra)
+    times = time_interleaved_samples(cases, rounds=rounds)
+    rows = []
+    for name in VERL_COMPARED_RULES:
+        row: dict[str, Any] = {"case": f"diagnostics {name}"}
+        for clock, i in (("wall", 0), ("cpu", 1)):
+            fused, naive = (min(t[i] for t in times[f"{name} {kind}"]) for kind in ("fused", "naive"))
+            row |= {
+                f"{clock}_ms": 1e3 * fused,
+                f"{clock}_naive_ms": 1e3 * naive,
+                f"{clock}_x_naive": fused / naive,
+            }
+        rows.append(row)
+    return rows
+
+
+def _loss_inputs(batch: int, length: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(old_log_prob, log_prob, advantages, mask)``, float32 (B, T) each: log-probs shaped like sampled tokens
+    (:func:`sample_logp`), per-token advantages (a sequence's value plus 10% noise), a ragged 0/1 mask (lengths
+    uniform in [T/2, T])."""
+    g = torch.Generator().manual_seed(0)
+    old = sample_logp(batch * length).view(batch, length)
+    logits = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
+    adv = (torch.randn(batch, 1, generator=g) + 0.1 * torch.randn(batch, length, generator=g)).contiguous()
+    lengths = torch.randint(length // 2, length + 1, (batch,), generator=g)
+    mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    return old, logits, adv, mask
+
+
+VERL_COMPARED_RULES = ("grpo", "band", "dppo_kl")
+"""The clip rules whose loss ``bench_loss_vs_verl`` times against verl's (band: its default, KL)."""
+
+
+def bench_loss_vs_verl(
+    batch: int = 64, length: int = 2048, rounds: int = 30, loss_agg_mode: str = "token-mean"
+) -> tuple[list[dict], str | None]:
+    """Forward + backward of ``bandpo.policy_loss`` with its diagnostics (every metric it returns: what a training
+    step computes) for :data:`VERL_COMPARED_RULES`, against verl's built-in ``vanilla`` PPO loss (and ``dppo_kl``
+    against verl's own ``dppo_kl``) on the same inputs in the same run, ``rounds`` interleaved rounds.
+
+    Inputs: :func:`_loss_inputs` (float32 (B, T) = (``batch``, ``length``), a ragged mask); both losses aggregate with
+    ``loss_agg_mode``; bandpo with ``check_values=False`` (verl checks no values) and verl's dual clip ``c = 10``
+    (bandpo's default), clip ratios 0.2/0.2 (GRPO's); verl's DPPO-KL with the thresholds and ``c`` of bandpo's
+    ``dppo_kl`` defaults.
+
+    Returns:
+        ``(rows, None)``: per case ``case`` and, for each clock (``wall``, and ``cpu``: the process's CPU time, which
+        waits for a core on a busy machine do not inflate), ``<clock>_ms`` (best), ``<clock>_ms_median``,
+        ``<clock>_x_verl`` (best over verl vanilla's best), ``<clock>_x_verl_median`` (median over median) and,
+        for dppo_kl, ``<clock>_x_verl_dppo`` (best over verl dppo_kl's best); ``([], reason)`` when verl is not
+        installed.
+    """
+    try:
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+        from verl.workers.config import ActorConfig, PolicyLossConfig
+    except ImportError as err:
+        return [], f"verl is not installed ({err}); pip install 'bandpo[verl]'"
+    import statistics
+
+    old, logits, adv, mask = _loss_inputs(batch, length)
+    dppo = make_clip_rule("dppo_kl")
+
+    def verl_config(mode: str, low: float, high: float, c: float) -> Any:
+        return ActorConfig(
+            strategy="fsdp",
+            rollout_n=1,
+            ppo_micro_batch_size_per_gpu=1,
+            loss_agg_mode=loss_agg_mode,
+            clip_ratio=high,
+            clip_ratio_low=low,
+            clip_ratio_high=high,
+            clip_ratio_c=c,
+            policy_loss=PolicyLossConfig(loss_mode=mode),
+        )
+
+    def verl_step(mode: str, config: Any) -> Callable[[], None]:
+        fn = get_policy_loss_fn(mode)
+
+        def step() -> None:
+            lp = logits.clone().requires_grad_(True)
+            loss, _ = fn(old, lp, adv, mask, loss_agg_mode=loss_agg_mode, config=config)
+            loss.backward()
+
+        return step
+
+    def bandpo_step(rule: Any) -> Callable[[], None]:
+        def step() -> None:
+            lp = logits.clone().requires_grad_(True)
+            loss, _ = policy_loss(lp, old, adv, mask, rule, loss_agg_mode=loss_agg_mode, check_values=False)
+            loss.backward()
+
+        return step
+
+    steps = {"verl vanilla": verl_step("vanilla", verl_config("vanilla", 0.2, 0.2, 10.0))}
+    steps["verl dppo_kl"] = verl_step(
+        "dppo_kl",
+        verl_config("dppo_kl", dppo.clip_divergence_low, dppo.clip_divergence_high, dppo.clip_ratio_c),
+    )
+    for name in VERL_COMPARED_RULES:
+        steps[f"bandpo {name}"] = bandpo_step(make_clip_rule(name))
+    times = time_interleaved_samples(steps, rounds=rounds)
+    rows = []
+    for name in steps:
+        row: dict[str, Any] = {"case": name}
+        for clock, i in (("wall", 0), ("cpu", 1)):
+            best = {k: min(t[i] for t in v) for k, v in times.items()}
+            median = {k: statistics.median(t[i] for t in v) for k, v in times.items()}
+            row[f"{clock}_ms"] = 1e3 * best[name]
+            row[f"{clock}_ms_median"] = 1e3 * median[name]
+            row[f"{clock}_x_verl"] = best[name] / best["verl vanilla"]
+            row[f"{clock}_x_verl_median"] = median[name] / median["verl vanilla"]
+            if name == "bandpo dppo_kl":
+                row[f"{clock}_x_verl_dppo"] = best[name] / best["verl dppo_kl"]
+        rows.append(row)
+    return rows, None
 
 
 def table_memory_bytes(dtype: torch.dtype = torch.float32) -> int:

@@ -15,10 +15,9 @@ from bandpo.losses.clip_rules import (
     make_clip_rule,
     register_clip_rule,
 )
+from bandpo.losses.diagnostics import PROB_BINS, clip_metrics
 from bandpo.losses.policy_loss import (
     KL_ESTIMATORS,
-    PROB_BINS,
-    clip_metrics,
     group_advantages,
     kl_penalty,
     policy_loss,

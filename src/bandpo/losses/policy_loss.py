@@ -34,16 +34,13 @@ import torch
 from torch import Tensor
 
 from bandpo.core.checks import check_float_tensor
-from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_max, masked_mean, masked_min
+from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_mean
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
+from bandpo.losses.diagnostics import clip_metrics
 from bandpo.registry import Registry
 from bandpo.validation import check_number_above
 
 LOG_RATIO_CLAMP = 20.0
-PROB_BIN_EDGES = (0.2, 0.4, 0.6, 0.8)
-"""Edges of the old-probability bins of the metrics; bins are half-open ``[a, b)`` (the last ``[0.8, 1]``)."""
-TAIL_PROB = PROB_BIN_EDGES[0]
-"""Tail tokens: ``p_old < TAIL_PROB``, i.e. exactly the first bin ``[0, 0.2)``."""
 
 KLEstimator = Callable[[Tensor, Tensor], Tensor]
 """``(log_prob, ref_log_prob) -> `` per-token estimate of KL(pi || pi_ref); (B, T) float -> (B, T) float."""
@@ -79,14 +76,6 @@ def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, estimator: str = "low_var
     to [-10, 10] like verl. ``estimator``: one of ``KL_ESTIMATORS`` (names or aliases).
     """
     return KL_ESTIMATORS.get(estimator)(log_prob, ref_log_prob)
-
-
-def _bin_names() -> list[str]:
-    edges = (0.0, *PROB_BIN_EDGES, 1.0)
-    return [f"p{edges[i]:.1f}-{edges[i + 1]:.1f}" for i in range(len(edges) - 1)]
-
-
-PROB_BINS = _bin_names()
 
 
 def compute_dtype(*tensors: Tensor | None) -> torch.dtype:
@@ -482,78 +471,6 @@ def policy_loss(
         )
     )
     return loss, metrics
-
-
-def clip_metrics(
-    ratio: Tensor,
-    lo: Tensor,
-    hi: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    old_log_prob: Tensor,
-    *,
-    dual_active: Tensor | None = None,
-    log_ratio: Tensor | None = None,
-) -> dict[str, Tensor]:
-    """Clipping diagnostics (detached () tensors, no host sync). All inputs (B, T); ``advantages`` broadcast.
-
-    ``clip/frac_up``: share of real tokens with r > hi and A > 0 (upper bound binds);
-    ``clip/frac_down``: r < lo and A < 0; ``clip/frac``: their sum (tokens whose clipped term is active: zero
-    gradient); ``clip/frac_out``: r outside [lo, hi] whatever A; ``clip/frac_dual``: the constant c binds
-    (``dual_active``: the dual clip, or DPPO's truncation r > c on kept tokens).
-    Per old-probability bin (edges 0.2/0.4/0.6/0.8; names ``clip/frac_up/p0.0-0.2`` ...): the same shares
-    among the bin's tokens, and ``tokens/share/<bin>`` the bin's share of tokens. Bins are half-open ``[a, b)``
-    (the last one ``[0.8, 1]``): a token at p_old = 0.2 exactly is in ``p0.2-0.4``. ``clip/tail_share``: share of
-    clipped tokens in the tail ``p_old < 0.2`` (the first bin; 0 when nothing is clipped), ``clip/tail_share_up``
-    the same among tokens clipped at the upper bound. ``band/{lo,hi}_{mean,min,max}``;
-    ``policy/ppo_kl`` (k1, verl's name) and ``policy/approx_kl`` (k3) of KL(old || new); ratio stats.
-    """
-    with torch.no_grad():
-        m = mask.bool()
-        adv = advantages.expand_as(ratio)
-        up = (ratio > hi) & (adv > 0) & m
-        down = (ratio < lo) & (adv < 0) & m
-        clipped = up | down
-        out = ((ratio > hi) | (ratio < lo)) & m
-        f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
-        n_tok = m.to(f).sum().clamp(min=1.0)
-        met: dict[str, Tensor] = {
-            "clip/frac": clipped.to(f).sum() / n_tok,
-            "clip/frac_up": up.to(f).sum() / n_tok,
-            "clip/frac_down": down.to(f).sum() / n_tok,
-            "clip/frac_out": out.to(f).sum() / n_tok,
-        }
-        if dual_active is not None:
-            met["clip/frac_dual"] = (dual_active & m).to(f).sum() / n_tok
-        p_old = torch.exp(old_log_prob.to(f))
-        bin_idx = torch.bucketize(
-            p_old, torch.tensor(PROB_BIN_EDGES, dtype=f, device=p_old.device), right=True
-        )
-        for i, name in enumerate(PROB_BINS):
-            in_bin = (bin_idx == i) & m
-            n_bin = in_bin.to(f).sum()
-            denom = n_bin.clamp(min=1.0)
-            met[f"clip/frac_up/{name}"] = (up & in_bin).to(f).sum() / denom
-            met[f"clip/frac_down/{name}"] = (down & in_bin).to(f).sum() / denom
-            met[f"clip/frac/{name}"] = (clipped & in_bin).to(f).sum() / denom
-            met[f"tokens/share/{name}"] = n_bin / n_tok
-        tail = (bin_idx == 0) & m  # p_old < TAIL_PROB: the first bin [0, 0.2)
-        n_clipped = clipped.to(f).sum()
-        met["clip/tail_share"] = (clipped & tail).to(f).sum() / n_clipped.clamp(min=1.0)
-        met["clip/tail_share_up"] = (up & tail).to(f).sum() / up.to(f).sum().clamp(min=1.0)
-        for name, x in (("lo", lo), ("hi", hi)):
-            x = x.to(f)
-            met[f"band/{name}_mean"] = masked_mean(x, m)
-            met[f"band/{name}_min"] = masked_min(x, m)
-            met[f"band/{name}_max"] = masked_max(x, m)
-        lr = torch.log(ratio.to(f)) if log_ratio is None else log_ratio.to(f)
-        met["policy/ppo_kl"] = masked_mean(-lr, m)
-        met["policy/approx_kl"] = masked_mean(torch.expm1(lr) - lr, m)
-        r = ratio.to(f)
-        met["policy/ratio_mean"] = masked_mean(r, m)
-        met["policy/ratio_max"] = masked_max(r, m)
-        met["policy/ratio_min"] = masked_min(r, m)
-    return met
 
 
 def group_advantages(

@@ -1,0 +1,175 @@
+"""The clipping diagnostics of the policy loss (:func:`clip_metrics`), computed in one fused pass.
+
+Every count the metrics need (clipped up / down / outside the bounds / by the constant ``c``, per old-probability
+bin, padding apart) comes from one ``bincount`` over a uint8 code per token, instead of one masked sum per metric;
+the bound, ratio and KL statistics are one masked sum per tensor and one ``aminmax`` for a minimum and maximum.
+Equivalent to the naive masked means (one per metric, as :mod:`bandpo.losses.aggregation`'s ``masked_mean`` /
+``masked_min`` / ``masked_max`` compute them), which ``tests/losses/test_diagnostics.py`` keeps as its reference
+and matches bit for bit: counts are exact integers, the means the same ``where(mask, x, 0).sum()`` divided by the
+same count, minima and maxima exact.
+
+Cost (``bandpo bench``, section "diagnostics alone": B = 64, T = 2048, float32, one thread, ragged mask; best of
+30 interleaved calls, two runs on this 2-core machine): 3.9-4.4 ms against the naive code's 10.5-12.4 ms. The same
+command times the loss with its diagnostics against verl's own loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["PROB_BINS", "PROB_BIN_EDGES", "TAIL_PROB", "clip_metrics"]
+
+PROB_BIN_EDGES = (0.2, 0.4, 0.6, 0.8)
+"""Edges of the old-probability bins of the metrics; bins are half-open ``[a, b)`` (the last ``[0.8, 1]``)."""
+TAIL_PROB = PROB_BIN_EDGES[0]
+"""Tail tokens: ``p_old < TAIL_PROB``, i.e. exactly the first bin ``[0, 0.2)``."""
+
+
+def _bin_names() -> list[str]:
+    edges = (0.0, *PROB_BIN_EDGES, 1.0)
+    return [f"p{edges[i]:.1f}-{edges[i + 1]:.1f}" for i in range(len(edges) - 1)]
+
+
+PROB_BINS = _bin_names()
+
+# A token's code: its bin b (0-4, counted from the last), whether it is clipped up (1) or down (2) or neither
+# (0), whether r is outside [lo, hi] and whether the constant c binds: code = (4 - b) * _PER_BIN + side + _OUT * out
+# + _DUAL * dual; padding adds _PADDING, which puts it past the real codes.
+_OUT, _DUAL = 3, 6
+_PER_BIN = 12
+_N_CODES = len(PROB_BINS) * _PER_BIN
+_PADDING = 64  # >= _N_CODES, and _N_CODES - 1 + _PADDING fits in uint8
+_COUNT_METRICS = [
+    "clip/frac",
+    "clip/frac_up",
+    "clip/frac_down",
+    "clip/frac_out",
+    "clip/frac_dual",
+    *(
+        f"{kind}/{b}"
+        for b in PROB_BINS
+        for kind in ("clip/frac_up", "clip/frac_down", "clip/frac", "tokens/share")
+    ),
+    "clip/tail_share",
+    "clip/tail_share_up",
+]
+"""The metrics that are ratios of token counts, in the order :func:`clip_metrics` returns them."""
+
+
+def _min_max(x: Tensor, m: Tensor, first: Tensor) -> Tensor:
+    """(2,) the minimum and maximum of ``x`` (B, T) over ``m`` (any values when the mask is empty). Padding is filled
+    with the value at the first real token ``first`` (a flat index, 0-d long tensor), so one ``aminmax`` finds both
+    without a device->host sync; NaN at a real token gives NaN, as ``amin`` / ``amax`` do."""
+    fill = x.reshape(-1)[first]  # () the value of a real token
+    return torch.stack(torch.aminmax(torch.where(m, x, fill)))
+
+
+def clip_metrics(
+    ratio: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    old_log_prob: Tensor,
+    *,
+    dual_active: Tensor | None = None,
+    log_ratio: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Clipping diagnostics (detached () tensors, no host sync), computed under ``torch.no_grad``.
+
+    Args:
+        ratio: (B, T) float, r = pi / pi_old.
+        lo, hi: (B, T) float, the ratio bounds.
+        advantages: (B, T) float, or anything that broadcasts to (B, T) (e.g. (B, 1)).
+        mask: (B, T) bool or 0/1, real response tokens; padded positions may hold anything (NaN and inf too) in
+            every other argument.
+        old_log_prob: (B, T) float, log pi_old (``-inf``: p_old = 0, in the first bin).
+        dual_active: (B, T) bool, where the constant c binds (the dual clip, or DPPO's truncation).
+        log_ratio: (B, T) float, log r if already computed (default ``log(ratio)``).
+
+    Returns:
+        ``clip/frac_up``: share of real tokens with r > hi and A > 0 (upper bound binds); ``clip/frac_down``:
+        r < lo and A < 0; ``clip/frac``: their sum (tokens whose clipped term is active: zero gradient);
+        ``clip/frac_out``: r outside [lo, hi] whatever A; ``clip/frac_dual``: the constant c binds (only with
+        ``dual_active``). Per old-probability bin (edges 0.2/0.4/0.6/0.8; names ``clip/frac_up/p0.0-0.2`` ...):
+        the same shares among the bin's tokens (0 for an empty bin), and ``tokens/share/<bin>`` the bin's share of
+        tokens. Bins are half-open ``[a, b)`` (the last one ``[0.8, 1]``): a token at p_old = 0.2 exactly is in
+        ``p0.2-0.4``. ``clip/tail_share``: share of clipped tokens in the tail ``p_old < 0.2`` (the first bin; 0
+        when nothing is clipped), ``clip/tail_share_up`` the same among tokens clipped at the upper bound.
+        ``band/{lo,hi}_{mean,min,max}``; ``policy/ppo_kl`` (k1, verl's name) and ``policy/approx_kl`` (k3) of
+        KL(old || new); ``policy/ratio_{mean,max,min}``. Every value is a () tensor in ``ratio``'s dtype (float32
+        for a lower precision); means, minima and maxima over an empty mask are 0.
+    """
+    with torch.no_grad():
+        m = mask if mask.dtype == torch.bool else mask.bool()
+        f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
+        adv = advantages.expand_as(ratio)
+        above, below = ratio > hi, ratio < lo
+        p_old = torch.exp(old_log_prob.to(f))
+        # The bin is torch.bucketize(p_old, edges, right=True): the number of edges <= p_old (NaN: all of them).
+        # The code counts the edges above p_old instead (4 - bin: NaN above none), with four compares (faster than
+        # bucketize's binary search), in uint8 (the codes are < 61); the counts are flipped back below.
+        code = (p_old < PROB_BIN_EDGES[0]).to(torch.uint8)  # a Python edge compares in p_old's dtype
+        for edge in PROB_BIN_EDGES[1:]:
+            code += p_old < edge
+        code *= _PER_BIN
+        code += above & (adv > 0)  # clipped up: 1
+        code.add_(below & (adv < 0), alpha=2)  # clipped down: 2 (A > 0 and A < 0 exclude each other)
+        code.add_(above | below, alpha=_OUT)
+        if dual_active is not None:
+            code.add_(dual_active if dual_active.dtype == torch.bool else dual_active.bool(), alpha=_DUAL)
+        code.add_((~m).view(torch.uint8), alpha=_PADDING)  # padding: past the real codes (a where costs more)
+        counts = torch.bincount(code.reshape(-1), minlength=_N_CODES)[:_N_CODES]  # int64, exact
+        # [bin, dual, out, side]: tokens (the codes' bins run from the last to the first)
+        c = counts.view(len(PROB_BINS), 2, 2, 3).flip(0)
+        per_bin = c.sum(dim=(1, 2))  # (bins, side)
+        n_bin, n_up, n_down = per_bin.sum(dim=1), per_bin[:, 1], per_bin[:, 2]  # (bins,) each
+        n_clip = n_up + n_down
+        n_real = n_bin.sum()
+        totals = torch.stack([n_clip.sum(), n_up.sum(), n_down.sum(), c[:, :, 1].sum(), c[:, 1].sum()])
+        # every count metric is a ratio of counts: numerators and denominators in the order of the names
+        num, den = [totals], [n_real.expand(5)]
+        num.append(torch.stack([n_up, n_down, n_clip, n_bin], dim=1).reshape(-1))
+        den.append(torch.stack([n_bin, n_bin, n_bin, n_real.expand_as(n_bin)], dim=1).reshape(-1))
+        num.append(torch.stack([n_clip[0], n_up[0]]))  # the tail shares: the first bin is the tail
+        den.append(totals[:2])
+        # every denominator at least 1: an empty set of tokens gives 0
+        values = torch.cat(num).to(f) / torch.cat(den).to(f).clamp(min=1.0)
+        met: dict[str, Tensor] = dict(zip(_COUNT_METRICS, values.unbind()))
+        if dual_active is None:
+            del met["clip/frac_dual"]
+
+        first = m.reshape(-1).view(torch.uint8).argmax()  # a real token (index 0 when there is none)
+        zero = torch.zeros((), dtype=f, device=ratio.device)
+        r = ratio.to(f)
+        lr = torch.log(r) if log_ratio is None else log_ratio.to(f)
+        lo, hi = lo.to(f), hi.to(f)
+        sums = torch.stack(
+            [
+                torch.where(m, lo, zero).sum(),
+                torch.where(m, hi, zero).sum(),
+                -torch.where(m, lr, zero).sum(),
+                torch.where(m, torch.expm1(lr) - lr, zero).sum(),
+                torch.where(m, r, zero).sum(),
+            ]
+        )
+        lo_mean, hi_mean, ppo_kl, approx_kl, r_mean = (sums / n_real.to(f).clamp(min=1.0)).unbind()
+        extremes = torch.cat([_min_max(lo, m, first), _min_max(hi, m, first), _min_max(r, m, first)])
+        lo_min, lo_max, hi_min, hi_max, r_min, r_max = torch.where(n_real > 0, extremes, zero).unbind()
+        met.update(
+            {
+                "band/lo_mean": lo_mean,
+                "band/lo_min": lo_min,
+                "band/lo_max": lo_max,
+                "band/hi_mean": hi_mean,
+                "band/hi_min": hi_min,
+                "band/hi_max": hi_max,
+                "policy/ppo_kl": ppo_kl,
+                "policy/approx_kl": approx_kl,
+                "policy/ratio_mean": r_mean,
+                "policy/ratio_max": r_max,
+                "policy/ratio_min": r_min,
+            }
+        )
+    return met

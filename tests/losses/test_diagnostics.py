@@ -1,0 +1,142 @@
+"""``bandpo.losses.diagnostics.clip_metrics`` (one fused pass) against the naive implementation it replaced (one
+masked mean per metric, kept verbatim as ``bandpo.experiments.bench.naive_clip_metrics``, the baseline of ``bandpo
+bench``): the same names in the same order and the same values, bit for bit, on ragged batches with NaN and inf in the padding, empty bins, an empty mask, p_old = 0
+and p_old exactly at a bin edge, in float32 and float64."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+from bandpo.experiments.bench import naive_clip_metrics
+from bandpo.losses import make_clip_rule, policy_loss
+from bandpo.losses.diagnostics import PROB_BIN_EDGES, clip_metrics
+from bandpo.losses.policy_loss import per_token_policy_loss
+
+
+def assert_same_metrics(got: dict[str, Tensor], want: dict[str, Tensor]) -> None:
+    assert list(got) == list(want)  # names and order
+    for name, value in want.items():
+        assert got[name].shape == () and got[name].dtype == value.dtype, name
+        assert not got[name].requires_grad, name
+        same = torch.equal(got[name], value) or bool(value.isnan() and got[name].isnan())
+        assert same, f"{name}: fused {got[name].item()!r}, naive {value.item()!r}"
+
+
+def _edge_logps(p: float, dtype: torch.dtype) -> tuple[float, float]:
+    """The two neighbouring log-probabilities in ``dtype`` on either side of bin edge ``p``: the smallest whose exp
+    (in ``dtype``) is ``>= p``, and the one below it (exp ``< p``)."""
+    target = torch.tensor(p, dtype=dtype)
+    x = torch.log(target)
+    down, up = torch.tensor(-math.inf, dtype=dtype), torch.tensor(math.inf, dtype=dtype)
+    while torch.exp(x) < target:
+        x = torch.nextafter(x, up)
+    while torch.exp(torch.nextafter(x, down)) >= target:
+        x = torch.nextafter(x, down)
+    return x.item(), torch.nextafter(x, down).item()
+
+
+def batch(
+    seed: int, dtype: torch.dtype, *, ragged: bool = True, padding: float = math.nan
+) -> dict[str, Tensor]:
+    """Ratios from e^-2 to e^2 around bounds [0.6, 1] x [1, 1.6], both signs of advantage and zeros, p_old over
+    every bin with tokens on both sides of each edge (0.2, 0.4, 0.6, 0.8), at p_old = 0 (log-prob -inf, hi = inf) and
+    at 1, a ragged mask, and ``padding`` written into every float argument where the mask is 0."""
+    g = torch.Generator().manual_seed(seed)
+    B, T = 6, 40
+    old = torch.log(torch.rand(B, T, generator=g, dtype=dtype))
+    for j, edge in enumerate(PROB_BIN_EDGES):
+        old[:, j], old[:, 10 + j] = _edge_logps(edge, dtype)
+    old[:, 4], old[:, 5] = -math.inf, 0.0
+    log_ratio = (torch.randn(B, T, generator=g, dtype=dtype) * 0.7).clamp(-2, 2)
+    ratio = torch.exp(log_ratio)
+    lo = 1 - 0.4 * torch.rand(B, T, generator=g, dtype=dtype)
+    hi = 1 + 0.6 * torch.rand(B, T, generator=g, dtype=dtype)
+    hi[:, 4] = math.inf
+    adv = torch.randn(B, T, generator=g, dtype=dtype)
+    adv[:, 6:9] = 0.0
+    lengths = torch.randint(1, T + 1, (B,), generator=g) if ragged else torch.full((B,), T)
+    lengths[0] = T
+    mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+    dual = (torch.rand(B, T, generator=g) < 0.2) & (adv < 0)
+    out = {"ratio": ratio, "lo": lo, "hi": hi, "advantages": adv, "old_log_prob": old, "log_ratio": log_ratio}
+    for x in out.values():
+        x[~mask] = padding
+    return {**out, "mask": mask, "dual_active": dual}
+
+
+def both(b: dict[str, Tensor], **changes: object) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    args = {**b, **changes}
+    return clip_metrics(**args), naive_clip_metrics(**args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("padding", [math.nan, math.inf, -math.inf, 0.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fused_equals_naive_on_ragged_batches(dtype: torch.dtype, padding: float, seed: int) -> None:
+    b = batch(seed, dtype, padding=padding)
+    assert_same_metrics(*both(b))
+    assert_same_metrics(*both(b, dual_active=None, log_ratio=None))  # log(ratio), no dual clip metric
+    assert_same_metrics(*both(b, advantages=b["advantages"][:, :1]))  # (B, 1) broadcast
+    assert_same_metrics(*both(b, mask=b["mask"].to(dtype)))  # a 0/1 float mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_bins_and_an_empty_mask(dtype: torch.dtype) -> None:
+    b = batch(3, dtype, ragged=False)
+    one_bin = torch.full_like(b["old_log_prob"], math.log(0.5))  # every token in p0.4-0.6
+    got, want = both(b, old_log_prob=one_bin)
+    assert_same_metrics(got, want)
+    assert got["tokens/share/p0.4-0.6"].item() == 1.0 and got["clip/frac/p0.0-0.2"].item() == 0.0
+    assert got["clip/tail_share"].item() == 0.0
+    nothing = torch.zeros_like(b["mask"])
+    got, want = both(b, mask=nothing)
+    assert_same_metrics(got, want)
+    assert all(v.item() == 0.0 for v in got.values())
+    nothing_clipped = both(b, lo=torch.zeros_like(b["lo"]), hi=torch.full_like(b["hi"], math.inf))
+    assert_same_metrics(*nothing_clipped)
+    assert nothing_clipped[0]["clip/frac"].item() == 0.0
+
+
+def test_nan_at_a_real_token_propagates_like_the_naive_minimum() -> None:
+    b = batch(4, torch.float64)
+    b["hi"][0, 10] = math.nan
+    got, want = both(b)
+    assert_same_metrics(got, want)
+    assert got["band/hi_max"].isnan() and got["band/hi_min"].isnan()
+
+
+def test_bf16_ratios_are_reduced_in_float32() -> None:
+    b = batch(5, torch.float32, padding=0.0)
+    low = {k: (v.bfloat16() if k in ("ratio", "lo", "hi") else v) for k, v in b.items()}
+    got, want = both(low)
+    assert_same_metrics(got, want)
+    assert got["clip/frac"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("rule", ["grpo", "band", "dppo_kl"])
+def test_policy_loss_reports_the_naive_metrics_of_its_terms(rule: str) -> None:
+    """Wiring test: ``policy_loss``'s clip metrics are the diagnostics of its own per-token terms (the numbers are
+    checked above against the naive code and, by hand, in test_policy_loss.py::test_metrics_on_hand_built_case)."""
+    b = batch(6, torch.float32, padding=math.nan)
+    old = b["old_log_prob"].clone()
+    old[:, 4] = -30.0  # a finite log_prob there (policy_loss refuses -inf in log_prob)
+    new = (old + b["log_ratio"]).clamp(max=0.0)
+    new[~b["mask"]] = math.nan
+    args = (new, old, b["advantages"], b["mask"], make_clip_rule(rule))
+    _, metrics = policy_loss(*args)
+    terms = per_token_policy_loss(*args)
+    want = naive_clip_metrics(
+        terms.ratio,
+        terms.lo,
+        terms.hi,
+        terms.advantages,
+        terms.mask,
+        terms.old_log_prob,
+        dual_active=terms.dual_active,
+        log_ratio=terms.log_ratio,
+    )
+    assert_same_metrics({k: metrics[k] for k in want}, want)
