@@ -120,7 +120,7 @@ def test_bf16_ratios_are_reduced_in_float32() -> None:
 @pytest.mark.parametrize("rule", ["grpo", "band", "dppo_kl"])
 def test_policy_loss_reports_the_naive_metrics_of_its_terms(rule: str) -> None:
     """Wiring test: ``policy_loss``'s clip metrics are the diagnostics of its own per-token terms (the numbers are
-    checked above against the naive code and, by hand, in test_policy_loss.py::test_metrics_on_hand_built_case)."""
+    checked against the naive code in tests/losses/test_diagnostics.py::test_fused_equals_naive_on_ragged_batches)."""
     b = batch(6, torch.float32, padding=math.nan)
     old = b["old_log_prob"].clone()
     old[:, 4] = -30.0  # a finite log_prob there (policy_loss refuses -inf in log_prob)
