@@ -75,7 +75,6 @@ import torch
 from torch import Tensor
 
 from bandpo._optional import MissingDependencyError
-from bandpo.losses import clip_metrics
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
 from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
@@ -449,16 +448,7 @@ class SkyRLPolicyLoss:
             terms.loss, old_log_probs, rollout_logprobs, mask, config.off_policy_correction
         )
         loss = reduce_loss(loss, mask_after)
-        ours = clip_metrics(
-            terms.ratio,
-            terms.lo,
-            terms.hi,
-            terms.advantages,
-            terms.mask,
-            terms.old_log_prob,
-            dual_active=terms.dual_active,
-            log_ratio=terms.log_ratio,
-        )
+        ours = terms.clip_metrics()
         metrics = {skyrl_name: ours[name] for skyrl_name, name in SKYRL_METRIC_NAMES.items()}
         metrics.update(ours)
         out = _to_floats(metrics)

@@ -90,7 +90,7 @@ import torch
 from torch import Tensor
 
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
-from bandpo.losses.policy_loss import TokenTerms, clip_metrics, per_token_policy_loss
+from bandpo.losses.policy_loss import TokenTerms, per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_step
 from bandpo.validation import check_int_in
 
@@ -441,16 +441,7 @@ def compute_policy_loss_clip_rule(
     loss = agg_loss(
         loss_mat=terms.loss, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info
     )
-    ours = clip_metrics(
-        terms.ratio,
-        terms.lo,
-        terms.hi,
-        terms.advantages,
-        terms.mask,
-        terms.old_log_prob,
-        dual_active=terms.dual_active,
-        log_ratio=terms.log_ratio,
-    )
+    ours = terms.clip_metrics()
     metrics = {verl_name: ours[name] for verl_name, name in VERL_METRIC_NAMES.items()}
     metrics.update({f"actor/{name}": value for name, value in ours.items()})
     floats = _to_floats(metrics)

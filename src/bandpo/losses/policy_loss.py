@@ -277,6 +277,19 @@ class TokenTerms(NamedTuple):
     #: truncation (r > c on tokens inside the region) of the truncated one
     dual_active: Tensor
 
+    def clip_metrics(self, mask: Tensor | None = None) -> dict[str, Tensor]:
+        """:func:`bandpo.losses.diagnostics.clip_metrics` of these terms over ``mask`` (default: ``self.mask``)."""
+        return clip_metrics(
+            self.ratio,
+            self.lo,
+            self.hi,
+            self.advantages,
+            self.mask if mask is None else mask,
+            self.old_log_prob,
+            dual_active=self.dual_active,
+            log_ratio=self.log_ratio,
+        )
+
 
 def per_token_policy_loss(
     log_prob: Tensor,
@@ -458,18 +471,7 @@ def policy_loss(
         metrics["loss/entropy"] = ent_agg.detach()
         metrics["policy/entropy"] = masked_mean(ent.detach(), mask)
     metrics["loss/total"] = loss.detach()
-    metrics.update(
-        clip_metrics(
-            terms.ratio,
-            terms.lo,
-            terms.hi,
-            terms.advantages,
-            mask,
-            terms.old_log_prob,
-            dual_active=terms.dual_active,
-            log_ratio=terms.log_ratio,
-        )
-    )
+    metrics.update(terms.clip_metrics(mask))
     return loss, metrics
 
 
