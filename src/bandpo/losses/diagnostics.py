@@ -60,8 +60,9 @@ _COUNT_METRICS = [
 def _min_max(x: Tensor, m: Tensor, first: Tensor) -> Tensor:
     """(2,) the minimum and maximum of ``x`` (B, T) over ``m`` (any values when the mask is empty). Padding is filled
     with the value at the first real token ``first`` (a flat index, 0-d long tensor), so one ``aminmax`` finds both
-    without a device->host sync; NaN at a real token gives NaN, as ``amin`` / ``amax`` do."""
-    fill = x.reshape(-1)[first]  # () the value of a real token
+    without a device->host sync (``gather``, not indexing by a tensor: ``torch.compile(fullgraph=True)`` would need
+    the index as a Python int); NaN at a real token gives NaN, as ``amin`` / ``amax`` do."""
+    fill = x.reshape(-1).gather(0, first.reshape(1)).reshape(())  # () the value of a real token
     return torch.stack(torch.aminmax(torch.where(m, x, fill)))
 
 
