@@ -136,6 +136,8 @@ def test_bench_smoke(tmp_path: Path) -> None:
         assert "loss vs verl: skipped: verl is not installed" in out.stdout
     else:
         verl = {r["case"]: r for r in data["loss_vs_verl"]}
-        assert set(verl) == {"verl vanilla", "verl dppo_kl", "bandpo grpo", "bandpo band", "bandpo dppo_kl"}
+        ours = {f"bandpo {n}{lv}" for n in ("grpo", "band", "dppo_kl") for lv in ("", " (basic)", " (none)")}
+        assert set(verl) == {"verl vanilla", "verl dppo_kl", *ours}
         assert verl["verl vanilla"]["cpu_x_verl"] == 1.0 and verl["bandpo band"]["cpu_x_verl"] > 0
         assert "bandpo dppo_kl / verl dppo_kl:" in out.stdout
+        assert "bandpo grpo (basic) " in out.stdout and "bandpo dppo_kl (none) / verl dppo_kl:" in out.stdout

@@ -33,7 +33,9 @@ def test_rows_against_verl() -> None:
     rows, reason = bench_loss_vs_verl(4, 32, rounds=2)
     assert reason is None
     by_case = {r["case"]: r for r in rows}
-    assert list(by_case) == ["verl vanilla", "verl dppo_kl", *(f"bandpo {n}" for n in VERL_COMPARED_RULES)]
+    levels = ("", " (basic)", " (none)")
+    want = [f"bandpo {n}{level}" for n in VERL_COMPARED_RULES for level in levels]
+    assert list(by_case) == ["verl vanilla", "verl dppo_kl", *want]
     for clock in ("wall", "cpu"):
         assert by_case["verl vanilla"][f"{clock}_x_verl"] == 1.0
         for r in rows:
@@ -41,7 +43,8 @@ def test_rows_against_verl() -> None:
             assert r[f"{clock}_x_verl"] == pytest.approx(
                 r[f"{clock}_ms"] / by_case["verl vanilla"][f"{clock}_ms"]
             )
-        dppo = by_case["bandpo dppo_kl"]
-        assert dppo[f"{clock}_x_verl_dppo"] == pytest.approx(
-            dppo[f"{clock}_ms"] / by_case["verl dppo_kl"][f"{clock}_ms"]
-        )
+        for level in levels:
+            dppo = by_case[f"bandpo dppo_kl{level}"]
+            assert dppo[f"{clock}_x_verl_dppo"] == pytest.approx(
+                dppo[f"{clock}_ms"] / by_case["verl dppo_kl"][f"{clock}_ms"]
+            )

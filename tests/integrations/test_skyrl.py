@@ -347,6 +347,20 @@ def test_metrics_are_skyrl_clip_ratio_and_bandpo_clip_metrics(registry: Any) -> 
 
 
 @needs_skyrl
+@pytest.mark.parametrize("level", ["basic", "none"])
+def test_lighter_diagnostics_keep_skyrls_clip_ratio_and_the_loss(registry: Any, level: str) -> None:
+    logp, old, adv, mask = batch(seed=3)
+    adv_bt = adv[:, None].expand_as(logp).contiguous()
+    loss_full, full = registry.get("bandpo")(logp, old, adv_bt, config=algorithm(), loss_mask=mask)
+    cfg = algorithm(**{"bandpo.diagnostics": level})
+    loss, got = registry.get("bandpo")(logp, old, adv_bt, config=cfg, loss_mask=mask)
+    assert torch.equal(loss, loss_full)
+    basic = {"clip/frac", "clip/frac_up", "clip/frac_down", "clip/frac_dual", "policy/ppo_kl"}
+    assert set(got) == {"clip_ratio", "band/delta"} | (basic if level == "basic" else set())
+    assert all(got[k] == full[k] for k in got)
+
+
+@needs_skyrl
 def test_rollout_anchor_and_off_policy_correction_as_skyrl(registry: Any) -> None:
     """``anchor=rollout`` centres the trust region on the rollout log-probs (what SkyRL's fully async mode assumes
     of custom losses), and SkyRL's token TIS correction multiplies the loss as in SkyRL's ``regular``: with
@@ -431,6 +445,10 @@ def test_config_defaults_select_band_and_build_from_cli() -> None:
             r"trainer\.algorithm\.bandpo\.anchor must be one of old, rollout, got 'behaviour'",
         ),
         ("bandpo.rule_kwargs={eps: 0.1}", r"unknown parameter\(s\) 'eps' for clip rule 'band'"),
+        (
+            "bandpo.diagnostics=all",
+            r"trainer\.algorithm\.bandpo\.diagnostics must be one of full, basic, none, got 'all'",
+        ),
         ("bandpo.bogus=1", r"(Invalid fields \{'bogus'\} for BandPOLossConfig|unknown field)"),
         (
             "policy_loss_type=bandpo_dcpp",

@@ -346,6 +346,24 @@ def test_step_guard_counts_every_micro_batch(
     assert trainer._bandpo_bounded_losses == 0
 
 
+@pytest.mark.parametrize("level", ["basic", "none"])
+def test_lighter_diagnostics_log_fewer_metrics(
+    tmp_path: Path, level: str, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    """``diagnostics="basic"`` logs the clip fractions, ``policy/ppo_kl`` and ``policy/entropy`` only, ``"none"`` only
+    ``band/delta``
+    (TRL's own metrics stay at every level)."""
+    trainer = make_trainer(
+        make_config(tmp_path, max_steps=2, diagnostics=level), tiny_model, tiny_tokenizer, tiny_dataset
+    )
+    trainer.train()
+    logged = {k for row in trainer.state.log_history for k in row}
+    ours = {k for k in logged if k.split("/")[0] in ("clip", "band", "policy", "tokens")}
+    basic = {"clip/frac", "clip/frac_up", "clip/frac_down", "policy/ppo_kl", "policy/entropy"}
+    assert ours == (basic if level == "basic" else set()) | {"band/delta"}
+    assert "clip_ratio/region_mean" in logged  # TRL's own
+
+
 def test_liger_kernel_still_applies_the_bounds(
     tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

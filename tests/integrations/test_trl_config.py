@@ -172,6 +172,7 @@ def test_config_from_command_line(tmp_path: Path) -> None:
         ({"loss_type": "not_a_loss"}, r"loss_type='not_a_loss' cannot be used.*not a TRL 1\.16 loss type"),
         ({"epsilon": 0.3}, r"epsilon=0\.3 / epsilon_high=None are TRL's fixed clip range"),
         ({"epsilon_high": 0.28}, r"epsilon_high=0\.28 are TRL's fixed clip range.*clip_rule='grpo'"),
+        ({"diagnostics": "all"}, r"diagnostics must be one of full, basic, none, got 'all'"),
     ],
 )
 def test_config_errors(tmp_path: Path, overrides: dict[str, Any], match: str) -> None:

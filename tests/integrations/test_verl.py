@@ -278,6 +278,7 @@ def test_unknown_loss_mode_fails_when_the_config_is_built() -> None:
         ({"divergence": "not_a_divergence"}, "not_a_divergence"),
         ({"cap": 0.5}, "cap"),
         ({"method": "magic"}, "magic"),
+        ({"diagnostics": "most"}, "policy_loss.diagnostics must be one of full, basic, none, got 'most'"),
     ],
 )
 def test_invalid_band_parameters_fail_when_the_config_is_built(params: dict[str, Any], message: str) -> None:
@@ -518,6 +519,20 @@ def test_metrics_have_verls_names_and_ours() -> None:
         assert metrics["actor/ppo_kl"] == metrics["actor/policy/ppo_kl"]
         aggregated = Metric.from_dict(metrics, aggregation="mean")  # what verl's ppo_loss does with them
         assert aggregated["actor/pg_clipfrac"].aggregate() == pytest.approx(metrics["actor/pg_clipfrac"])
+
+
+@pytest.mark.parametrize("level", ["basic", "none"])
+def test_lighter_diagnostics_keep_verls_metrics_and_the_loss(level: str) -> None:
+    data = make_batch()
+    fn = get_policy_loss_fn("bandpo")
+    loss_full, full = call_verl_style(fn, data, actor_config(clip_ratio_c=3.0))
+    loss, metrics = call_verl_style(fn, data, actor_config(clip_ratio_c=3.0, diagnostics=level))
+    assert torch.equal(loss, loss_full)
+    ours = {"actor/clip/frac", "actor/clip/frac_up", "actor/clip/frac_down", "actor/clip/frac_dual"}
+    ours |= {"actor/policy/ppo_kl"}
+    want = set(VERL_METRICS) | {"actor/band/delta"} | (ours if level == "basic" else set())
+    assert set(metrics) == want
+    assert all(metrics[k] == full[k] for k in metrics)
 
 
 def test_through_verls_ppo_loss() -> None:

@@ -1,7 +1,7 @@
 """``bandpo.losses.diagnostics.clip_metrics`` (one fused pass) against the naive implementation it replaced (one
 masked mean per metric, kept verbatim as ``bandpo.experiments.bench.naive_clip_metrics``, the baseline of ``bandpo
 bench``): the same names in the same order and the same values, bit for bit, on ragged batches with NaN and inf in the padding, empty bins, an empty mask, p_old = 0
-and p_old exactly at a bin edge, in float32 and float64."""
+and p_old exactly at a bin edge, in float32 and float64; the ``basic`` level against ``full``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch import Tensor
 
 from bandpo.experiments.bench import naive_clip_metrics
 from bandpo.losses import make_clip_rule, policy_loss
-from bandpo.losses.diagnostics import PROB_BIN_EDGES, clip_metrics
+from bandpo.losses.diagnostics import DIAGNOSTICS, PROB_BIN_EDGES, basic_clip_metrics, clip_metrics
 from bandpo.losses.policy_loss import per_token_policy_loss
 
 
@@ -140,3 +140,41 @@ def test_policy_loss_reports_the_naive_metrics_of_its_terms(rule: str) -> None:
         log_ratio=terms.log_ratio,
     )
     assert_same_metrics({k: metrics[k] for k in want}, want)
+
+
+BASIC = ["clip/frac", "clip/frac_up", "clip/frac_down", "clip/frac_dual", "policy/ppo_kl"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("padding", [math.nan, math.inf, 0.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_basic_is_full_restricted_to_its_names(dtype: torch.dtype, padding: float, seed: int) -> None:
+    b = batch(seed, dtype, padding=padding)
+    for changes in ({}, {"dual_active": None, "log_ratio": None}, {"mask": b["mask"].to(dtype)}):
+        args = {**b, **changes}
+        full, basic = clip_metrics(**args), basic_clip_metrics(**args)
+        names = BASIC if args["dual_active"] is not None else [n for n in BASIC if n != "clip/frac_dual"]
+        assert list(basic) == names
+        assert_same_metrics(basic, {k: full[k] for k in names})
+    empty = {**b, "mask": torch.zeros_like(b["mask"])}
+    assert all(v.item() == 0.0 for v in basic_clip_metrics(**empty).values())
+
+
+def test_levels_are_registered_and_an_unknown_one_is_refused() -> None:
+    assert DIAGNOSTICS.names() == ["full", "basic", "none"]
+    b = batch(7, torch.float32, padding=0.0)
+    assert DIAGNOSTICS.get("none")(**b) == {}
+    old = b["old_log_prob"].clamp(min=-30.0)
+    new = (old + b["log_ratio"]).clamp(max=0.0)
+    args = (new, old, b["advantages"], b["mask"], "grpo")
+    loss_full, full = policy_loss(*args)
+    for level in ("basic", "none"):
+        loss, met = policy_loss(*args, diagnostics=level)
+        assert torch.equal(loss, loss_full)  # the loss does not depend on the level
+        extra = [k for k in met if not k.startswith("loss/")]
+        assert extra == (BASIC if level == "basic" else [])
+        assert all(torch.equal(met[k], full[k]) for k in met)
+    with pytest.raises(
+        ValueError, match=r"unknown diagnostics level 'ful'.*did you mean 'full'.*full, basic, none"
+    ):
+        policy_loss(*args, diagnostics="ful")

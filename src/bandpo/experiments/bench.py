@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from bandpo.core import DIVERGENCES, band_bounds
-from bandpo.losses import CLIP_RULES, clip_metrics, make_clip_rule, policy_loss
+from bandpo.losses import CLIP_RULES, DIAGNOSTICS, clip_metrics, make_clip_rule, policy_loss
 from bandpo.losses.aggregation import masked_max, masked_mean, masked_min
 from bandpo.losses.diagnostics import PROB_BIN_EDGES, PROB_BINS
 
@@ -346,7 +346,8 @@ def bench_loss_vs_verl(
     batch: int = 64, length: int = 2048, rounds: int = 30, loss_agg_mode: str = "token-mean"
 ) -> tuple[list[dict], str | None]:
     """Forward + backward of ``bandpo.policy_loss`` with its diagnostics (every metric it returns: what a training
-    step computes) for :data:`VERL_COMPARED_RULES`, against verl's built-in ``vanilla`` PPO loss (and ``dppo_kl``
+    step computes; case ``bandpo <rule>``, and at the lighter levels of ``DIAGNOSTICS``, ``bandpo <rule> (basic)``
+    and ``(none)``) for :data:`VERL_COMPARED_RULES`, against verl's built-in ``vanilla`` PPO loss (and ``dppo_kl``
     against verl's own ``dppo_kl``) on the same inputs in the same run, ``rounds`` interleaved rounds.
 
     Inputs: :func:`_loss_inputs` (float32 (B, T) = (``batch``, ``length``), a ragged mask); both losses aggregate with
@@ -394,10 +395,19 @@ def bench_loss_vs_verl(
 
         return step
 
-    def bandpo_step(rule: Any) -> Callable[[], None]:
+    def bandpo_step(rule: Any, diagnostics: str) -> Callable[[], None]:
         def step() -> None:
             lp = logits.clone().requires_grad_(True)
-            loss, _ = policy_loss(lp, old, adv, mask, rule, loss_agg_mode=loss_agg_mode, check_values=False)
+            loss, _ = policy_loss(
+                lp,
+                old,
+                adv,
+                mask,
+                rule,
+                loss_agg_mode=loss_agg_mode,
+                check_values=False,
+                diagnostics=diagnostics,
+            )
             loss.backward()
 
         return step
@@ -408,7 +418,10 @@ def bench_loss_vs_verl(
         verl_config("dppo_kl", dppo.clip_divergence_low, dppo.clip_divergence_high, dppo.clip_ratio_c),
     )
     for name in VERL_COMPARED_RULES:
-        steps[f"bandpo {name}"] = bandpo_step(make_clip_rule(name))
+        for level in DIAGNOSTICS.names():
+            steps[f"bandpo {name}" + ("" if level == "full" else f" ({level})")] = bandpo_step(
+                make_clip_rule(name), level
+            )
     times = time_interleaved_samples(steps, rounds=rounds)
     rows = []
     for name in steps:
@@ -420,7 +433,7 @@ def bench_loss_vs_verl(
             row[f"{clock}_ms_median"] = 1e3 * median[name]
             row[f"{clock}_x_verl"] = best[name] / best["verl vanilla"]
             row[f"{clock}_x_verl_median"] = median[name] / median["verl vanilla"]
-            if name == "bandpo dppo_kl":
+            if name.startswith("bandpo dppo_kl"):
                 row[f"{clock}_x_verl_dppo"] = best[name] / best["verl dppo_kl"]
         rows.append(row)
     return rows, None

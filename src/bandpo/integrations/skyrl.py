@@ -29,7 +29,7 @@ reduction mode (``token_mean``, ``sequence_mean``, ``seq_mean_token_sum_norm``, 
 
 Configuration: :class:`BandPOAlgorithmConfig` (a dataclass subclass of SkyRL's ``AlgorithmConfig``) adds the section
 ``trainer.algorithm.bandpo`` (:class:`BandPOLossConfig`: ``divergence``, ``delta``, ``cap``, ``relax``, ``method``,
-``dual_clip``, ``anchor``, ``rule_kwargs`` and the radius schedule ``delta_schedule``, ``delta_end``,
+``dual_clip``, ``anchor``, ``rule_kwargs``, ``diagnostics`` and the radius schedule ``delta_schedule``, ``delta_end``,
 ``delta_hold_frac``); it is checked when the config is built, before Ray starts. Run::
 
     python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=bandpo.integrations.skyrl \\
@@ -76,6 +76,7 @@ from torch import Tensor
 
 from bandpo._optional import MissingDependencyError
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
+from bandpo.losses.diagnostics import DIAGNOSTICS
 from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
 from bandpo.registry import closest
@@ -221,6 +222,10 @@ class _LossFields:
     """The radius at the end of the run (> 0); required by every schedule but ``constant``."""
     delta_hold_frac: float | None = None
     """``hold_then_linear``'s share of the run at ``delta``, in [0, 1) (``None``: the schedule's default 0.25)."""
+    diagnostics: str = "full"
+    """The clipping diagnostics the loss logs (``bandpo.losses.DIAGNOSTICS``): ``full`` (every ``clip/``, ``band/``
+    and ``policy/`` metric), ``basic`` (the clip fractions and ``policy/ppo_kl``) or ``none`` (SkyRL's
+    ``clip_ratio`` only, as its own losses log it). The loss is the same at every level."""
     step_delta: float | None = None
     """Set by bandpo's SkyRL trainer at every training step (the schedule's radius of that step, sent to the
     workers with the batch); ``None``: ``delta``. Not a setting."""
@@ -251,6 +256,10 @@ def _check_section(values: Mapping[str, Any]) -> None:
     for key in ("relax", "dual_clip"):
         if key in values and not isinstance(values[key], bool):
             raise ValueError(f"{_SECTION}.{key} must be true or false, got {values[key]!r}")
+    if "diagnostics" in values and values["diagnostics"] not in DIAGNOSTICS:
+        raise ValueError(
+            f"{_SECTION}.diagnostics must be one of {', '.join(DIAGNOSTICS.names())}, got {values['diagnostics']!r}"
+        )
     if "anchor" in values and values["anchor"] not in ANCHORS:
         raise ValueError(f"{_SECTION}.anchor must be one of {', '.join(ANCHORS)}, got {values['anchor']!r}")
     if not isinstance(values.get("rule_kwargs", {}), Mapping):
@@ -448,9 +457,13 @@ class SkyRLPolicyLoss:
             terms.loss, old_log_probs, rollout_logprobs, mask, config.off_policy_correction
         )
         loss = reduce_loss(loss, mask_after)
-        ours = terms.clip_metrics()
+        level = section["diagnostics"]
+        ours = terms.clip_metrics(
+            level=level if level == "full" else "basic"
+        )  # SkyRL's clip_ratio at every level
         metrics = {skyrl_name: ours[name] for skyrl_name, name in SKYRL_METRIC_NAMES.items()}
-        metrics.update(ours)
+        if level != "none":
+            metrics.update(ours)
         out = _to_floats(metrics)
         if hasattr(rule, "delta"):
             out["band/delta"] = float(rule.delta)  # the radius this step used (the schedule's value)

@@ -51,7 +51,8 @@ last update has ``band_delta_end`` exactly) uses ``schedule.value(k)`` with ``to
 checkpoint the radius is the one its step implies. A changing radius uses the tensor-radius solver (no KL table
 per radius: ``rule_at_step``).
 
-Metrics: every loss call appends, next to TRL's, the diagnostics of ``bandpo.losses.clip_metrics``
+Metrics: every loss call appends, next to TRL's, the diagnostics of ``bandpo.losses.clip_metrics`` (the default
+``diagnostics="full"``; ``basic`` and ``none`` log fewer, see ``bandpo.losses.DIAGNOSTICS``)
 (``clip/frac``, ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_out``, per old-probability bin, ``clip/tail_share``,
 ``band/{lo,hi}_{mean,min,max}``, ``policy/ppo_kl``, ...), ``policy/entropy`` and, for a rule with a radius,
 ``band/delta`` (the radius the update used). They are computed on the tokens
@@ -84,7 +85,7 @@ except ImportError as err:  # pragma: no cover - exercised only without trl
 
 from bandpo.losses.aggregation import masked_mean
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
-from bandpo.losses.policy_loss import clip_metrics
+from bandpo.losses.diagnostics import DIAGNOSTICS
 from bandpo.losses.schedule import RADIUS_SCHEDULES, RadiusSchedule, radius_schedule, rule_at_step
 
 __all__ = [
@@ -246,6 +247,14 @@ class BandPOConfig(GRPOConfig):
             "help": "hold_then_linear: share of the run at the start radius, in [0, 1) (default 0.25)."
         },
     )
+    diagnostics: str = field(
+        default="full",
+        metadata={
+            "help": f"Clipping diagnostics logged next to TRL's ({', '.join(DIAGNOSTICS.names())}): full (every "
+            "clip/, band/ and policy/ metric), basic (clip fractions, policy/ppo_kl and policy/entropy), none (TRL's "
+            "own and band/delta only)."
+        },
+    )
 
     def __post_init__(self) -> None:
         # Our checks first: they are cheap and need nothing from TrainingArguments' device setup.
@@ -253,6 +262,10 @@ class BandPOConfig(GRPOConfig):
         super().__post_init__()
 
     def _validate_bandpo_fields(self) -> None:
+        if self.diagnostics not in DIAGNOSTICS:
+            raise ValueError(
+                f"diagnostics must be one of {', '.join(DIAGNOSTICS.names())}, got {self.diagnostics!r}"
+            )
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             reason = REFUSED_LOSS_TYPES.get(self.loss_type, "it is not a TRL 1.16 loss type")
             raise ValueError(
@@ -568,8 +581,14 @@ class BandPOTrainer(GRPOTrainer):
         )
 
     def _log_clip_metrics(self, c: _LossCapture) -> None:
-        """Append ``clip_metrics`` of the tokens of all processes to ``self._metrics[mode]`` (one gather)."""
+        """Append the diagnostics (``args.diagnostics``) of the tokens of all processes to ``self._metrics[mode]``
+        (one gather; none at level ``none``, which logs only ``band/delta``)."""
         mode = "train" if self.model.training else "eval"
+        level = self.args.diagnostics
+        if level == "none":
+            if c.radius is not None:
+                self._metrics[mode]["band/delta"].append(float(c.radius))
+            return
         zero = torch.zeros((), dtype=c.lo.dtype, device=c.lo.device)
         log_ratio = torch.where(c.mask, c.log_prob - c.old_log_prob, zero)
         entropy = torch.zeros_like(c.lo) if c.entropy is None else c.entropy
@@ -591,7 +610,7 @@ class BandPOTrainer(GRPOTrainer):
         mask = mask > 0.5
         # TRL's coef_1 is exp(log_ratio) unclamped; the clamp only guards the metrics against overflow.
         ratio = torch.exp(torch.clamp(log_ratio, -20.0, 20.0))
-        metrics = clip_metrics(ratio, lo, hi, adv, mask, old, log_ratio=log_ratio)
+        metrics = DIAGNOSTICS.get(level)(ratio, lo, hi, adv, mask, old, log_ratio=log_ratio)
         if c.entropy is not None:
             metrics["policy/entropy"] = masked_mean(entropy, mask)
         values = torch.stack([v.to(torch.float64) for v in metrics.values()]).tolist()  # one host sync

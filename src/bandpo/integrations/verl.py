@@ -90,6 +90,7 @@ import torch
 from torch import Tensor
 
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
+from bandpo.losses.diagnostics import DIAGNOSTICS
 from bandpo.losses.policy_loss import TokenTerms, per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_step
 from bandpo.validation import check_int_in
@@ -151,6 +152,10 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
         delta_hold_frac: ``hold_then_linear``'s share of the run at ``delta``, in [0, 1) (default 0.25).
         delta_total_steps: the run's length in verl's global steps (>= 1); ``None``: the actor's
             ``optim.total_training_steps`` (set by verl's trainer).
+        diagnostics: the clipping diagnostics the loss logs (``bandpo.losses.DIAGNOSTICS``): ``full`` (default:
+            every ``actor/clip/...``, ``actor/band/...``, ``actor/policy/...`` metric), ``basic`` (verl's own three,
+            ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, and the up/down clip fractions)
+            or ``none`` (verl's three only, as its ``vanilla`` loss logs them).
 
     Raises:
         ValueError: at construction (i.e. when verl builds the actor config) for a ``loss_mode`` that verl's
@@ -169,6 +174,7 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
     delta_end: float | None = None
     delta_hold_frac: float | None = None
     delta_total_steps: int | None = None
+    diagnostics: str = "full"
 
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)
@@ -179,6 +185,10 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
             raise ValueError(
                 f"policy_loss.loss_mode must be a policy loss registered in verl, got {self.loss_mode!r}; valid "
                 f"names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
+            )
+        if self.diagnostics not in DIAGNOSTICS:
+            raise ValueError(
+                f"policy_loss.diagnostics must be one of {', '.join(DIAGNOSTICS.names())}, got {self.diagnostics!r}"
             )
         if not isinstance(self.relax, bool):
             raise ValueError(f"policy_loss.relax must be true or false, got {self.relax!r}")
@@ -441,9 +451,12 @@ def compute_policy_loss_clip_rule(
     loss = agg_loss(
         loss_mat=terms.loss, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info
     )
-    ours = terms.clip_metrics()
+    level = DIAGNOSTICS.canonical(str(_param(_get(config, "policy_loss", None), "diagnostics")))
+    # verl's own three metrics at every level (they are basic's): its trainer logs them for every loss
+    ours = terms.clip_metrics(level=level if level == "full" else "basic")
     metrics = {verl_name: ours[name] for verl_name, name in VERL_METRIC_NAMES.items()}
-    metrics.update({f"actor/{name}": value for name, value in ours.items()})
+    if level != "none":
+        metrics.update({f"actor/{name}": value for name, value in ours.items()})
     floats = _to_floats(metrics)
     delta = getattr(clip_rule, "delta", None)
     if isinstance(delta, (int, float)) and not isinstance(delta, bool):

@@ -15,7 +15,7 @@ from bandpo.losses.clip_rules import (
     make_clip_rule,
     register_clip_rule,
 )
-from bandpo.losses.diagnostics import PROB_BINS, clip_metrics
+from bandpo.losses.diagnostics import DIAGNOSTICS, PROB_BINS, basic_clip_metrics, clip_metrics
 from bandpo.losses.policy_loss import (
     KL_ESTIMATORS,
     group_advantages,
@@ -33,6 +33,7 @@ from bandpo.losses.schedule import (
 
 __all__ = [
     "CLIP_RULES",
+    "DIAGNOSTICS",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "PROB_BINS",
@@ -47,6 +48,7 @@ __all__ = [
     "FixedClip",
     "RadiusSchedule",
     "aggregate",
+    "basic_clip_metrics",
     "check_schedulable",
     "clip_metrics",
     "clip_rule_params",

@@ -36,7 +36,7 @@ from torch import Tensor
 from bandpo.core.checks import check_float_tensor
 from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_mean
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
-from bandpo.losses.diagnostics import clip_metrics
+from bandpo.losses.diagnostics import DIAGNOSTICS
 from bandpo.registry import Registry
 from bandpo.validation import check_number_above
 
@@ -164,16 +164,17 @@ def _check_objective_inputs(
     rule = make_clip_rule(clip_rule) if isinstance(clip_rule, str) else clip_rule
     if clip_ratio_c is not None and not clip_ratio_c > 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
-    if truncation_c is not None:
-        truncation_c = check_number_above("truncation_c", truncation_c, 1.0)
-        source, how = f"truncation_c={truncation_c:g}", "truncation_c"
-    else:
-        truncation_c = rule.truncation_c
-        source, how = (
-            f"clip rule {rule.describe()}",
-            f"the rule's clip_ratio_c, e.g. make_clip_rule({rule.name!r}, clip_ratio_c=...)",
-        )
+    passed_c = truncation_c is not None
+    truncation_c = check_number_above("truncation_c", truncation_c, 1.0) if passed_c else rule.truncation_c
     if truncation_c is not None and _passed(clip_ratio_c) and clip_ratio_c != truncation_c:
+        source, how = (  # built only for the message (describe() formats every parameter)
+            (f"truncation_c={truncation_c:g}", "truncation_c")
+            if passed_c
+            else (
+                f"clip rule {rule.describe()}",
+                f"the rule's clip_ratio_c, e.g. make_clip_rule({rule.name!r}, clip_ratio_c=...)",
+            )
+        )
         raise ValueError(
             f"clip_ratio_c={clip_ratio_c!r} has no effect on the truncated objective of {source} (its c is "
             f"{truncation_c:g}; it has no dual clip): set c with {how} and leave clip_ratio_c unset (or equal to c)"
@@ -277,9 +278,10 @@ class TokenTerms(NamedTuple):
     #: truncation (r > c on tokens inside the region) of the truncated one
     dual_active: Tensor
 
-    def clip_metrics(self, mask: Tensor | None = None) -> dict[str, Tensor]:
-        """:func:`bandpo.losses.diagnostics.clip_metrics` of these terms over ``mask`` (default: ``self.mask``)."""
-        return clip_metrics(
+    def clip_metrics(self, mask: Tensor | None = None, level: str = "full") -> dict[str, Tensor]:
+        """The diagnostics of these terms over ``mask`` (default: ``self.mask``) at ``level``, a name in
+        :data:`bandpo.losses.DIAGNOSTICS` (``full``: :func:`bandpo.losses.diagnostics.clip_metrics`)."""
+        return DIAGNOSTICS.get(level)(
             self.ratio,
             self.lo,
             self.hi,
@@ -399,6 +401,7 @@ def policy_loss(
     entropy: Tensor | None = None,
     entropy_coef: float = 0.0,
     check_values: bool = True,
+    diagnostics: str = "full",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Policy-gradient loss (the module docstring's clipped or truncated objective) and its diagnostics.
 
@@ -428,6 +431,10 @@ def policy_loss(
         entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef * agg(entropy)``).
         check_values: raise ``ValueError`` on values outside those above at real tokens, or a mask that is not
             0/1 (one device->host sync); ``False`` skips it (shape, dtype and name checks always run).
+        diagnostics: how many clipping diagnostics to compute, a name in ``DIAGNOSTICS.names()``: ``full``
+            (default: every ``clip/``, ``band/`` and ``policy/`` metric below), ``basic`` (``clip/frac``,
+            ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_dual``, ``policy/ppo_kl``: what verl's and TRL's own
+            losses log, the same values) or ``none``; the loss is the same at every level.
 
     Returns:
         ``(loss, metrics)``: () loss in the compute dtype (float32, float64 for float64 input; the module
@@ -450,6 +457,7 @@ def policy_loss(
         entropy_coef=entropy_coef,
         check_values=check_values,
     )
+    DIAGNOSTICS.canonical(diagnostics)  # before any work: an unknown level names the valid ones
     terms = _token_terms(x)
     mask = x.mask
     cdt = terms.loss.dtype  # compute_dtype of the inputs: at least float32
@@ -471,7 +479,7 @@ def policy_loss(
         metrics["loss/entropy"] = ent_agg.detach()
         metrics["policy/entropy"] = masked_mean(ent.detach(), mask)
     metrics["loss/total"] = loss.detach()
-    metrics.update(terms.clip_metrics(mask))
+    metrics.update(terms.clip_metrics(mask, diagnostics))
     return loss, metrics
 
 
