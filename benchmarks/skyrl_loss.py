@@ -5,9 +5,9 @@ benchmarks/skyrl_loss.py``). Every case is the registered loss called as SkyRL 0
 (``fn(log_probs, old_log_probs, advantages, config, loss_mask, rollout_logprobs)``), forward and backward, its
 metrics included (bandpo's: ``clip_ratio`` and every ``bandpo.clip_metrics`` diagnostic, one host transfer; SkyRL's
 ``regular``: ``clip_ratio``, one ``.item()``). Cases are timed in turn, best of ``--rounds`` rounds each
-(``bandpo.experiments.bench.time_interleaved``), and printed as ratios to ``regular``. One more case,
-``bandpo_grpo objective only``, is bandpo's per-token objective and SkyRL's masked sum without any diagnostics:
-where the adapter's time goes.
+(``bandpo.experiments.bench.time_interleaved``), and printed as ratios to ``regular``. ``bandpo_grpo (basic)``
+and ``(none)`` are the same loss at the lighter diagnostics levels (``trainer.algorithm.bandpo.diagnostics``): where
+the adapter's time goes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 from bandpo.experiments.bench import sample_logp, time_interleaved
-from bandpo.losses.policy_loss import per_token_policy_loss
 
 #: label -> (policy_loss_type, further trainer.algorithm overrides)
 CASES: dict[str, tuple[str, dict[str, str]]] = {
@@ -29,6 +28,8 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "dual_clip (SkyRL)": ("dual_clip", {}),
     "dppo (SkyRL, binary_kl)": ("dppo", {"dppo.dppo_type": "binary_kl"}),
     "bandpo_grpo": ("bandpo_grpo", {}),
+    "bandpo_grpo (basic)": ("bandpo_grpo", {"bandpo.diagnostics": "basic"}),
+    "bandpo_grpo (none)": ("bandpo_grpo", {"bandpo.diagnostics": "none"}),
     "bandpo (band kl, table)": ("bandpo", {}),
     "bandpo (band kl, scheduled)": ("bandpo", {"bandpo.step_delta": "0.04"}),
     "bandpo (band tv)": ("bandpo", {"bandpo.divergence": "tv"}),
@@ -71,15 +72,6 @@ def main(argv: list[str] | None = None) -> int:
 
         steps[label] = step
 
-    # Where the time goes: bandpo's per-token objective with SkyRL's masked sum, without the diagnostics
-    rule = bskyrl.clip_rule_for("grpo", bskyrl.BandPOSkyRLConfig.from_cli_overrides([]).trainer.algorithm)
-
-    def objective_only() -> None:
-        lp = logp.clone().requires_grad_(True)
-        terms = per_token_policy_loss(lp, old, adv, mask, rule, clip_ratio_c=3.0)
-        (terms.loss * mask).sum().backward()
-
-    steps["bandpo_grpo objective only"] = objective_only
     times = time_interleaved(steps, rounds=args.rounds)
     base = times["regular (SkyRL)"]
     rows = [{"case": label, "ms": 1e3 * sec, "x_regular": sec / base} for label, sec in times.items()]
