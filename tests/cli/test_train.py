@@ -295,7 +295,7 @@ def test_two_processes_accelerate_launch(tmp_path: Path) -> None:
     out = tmp_path / "out"
     cache = tmp_path / "cache"  # empty: the main process builds the small warm start
     args = [f"output_dir={out}", *warm_start_overrides(cache), *SMALL_RUN, "max_steps=2", "report_to=none"]
-    proc = accelerate_launch(["-m", "bandpo.cli.main", "train", "--config", str(TINY), *args], timeout=400)
+    proc = accelerate_launch(["-m", "bandpo.cli.main", "train", "--config", str(TINY), *args], timeout=900)
     assert proc.returncode == 0, f"accelerate launch failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
 
     assert json.loads((out / "run_info.json").read_text())["world_size"] == 2

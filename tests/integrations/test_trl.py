@@ -460,7 +460,7 @@ def test_two_processes_accelerate_launch(tmp_path: Path, tiny_model_dir: Path) -
     script.write_text(MULTI_PROCESS_SCRIPT)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    proc = accelerate_launch([str(script), str(tiny_model_dir), str(out_dir)], timeout=280)
+    proc = accelerate_launch([str(script), str(tiny_model_dir), str(out_dir)], timeout=900)
     assert proc.returncode == 0, f"accelerate launch failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
 
     result = json.loads((out_dir / "result.json").read_text())
