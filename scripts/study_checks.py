@@ -1,10 +1,10 @@
 """The numbers behind the README's and docs/study.md's summary sentences, recomputed from the committed exports.
 
-    python scripts/study_checks.py                    # reads docs/results/study-{grid,final,recipe}
+    python scripts/study_checks.py                    # reads docs/results/study-{grid,final,recipe,smollm2}
 
 Prints (1) the tail share of clipping under both conventions, (2) entropy ratios and paired differences, (3) the
 comparisons the summaries quote that the reports do not print (a seed left out, Band-KL vs DPPO-KL, the delta
-screen). Every number comes from ``bandpo.experiments.report`` (``load_runs``, ``run_summary``, ``compare_methods``:
+screen), (4) Study 3's per-seed outcomes and paired differences. Every number comes from ``bandpo.experiments.report`` (``load_runs``, ``run_summary``, ``compare_methods``:
 the same code as the reports) applied to the per-run files.
 """
 
@@ -132,7 +132,32 @@ def comparisons() -> None:
         print(f"  grid A (600 steps, 2 seeds) {method} - grpo, pass@1: {diff(a, 'pass@1', 'grpo', method)}")
 
 
+def smollm2() -> None:
+    """Study 3 (SmolLM2-135M-Instruct): per-seed outcomes and the registered paired differences."""
+    path = ROOT / "study-smollm2"
+    if not path.is_dir():
+        print("(4) Study 3: no export at", path)
+        return
+    print("(4) Study 3 (SmolLM2-135M-Instruct, arith): per seed, and Band-KL - GRPO paired 95% t intervals")
+    keys = {
+        "mean@8": 100.0,
+        "pass@8": 100.0,
+        "entropy": 1.0,
+        "train/tail_share": 100.0,
+        "train/clip_frac": 100.0,
+    }
+    for key, scale in keys.items():
+        values = per_seed(path, key)
+        for label in ("grpo", "band-kl"):
+            digits = 3 if scale == 1.0 else 2
+            row = ", ".join(f"{s}: {v * scale:.{digits}f}" for s, v in sorted(values.get(label, {}).items()))
+            print(f"  {key} {label}: {row}")
+        if len(values.get("grpo", {})) >= 2 and len(values.get("band-kl", {})) >= 2:
+            print(f"  {key} band-kl - grpo: {diff(path, key, 'grpo', 'band-kl', scale=scale)}")
+
+
 if __name__ == "__main__":
     tail_shares()
     entropies()
     comparisons()
+    smollm2()
