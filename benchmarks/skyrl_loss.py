@@ -3,7 +3,8 @@
 Run in the SkyRL environment (Python 3.12): ``make bench-skyrl`` (or ``.venv-skyrl/bin/python
 benchmarks/skyrl_loss.py``). Every case is the registered loss called as SkyRL 0.4.0's worker calls it
 (``fn(log_probs, old_log_probs, advantages, config, loss_mask, rollout_logprobs)``), forward and backward, its
-metrics included (bandpo's: ``clip_ratio`` and every ``bandpo.clip_metrics`` diagnostic, one host transfer; SkyRL's
+metrics included (bandpo's: ``clip_ratio`` and every ``bandpo.clip_metrics`` diagnostic but in the ``(basic)`` and
+``(none)`` cases, one host transfer; SkyRL's
 ``regular``: ``clip_ratio``, one ``.item()``). Cases are timed in turn, best of ``--rounds`` rounds each
 (``bandpo.experiments.bench.time_interleaved``), and printed as ratios to ``regular``. ``bandpo_grpo (basic)``
 and ``(none)`` are the same loss at the lighter diagnostics levels (``trainer.algorithm.bandpo.diagnostics``): where

@@ -36,6 +36,9 @@ def test_rows_against_verl() -> None:
     levels = ("", " (basic)", " (none)")
     want = [f"bandpo {n}{level}" for n in VERL_COMPARED_RULES for level in levels]
     assert list(by_case) == ["verl vanilla", "verl dppo_kl", *want]
+    assert [(r["rule"], r["level"]) for r in rows[2:]] == [
+        (n, lv) for n in VERL_COMPARED_RULES for lv in ("full", "basic", "none")
+    ]
     for clock in ("wall", "cpu"):
         assert by_case["verl vanilla"][f"{clock}_x_verl"] == 1.0
         for r in rows:

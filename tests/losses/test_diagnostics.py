@@ -13,7 +13,13 @@ from torch import Tensor
 
 from bandpo.experiments.bench import naive_clip_metrics
 from bandpo.losses import make_clip_rule, policy_loss
-from bandpo.losses.diagnostics import DIAGNOSTICS, PROB_BIN_EDGES, basic_clip_metrics, clip_metrics
+from bandpo.losses.diagnostics import (
+    DIAGNOSTICS,
+    PROB_BIN_EDGES,
+    basic_clip_metrics,
+    check_diagnostics,
+    clip_metrics,
+)
 from bandpo.losses.policy_loss import per_token_policy_loss
 
 
@@ -22,7 +28,10 @@ def assert_same_metrics(got: dict[str, Tensor], want: dict[str, Tensor]) -> None
     for name, value in want.items():
         assert got[name].shape == () and got[name].dtype == value.dtype, name
         assert not got[name].requires_grad, name
-        same = torch.equal(got[name], value) or bool(value.isnan() and got[name].isnan())
+        if value.isnan():
+            same = bool(got[name].isnan())
+        else:  # torch.equal says -0.0 == 0.0: the sign bit too
+            same = torch.equal(got[name], value) and bool(torch.signbit(got[name]) == torch.signbit(value))
         assert same, f"{name}: fused {got[name].item()!r}, naive {value.item()!r}"
 
 
@@ -150,14 +159,15 @@ BASIC = ["clip/frac", "clip/frac_up", "clip/frac_down", "clip/frac_dual", "polic
 @pytest.mark.parametrize("seed", [0, 1])
 def test_basic_is_full_restricted_to_its_names(dtype: torch.dtype, padding: float, seed: int) -> None:
     b = batch(seed, dtype, padding=padding)
-    for changes in ({}, {"dual_active": None, "log_ratio": None}, {"mask": b["mask"].to(dtype)}):
+    bf16 = {k: b[k].bfloat16() for k in ("ratio", "lo", "hi")}
+    empty = {"mask": torch.zeros_like(b["mask"])}
+    for changes in ({}, {"dual_active": None, "log_ratio": None}, {"mask": b["mask"].to(dtype)}, bf16, empty):
         args = {**b, **changes}
         full, basic = clip_metrics(**args), basic_clip_metrics(**args)
         names = BASIC if args["dual_active"] is not None else [n for n in BASIC if n != "clip/frac_dual"]
         assert list(basic) == names
         assert_same_metrics(basic, {k: full[k] for k in names})
-    empty = {**b, "mask": torch.zeros_like(b["mask"])}
-    assert all(v.item() == 0.0 for v in basic_clip_metrics(**empty).values())
+    assert all(v.item() == 0.0 and not v.signbit() for v in basic_clip_metrics(**{**b, **empty}).values())
 
 
 def test_levels_are_registered_and_an_unknown_one_is_refused() -> None:
@@ -174,7 +184,12 @@ def test_levels_are_registered_and_an_unknown_one_is_refused() -> None:
         extra = [k for k in met if not k.startswith("loss/")]
         assert extra == (BASIC if level == "basic" else [])
         assert all(torch.equal(met[k], full[k]) for k in met)
-    with pytest.raises(
-        ValueError, match=r"unknown diagnostics level 'ful'.*did you mean 'full'.*full, basic, none"
-    ):
+    msg = r"^diagnostics must be one of full, basic, none, got 'ful' \(did you mean 'full'\?\)$"
+    with pytest.raises(ValueError, match=msg):
         policy_loss(*args, diagnostics="ful")
+    for bad in (None, 1, ""):
+        with pytest.raises(
+            ValueError, match=rf"^x\.diagnostics must be one of full, basic, none, got {bad!r}$"
+        ):
+            check_diagnostics("x.diagnostics", bad)
+    assert check_diagnostics("x", "basic") == "basic"

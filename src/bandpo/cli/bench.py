@@ -152,7 +152,7 @@ def _print_verl(rows: list[dict], skipped: str | None, shape: list[int]) -> None
             f"{r['case']:<24} {r['wall_ms']:>9.2f} {r['wall_x_verl']:>7.2f} {r['wall_x_verl_median']:>8.2f} "
             f"{r['cpu_ms']:>9.2f} {r['cpu_x_verl']:>7.2f} {r['cpu_x_verl_median']:>8.2f}"
         )
-    for dppo in (r for r in rows if r["case"].startswith("bandpo dppo_kl")):
+    for dppo in (r for r in rows if r.get("rule") == "dppo_kl"):
         print(
             f"{dppo['case']} / verl dppo_kl: {dppo['wall_x_verl_dppo']:.2f}x wall, "
             f"{dppo['cpu_x_verl_dppo']:.2f}x cpu"

@@ -359,7 +359,8 @@ def bench_loss_vs_verl(
         ``(rows, None)``: per case ``case`` and, for each clock (``wall``, and ``cpu``: the process's CPU time, which
         waits for a core on a busy machine do not inflate), ``<clock>_ms`` (best), ``<clock>_ms_median``,
         ``<clock>_x_verl`` (best over verl vanilla's best), ``<clock>_x_verl_median`` (median over median) and,
-        for dppo_kl, ``<clock>_x_verl_dppo`` (best over verl dppo_kl's best); ``([], reason)`` when verl is not
+        for dppo_kl, ``<clock>_x_verl_dppo`` (best over verl dppo_kl's best); bandpo's rows also name their
+        ``rule`` and diagnostics ``level``; ``([], reason)`` when verl is not
         installed.
     """
     try:
@@ -417,15 +418,16 @@ def bench_loss_vs_verl(
         "dppo_kl",
         verl_config("dppo_kl", dppo.clip_divergence_low, dppo.clip_divergence_high, dppo.clip_ratio_c),
     )
-    for name in VERL_COMPARED_RULES:
+    cases: dict[str, dict[str, Any]] = {"verl vanilla": {}, "verl dppo_kl": {}}
+    for rule in VERL_COMPARED_RULES:
         for level in DIAGNOSTICS.names():
-            steps[f"bandpo {name}" + ("" if level == "full" else f" ({level})")] = bandpo_step(
-                make_clip_rule(name), level
-            )
+            case = f"bandpo {rule}" + ("" if level == "full" else f" ({level})")
+            steps[case] = bandpo_step(make_clip_rule(rule), level)
+            cases[case] = {"rule": rule, "level": level}
     times = time_interleaved_samples(steps, rounds=rounds)
     rows = []
     for name in steps:
-        row: dict[str, Any] = {"case": name}
+        row: dict[str, Any] = {"case": name, **cases[name]}
         for clock, i in (("wall", 0), ("cpu", 1)):
             best = {k: min(t[i] for t in v) for k, v in times.items()}
             median = {k: statistics.median(t[i] for t in v) for k, v in times.items()}
@@ -433,7 +435,7 @@ def bench_loss_vs_verl(
             row[f"{clock}_ms_median"] = 1e3 * median[name]
             row[f"{clock}_x_verl"] = best[name] / best["verl vanilla"]
             row[f"{clock}_x_verl_median"] = median[name] / median["verl vanilla"]
-            if name.startswith("bandpo dppo_kl"):
+            if cases[name].get("rule") == "dppo_kl":
                 row[f"{clock}_x_verl_dppo"] = best[name] / best["verl dppo_kl"]
         rows.append(row)
     return rows, None

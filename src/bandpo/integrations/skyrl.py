@@ -76,8 +76,8 @@ from torch import Tensor
 
 from bandpo._optional import MissingDependencyError
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
-from bandpo.losses.diagnostics import DIAGNOSTICS
-from bandpo.losses.policy_loss import per_token_policy_loss
+from bandpo.losses.diagnostics import check_diagnostics
+from bandpo.losses.policy_loss import framework_metrics, per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
 from bandpo.registry import closest
 
@@ -225,7 +225,8 @@ class _LossFields:
     diagnostics: str = "full"
     """The clipping diagnostics the loss logs (``bandpo.losses.DIAGNOSTICS``): ``full`` (every ``clip/``, ``band/``
     and ``policy/`` metric), ``basic`` (the clip fractions and ``policy/ppo_kl``) or ``none`` (SkyRL's
-    ``clip_ratio`` only, as its own losses log it). The loss is the same at every level."""
+    ``clip_ratio``, as its own losses log it; ``band/delta`` and the off-policy-correction metrics stay at every
+    level). The loss is the same at every level."""
     step_delta: float | None = None
     """Set by bandpo's SkyRL trainer at every training step (the schedule's radius of that step, sent to the
     workers with the batch); ``None``: ``delta``. Not a setting."""
@@ -256,10 +257,8 @@ def _check_section(values: Mapping[str, Any]) -> None:
     for key in ("relax", "dual_clip"):
         if key in values and not isinstance(values[key], bool):
             raise ValueError(f"{_SECTION}.{key} must be true or false, got {values[key]!r}")
-    if "diagnostics" in values and values["diagnostics"] not in DIAGNOSTICS:
-        raise ValueError(
-            f"{_SECTION}.diagnostics must be one of {', '.join(DIAGNOSTICS.names())}, got {values['diagnostics']!r}"
-        )
+    if "diagnostics" in values:
+        check_diagnostics(f"{_SECTION}.diagnostics", values["diagnostics"])
     if "anchor" in values and values["anchor"] not in ANCHORS:
         raise ValueError(f"{_SECTION}.anchor must be one of {', '.join(ANCHORS)}, got {values['anchor']!r}")
     if not isinstance(values.get("rule_kwargs", {}), Mapping):
@@ -457,13 +456,9 @@ class SkyRLPolicyLoss:
             terms.loss, old_log_probs, rollout_logprobs, mask, config.off_policy_correction
         )
         loss = reduce_loss(loss, mask_after)
-        level = section["diagnostics"]
-        ours = terms.clip_metrics(
-            level=level if level == "full" else "basic"
-        )  # SkyRL's clip_ratio at every level
-        metrics = {skyrl_name: ours[name] for skyrl_name, name in SKYRL_METRIC_NAMES.items()}
-        if level != "none":
-            metrics.update(ours)
+        # SkyRL's clip_ratio at every level
+        metrics, ours = framework_metrics(terms, SKYRL_METRIC_NAMES, section["diagnostics"])
+        metrics.update(ours)
         out = _to_floats(metrics)
         if hasattr(rule, "delta"):
             out["band/delta"] = float(rule.delta)  # the radius this step used (the schedule's value)

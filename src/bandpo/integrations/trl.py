@@ -85,7 +85,7 @@ except ImportError as err:  # pragma: no cover - exercised only without trl
 
 from bandpo.losses.aggregation import masked_mean
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
-from bandpo.losses.diagnostics import DIAGNOSTICS
+from bandpo.losses.diagnostics import DIAGNOSTICS, check_diagnostics
 from bandpo.losses.schedule import RADIUS_SCHEDULES, RadiusSchedule, radius_schedule, rule_at_step
 
 __all__ = [
@@ -262,10 +262,7 @@ class BandPOConfig(GRPOConfig):
         super().__post_init__()
 
     def _validate_bandpo_fields(self) -> None:
-        if self.diagnostics not in DIAGNOSTICS:
-            raise ValueError(
-                f"diagnostics must be one of {', '.join(DIAGNOSTICS.names())}, got {self.diagnostics!r}"
-            )
+        self.diagnostics = check_diagnostics("diagnostics", self.diagnostics)
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             reason = REFUSED_LOSS_TYPES.get(self.loss_type, "it is not a TRL 1.16 loss type")
             raise ValueError(

@@ -90,8 +90,8 @@ import torch
 from torch import Tensor
 
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
-from bandpo.losses.diagnostics import DIAGNOSTICS
-from bandpo.losses.policy_loss import TokenTerms, per_token_policy_loss
+from bandpo.losses.diagnostics import check_diagnostics
+from bandpo.losses.policy_loss import TokenTerms, framework_metrics, per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_step
 from bandpo.validation import check_int_in
 
@@ -155,7 +155,7 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
         diagnostics: the clipping diagnostics the loss logs (``bandpo.losses.DIAGNOSTICS``): ``full`` (default:
             every ``actor/clip/...``, ``actor/band/...``, ``actor/policy/...`` metric), ``basic`` (verl's own three,
             ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, and the up/down clip fractions)
-            or ``none`` (verl's three only, as its ``vanilla`` loss logs them).
+            or ``none`` (verl's three, as its ``vanilla`` loss logs them, and ``actor/band/delta`` for Band).
 
     Raises:
         ValueError: at construction (i.e. when verl builds the actor config) for a ``loss_mode`` that verl's
@@ -186,10 +186,9 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
                 f"policy_loss.loss_mode must be a policy loss registered in verl, got {self.loss_mode!r}; valid "
                 f"names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
             )
-        if self.diagnostics not in DIAGNOSTICS:
-            raise ValueError(
-                f"policy_loss.diagnostics must be one of {', '.join(DIAGNOSTICS.names())}, got {self.diagnostics!r}"
-            )
+        check_diagnostics(
+            "policy_loss.diagnostics", self.diagnostics
+        )  # verl configs are frozen: checked only
         if not isinstance(self.relax, bool):
             raise ValueError(f"policy_loss.relax must be true or false, got {self.relax!r}")
         try:
@@ -451,12 +450,13 @@ def compute_policy_loss_clip_rule(
     loss = agg_loss(
         loss_mat=terms.loss, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info
     )
-    level = DIAGNOSTICS.canonical(str(_param(_get(config, "policy_loss", None), "diagnostics")))
-    # verl's own three metrics at every level (they are basic's): its trainer logs them for every loss
-    ours = terms.clip_metrics(level=level if level == "full" else "basic")
-    metrics = {verl_name: ours[name] for verl_name, name in VERL_METRIC_NAMES.items()}
-    if level != "none":
-        metrics.update({f"actor/{name}": value for name, value in ours.items()})
+    level = _param(_get(config, "policy_loss", None), "diagnostics")
+    level = check_diagnostics(
+        "policy_loss.diagnostics", _DEFAULTS["diagnostics"].default if level is None else level
+    )
+    # verl's own three metrics at every level: its trainer logs them for every loss
+    metrics, ours = framework_metrics(terms, VERL_METRIC_NAMES, level)
+    metrics.update({f"actor/{name}": value for name, value in ours.items()})
     floats = _to_floats(metrics)
     delta = getattr(clip_rule, "delta", None)
     if isinstance(delta, (int, float)) and not isinstance(delta, bool):

@@ -43,8 +43,10 @@ def masked_min(x: Tensor, mask: Tensor) -> Tensor:
 
 
 def masked_max(x: Tensor, mask: Tensor) -> Tensor:
-    """Maximum over masked positions; 0 when the mask is empty."""
-    return -masked_min(-x, mask)
+    """Maximum over masked positions; 0 (+0.0) when the mask is empty."""
+    m = mask.bool()
+    val = torch.where(m, x, torch.full_like(x, float("-inf"))).amax() if x.numel() else x.new_zeros(())
+    return torch.where(m.any(), val, torch.zeros_like(val))
 
 
 def aggregate(loss_mat: Tensor, mask: Tensor, mode: str = "seq-mean-token-mean") -> Tensor:

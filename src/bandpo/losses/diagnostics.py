@@ -25,9 +25,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from bandpo.registry import Registry
+from bandpo.registry import Registry, did_you_mean
 
-__all__ = ["DIAGNOSTICS", "PROB_BINS", "PROB_BIN_EDGES", "TAIL_PROB", "basic_clip_metrics", "clip_metrics"]
+__all__ = [
+    "DIAGNOSTICS",
+    "PROB_BINS",
+    "PROB_BIN_EDGES",
+    "TAIL_PROB",
+    "basic_clip_metrics",
+    "check_diagnostics",
+    "clip_metrics",
+]
 
 PROB_BIN_EDGES = (0.2, 0.4, 0.6, 0.8)
 """Edges of the old-probability bins of the metrics; bins are half-open ``[a, b)`` (the last ``[0.8, 1]``)."""
@@ -159,7 +167,7 @@ def clip_metrics(
             [
                 torch.where(m, lo, zero).sum(),
                 torch.where(m, hi, zero).sum(),
-                -torch.where(m, lr, zero).sum(),
+                zero - torch.where(m, lr, zero).sum(),  # not -sum: +0, not -0, over an empty mask
                 torch.where(m, torch.expm1(lr) - lr, zero).sum(),
                 torch.where(m, r, zero).sum(),
             ]
@@ -199,7 +207,11 @@ def basic_clip_metrics(
     """The diagnostics that verl's and TRL's own PPO losses log, and nothing else: ``clip/frac``,
     ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_dual`` (only with ``dual_active``) and ``policy/ppo_kl``,
     each equal bit for bit to :func:`clip_metrics`'s value of the same name (the same integer counts, the same
-    masked sum, the same division). Arguments as :func:`clip_metrics` (``old_log_prob`` is not read: no bins)."""
+    masked sum, the same division). Arguments as :func:`clip_metrics` (``old_log_prob`` is not read: no bins).
+
+    Returns:
+        Detached () tensors in ``ratio``'s dtype (float32 for a lower precision), computed under ``torch.no_grad``
+        with no host sync; 0 over an empty mask."""
     del old_log_prob  # the signature of the registry's entries
     with torch.no_grad():
         m = mask if mask.dtype == torch.bool else mask.bool()
@@ -218,13 +230,23 @@ def basic_clip_metrics(
         met: dict[str, Tensor] = dict(zip(names, values.unbind()))
         zero = torch.zeros((), dtype=f, device=ratio.device)
         lr = torch.log(ratio.to(f)) if log_ratio is None else log_ratio.to(f)
-        met["policy/ppo_kl"] = -torch.where(m, lr, zero).sum() / n_real.to(f).clamp(min=1.0)
+        met["policy/ppo_kl"] = (zero - torch.where(m, lr, zero).sum()) / n_real.to(f).clamp(min=1.0)
     return met
 
 
 def _no_metrics(*args: Tensor, **kwargs: Tensor | None) -> dict[str, Tensor]:
     """The ``none`` level: no diagnostics (the loss's own ``loss/...`` values stay)."""
     return {}
+
+
+def check_diagnostics(name: str, value: object) -> str:
+    """``value`` as a registered level of :data:`DIAGNOSTICS` (its canonical name), for the setting ``name`` (e.g.
+    ``"diagnostics"``, ``"policy_loss.diagnostics"``); anything else raises ``ValueError`` in one line naming the
+    setting, the value, the closest level and the valid ones."""
+    if isinstance(value, str) and value in DIAGNOSTICS:
+        return DIAGNOSTICS.canonical(value)
+    hint = did_you_mean(value, DIAGNOSTICS.names()) if isinstance(value, str) else ""
+    raise ValueError(f"{name} must be one of {', '.join(DIAGNOSTICS.names())}, got {value!r}{hint}")
 
 
 DiagnosticsFn = Callable[..., dict[str, Tensor]]

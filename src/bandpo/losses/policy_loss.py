@@ -36,7 +36,7 @@ from torch import Tensor
 from bandpo.core.checks import check_float_tensor
 from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_mean
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
-from bandpo.losses.diagnostics import DIAGNOSTICS
+from bandpo.losses.diagnostics import DIAGNOSTICS, check_diagnostics
 from bandpo.registry import Registry
 from bandpo.validation import check_number_above
 
@@ -280,7 +280,8 @@ class TokenTerms(NamedTuple):
 
     def clip_metrics(self, mask: Tensor | None = None, level: str = "full") -> dict[str, Tensor]:
         """The diagnostics of these terms over ``mask`` (default: ``self.mask``) at ``level``, a name in
-        :data:`bandpo.losses.DIAGNOSTICS` (``full``: :func:`bandpo.losses.diagnostics.clip_metrics`)."""
+        :data:`bandpo.losses.DIAGNOSTICS` (``full``: :func:`bandpo.losses.diagnostics.clip_metrics`): detached ()
+        tensors in the compute dtype, no host sync."""
         return DIAGNOSTICS.get(level)(
             self.ratio,
             self.lo,
@@ -291,6 +292,22 @@ class TokenTerms(NamedTuple):
             dual_active=self.dual_active,
             log_ratio=self.log_ratio,
         )
+
+
+def framework_metrics(
+    terms: TokenTerms, names: dict[str, str], level: str
+) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """The metrics an integration logs: ``(theirs, ours)``, where ``theirs`` maps the framework's own metric names
+    to bandpo's values (``names``: framework name -> bandpo name, e.g. verl's ``actor/pg_clipfrac`` ->
+    ``clip/frac``), present at every level as the framework's own losses log them, and ``ours`` is
+    ``terms.clip_metrics(level=level)``. Names that ``level`` does not compute come from the ``basic`` level
+    (detached () tensors)."""
+    ours = terms.clip_metrics(level=level)
+    if not all(name in ours for name in names.values()):
+        ours_or_basic = {**terms.clip_metrics(level="basic"), **ours}
+    else:
+        ours_or_basic = ours
+    return {theirs: ours_or_basic[name] for theirs, name in names.items()}, ours
 
 
 def per_token_policy_loss(
@@ -457,7 +474,7 @@ def policy_loss(
         entropy_coef=entropy_coef,
         check_values=check_values,
     )
-    DIAGNOSTICS.canonical(diagnostics)  # before any work: an unknown level names the valid ones
+    diagnostics = check_diagnostics("diagnostics", diagnostics)  # before any work
     terms = _token_terms(x)
     mask = x.mask
     cdt = terms.loss.dtype  # compute_dtype of the inputs: at least float32
