@@ -389,11 +389,13 @@ def _token_terms(x: _ObjectiveInputs) -> TokenTerms:
         loss = torch.where(keep, -adv * torch.clamp(r, max=x.truncation_c) * logp, zero)
         dual_active = keep & (r > x.truncation_c)
     else:
-        loss = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))  # L1
+        neg_adv = -adv  # once: each use below is the same product as with -adv spelled out
+        loss = torch.maximum(neg_adv * ratio, neg_adv * torch.clamp(ratio, lo, hi))  # L1
         if x.clip_ratio_c is not None:
-            dual = torch.minimum(loss, -adv * x.clip_ratio_c)
-            dual_active = (adv < 0) & (dual < loss)
-            loss = torch.where(adv < 0, dual, loss)
+            negative = adv < 0
+            dual = torch.minimum(loss, neg_adv * x.clip_ratio_c)
+            dual_active = negative & (dual < loss)
+            loss = torch.where(negative, dual, loss)
         else:
             dual_active = torch.zeros_like(mask)
     if x.rollout_is_weights is not None:
