@@ -425,12 +425,17 @@ def bench_loss_vs_verl(
             steps[case] = bandpo_step(make_clip_rule(rule), level)
             cases[case] = {"rule": rule, "level": level}
     times = time_interleaved_samples(steps, rounds=rounds)
+    clocks = {"wall": 0, "cpu": 1}
+    best_of = {clock: {k: min(t[i] for t in v) for k, v in times.items()} for clock, i in clocks.items()}
+    median_of = {
+        clock: {k: statistics.median(t[i] for t in v) for k, v in times.items()}
+        for clock, i in clocks.items()
+    }
     rows = []
     for name in steps:
         row: dict[str, Any] = {"case": name, **cases[name]}
-        for clock, i in (("wall", 0), ("cpu", 1)):
-            best = {k: min(t[i] for t in v) for k, v in times.items()}
-            median = {k: statistics.median(t[i] for t in v) for k, v in times.items()}
+        for clock in clocks:
+            best, median = best_of[clock], median_of[clock]
             row[f"{clock}_ms"] = 1e3 * best[name]
             row[f"{clock}_ms_median"] = 1e3 * median[name]
             row[f"{clock}_x_verl"] = best[name] / best["verl vanilla"]

@@ -582,10 +582,18 @@ class BandPOTrainer(GRPOTrainer):
         (one gather; none at level ``none``, which logs only ``band/delta``)."""
         mode = "train" if self.model.training else "eval"
         level = self.args.diagnostics
-        if level == "none":
-            if c.radius is not None:
-                self._metrics[mode]["band/delta"].append(float(c.radius))
-            return
+        # every process has the same level, so all of them skip the gather together
+        metrics = {} if level == "none" else self._gathered_metrics(c, level)
+        if metrics:
+            values = torch.stack([v.to(torch.float64) for v in metrics.values()]).tolist()  # one host sync
+            for key, value in zip(metrics, values):
+                self._metrics[mode][key].append(value)
+        if c.radius is not None:
+            self._metrics[mode]["band/delta"].append(float(c.radius))
+
+    def _gathered_metrics(self, c: _LossCapture, level: str) -> dict[str, Tensor]:
+        """The diagnostics at ``level`` of the tokens of all processes (padded and gathered once), and
+        ``policy/entropy`` when the loss had entropies: detached () tensors."""
         zero = torch.zeros((), dtype=c.lo.dtype, device=c.lo.device)
         log_ratio = torch.where(c.mask, c.log_prob - c.old_log_prob, zero)
         entropy = torch.zeros_like(c.lo) if c.entropy is None else c.entropy
@@ -610,8 +618,4 @@ class BandPOTrainer(GRPOTrainer):
         metrics = DIAGNOSTICS.get(level)(ratio, lo, hi, adv, mask, old, log_ratio=log_ratio)
         if c.entropy is not None:
             metrics["policy/entropy"] = masked_mean(entropy, mask)
-        values = torch.stack([v.to(torch.float64) for v in metrics.values()]).tolist()  # one host sync
-        for key, value in zip(metrics, values):
-            self._metrics[mode][key].append(value)
-        if c.radius is not None:
-            self._metrics[mode]["band/delta"].append(float(c.radius))
+        return metrics

@@ -186,9 +186,8 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
                 f"policy_loss.loss_mode must be a policy loss registered in verl, got {self.loss_mode!r}; valid "
                 f"names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
             )
-        check_diagnostics(
-            "policy_loss.diagnostics", self.diagnostics
-        )  # verl configs are frozen: checked only
+        # verl's configs are frozen: checked, not replaced by the canonical name
+        check_diagnostics("policy_loss.diagnostics", self.diagnostics)
         if not isinstance(self.relax, bool):
             raise ValueError(f"policy_loss.relax must be true or false, got {self.relax!r}")
         try:

@@ -303,11 +303,12 @@ def framework_metrics(
     ``terms.clip_metrics(level=level)``. Names that ``level`` does not compute come from the ``basic`` level
     (detached () tensors)."""
     ours = terms.clip_metrics(level=level)
-    if not all(name in ours for name in names.values()):
-        ours_or_basic = {**terms.clip_metrics(level="basic"), **ours}
-    else:
-        ours_or_basic = ours
-    return {theirs: ours_or_basic[name] for theirs, name in names.items()}, ours
+    have = (
+        ours
+        if all(name in ours for name in names.values())
+        else {**terms.clip_metrics(level="basic"), **ours}
+    )
+    return {theirs: have[name] for theirs, name in names.items()}, ours
 
 
 def per_token_policy_loss(
