@@ -3,7 +3,7 @@
 Layers, lowest first (a module may import its own layer and the ones below, never above)::
 
     0  registry, _files, _optional, provenance,       utilities every layer may use
-       validation, config
+       validation, config, runtime
     1  core                                           pure tensor math
     2  losses, bandpo (the package's public API)      the objective, rules, metrics
     3  integrations, plots                            TRL / verl adapters; bound plots
@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "provenance": 0,
     "validation": 0,
     "config": 0,
+    "runtime": 0,
     "core": 1,
     "losses": 2,
     "": 2,  # bandpo/__init__.py: re-exports core and losses

@@ -475,3 +475,99 @@ def test_two_processes_accelerate_launch(tmp_path: Path, tiny_model_dir: Path) -
         assert row["clip/frac"] == pytest.approx(row["clip_ratio/region_mean"], abs=1e-6)
         assert row["policy/entropy"] == pytest.approx(row["entropy"], rel=1e-5)
     assert max(row["clip/frac_out"] for row in rows) > 0
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_first_update_of_a_round_has_ratio_exactly_one(
+    tmp_path: Path,
+    precision: str,
+    tiny_model: Any,
+    tiny_tokenizer: Any,
+    tiny_dataset: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old log-probs of a generation round are computed on the micro-batches the updates use, so the first
+    update of every round sees ratio exactly 1 (bit for bit), in float32 and in bf16 (bf16 sampling and backward,
+    ``bandpo.runtime``); later updates of the round see a moved policy (the ratio differs from 1 somewhere).
+    On this tiny model TRL's own layout happens to give the same bits too; the layout itself is checked by
+    test_old_log_probs_use_the_training_micro_batches."""
+    from bandpo.runtime import resolve_precision
+    from bandpo.training.run import _trainer_class
+
+    # 2 mini-batches x 2 iterations per round: rounds start at steps 0 and 4
+    args = make_config(tmp_path, max_steps=6)
+    trainer = _trainer_class(BandPOTrainer)(
+        model=tiny_model,
+        reward_funcs=vowel_digit_reward,
+        args=args,
+        train_dataset=tiny_dataset,
+        processing_class=tiny_tokenizer,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bf16 on a CPU without native bf16 warns that it is slower
+        trainer.precision = resolve_precision(precision)
+    spy = ClampSpy()
+    monkeypatch.setattr(torch, "clamp", spy)
+    trainer.train()
+    monkeypatch.undo()
+
+    assert len(spy.records) == 6
+    for step, rec in enumerate(spy.records):
+        mask = rec["mask"]
+        assert not torch.isnan(rec["old"][mask]).any(), f"step {step}: a deferred old log-prob was not filled"
+        diff = (rec["current"] - rec["old"])[mask].abs().max().item()
+        if step % 4 == 0:
+            assert diff == 0.0, f"step {step} opens a round: ratio must be exactly 1, max |log r| = {diff}"
+        else:
+            assert diff > 0.0, f"step {step}: the policy moved (lr 3e-2), the ratio cannot be exactly 1"
+
+
+def test_old_log_probs_equal_trl_own_up_to_layout(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deferred old log-probs are the ones TRL computes over the whole generation batch (to float32
+    rounding): only the batch layout differs. Reference: the same round with the deferral switched off."""
+    records = {}
+    for defer in (True, False):
+        model = type(tiny_model).from_pretrained(tiny_model.config._name_or_path, dtype=torch.float32)
+        args = make_config(tmp_path / str(defer), max_steps=1)
+        trainer = make_trainer(args, model, tiny_tokenizer, tiny_dataset)
+        if not defer:
+            monkeypatch.setattr(
+                BandPOTrainer,
+                "_generate_and_score_completions",
+                bandpo_trl.GRPOTrainer._generate_and_score_completions,
+            )
+        spy = ClampSpy()
+        monkeypatch.setattr(torch, "clamp", spy)
+        trainer.train()
+        monkeypatch.undo()
+        records[defer] = spy.records[0]
+    a, b = records[True], records[False]
+    mask = a["mask"]
+    assert torch.equal(mask, b["mask"])
+    torch.testing.assert_close(a["old"][mask], b["old"][mask], rtol=0, atol=1e-5)
+
+
+def test_old_log_probs_use_the_training_micro_batches(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every forward that gives old log-probs runs on exactly the tensors (rows, order, padding) of a training
+    forward of the same round, and the old log-probs of a round are computed once, before its first update."""
+    calls: list[tuple[bool, Tensor, Tensor]] = []
+    real = bandpo_trl.GRPOTrainer._get_per_token_logps_and_entropies
+
+    def spy(self: Any, model: Any, input_ids: Tensor, attention_mask: Tensor, *a: Any, **k: Any) -> Any:
+        calls.append((torch.is_grad_enabled(), input_ids.clone(), attention_mask.clone()))
+        return real(self, model, input_ids, attention_mask, *a, **k)
+
+    monkeypatch.setattr(bandpo_trl.GRPOTrainer, "_get_per_token_logps_and_entropies", spy)
+    args = make_config(tmp_path, max_steps=8)  # two rounds of 2 micro-batches x 2 iterations
+    make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset).train()
+    kinds = ["train" if grad else "old" for grad, _, _ in calls]
+    assert kinds == ["old", "old"] + ["train"] * 4 + ["old", "old"] + ["train"] * 4
+    for start in (0, 6):
+        old = calls[start : start + 2]
+        train = calls[start + 2 : start + 6]
+        for _, ids, att in train:
+            assert any(torch.equal(ids, o_ids) and torch.equal(att, o_att) for _, o_ids, o_att in old)

@@ -103,6 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     parser.add_argument(
+        "--precision",
+        default="auto",
+        help="CPU sampling precision: auto (bf16 where the CPU has native bf16 and the model is large enough), "
+        "float32 or bf16 (default auto)",
+    )
+    parser.add_argument(
         "--output", "-o", default=None, help="JSON results file (default: <model>/eval_results.json)"
     )
     parser.add_argument("--save-samples", default=None, help="also write every completion to this JSONL file")
@@ -146,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             n_bootstrap=args.n_bootstrap,
             backend="vllm" if args.vllm else "transformers",
+            precision=args.precision,
             progress=not args.no_progress,
         )
         options = _task_options(args.task_options)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bandpo.eval.errors import EvalError
+from bandpo.runtime import Precision, resolve_precision
 
 if TYPE_CHECKING:
     from bandpo.eval.settings import EvalSettings
@@ -52,10 +53,17 @@ class TransformersSampler:
             settings,
             max_new_tokens,
         )
+        self.precision: Precision | None = None  # resolved at the first call
 
     def __call__(self, prompts: list[str], add_special_tokens: bool, seed: int | None) -> Chunk:
         from bandpo.eval.sampling import generate_samples
 
+        if self.precision is None:
+            self.precision = resolve_precision(
+                self.settings.precision,
+                on_gpu=self.model.device.type != "cpu",
+                n_params=sum(p.numel() for p in self.model.parameters()),
+            )
         s = generate_samples(
             self.model,
             self.tokenizer,
@@ -67,6 +75,7 @@ class TransformersSampler:
             seed=seed,
             add_special_tokens=add_special_tokens,
             compute_entropy=True,
+            precision=self.precision,
         )
         return Chunk(s.completions, s.lengths, s.finished, s.entropy, sum(map(sum, s.lengths)))
 

@@ -9,6 +9,7 @@ it costs one softmax per step and no stored logits.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from torch import Tensor
 from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
 from bandpo.eval.metrics import pass_at_k
+from bandpo.runtime import Precision
 from bandpo.validation import check_int_in
 
 __all__ = ["Samples", "evaluate_pass_rates", "generate_samples", "sample_completions"]
@@ -82,6 +84,7 @@ def generate_samples(
     seed: int | None = 0,
     add_special_tokens: bool = True,
     compute_entropy: bool = True,
+    precision: Precision | None = None,
 ) -> Samples:
     """Sample ``k`` completions for every prompt, ``batch_size`` prompts (``batch_size * k`` sequences) per
     ``generate`` call.
@@ -99,6 +102,8 @@ def generate_samples(
             advances the global RNG.
         add_special_tokens: passed to the tokenizer (e.g. to add a BOS).
         compute_entropy: record the mean entropy of the sampled distributions.
+        precision: a resolved precision (:mod:`bandpo.runtime`): ``bf16`` samples under bfloat16 autocast;
+            ``None`` samples in the model's own dtype.
     """
     k = check_int_in("k", k, 1)
     max_new_tokens = check_int_in("max_new_tokens", max_new_tokens, 1)
@@ -152,7 +157,7 @@ def generate_samples(
                 input_ids = enc["input_ids"].repeat_interleave(k, dim=0)  # (len(chunk) * k, T_prompt)
                 # (len(chunk) * k, T_prompt)
                 attention_mask = enc["attention_mask"].repeat_interleave(k, dim=0)
-                with torch.no_grad():
+                with torch.no_grad(), precision.sampling() if precision else contextlib.nullcontext():
                     out = model.generate(
                         input_ids=input_ids,
                         attention_mask=attention_mask,

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bandpo.eval.errors import EvalError
+from bandpo.runtime import check_precision
 from bandpo.validation import check_int_in
 
 __all__ = ["BACKENDS", "EvalSettings", "default_ks", "parse_ks"]
@@ -69,6 +70,8 @@ class EvalSettings:
         seed: sampling seed (``None``: unseeded).
         n_bootstrap: resamples of best@k (the authors: 1000).
         backend: one of :data:`BACKENDS`.
+        precision: how the transformers backend samples on a CPU (:mod:`bandpo.runtime`): ``auto`` (bf16 where
+            the CPU has native bfloat16 and the model is large enough), ``float32`` or ``bf16``.
         progress: show a progress bar with ETA.
     """
 
@@ -80,6 +83,7 @@ class EvalSettings:
     seed: int | None = 0
     n_bootstrap: int = 1000
     backend: str = "transformers"
+    precision: str = "auto"
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -94,5 +98,9 @@ class EvalSettings:
         self.n_bootstrap = check_int_in("n_bootstrap", self.n_bootstrap, 1, error=EvalError)
         if self.seed is not None:
             self.seed = check_int_in("seed", self.seed, 0, note=" or None", error=EvalError)
+        try:
+            self.precision = check_precision(self.precision)
+        except ValueError as err:
+            raise EvalError(str(err)) from None
         if self.backend not in BACKENDS:
             raise EvalError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")

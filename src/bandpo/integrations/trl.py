@@ -78,6 +78,7 @@ try:
     from packaging.version import InvalidVersion, Version
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+    from trl.models.utils import disable_gradient_checkpointing
 except ImportError as err:  # pragma: no cover - exercised only without trl
     raise ImportError(
         "bandpo.integrations.trl needs TRL 1.16.x: pip install 'bandpo[trl]' (or 'trl>=1.16,<1.17')"
@@ -114,6 +115,20 @@ REFUSED_LOSS_TYPES = {
     "luspo": "it is a sequence-level objective (importance_sampling_level='sequence'), Band needs token ratios",
 }
 """TRL loss types that cannot take per-token bounds, with the reason (shown in the error message)."""
+
+_FORWARD_EXTRAS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+"""The optional inputs ``GRPOTrainer._compute_loss`` passes to its forward (multimodal fields), by name."""
 
 # BandPOConfig's radius-schedule fields, by RadiusSchedule field (for the messages).
 _SCHEDULE_LABELS = {
@@ -419,6 +434,9 @@ class BandPOTrainer(GRPOTrainer):
         self._bandpo_capture: _LossCapture | None = None
         # Training-mode losses computed with the bounds since the last optimizer step (the step guard).
         self._bandpo_bounded_losses = 0
+        # The old-log-prob pass of a generation round, deferred to _prepare_inputs (training layout).
+        self._bandpo_defer_old = False
+        self._bandpo_old_pending = False
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self.add_callback(_StepGuard(self))
         if not args.clipping_can_bind and self.accelerator.is_main_process:
@@ -505,8 +523,83 @@ class BandPOTrainer(GRPOTrainer):
             self.radius_schedule = self.radius_schedule.for_run(total)
         return rule_at_step(self.clip_rule, self.radius_schedule, self.state.global_step + 1)
 
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        """The parent's generation round, with its old-log-prob pass deferred to :meth:`_prepare_inputs`.
+
+        TRL computes the old log-probs over the whole generation batch in chunks, in generation order, then
+        shuffles the batch into micro-batches; the training forward then sees each sequence in another batch
+        layout. Log-probs of one sequence may differ in the last bits between layouts, and in reduced precision
+        by much more, which moves the ratio of the first update away from 1. Here the parent's pass returns a
+        placeholder (no forward runs) and :meth:`_prepare_inputs` computes the old log-probs on the very
+        micro-batches the updates use (same rows, order, padding and call), so the first update of a round has
+        ratio exactly 1 and later ratios differ from it only by what the updates changed.
+        """
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        defer = (
+            self.model.training
+            and not self.use_vllm
+            and self.args.gradient_accumulation_steps % generate_every != 0
+        )
+        self._bandpo_defer_old = defer
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self._bandpo_defer_old = False
+        if defer:
+            if out.get("old_per_token_logps") is None or not getattr(
+                out["old_per_token_logps"], "_bandpo_deferred", False
+            ):
+                raise RuntimeError(
+                    f"GRPOTrainer._generate_and_score_completions (trl {trl.__version__}) did not compute old "
+                    f"log-probs where trl{SUPPORTED_TRL} does; BandPOTrainer cannot place them"
+                )
+            self._bandpo_old_pending = True
+        return out
+
+    def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+        """The parent's micro-batch; right after a generation round, first the old log-probs of every
+        micro-batch of the round, each computed as the training forward will compute it (under ``no_grad``)."""
+        inputs = super()._prepare_inputs(generation_batch)
+        if self._bandpo_old_pending:
+            self._bandpo_old_pending = False
+            with (
+                torch.no_grad(),
+                disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
+            ):
+                for batch in self._buffered_inputs:
+                    batch["old_per_token_logps"] = self._micro_batch_log_probs(batch)
+        return inputs
+
+    def _micro_batch_log_probs(self, batch: dict[str, Any]) -> Tensor:
+        """(B, T) log-probs of ``batch``'s completion tokens by the current policy, through the same call as
+        ``GRPOTrainer._compute_loss`` makes for its forward."""
+        completion_ids = batch["completion_ids"]
+        logps, _, _ = super()._get_per_token_logps_and_entropies(
+            self.model,
+            torch.cat([batch["prompt_ids"], completion_ids], dim=1),
+            torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
+            completion_ids.size(1),
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{name: batch.get(name) for name in _FORWARD_EXTRAS},
+        )
+        return logps
+
     def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
-        """The parent's forward; inside ``_compute_loss`` it also installs the per-token bounds."""
+        """The parent's forward; inside ``_compute_loss`` it also installs the per-token bounds. The first call
+        of a deferred generation round (its old-log-prob pass) returns a placeholder instead
+        (:meth:`_generate_and_score_completions`)."""
+        if self._bandpo_defer_old:
+            self._bandpo_defer_old = False  # only the old-log-prob pass; a reference-model pass runs as usual
+            input_ids, logits_to_keep = args[0], args[2]
+            placeholder = torch.full(
+                (input_ids.size(0), logits_to_keep),
+                float("nan"),
+                dtype=torch.float32,
+                device=input_ids.device,
+            )
+            placeholder._bandpo_deferred = True  # type: ignore[attr-defined]
+            return placeholder, None, None
         out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         if self._bandpo_loss_inputs is not None:
             self._install_bounds(self._bandpo_loss_inputs, out[0], out[1])

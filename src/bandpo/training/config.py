@@ -68,6 +68,7 @@ from bandpo.config import (
     where,
 )
 from bandpo.registry import did_you_mean
+from bandpo.runtime import check_precision
 from bandpo.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
 from bandpo.validation import check_int_in
 
@@ -118,6 +119,10 @@ class ModelConfig:
             ``data.task``: the task's own model (countdown: the warm-started tiny Qwen2, built once and cached).
         dtype: weights dtype for ``from_pretrained``: one of :data:`DTYPES` (TRL's default ``float32``; use
             ``bf16: true`` for bfloat16 mixed precision on GPUs).
+        precision: how a CPU run computes (:mod:`bandpo.training.runtime`): ``auto`` (default: ``bf16`` where
+            the CPU has native bfloat16 instructions and the model is large enough for it to pay, else
+            ``float32``), ``float32``, or ``bf16`` (bfloat16 sampling and backward pass; the log-probs of the
+            ratio, the weights, the optimizer and the loss stay float32). On a GPU TRL's ``bf16`` applies.
         attn_implementation: passed to ``from_pretrained`` (``eager``, ``sdpa``, ``flash_attention_2``);
             ``None`` keeps the model's default.
         cache_dir: where the task model or a built-in model is cached; ``None``: ``$BANDPO_CACHE_DIR`` or ``~/.cache/bandpo``.
@@ -127,6 +132,7 @@ class ModelConfig:
 
     path: str | None = None
     dtype: str = "float32"
+    precision: str = "auto"
     attn_implementation: str | None = None
     cache_dir: str | None = None
     warm_start: dict[str, Any] = field(default_factory=dict)
@@ -134,6 +140,10 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        try:
+            self.precision = check_precision(self.precision, "model.precision")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if self.path is not None and not str(self.path).strip():
             raise ConfigError("model.path must be a model directory, a Hugging Face id or 'tiny', got ''")
 
@@ -475,6 +485,14 @@ class TrainConfig:
             kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing", True)
         if "use_cpu" not in kwargs and not _accelerator_available():
             kwargs["use_cpu"] = True
+        if kwargs.get("use_cpu"):
+            if kwargs.get("bf16"):
+                raise ConfigError(
+                    "bf16: true on a CPU run is TRL's bfloat16 autocast of every forward pass, which rounds the "
+                    "log-probs of the ratio and clips tokens the update did not move; set model.precision: bf16 "
+                    "(bfloat16 sampling and backward pass, float32 ratio) and bf16: false"
+                )
+            kwargs["bf16"] = False  # the CPU's precision is model.precision's (bandpo.training.runtime)
         init_kwargs = dict(kwargs.get("model_init_kwargs") or {})
         for key, value in (
             ("dtype", self.model.dtype),

@@ -42,6 +42,13 @@ from bandpo._files import read_json_object
 from bandpo.models import MODELS, ModelUnavailableError, builtin_model_dir, is_builtin_model
 from bandpo.provenance import provenance
 from bandpo.rewards import SafeRewardFunc
+from bandpo.runtime import (
+    FLOAT32,
+    Precision,
+    completion_tokens_only,
+    keep_freed_memory,
+    resolve_precision,
+)
 from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.data import build_prompt_dataset, load_problems
@@ -329,7 +336,27 @@ def _trainer_class(base: type) -> type:
 
     class RunTrainer(base):  # type: ignore[misc, valid-type]
         """The method's trainer that also logs ``rewards/<name>/failures``: completions of the generation batch
-        (all processes) whose scoring raised and got the failure reward."""
+        (all processes) whose scoring raised and got the failure reward, and computes in ``self.precision``
+        (:mod:`bandpo.training.runtime`: sampling and the backward pass in bf16 when it is ``bf16``, the
+        forward passes of the log-probs in float32)."""
+
+        precision: Precision = FLOAT32
+
+        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
+            with self.precision.sampling():
+                return super()._generate_single_turn(*args, **kwargs)
+
+        def training_step(self, *args: Any, **kwargs: Any) -> Any:
+            with self.precision.backward():
+                return super().training_step(*args, **kwargs)
+
+        def _prepare_inputs(self, *args: Any, **kwargs: Any) -> Any:
+            with self.precision.exact(), completion_tokens_only():
+                return super()._prepare_inputs(*args, **kwargs)
+
+        def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
+            with self.precision.exact(), completion_tokens_only():
+                return super().compute_loss(*args, **kwargs)
 
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
             safe = [f for f in self.reward_funcs if isinstance(f, SafeRewardFunc)]
@@ -411,6 +438,20 @@ def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output
         "provenance_earlier": _earlier_provenance(prepared, output_dir),
     }
     (output_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+
+
+def _record_run_info(output_dir: Path, **values: Any) -> None:
+    """Add ``values`` to ``run_info.json`` (written by :func:`_write_run_files`)."""
+    path = output_dir / RUN_INFO_FILE
+    info = read_json_object(path)
+    info.update(values)
+    path.write_text(json.dumps(info, indent=2) + "\n")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _is_tensorboard_folder(path: Path) -> bool:
@@ -551,6 +592,9 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
         _write_run_files(prepared, model_path, n_rows, output_dir)
         print(_describe(prepared, model_path, n_rows), flush=True)
 
+    on_gpu = not args.use_cpu and _cuda_available()
+    if not on_gpu:
+        keep_freed_memory()
     base = (prepared.method or config.training_method()).trainer_class()
     trainer = _trainer_class(base)(
         model=model_path,
@@ -560,6 +604,12 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
         processing_class=prepared.tokenizer,
         callbacks=[MetricsJSONLCallback(output_dir / METRICS_FILE), *callbacks],
     )
+    trainer.precision = resolve_precision(
+        config.model.precision, on_gpu=on_gpu, n_params=sum(p.numel() for p in trainer.model.parameters())
+    )
+    if is_main:
+        print(f"  precision  {trainer.precision.describe()}", flush=True)
+        _record_run_info(output_dir, precision=trainer.precision.record())
     if not args.disable_tqdm:  # same bar and ETA, one summary line per log instead of ~70 metrics
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(CompactProgressCallback())

@@ -1,0 +1,269 @@
+"""How a real-model RL step runs on a CPU: the precision setting and the allocator.
+
+``precision`` (``model.precision`` in a training config, ``--precision`` on ``eval`` / ``probe`` / ``demo``):
+
+``float32``
+    Every matrix product in float32.
+``bf16``
+    Sampling (``generate``) under bfloat16 autocast, and the matrix products of the *backward* pass with
+    bfloat16 inputs and float32 accumulation and outputs (oneDNN's ``fp32_precision = "bf16"``). The forward
+    passes that give the log-probabilities of the ratio (old and new policy) stay float32, and so do the master
+    weights, the optimizer, the loss and its bounds.
+``auto``
+    ``bf16`` where the CPU has native bfloat16 matrix instructions (``amx_bf16`` or ``avx512_bf16``), ``float32``
+    elsewhere.
+
+Why the forward stays float32 (measured on SmolLM2-135M, ``docs/smollm2.md``): in bfloat16 the weights and
+activations carry 8 significant bits, while one optimizer update moves a weight by about 1e-4 of its value. After
+an update, part of the rounded values flip by a whole bfloat16 step, so the bf16 policy's log-probabilities move by
+0.1-0.2 (standard deviation) beyond what the update moves them in float64: a ratio that differs from the exact one
+by 10-20 %, enough to push tokens across a 0.2 clip boundary that the update did not push. That is clipping made by
+rounding, and it would decide a study of clipping. The log-probs of the ratio are therefore computed in float32;
+the backward pass only shapes the gradient (a 0.3 % relative error per product, far below the sampling noise of
+the gradient), and sampling from a bf16 copy of the policy is the usual rollout-engine mismatch (the ratio is
+taken between float32 log-probs of the sampled tokens, exactly 1 on the first update of a round).
+
+On a GPU the frameworks' own mixed precision applies (TRL's ``bf16``), and ``precision`` changes nothing.
+
+The allocator (:func:`keep_freed_memory`): one step of a real model allocates and frees buffers of 100 MB and more
+(the gradient of a 49,152 x 576 embedding, its tied twin, chunks of logits). glibc returns blocks above its mmap
+threshold to the kernel at every ``free``, so every step pays page faults to get them back (measured: a third of
+the step in system time). The training process turns that off for itself with ``mallopt`` (no mmap for large
+blocks, no trimming of the heap); nothing else changes, and memory stays at the step's peak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "BF16_MIN_PARAMS",
+    "FLOAT32",
+    "PRECISIONS",
+    "Bf16SlowWarning",
+    "Precision",
+    "check_precision",
+    "completion_tokens_only",
+    "cpu_bf16_flags",
+    "keep_freed_memory",
+    "resolve_precision",
+]
+
+PRECISIONS = ("auto", "float32", "bf16")
+"""Valid ``precision`` values (module docstring)."""
+
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+"""CPU flags (``/proc/cpuinfo``) of native bfloat16 matrix instructions."""
+
+BF16_MIN_PARAMS = 20_000_000
+"""``auto`` keeps float32 below this many parameters: a small model's step is not made of large matrix
+products, and bfloat16 autocast only adds casts to it (the 0.9M-parameter task model, measured in
+``docs/smollm2.md``)."""
+
+_CPUINFO = Path("/proc/cpuinfo")
+
+
+class Bf16SlowWarning(UserWarning):
+    """``precision: bf16`` asked for on a CPU without native bfloat16 instructions: it runs, emulated, slower."""
+
+
+def check_precision(value: object, name: str = "precision") -> str:
+    """``value`` if it is one of :data:`PRECISIONS`; else ``ValueError`` naming ``name``, the value and the valid
+    values (``bfloat16`` is read as ``bf16``)."""
+    if value == "bfloat16":
+        return "bf16"
+    if not isinstance(value, str) or value not in PRECISIONS:
+        raise ValueError(f"{name} must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return value
+
+
+def cpu_bf16_flags(cpuinfo: str | None = None) -> tuple[str, ...]:
+    """The native bfloat16 flags (:data:`NATIVE_BF16_FLAGS`) this CPU reports, from ``/proc/cpuinfo`` (or the
+    given text); empty where there are none or the file cannot be read (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = _CPUINFO.read_text()
+        except OSError:
+            return ()
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+            break
+    return tuple(f for f in NATIVE_BF16_FLAGS if f in flags)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A resolved precision.
+
+    Attributes:
+        requested: what the config asked for (one of :data:`PRECISIONS`).
+        name: what runs: ``float32`` or ``bf16`` on a CPU; ``framework`` on a GPU (its own mixed precision).
+        reason: one line saying why (the CPU flags found, or the GPU).
+    """
+
+    requested: str
+    name: str
+    reason: str
+
+    @property
+    def bf16(self) -> bool:
+        """Whether sampling and the backward pass use bfloat16 (module docstring)."""
+        return self.name == "bf16"
+
+    def describe(self) -> str:
+        """``bf16 (auto: this CPU has amx_bf16, avx512_bf16)``."""
+        return f"{self.name} ({self.reason})"
+
+    def record(self) -> dict[str, str]:
+        """For ``run_info.json``."""
+        return {"requested": self.requested, "name": self.name, "reason": self.reason}
+
+    @contextlib.contextmanager
+    def sampling(self) -> Iterator[None]:
+        """Around ``generate``: bfloat16 autocast for ``bf16``, nothing otherwise."""
+        if not self.bf16:
+            yield
+            return
+        import torch
+
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            yield
+
+    @contextlib.contextmanager
+    def backward(self) -> Iterator[None]:
+        """Around a training step: float32 matrix products take bfloat16 inputs (float32 accumulation and output)
+        for ``bf16``; the forward passes inside it go back to float32 under :meth:`exact`."""
+        with _matmul_precision("bf16" if self.bf16 else None):
+            yield
+
+    @contextlib.contextmanager
+    def exact(self) -> Iterator[None]:
+        """Around the forward passes whose log-probs form the ratio: float32 matrix products."""
+        with _matmul_precision("ieee" if self.bf16 else None):
+            yield
+
+
+@contextlib.contextmanager
+def _matmul_precision(value: str | None) -> Iterator[None]:
+    """Set oneDNN's float32 matmul precision (``ieee`` or ``bf16``) for the block; ``None`` leaves it."""
+    import torch
+
+    setting = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    if value is None or setting is None or not hasattr(setting, "fp32_precision"):
+        yield
+        return
+    before = setting.fp32_precision
+    setting.fp32_precision = value
+    try:
+        yield
+    finally:
+        setting.fp32_precision = before
+
+
+def resolve_precision(
+    requested: str, *, on_gpu: bool = False, n_params: int | None = None, cpuinfo: str | None = None
+) -> Precision:
+    """What ``requested`` (one of :data:`PRECISIONS`) runs as here.
+
+    ``auto``: ``bf16`` where the CPU reports :data:`NATIVE_BF16_FLAGS` and the model has at least
+    :data:`BF16_MIN_PARAMS` parameters (``n_params``; ``None``: unknown, counts as large), else ``float32``.
+    ``bf16`` on a CPU without the flags runs (emulated) and warns (:class:`Bf16SlowWarning`). On a GPU:
+    ``framework``.
+
+    Raises:
+        ValueError: ``requested`` is not one of :data:`PRECISIONS`.
+    """
+    requested = check_precision(requested)
+    if on_gpu:
+        return Precision(requested, "framework", "GPU: the framework's own mixed precision (TRL: bf16)")
+    flags = cpu_bf16_flags(cpuinfo)
+    has = (
+        f"this CPU has {', '.join(flags)}"
+        if flags
+        else "this CPU has no native bf16 (no amx_bf16, avx512_bf16)"
+    )
+    if requested == "auto":
+        if flags and n_params is not None and n_params < BF16_MIN_PARAMS:
+            return Precision(
+                requested,
+                "float32",
+                f"auto: {has}, but the model has {n_params / 1e6:.1f}M parameters (bf16 pays from "
+                f"{BF16_MIN_PARAMS / 1e6:.0f}M)",
+            )
+        return Precision(requested, "bf16" if flags else "float32", f"auto: {has}")
+    if requested == "bf16" and not flags:
+        warnings.warn(
+            "precision bf16: this CPU has no native bf16 instructions (no amx_bf16, avx512_bf16), so bf16 is "
+            "emulated and slower than float32 here",
+            Bf16SlowWarning,
+            stacklevel=2,
+        )
+    return Precision(requested, requested, f"asked for; {has}")
+
+
+FLOAT32 = Precision("float32", "float32", "default")
+"""Plain float32 (what a trainer computes in before a precision is resolved)."""
+
+
+@contextlib.contextmanager
+def completion_tokens_only() -> Iterator[None]:
+    """TRL's fused LM head (``trl.trainer.utils.add_fused_lm_head``) on a CPU: project only the positions whose
+    next token is scored (the completion tokens) instead of every position of prompt and completion.
+
+    TRL scores every position on devices without Triton so that tile shapes stay fixed for compilers (Neuron);
+    an eager CPU run has no such need, and the prompt positions are 60-75 % of the logits it computes and then
+    masks (the same log-probs either way: each position's product is computed alone). Without TRL, or with a
+    TRL whose fused head does not read ``_use_triton``, this does nothing.
+    """
+    try:
+        import trl.trainer.utils as trl_utils
+    except ImportError:
+        yield
+        return
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:
+        yield
+        return
+
+    def compact(device: object) -> bool:
+        return getattr(device, "type", None) == "cpu" or bool(original(device))
+
+    trl_utils._use_triton = compact
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
+_M_MMAP_MAX = -4
+
+
+def keep_freed_memory() -> bool:
+    """Keep freed memory in this process's heap instead of returning it to the kernel (glibc ``mallopt``: no mmap
+    for large blocks, trim threshold and top pad 1 GiB / 256 MiB); module docstring for why. Returns whether it
+    was applied (False off Linux/glibc). Affects later allocations only; call it before the model is loaded."""
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    ok = mallopt(_M_MMAP_MAX, 0) == 1
+    ok &= mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1
+    ok &= mallopt(_M_TOP_PAD, 256 << 20) == 1
+    return bool(ok)

@@ -1,0 +1,158 @@
+"""Tests for ``bandpo.runtime``: the precision setting (validation, CPU detection, resolution, the contexts) and
+the allocator switch."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from bandpo.runtime import (
+    BF16_MIN_PARAMS,
+    PRECISIONS,
+    Bf16SlowWarning,
+    Precision,
+    check_precision,
+    completion_tokens_only,
+    cpu_bf16_flags,
+    keep_freed_memory,
+    resolve_precision,
+)
+
+AMX = "processor : 0\nflags : fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+AVX2 = "processor : 0\nflags : fpu sse avx2 fma\n"
+
+
+@pytest.mark.parametrize("value", PRECISIONS)
+def test_valid_precisions(value: str) -> None:
+    assert check_precision(value) == value
+
+
+def test_bfloat16_reads_as_bf16() -> None:
+    assert check_precision("bfloat16") == "bf16"
+
+
+@pytest.mark.parametrize("value", ["fp16", "BF16", "", None, 32])
+def test_unknown_precision_is_one_line_with_the_valid_values(value: object) -> None:
+    with pytest.raises(ValueError) as err:
+        check_precision(value, "model.precision")
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("model.precision must be one of auto, float32, bf16, got ")
+    assert repr(value) in message
+
+
+def test_cpu_flags() -> None:
+    assert cpu_bf16_flags(AMX) == ("amx_bf16", "avx512_bf16")
+    assert cpu_bf16_flags(AVX2) == ()
+    assert cpu_bf16_flags("") == ()
+
+
+def test_auto_picks_bf16_only_with_native_bf16_and_a_large_model() -> None:
+    assert resolve_precision("auto", cpuinfo=AMX).name == "bf16"
+    assert resolve_precision("auto", cpuinfo=AMX, n_params=BF16_MIN_PARAMS).name == "bf16"
+    small = resolve_precision("auto", cpuinfo=AMX, n_params=900_000)
+    assert small.name == "float32" and "0.9M parameters" in small.reason
+    avx2 = resolve_precision("auto", cpuinfo=AVX2)
+    assert avx2.name == "float32" and "no native bf16" in avx2.reason
+    assert resolve_precision("float32", cpuinfo=AMX).name == "float32"
+    assert resolve_precision("auto", on_gpu=True, cpuinfo=AMX).name == "framework"
+
+
+def test_bf16_without_native_bf16_runs_with_one_warning() -> None:
+    with pytest.warns(Bf16SlowWarning, match="slower than float32 here") as record:
+        p = resolve_precision("bf16", cpuinfo=AVX2)
+    assert p.name == "bf16" and len(record) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_precision("bf16", cpuinfo=AMX).name == "bf16"
+
+
+def test_record_and_describe() -> None:
+    p = resolve_precision("auto", cpuinfo=AMX)
+    assert p.record() == {
+        "requested": "auto",
+        "name": "bf16",
+        "reason": "auto: this CPU has amx_bf16, avx512_bf16",
+    }
+    assert p.describe().startswith("bf16 (auto:")
+
+
+def _mkldnn_precision() -> str | None:
+    setting = getattr(torch.backends.mkldnn, "matmul", None)
+    return getattr(setting, "fp32_precision", None)
+
+
+@pytest.mark.skipif(_mkldnn_precision() is None, reason="this torch has no mkldnn fp32_precision")
+def test_backward_and_exact_contexts_set_and_restore_the_matmul_precision() -> None:
+    bf16 = Precision("bf16", "bf16", "test")
+    before = _mkldnn_precision()
+    with bf16.backward():
+        assert _mkldnn_precision() == "bf16"
+        with bf16.exact():
+            assert _mkldnn_precision() == "ieee"
+        assert _mkldnn_precision() == "bf16"
+    assert _mkldnn_precision() == before
+    f32 = Precision("float32", "float32", "test")
+    with f32.backward(), f32.exact():
+        assert _mkldnn_precision() == before
+
+
+def test_exact_forward_inside_bf16_backward_is_float32() -> None:
+    """Under ``backward()`` a float32 product takes bf16 inputs; under ``exact()`` inside it, it is float32 again
+    (equal to the product outside any context)."""
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 256), torch.randn(256, 64)
+    ref = a @ b
+    p = Precision("bf16", "bf16", "test")
+    with p.backward(), p.exact():
+        assert torch.equal(a @ b, ref)
+
+
+def test_sampling_context_autocasts_only_for_bf16() -> None:
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    with Precision("bf16", "bf16", "t").sampling():
+        assert (a @ b).dtype == torch.bfloat16
+    with Precision("float32", "float32", "t").sampling():
+        assert (a @ b).dtype == torch.float32
+
+
+def test_keep_freed_memory_reports_whether_it_applied() -> None:
+    applied = keep_freed_memory()
+    assert isinstance(applied, bool)
+    big = torch.ones(40_000_000)  # 160 MB: above glibc's largest mmap threshold, now from the heap
+    assert float(big[-1]) == 1.0
+
+
+def test_completion_tokens_only_gives_the_same_log_probs() -> None:
+    """TRL's fused head scoring only the completion tokens gives the same log-probs as scoring every position
+    (each position's projection is computed alone)."""
+    pytest.importorskip("trl")
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids = torch.randint(0, 50, (3, 12))
+    labels = ids.clone()
+    labels[:, :7] = -100
+    with torch.no_grad():
+        full = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        with completion_tokens_only():
+            compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
+    torch.testing.assert_close(compact.log_probs, full.log_probs, rtol=0, atol=1e-6)
+    torch.testing.assert_close(compact.entropy, full.entropy, rtol=0, atol=1e-6)
+    import trl.trainer.utils as trl_utils
+
+    assert trl_utils._use_triton(torch.device("cpu")) is False  # restored
