@@ -111,3 +111,23 @@ def test_extra_packages_and_missing_ones() -> None:
     assert record["no-such-distribution-xyz"] == prov.NOT_INSTALLED
     assert list(record).count("torch") == 1
     assert prov.package_version("no-such-distribution-xyz") == "not installed"
+
+
+@needs_git
+def test_code_changed_sees_edits_between_two_dirty_records(checkout: Path) -> None:
+    """Two records of a dirty checkout differ when its uncommitted code changed between them (the same files
+    dirty, other contents), and agree when nothing changed."""
+    clean = prov.git_state(checkout / "pkg")
+    (checkout / "pkg" / "mod.py").write_text("x = 2\n")
+    first = prov.git_state(checkout / "pkg")
+    assert prov.code_changed(clean, first) is True
+    assert prov.code_changed(first, prov.git_state(checkout / "pkg")) is False
+    (checkout / "pkg" / "mod.py").write_text("x = 3\n")
+    second = prov.git_state(checkout / "pkg")
+    assert second["dirty_files"] == first["dirty_files"]
+    assert prov.code_changed(first, second) is True
+    (checkout / "new.py").write_text("a\n")
+    third = prov.git_state(checkout / "pkg")
+    (checkout / "new.py").write_text("b\n")  # an untracked file's contents count too
+    assert prov.code_changed(third, prov.git_state(checkout / "pkg")) is True
+    assert prov.code_changed({"commit": "unknown"}, third) == "unknown"

@@ -9,6 +9,7 @@ calls (tens of milliseconds) and no import of torch.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -17,7 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_PACKAGES", "NOT_INSTALLED", "UNKNOWN", "git_state", "package_version", "provenance"]
+__all__ = [
+    "DEFAULT_PACKAGES",
+    "NOT_INSTALLED",
+    "UNKNOWN",
+    "code_changed",
+    "git_state",
+    "package_version",
+    "provenance",
+]
 
 UNKNOWN = "unknown"
 """The value of ``commit`` and ``dirty`` when bandpo is not in a git checkout (an installed wheel) or git fails."""
@@ -75,7 +84,35 @@ def git_state(directory: str | Path | None = None) -> dict[str, Any]:
     if changed:
         out["dirty_count"] = len(changed)
         out["dirty_files"] = changed[:MAX_DIRTY_FILES]
+        try:
+            out["dirty_sha256"] = _dirty_fingerprint(top, changed)
+        except (OSError, subprocess.SubprocessError):
+            out["dirty_sha256"] = UNKNOWN
     return out
+
+
+def _dirty_fingerprint(top: Path, changed: Sequence[str]) -> str:
+    """SHA-256 of the uncommitted changes: ``git diff HEAD`` and the bytes of the untracked files listed in
+    ``changed``, so that two records of a dirty checkout tell whether its code changed in between."""
+    digest = hashlib.sha256(_git(top, "diff", "HEAD", "--binary").encode())
+    for name in sorted(changed):
+        path = top / name.strip('"')
+        if path.is_file() and not _git(top, "ls-files", "--", str(path)):
+            digest.update(name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def code_changed(start: dict[str, Any], end: dict[str, Any]) -> bool | str:
+    """Whether the code of two :func:`provenance` records differs (commit, dirty flag or uncommitted changes):
+    ``True`` / ``False``, or ``"unknown"`` when either record could not read the checkout."""
+    keys = ("commit", "dirty", "dirty_sha256")
+    if UNKNOWN in (start.get("commit"), end.get("commit")) or UNKNOWN in (
+        start.get("dirty_sha256"),
+        end.get("dirty_sha256"),
+    ):
+        return UNKNOWN
+    return any(start.get(k) != end.get(k) for k in keys)
 
 
 def package_version(name: str) -> str:

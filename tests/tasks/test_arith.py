@@ -9,15 +9,18 @@ import pytest
 from bandpo.tasks.arith import ArithConfig, arith_answer, count_arith_problems, make_arith_splits
 
 
+def _values(digits: list[int]) -> list[int]:
+    return sorted({v for d in digits for v in (range(10) if d == 1 else range(10 ** (d - 1), 10**d))})
+
+
 def _brute_count(config: ArithConfig) -> int:
-    values = sorted(
-        {v for d in config.digits for v in (range(10) if d == 1 else range(10 ** (d - 1), 10**d))}
-    )
+    """Every problem the draw can produce: ``a`` of ``digits``, ``b`` of ``second_digits``, a negative
+    subtraction written the other way round."""
     keys = set()
     for op in config.ops:
-        for a, b in itertools.product(values, values):
+        for a, b in itertools.product(_values(config.digits), _values(config.second_digits or config.digits)):
             if op == "-" and config.nonnegative and a < b:
-                continue
+                a, b = b, a
             keys.add((a, op, b))
     return len(keys)
 
@@ -30,6 +33,8 @@ def _brute_count(config: ArithConfig) -> int:
         {"digits": [1], "operators": ["-"], "nonnegative": False, "n_train": 50, "n_test": 5},
         {"digits": [1, 2], "operators": ["+", "x"], "n_train": 50, "n_test": 5},
         {"digits": [2], "operators": ["+", "-", "*"], "n_train": 50, "n_test": 5},
+        {"digits": [1, 2], "second_digits": [1], "n_train": 50, "n_test": 5},
+        {"digits": [2], "second_digits": [1, 2], "operators": ["-"], "n_train": 50, "n_test": 5},
     ],
 )
 def test_count_matches_brute_force(options: dict) -> None:
@@ -102,3 +107,18 @@ def test_task_is_registered_with_the_last_number_reward() -> None:
     assert len(rows) == 5
     with pytest.raises(ConfigError, match=r"data.task_options.*digits"):
         DataConfig(task="arith", task_options={"digits": [7]})
+
+
+def test_second_digits_sets_the_second_operand() -> None:
+    config = ArithConfig(digits=[2], second_digits=[1], operators=["+", "*"], n_train=300, n_test=100)
+    train, test = make_arith_splits(config)
+    for row in train + test:
+        a, _, b = row["question"].removeprefix("What is ").removesuffix("?").split()
+        assert 10 <= int(a) <= 99 and 0 <= int(b) <= 9
+    assert len({r["question"] for r in train + test}) == 400
+
+
+@pytest.mark.parametrize("value", [[], [4], [1, 1], "1"])
+def test_bad_second_digits_are_refused(value: object) -> None:
+    with pytest.raises(ValueError, match="second_digits"):
+        ArithConfig(digits=[1], second_digits=value, n_train=5, n_test=5)

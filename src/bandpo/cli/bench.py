@@ -32,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip the radius-schedule benchmark (changing vs constant)",
     )
+    parser.add_argument(
+        "--real-model",
+        action="store_true",
+        help="run only the real-model section (SmolLM2-135M, minutes): one optimizer step of "
+        "configs/smollm2-arith.yaml part by part against the matmul floor, float32 vs bf16, and two processes at "
+        "one thread against one at two",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
 
 
@@ -52,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         f"bandpo {code['bandpo']} (commit {code['commit'][:10]}{dirty}), torch {code['torch']}, verl {code['verl']}; "
         f"{torch.get_num_threads()} threads, float32 inputs, cap 10, delta 0.05"
     )
+    if args.real_model:
+        return _run_real_model(args, code)
     rows = bench.bench_bounds(tuple(args.sizes), repeats=args.repeats)
     print(f"\n{'tokens':>9}  {'case':<38} {'ms/call':>10} {'x TV':>8} {'bisection/x':>12}")
     for r in rows:
@@ -157,3 +166,48 @@ def _print_verl(rows: list[dict], skipped: str | None, shape: list[int]) -> None
             f"{dppo['case']} / verl dppo_kl: {dppo['wall_x_verl_dppo']:.2f}x wall, "
             f"{dppo['cpu_x_verl_dppo']:.2f}x cpu"
         )
+
+
+def _run_real_model(args: argparse.Namespace, code: dict) -> int:
+    """The real-model section alone (module ``bandpo.experiments.bench_llm``)."""
+    import torch
+
+    from bandpo.experiments import bench_llm
+    from bandpo.runtime import resolve_precision
+
+    print(f"precision auto here: {resolve_precision('auto').describe()}; {torch.get_num_threads()} thread(s)")
+    out = bench_llm.bench_real_step()
+    rates = out["rates"]
+    print(
+        "matmul (864 x 576 x 1536), GFLOP/s: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in rates.items())
+        + f" ({rates['bfloat16'] / rates['float32']:.1f}x float32 in bfloat16)"
+    )
+    print(
+        f"\none optimizer step of configs/smollm2-arith.yaml (per step: a round's generation and old log-probs "
+        f"divided by its {bench_llm.RECIPE['steps_per_generation']} steps); floor = matrix FLOPs / the matmul rate "
+        "of the part's dtype"
+    )
+    print(f"{'precision':<9} {'part':<20} {'ms':>9} {'GFLOP':>7} {'floor ms':>9} {'x floor':>8} {'share':>7}")
+    for r in out["rows"]:
+        x = f"{r['x_floor']:.2f}" if r["x_floor"] else "-"
+        print(
+            f"{r['precision']:<9} {r['part']:<20} {r['ms']:>9.1f} {r['gflop']:>7.1f} {r['floor_ms']:>9.1f} "
+            f"{x:>8} {100 * r['share']:>6.2f}%"
+        )
+    steps = out["steps"]
+    if "float32" in steps and "bf16" in steps:
+        print(
+            f"steps per hour: float32 {steps['float32']['steps_per_hour']:.0f}, bf16 {steps['bf16']['steps_per_hour']:.0f} "
+            f"({steps['bf16']['steps_per_hour'] / steps['float32']['steps_per_hour']:.2f}x)"
+        )
+    pair = bench_llm.side_by_side()
+    print(
+        f"forward + backward passes per second, both cores: two processes at one thread "
+        f"{pair['two_processes_one_thread']:.3f}, one process at two threads {pair['one_process_two_threads']:.3f} "
+        f"({pair['ratio']:.2f}x)"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"provenance": code, **out, "side_by_side": pair}, indent=1))
+    return 0

@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-u
     from bandpo.eval.models import load_model, resolve_model_dir
     from bandpo.eval.scorers import get_scorer
     from bandpo.experiments.llm_probe import figure, markdown, run_probe
-    from bandpo.provenance import provenance
+    from bandpo.provenance import code_changed, provenance
 
     dataset = load_eval_dataset(args.dataset, split=config.split, task_options=options)
     if len(dataset.problems) < config.prompts:
@@ -117,14 +117,19 @@ def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-u
         correct, _ = score_fn(raw_prompt_text(problem["prompt"]), completion, problem.get("answer"))
         return 1.0 if correct else 0.0
 
+    code = provenance()  # the code that runs the probe, recorded before it runs
     result = run_probe(
         model, tokenizer, dataset.problems, texts, score, config, progress=not args.no_progress
     )
+    changed = code_changed(code, provenance())
     command = shlex.join(["bandpo", "probe", *sys.argv[2:]]) if sys.argv[1:2] == ["probe"] else None
     result.update(
         {"model": str(args.model), "model_dir": str(model_dir), "dataset": dataset.name, "command": command,
-         "provenance": provenance()}
+         "provenance": code, "checkout_changed_during_run": changed}
     )  # fmt: skip
+    if changed is True:
+        print("bandpo probe: warning: the checkout's code changed while the probe ran (provenance is its start)",
+              file=sys.stderr)  # fmt: skip
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")

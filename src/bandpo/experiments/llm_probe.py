@@ -38,6 +38,7 @@ from torch import Tensor
 
 from bandpo.losses.clip_rules import make_clip_rule
 from bandpo.losses.policy_loss import group_advantages, policy_loss
+from bandpo.runtime import FLOAT32, Precision, check_precision, resolve_precision
 from bandpo.validation import check_int_in, check_positive_number
 
 __all__ = ["P_OLD_BINS", "ProbeConfig", "probe_batch", "run_probe", "summarize_probe"]
@@ -61,6 +62,8 @@ class ProbeConfig:
         learning_rate: AdamW learning rate.
         seed: first batch's seed (prompt choice and sampling).
         split: the task split prompts come from.
+        precision: ``auto``, ``float32`` or ``bf16`` (:mod:`bandpo.runtime`): bf16 samples and back-propagates
+            in bfloat16; the log-probs the ratios and the metrics come from are float32 either way.
     """
 
     rules: tuple[str, ...] = DEFAULT_RULES
@@ -73,6 +76,7 @@ class ProbeConfig:
     learning_rate: float = 1e-5
     seed: int = 0
     split: str = "train"
+    precision: str = "auto"
     rule_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -84,6 +88,7 @@ class ProbeConfig:
         check_int_in("seed", self.seed, 0)
         check_positive_number("temperature", self.temperature)
         check_positive_number("learning_rate", self.learning_rate)
+        check_precision(self.precision)
         if not self.rules:
             raise ValueError("rules must name at least one clip rule")
         for rule in self.rules:
@@ -110,12 +115,22 @@ def _sequences(
     return ids, attn, resp
 
 
-def _log_probs(model: Any, ids: Tensor, attn: Tensor, full: bool = False) -> tuple[Tensor, Tensor | None]:
-    """Log-probabilities of the next tokens (N, L - 1) float32 and, with ``full``, the whole log-softmax
-    (N, L - 1, V) float32."""
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # (N, L-1, V)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # (N, L-1)
+def _log_probs(
+    model: Any, ids: Tensor, attn: Tensor, resp: Tensor, full: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probabilities of the next tokens (N, L - 1) float32, 0 outside ``resp``, and, with ``full``, the whole
+    log-softmax at the ``resp`` positions (M, V) float32. The LM head projects only the ``resp`` positions (the
+    decoder runs on every position), in float32."""
+    decoder = getattr(model, "base_model", None)
+    head = model.get_output_embeddings()
+    if decoder is None or decoder is model or head is None:  # no separate head: full logits
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1][resp].float()  # (M, V)
+    else:
+        hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]  # (N, L-1, H)
+        logits = head(hidden[resp]).float()  # (M, V)
+    logp_all = torch.log_softmax(logits, dim=-1)  # (M, V)
+    picked = logp_all.gather(-1, ids[:, 1:][resp][:, None]).squeeze(-1)  # (M,)
+    logp = torch.zeros(resp.shape, dtype=picked.dtype).masked_scatter(resp, picked)  # (N, L-1)
     return logp, (logp_all if full else None)
 
 
@@ -131,6 +146,7 @@ def probe_batch(
     advantages: Tensor,
     config: ProbeConfig,
     progress: Callable[[], None] | None = None,
+    precision: Precision = FLOAT32,
 ) -> dict[str, Any]:
     """Every rule's ``K`` updates from the same weights on one batch; returns the batch's and each rule's numbers.
 
@@ -140,15 +156,15 @@ def probe_batch(
         resp: (N, L - 1) bool, positions that predict completion tokens.
         advantages: (N,) float group advantages.
         progress: called after every update.
+        precision: the resolved precision (:mod:`bandpo.runtime`): the forwards of the log-probs in float32, the
+            backward pass in bf16 for ``bf16``.
     """
     initial = copy.deepcopy(model.state_dict())
     model.eval()  # no dropout: the only difference between rules is the rule
-    with torch.no_grad():
-        old_logp, old_all = _log_probs(model, ids, attn, full=True)
-    assert old_all is not None
+    with torch.no_grad(), precision.exact():
+        old_logp, old_all_r = _log_probs(model, ids, attn, resp, full=True)
+    assert old_all_r is not None  # (M, V): the old distribution at the response positions
     m = resp
-    old_all_r = old_all[m]  # (M, V): the old distribution at the response positions
-    del old_all
     p_old = old_logp[m].exp()  # (M,)
     adv_tok = advantages[:, None].expand_as(m)[m]  # (M,)
     entropy_old = -(old_all_r.exp() * old_all_r).sum(-1)  # (M,)
@@ -172,11 +188,15 @@ def probe_batch(
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
         per_update = []
         for k in range(config.updates):
-            logp, _ = _log_probs(model, ids, attn)
-            logp.retain_grad()
-            loss, _ = policy_loss(logp, old_logp, advantages, m.float(), clip_rule=rule, check_values=False)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            with precision.backward():
+                with precision.exact():
+                    logp, _ = _log_probs(model, ids, attn, resp)
+                logp.retain_grad()
+                loss, _ = policy_loss(
+                    logp, old_logp, advantages, m.float(), clip_rule=rule, check_values=False
+                )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             grad = logp.grad[m]  # (M,)
@@ -184,11 +204,9 @@ def probe_batch(
             per_update.append(_clip_counts(grad, adv_tok, bins, ratio, k))
             if progress is not None:
                 progress()
-        with torch.no_grad():
-            new_logp, new_all = _log_probs(model, ids, attn, full=True)
-        assert new_all is not None
-        new_all_r = new_all[m]
-        del new_all
+        with torch.no_grad(), precision.exact():
+            new_logp, new_all_r = _log_probs(model, ids, attn, resp, full=True)
+        assert new_all_r is not None
         p_new = new_logp[m].exp()
         kl = (old_all_r.exp() * (old_all_r - new_all_r)).sum(
             -1
@@ -313,6 +331,11 @@ def run_probe(
     from bandpo.eval.sampling import generate_samples
 
     start = time.perf_counter()
+    precision = resolve_precision(
+        config.precision,
+        on_gpu=model.device.type != "cpu",
+        n_params=sum(p.numel() for p in model.parameters()),
+    )
     n_steps = config.batches * len(config.rules) * config.updates
     bar = _bar(n_steps, progress)
     chat = bool(getattr(tokenizer, "chat_template", None))
@@ -330,6 +353,7 @@ def run_probe(
             max_new_tokens=config.max_new_tokens,
             seed=config.seed + b,
             add_special_tokens=not chat,
+            precision=precision,
         )
         rewards, prompt_ids, completion_ids = [], [], []
         for j, i in enumerate(chosen):
@@ -340,7 +364,9 @@ def run_probe(
                 completion_ids.append(toks)
         adv = group_advantages(torch.tensor(rewards, dtype=torch.float32), config.group_size)
         ids, attn, resp = _sequences(prompt_ids, completion_ids, pad_id)
-        result = probe_batch(model, ids, attn, resp, adv, config, progress=bar.update if bar else None)
+        result = probe_batch(
+            model, ids, attn, resp, adv, config, progress=bar.update if bar else None, precision=precision
+        )
         result.update({"batch": b, "seed": config.seed + b, "reward_mean": sum(rewards) / len(rewards)})
         results.append(result)
     if bar:
@@ -349,6 +375,7 @@ def run_probe(
         "config": dataclasses.asdict(config),
         "batches": results,
         "summary": summarize_probe(results, config.rules),
+        "precision": precision.record(),
         "wall_time_s": round(time.perf_counter() - start, 1),
     }
 

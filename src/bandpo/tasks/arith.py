@@ -49,6 +49,8 @@ class ArithConfig:
 
     Args:
         digits: the operand digit counts to draw from (each in ``[1, 3]``), e.g. ``[1]`` or ``[1, 2]``.
+        second_digits: the digit counts of the second operand, when they differ from the first's (``None``:
+            ``digits`` for both), e.g. ``digits: [1, 2]`` with ``second_digits: [1]`` gives ``37 + 5``, ``4 * 8``.
         operators: among ``+``, ``-``, ``*`` (``x`` means ``*``); no repeats.
         nonnegative: subtraction never goes below zero (``a - b`` with ``a >= b``).
         n_train, n_test: split sizes (>= 1); their sum may not exceed the number of distinct problems
@@ -57,6 +59,7 @@ class ArithConfig:
     """
 
     digits: list[int] = field(default_factory=lambda: [1, 2])
+    second_digits: list[int] | None = None
     operators: list[str] = field(default_factory=lambda: ["+", "-", "*"])
     nonnegative: bool = True
     n_train: int = 2000
@@ -72,6 +75,16 @@ class ArithConfig:
             check_int_in("digits", d, 1, MAX_DIGITS)
         if len(set(self.digits)) != len(self.digits):
             raise ValueError(f"digits must not repeat a digit count, got {self.digits!r}")
+        if self.second_digits is not None:
+            if not isinstance(self.second_digits, (list, tuple)) or not self.second_digits:
+                raise ValueError(
+                    f"second_digits must be null or a non-empty list of digit counts in [1, {MAX_DIGITS}], got "
+                    f"{self.second_digits!r}"
+                )
+            for d in self.second_digits:
+                check_int_in("second_digits", d, 1, MAX_DIGITS)
+            if len(set(self.second_digits)) != len(self.second_digits):
+                raise ValueError(f"second_digits must not repeat a digit count, got {self.second_digits!r}")
         if not isinstance(self.operators, (list, tuple)) or not self.operators:
             raise ValueError(
                 f"operators must be a non-empty list of {', '.join(ARITH_OPERATORS)}, got {self.operators!r}"
@@ -103,14 +116,22 @@ class ArithConfig:
         return [ARITH_OPERATORS[o] for o in self.operators]
 
 
+def _values(digits: list[int]) -> set[int]:
+    return {v for d in digits for v in _digit_range(d)}
+
+
 def count_arith_problems(config: ArithConfig) -> int:
-    """How many distinct problems ``config`` allows (``a op b`` triples; with ``nonnegative``, ``a - b`` needs
-    ``a >= b``)."""
-    values = sorted({v for d in config.digits for v in _digit_range(d)})
-    n = len(values)
+    """How many distinct problems ``config`` allows (``a op b`` triples, ``a`` of ``digits``, ``b`` of
+    ``second_digits``; with ``nonnegative``, ``a - b`` with ``a < b`` is written ``b - a``, so a subtraction
+    counts once per unordered pair it can be written from)."""
+    first = _values(config.digits)
+    second = _values(config.second_digits or config.digits)
     total = 0
     for op in config.ops:
-        total += n * (n + 1) // 2 if (op == "-" and config.nonnegative) else n * n
+        if op == "-" and config.nonnegative:
+            total += len({(max(a, b), min(a, b)) for a in first for b in second})
+        else:
+            total += len(first) * len(second)
     return total
 
 
@@ -141,7 +162,7 @@ def make_arith_splits(config: ArithConfig) -> tuple[list[dict[str, Any]], list[d
     while len(drawn) < needed:
         op = rng.choice(ops)
         a = rng.choice(_digit_range(rng.choice(config.digits)))
-        b = rng.choice(_digit_range(rng.choice(config.digits)))
+        b = rng.choice(_digit_range(rng.choice(config.second_digits or config.digits)))
         if op == "-" and config.nonnegative and a < b:
             a, b = b, a
         key = (a, op, b)

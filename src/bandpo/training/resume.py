@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from bandpo._files import read_json_object
+from bandpo.provenance import code_changed, provenance
 from bandpo.training.checkpoints import CheckpointScan, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE, RUN_INFO_FILE
@@ -188,6 +189,8 @@ def mark_finished(output_dir: Path, global_step: int, args: Any) -> None:
         "num_train_epochs": args.num_train_epochs,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if isinstance(info.get("provenance"), dict):  # the code recorded when this call started training
+        info["finished"]["checkout_changed_during_run"] = code_changed(info["provenance"], provenance())
     path.write_text(json.dumps(info, indent=2) + "\n")
 
 

@@ -14,7 +14,7 @@ from bandpo.experiments.compare.config import CompareConfig
 from bandpo.experiments.compare.layout import BASELINE_DIR, RESULTS_FILE, fingerprint, write_json
 from bandpo.experiments.compare.plan import base_train_config
 from bandpo.experiments.compare.worker import eval_dataset, eval_settings
-from bandpo.provenance import provenance
+from bandpo.provenance import code_changed, provenance
 
 
 def _starting_model(train_config: Any) -> Path:
@@ -86,6 +86,7 @@ def _evaluate_baseline(
 ) -> dict[str, Any]:
     from bandpo.eval.evaluate import evaluate_model_dir
 
+    code = provenance()  # the code that evaluates, recorded before it runs
     data = eval_dataset(spec, train_dict, config.eval.max_problems)
     result = evaluate_model_dir(model, [data], eval_settings(spec, progress=progress))
     out = {
@@ -96,7 +97,7 @@ def _evaluate_baseline(
         "settings": result["settings"],
         "metrics": result["overall"],
         "eval_wall_s": result["wall_time_s"],
-        "provenance": provenance(),
+        "provenance": code,
     }
     if config.curves.every:
         curve = evaluate_model_dir(
@@ -105,5 +106,6 @@ def _evaluate_baseline(
             eval_settings(spec, k=config.curves.k),
         )
         out["curve_metrics"] = curve["overall"]
+    out["checkout_changed_during_run"] = code_changed(code, provenance())
     write_json(path, out)
     return out

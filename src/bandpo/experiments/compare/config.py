@@ -139,6 +139,8 @@ class EvalSpec:
         split: the split of ``dataset`` (default ``test``).
         max_problems: first N problems (``None``: all). verifier, prompt_column, answer_column: for files.
         batch_size: prompts per generate call. seed: sampling seed. max_new_tokens: ``None``: the model's default.
+        precision: how a CPU samples (:mod:`bandpo.runtime`): ``auto``, ``float32`` or ``bf16``; a study pins
+            it so that machines with and without native bf16 sample alike.
     """
 
     k: int = 16
@@ -153,6 +155,7 @@ class EvalSpec:
     batch_size: int = 64
     seed: int = 0
     max_new_tokens: int | None = None
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         from bandpo.eval.errors import EvalError
@@ -176,6 +179,7 @@ class EvalSpec:
             max_new_tokens=self.max_new_tokens,
             batch_size=self.batch_size,
             seed=self.seed,
+            precision=self.precision,
             progress=progress,
         )
 

@@ -21,7 +21,7 @@ from bandpo.experiments.compare.layout import (
     TRAIN_DONE_FILE,
     write_json,
 )
-from bandpo.provenance import provenance
+from bandpo.provenance import code_changed, provenance
 from bandpo.training.layout import MODEL_CONFIG_FILE
 
 
@@ -66,6 +66,7 @@ def eval_settings(spec: Mapping[str, Any], k: int | None = None, progress: bool 
         max_new_tokens=spec.get("max_new_tokens"),
         batch_size=spec.get("batch_size", 64),
         seed=spec.get("seed", 0),
+        precision=spec.get("precision", "auto"),
         progress=progress,
     )
 
@@ -148,6 +149,7 @@ def run_one(spec_path: str | Path) -> int:
         write_json(done_marker, {"wall_time_s": round(time.time() - start, 2), "finished": time.time()})
     train_info = json.loads(done_marker.read_text())
     eval_start = time.time()
+    code = provenance()  # the code that evaluates, recorded before it runs
     data = eval_dataset(spec["eval"], spec["train_config"], spec["eval"].get("max_problems"))
     result = evaluate_model_dir(run_dir, [data], eval_settings(spec["eval"], progress=True))
     metrics = result["overall"]
@@ -165,7 +167,8 @@ def run_one(spec_path: str | Path) -> int:
             "metrics": metrics,
             "train_wall_s": train_info.get("wall_time_s"),
             "eval_wall_s": round(time.time() - eval_start, 2),
-            "provenance": provenance(),
+            "provenance": code,
+            "checkout_changed_during_run": code_changed(code, provenance()),
         },
     )
     print(

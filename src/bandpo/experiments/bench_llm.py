@@ -1,0 +1,351 @@
+"""``bandpo bench --real-model``: one optimizer step of the real-model recipe, part by part, against this machine.
+
+The recipe is ``configs/smollm2-arith.yaml``'s (SmolLM2-135M-Instruct, a generation round of 4 prompts x 8
+completions of at most 16 new tokens, 2 optimizer steps of 16 completions per round). The step is split into the
+parts the trainer runs (TRL's fused LM head, :mod:`bandpo.runtime`'s precision contexts):
+
+``generation``
+    ``generate`` of the round's 32 completions, per optimizer step (divided by the 2 steps of a round).
+``old log-probs``
+    the no-grad forward of the round's micro-batches, per optimizer step.
+``forward + backward``
+    one micro-batch of 16 completions.
+``loss + diagnostics``
+    the clip rule's bounds and bandpo's policy loss with its full diagnostics on the micro-batch's tokens.
+``optimizer``
+    one AdamW step over the 134.5M parameters.
+
+Each part's floor is its matrix FLOPs divided by the rate of a matrix product of the same dtype timed in the
+same run (:func:`matmul_rates`): float32 for float32 products, bfloat16 inputs with float32 accumulation for the
+bf16 backward, bfloat16 for sampling under autocast. Every time is the best of ``rounds`` after one warm-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from bandpo.runtime import Precision, completion_tokens_only
+
+__all__ = ["RECIPE", "bench_real_step", "matmul_rates", "side_by_side"]
+
+RECIPE = {
+    "model": "smollm2-135m",
+    "prompts": 4,
+    "generations": 8,
+    "max_new_tokens": 16,
+    "micro_batch": 16,
+    "steps_per_generation": 2,
+    "task_options": {"digits": [1], "operators": ["+", "-", "*"], "n_train": 155, "n_test": 100, "seed": 0},
+}
+"""The recipe of ``configs/smollm2-arith.yaml``, as the bench runs it."""
+
+
+def _best(fn: Callable[[], object], rounds: int) -> float:
+    fn()
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@contextlib.contextmanager
+def _fp32_precision(value: str) -> Iterator[None]:
+    setting = torch.backends.mkldnn.matmul
+    before = setting.fp32_precision
+    setting.fp32_precision = value
+    try:
+        yield
+    finally:
+        setting.fp32_precision = before
+
+
+def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) -> dict[str, float]:
+    """GFLOP/s of an (m, k) x (k, n) product, the shape of the model's MLP on a micro-batch: ``float32``,
+    ``bf16_inputs`` (float32 tensors, bfloat16 inputs and float32 accumulation: the bf16 backward) and
+    ``bfloat16`` (bfloat16 tensors: autocast sampling)."""
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    flops = 2 * m * k * n
+    rates = {"float32": flops / _best(lambda: a @ b, rounds) / 1e9}
+    if hasattr(torch.backends.mkldnn, "matmul") and hasattr(torch.backends.mkldnn.matmul, "fp32_precision"):
+        with _fp32_precision("bf16"):
+            rates["bf16_inputs"] = flops / _best(lambda: a @ b, rounds) / 1e9
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    rates["bfloat16"] = flops / _best(lambda: a16 @ b16, rounds) / 1e9
+    return rates
+
+
+def _flops(model: Any, tokens: int, scored: int, backward: bool) -> float:
+    """Matrix FLOPs of a forward (and backward: 2x more) over ``tokens`` positions, ``scored`` of which go
+    through the LM head: 2 per weight per token for the decoder's linear layers, attention's score and value
+    products ignored (sequences of ~50 tokens: under 2 % of the total)."""
+    cfg = model.config
+    head = cfg.vocab_size * cfg.hidden_size
+    decoder = sum(p.numel() for name, p in model.named_parameters() if "layers." in name and p.dim() == 2)
+    forward = 2 * (decoder * tokens + head * scored)
+    return forward * (3 if backward else 1)
+
+
+def bench_real_step(precisions: tuple[str, ...] = ("float32", "bf16"), rounds: int = 2) -> dict[str, Any]:
+    """The parts of one optimizer step of :data:`RECIPE` in each precision, with floors and ratios (module
+    docstring). Returns ``{"rates": ..., "rows": [...], "steps": {precision: {...}}}``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.trainer.utils import add_fused_lm_head
+
+    from bandpo.models import builtin_model_dir
+    from bandpo.runtime import keep_freed_memory, resolve_precision
+    from bandpo.tasks.arith import ArithConfig, make_arith_splits
+    from bandpo.training.tasks import default_cache_dir
+
+    keep_freed_memory()
+    path = builtin_model_dir(RECIPE["model"], default_cache_dir(), progress=False)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    rates = matmul_rates()
+    train, _ = make_arith_splits(ArithConfig(**RECIPE["task_options"]))
+    texts = [
+        tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        for row in train[: RECIPE["prompts"]]
+    ]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left")
+    g = RECIPE["generations"]
+    prompt_ids = enc["input_ids"].repeat_interleave(g, dim=0)
+    prompt_mask = enc["attention_mask"].repeat_interleave(g, dim=0)
+    rows: list[dict[str, Any]] = []
+    steps: dict[str, dict[str, float]] = {}
+    for name in precisions:
+        precision = resolve_precision(name)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, attn_implementation="eager" if precision.bf16 else "sdpa"
+        )
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-12)
+        torch.manual_seed(0)
+        with precision.sampling(), torch.no_grad():
+            out = model.generate(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                do_sample=True,
+                max_new_tokens=RECIPE["max_new_tokens"],
+                min_new_tokens=RECIPE["max_new_tokens"],
+                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+            )
+        ids = out
+        att = torch.cat([prompt_mask, torch.ones_like(out[:, prompt_ids.shape[1] :])], dim=1)
+        t_new = ids.shape[1] - prompt_ids.shape[1]
+        labels = ids.masked_fill(att == 0, -100)
+        labels[:, :-t_new] = -100
+        mb = RECIPE["micro_batch"]
+        parts = _time_parts(
+            model, optimizer, precision, prompt_ids, prompt_mask, ids, att, labels, mb, rounds
+        )
+        n_seq, spg = ids.shape[0], RECIPE["steps_per_generation"]
+        tokens_mb = int(att[:mb].sum())
+        scored_mb = mb * t_new
+        gen_flops = _flops(model, int(prompt_mask.sum()), n_seq, False) + _flops(
+            model, n_seq * t_new, n_seq * t_new, False
+        )
+        flops = {
+            "generation": gen_flops / spg,
+            "old log-probs": _flops(model, int(att.sum()), n_seq * t_new, False) / spg,
+            "forward + backward": _flops(model, tokens_mb, scored_mb, True),
+            "loss + diagnostics": 0.0,
+            "optimizer": 0.0,
+        }
+        fwd, bwd = _flops(model, tokens_mb, scored_mb, False), 2 * _flops(model, tokens_mb, scored_mb, False)
+        rate_fwd = rates["float32"]
+        rate_bwd = rates.get("bf16_inputs", rates["float32"]) if precision.bf16 else rates["float32"]
+        rate_gen = rates["bfloat16"] if precision.bf16 else rates["float32"]
+        floor = {
+            "generation": flops["generation"] / rate_gen / 1e9,
+            "old log-probs": flops["old log-probs"] / rate_fwd / 1e9,
+            "forward + backward": fwd / rate_fwd / 1e9 + bwd / rate_bwd / 1e9,
+            "loss + diagnostics": 0.0,
+            "optimizer": 0.0,
+        }
+        per_step = {
+            "generation": parts["generation"] / spg,
+            "old log-probs": parts["old log-probs"] / spg,
+            "forward + backward": parts["forward + backward"],
+            "loss + diagnostics": parts["loss + diagnostics"],
+            "optimizer": parts["optimizer"],
+        }
+        total, total_floor = sum(per_step.values()), sum(floor.values())
+        for part, seconds in per_step.items():
+            rows.append(
+                {
+                    "precision": precision.name,
+                    "part": part,
+                    "ms": 1e3 * seconds,
+                    "gflop": flops[part] / 1e9,
+                    "floor_ms": 1e3 * floor[part],
+                    "x_floor": seconds / floor[part] if floor[part] else None,
+                    "share": seconds / total,
+                }
+            )
+        rows.append(
+            {
+                "precision": precision.name,
+                "part": "step",
+                "ms": 1e3 * total,
+                "gflop": sum(flops.values()) / 1e9,
+                "floor_ms": 1e3 * total_floor,
+                "x_floor": total / total_floor,
+                "share": 1.0,
+            }
+        )
+        steps[precision.name] = {"seconds": total, "floor": total_floor, "steps_per_hour": 3600 / total}
+        del model, optimizer
+    return {"rates": rates, "rows": rows, "steps": steps, "recipe": RECIPE}
+
+
+def _time_parts(
+    model: Any,
+    optimizer: Any,
+    precision: Precision,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    ids: torch.Tensor,
+    att: torch.Tensor,
+    labels: torch.Tensor,
+    mb: int,
+    rounds: int,
+) -> dict[str, float]:
+    """Best-of-``rounds`` seconds of each part, whole (generation and old log-probs over the whole round)."""
+    from bandpo.losses import make_clip_rule, policy_loss
+
+    rule = make_clip_rule("band", divergence="kl", delta=0.05, cap=10.0)
+    t_new = ids.shape[1] - prompt_ids.shape[1]
+    compact = precision.bf16
+
+    def generation() -> None:
+        with precision.sampling(), torch.no_grad():
+            model.generate(
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask,
+                do_sample=True,
+                max_new_tokens=t_new,
+                min_new_tokens=t_new,
+                pad_token_id=0,
+            )
+
+    def forward(rows: slice) -> torch.Tensor:
+        with completion_tokens_only() if compact else contextlib.nullcontext():
+            out = model(
+                input_ids=ids[rows], attention_mask=att[rows], labels=labels[rows], fused_lm_head=True
+            )
+        return out.log_probs[:, -t_new:]
+
+    def old_log_probs() -> None:
+        with precision.exact(), torch.no_grad():
+            for start in range(0, ids.shape[0], mb):
+                forward(slice(start, start + mb))
+
+    adv = torch.randn(mb, 1)
+
+    def forward_backward() -> None:
+        with precision.backward():
+            with precision.exact():
+                logp = forward(slice(0, mb))
+            loss = -(adv * logp).mean()
+            loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    old = torch.randn(mb, t_new).clamp(max=-1e-3)
+    new = (old + 0.05 * torch.randn(mb, t_new)).clamp(max=-1e-3).requires_grad_()
+    mask = torch.ones(mb, t_new, dtype=torch.bool)
+
+    def loss_and_diagnostics() -> None:
+        loss, _ = policy_loss(new, old, adv.expand(mb, t_new), mask, rule, diagnostics="full")
+        loss.backward()
+        new.grad = None
+
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def optimizer_step() -> None:
+        optimizer.step()
+
+    parts = {
+        "generation": _best(generation, rounds),
+        "old log-probs": _best(old_log_probs, rounds),
+        "forward + backward": _best(forward_backward, rounds),
+        "loss + diagnostics": _best(loss_and_diagnostics, max(rounds, 5)),
+    }
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    parts["optimizer"] = _best(optimizer_step, rounds)
+    model.zero_grad(set_to_none=True)
+    return parts
+
+
+_WORKER = """
+import sys, time, torch
+from bandpo.experiments.bench_llm import _throughput_worker
+print(_throughput_worker(int(sys.argv[1]), int(sys.argv[2])))
+"""
+
+
+def _throughput_worker(threads: int, steps: int) -> float:
+    """Forward + backward passes per second of one bf16 micro-batch (the recipe's shape) at ``threads``."""
+    from transformers import AutoModelForCausalLM
+
+    from bandpo.models import builtin_model_dir
+    from bandpo.runtime import keep_freed_memory, resolve_precision
+    from bandpo.training.tasks import default_cache_dir
+
+    keep_freed_memory()
+    torch.set_num_threads(threads)
+    precision = resolve_precision("auto")
+    model = AutoModelForCausalLM.from_pretrained(
+        builtin_model_dir(RECIPE["model"], default_cache_dir(), progress=False),
+        dtype=torch.float32,
+        attn_implementation="eager",
+    )
+    ids = torch.randint(0, model.config.vocab_size, (RECIPE["micro_batch"], 54))
+
+    def step() -> None:
+        with precision.backward():
+            with precision.exact():
+                logits = model(input_ids=ids, logits_to_keep=17).logits
+            logits.float().logsumexp(-1).mean().backward()
+        model.zero_grad(set_to_none=True)
+
+    step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps / (time.perf_counter() - t0)
+
+
+def side_by_side(steps: int = 6) -> dict[str, float]:
+    """Throughput (forward + backward passes per second, both cores together) of two processes at one thread
+    each, side by side, against one process at two threads. Each process loads the model first (not timed)."""
+    env = {"OMP_NUM_THREADS": "1"}
+    import os
+
+    def launch(threads: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(threads), str(steps)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env, "OMP_NUM_THREADS": str(threads)},
+        )
+
+    pair = [launch(1), launch(1)]
+    two_at_one = sum(float(p.communicate()[0].strip().splitlines()[-1]) for p in pair)
+    one = launch(2)
+    one_at_two = float(one.communicate()[0].strip().splitlines()[-1])
+    return {
+        "two_processes_one_thread": two_at_one,
+        "one_process_two_threads": one_at_two,
+        "ratio": two_at_one / one_at_two,
+    }
