@@ -122,3 +122,21 @@ def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_
         export_results(compare_dir, compare_dir / "inside")
     with pytest.raises(CompareError, match="nothing to export"):
         export_results(tmp_path / "empty", tmp_path / "x")
+
+
+def test_settings_added_later_keep_earlier_fingerprints() -> None:
+    """A run exported before ``precision`` existed has no such key; the same config now carries it at the value
+    that reproduces that run (``float32``, or ``auto``), and the fingerprints must agree. Any other value (``bf16``)
+    is part of the fingerprint."""
+    from bandpo.experiments.compare.layout import fingerprint
+
+    before = {"train": {"model": {"path": "m", "dtype": "float32"}, "lr": 1e-5}, "eval": {"k": 8}}
+    for value in ("float32", "auto"):
+        now = {"train": {"model": {"path": "m", "dtype": "float32", "precision": value}, "lr": 1e-5},
+               "eval": {"k": 8, "precision": value}}  # fmt: skip
+        assert fingerprint(now) == fingerprint(before)
+    bf16 = {
+        "train": {"model": {"path": "m", "dtype": "float32", "precision": "bf16"}, "lr": 1e-5},
+        "eval": {"k": 8},
+    }
+    assert fingerprint(bf16) != fingerprint(before)

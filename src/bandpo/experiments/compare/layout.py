@@ -30,7 +30,25 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+LATER_SETTINGS = {"precision": ("float32", "auto")}
+"""Settings added after runs were exported, by key (at any depth), with the values that reproduce what those runs
+did: left out of the fingerprint at these values, so exports made before the setting existed still match (every
+run before ``precision`` computed in float32, and ``auto`` is float32 for the task model; a study that ran a
+large model before it existed pins ``float32``)."""
+
+
+def without_later_settings(payload: Any) -> Any:
+    if isinstance(payload, dict):
+        return {
+            k: without_later_settings(v)
+            for k, v in payload.items()
+            if not (k in LATER_SETTINGS and v in LATER_SETTINGS[k])
+        }
+    return payload
+
+
 def fingerprint(payload: Any) -> str:
-    """A short stable hash of a JSON-able payload (what a run or the baseline was made with)."""
-    blob = json.dumps(payload, sort_keys=True, default=str)
+    """A short stable hash of a JSON-able payload (what a run or the baseline was made with), without the
+    :data:`LATER_SETTINGS` at their earlier behaviour."""
+    blob = json.dumps(without_later_settings(payload), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -22,6 +22,7 @@ from bandpo.experiments.compare.layout import (
     RESULTS_FILE,
     RUN_SPEC_FILE,
     fingerprint,
+    without_later_settings,
     write_json,
 )
 from bandpo.provenance import provenance
@@ -67,7 +68,7 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    a, b = _flatten(old), _flatten(new)
+    a, b = _flatten(without_later_settings(old)), _flatten(without_later_settings(new))
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
