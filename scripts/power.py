@@ -1,0 +1,62 @@
+"""Power of a paired comparison over seeds (two-sided paired t test at 5 %), as docs/study.md plans studies with.
+
+    .venv/bin/python scripts/power.py --sd 6.7 --n 5 --effect 2 5      # power at +2 and +5 points with 5 seeds
+    .venv/bin/python scripts/power.py --sd 6.7 --effect 5 --power 0.8  # seeds needed for +5 at 80 % power
+    .venv/bin/python scripts/power.py --sd 6.7 --n 5 --mdd             # smallest difference 5 seeds detect at 80 %
+
+``sd`` is the standard deviation of the per-seed differences (method B - method A, in points). Power is the exact
+probability from the noncentral t distribution (df = n - 1, noncentrality effect / (sd / sqrt(n))).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from scipy import optimize, stats
+
+
+def power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """Probability that the two-sided paired t test at ``alpha`` rejects 0 when the true mean difference is
+    ``effect`` and the per-seed differences have standard deviation ``sd``, with ``n`` seeds (>= 2)."""
+    df = n - 1
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    nc = effect / (sd / math.sqrt(n))
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+
+def seeds_needed(effect: float, sd: float, target: float = 0.8, alpha: float = 0.05) -> int:
+    """The smallest number of seeds whose power at ``effect`` reaches ``target``."""
+    n = 2
+    while power(effect, sd, n, alpha) < target:
+        n += 1
+    return n
+
+
+def minimum_detectable(sd: float, n: int, target: float = 0.8, alpha: float = 0.05) -> float:
+    """The difference that ``n`` seeds detect with probability ``target``."""
+    return float(optimize.brentq(lambda d: power(d, sd, n, alpha) - target, 1e-9, 10 * sd))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sd", type=float, required=True, help="sd of the per-seed differences (points)")
+    parser.add_argument("--n", type=int, default=None, help="seeds")
+    parser.add_argument("--effect", type=float, nargs="*", default=[], help="true differences (points)")
+    parser.add_argument("--power", type=float, default=0.8, help="target power for --n absent / --mdd")
+    parser.add_argument("--mdd", action="store_true", help="print the minimum detectable difference at --n")
+    args = parser.parse_args()
+    for effect in args.effect:
+        if args.n is None:
+            print(
+                f"effect {effect:+g}: {seeds_needed(effect, args.sd, args.power)} seeds for {args.power:.0%} power"
+            )
+        else:
+            print(f"effect {effect:+g}: power {power(effect, args.sd, args.n):.1%} with {args.n} seeds")
+    if args.mdd and args.n is not None:
+        mdd = minimum_detectable(args.sd, args.n, args.power)
+        print(f"{args.n} seeds detect {mdd:.1f} points with {args.power:.0%} power")
+
+
+if __name__ == "__main__":
+    main()
