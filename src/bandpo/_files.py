@@ -1,5 +1,6 @@
 """Tolerant readers of the JSON files runs write (run info, lock records, training logs): a file a killed
-process left half-written reads as what it holds so far, never as an exception."""
+process left half-written reads as what it holds so far, never as an exception. And the checks of an output path
+that a command makes before any work (:func:`output_dir_problem`, :func:`output_file_problem`)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,50 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+def _file_above(path: Path) -> Path | None:
+    """The nearest existing path above ``path`` when it is not a directory (so nothing can be created below it),
+    else ``None``."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def output_dir_problem(path: str | Path, name: str = "output_dir") -> str | None:
+    """Why ``path`` cannot be the directory a command writes into, in one line naming ``name`` (the setting or
+    option), or ``None``: it is a directory, or it does not exist and nothing above it is a file. Only looks
+    (one ``stat`` per level); creates nothing. A path it cannot inspect (no permission) gives ``None``: the
+    command's own write reports it."""
+    p = Path(path)
+    try:
+        if p.exists() or p.is_symlink():
+            if p.is_dir():
+                return None
+            kind = "a file" if p.is_file() else "not a directory"
+            return f"{name} {str(path)!r} is {kind}; it must be a directory (or not exist yet)"
+        above = _file_above(p)
+    except OSError:
+        return None
+    if above is None:
+        return None
+    return (
+        f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; {name} must be a directory (or not exist "
+        "yet)"
+    )
+
+
+def output_file_problem(path: str | Path, name: str) -> str | None:
+    """Why ``path`` cannot be a file a command writes, in one line naming ``name``, or ``None``: it is an existing
+    directory, or something above it is a file. Only looks; creates nothing."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            return f"{name} {str(path)!r} is a directory; it must be a file path"
+        above = _file_above(p)
+    except OSError:
+        return None
+    if above is None:
+        return None
+    return f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; its folder must be a directory"

@@ -60,6 +60,22 @@ def test_compare_config_errors(overrides: list[str], message: str, tmp_path: Pat
     assert "Traceback" not in out.stderr
 
 
+def test_an_output_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    """``output_dir=README.md`` printed a plan under ``README.md/runs/...`` before: one line instead, whatever the
+    mode, and the same for ``--export`` into a file."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    for args, message in (
+        ([f"output_dir={a_file}", "--dry-run"], f"output_dir '{a_file}' is a file"),
+        ([f"output_dir={a_file}", "--report-only"], f"output_dir '{a_file}' is a file"),
+        ([f"output_dir={tmp_path}", "--export", str(a_file)], f"--export '{a_file}' is a file"),
+    ):
+        out = bandpo("compare", "--config", str(PRESET), *args)
+        assert (out.returncode, out.stdout) == (2, ""), out.stdout + out.stderr
+        assert out.stderr == f"bandpo compare: error: {message}; it must be a directory (or not exist yet)\n"
+    assert a_file.read_text() == "keep me"
+
+
 def _overrides(out_dir: Path, cache: Path) -> list[str]:
     return [
         f"output_dir={out_dir}",

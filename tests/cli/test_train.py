@@ -93,6 +93,15 @@ def step_rows(out: Path) -> list[dict[str, Any]]:
             "model.path='tiny' means the built-in task's own model, but data.task is not",
         ),
         (["num_generations=3"], "num_generations=3 must divide the generation batch"),
+        (
+            ["delta=-1"],
+            "delta=-1.0 (from the overrides) is TRL's two-sided clamp of the ratio (GRPOConfig.delta, INTELLECT-2's), "
+            "not Band's radius: clip_rule='band' takes its radius from band_delta (or clip_rule_kwargs.delta)",
+        ),
+        (
+            ["clip_rule_kwargs.delta=0.1"],
+            "both set the clip rule's 'delta': set it once, with band_delta (e.g. band_delta=0.1)",
+        ),
     ],
 )
 def test_errors_exit_2_before_loading_a_model(

@@ -256,6 +256,23 @@ def test_cli_bad_input_exits_2_with_one_line(argv, match, capsys, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_cli_output_that_cannot_be_a_directory_exits_2_with_one_line(capsys, tmp_path):
+    """Refused before the simulation, which wrote only at its end (a FileExistsError traceback after it before)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    for output, message in (
+        (a_file, f"--output '{a_file}' is a file; it must be a directory (or not exist yet)"),
+        (
+            a_file / "sub",
+            f"--output '{a_file / 'sub'}' is inside '{a_file}', which is a file; --output must be a directory (or "
+            "not exist yet)",
+        ),
+    ):
+        assert main(["mechanism", "--quick", "--rules", "grpo", "--output", str(output)]) == 2
+        assert capsys.readouterr().err == f"bandpo mechanism: error: {message}\n"
+    assert a_file.read_text() == "keep me"
+
+
 def test_cli_quick_run_through_subprocess(tmp_path):
     out = tmp_path / "mech"
     cmd = [sys.executable, "-m", "bandpo.cli.main", "mechanism", "--quick", "--rules", "grpo,band",

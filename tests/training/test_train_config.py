@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,66 @@ def test_default_output_dir_is_named_after_the_config(tmp_path: Path) -> None:
 def test_config_errors(overrides: list[str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_train_config(TINY, overrides)
+
+
+@pytest.mark.parametrize("rule", ["band", "adaptive_band"])
+@pytest.mark.parametrize("value", ["-1", "0.1", "1", "nan"])
+def test_trl_delta_as_a_radius_is_refused_next_to_a_band_rule(rule: str, value: str) -> None:
+    """TRL's ``delta`` (GRPOConfig's two-sided clamp, INTELLECT-2's) is not Band's radius, which is also called
+    ``delta``: a clamp of the ratio at or below 1 next to a rule with a radius is refused, naming band_delta /
+    clip_rule_kwargs.delta. An upper clamp > 1 stays (the real-scale recipes' ``delta: 10``, verl's dual clip)."""
+    with pytest.raises(ConfigError) as err:
+        load_train_config(TINY, [f"clip_rule={rule}", f"delta={value}"])
+    assert str(err.value) == (
+        f"delta={float(value)!r} (from the overrides) is TRL's two-sided clamp of the ratio (GRPOConfig.delta, "
+        f"INTELLECT-2's), not Band's radius: clip_rule={rule!r} takes its radius from band_delta (or "
+        "clip_rule_kwargs.delta); next to a Band rule TRL's delta must be a finite number > 1 (an upper clamp of "
+        "the ratio, e.g. 10) or null"
+    )
+    assert load_train_config(TINY, [f"clip_rule={rule}", "delta=null"]).trainer["delta"] is None
+    assert load_train_config(TINY, [f"clip_rule={rule}", "delta=10"]).trainer["delta"] == 10.0
+
+
+@pytest.mark.parametrize("overrides", [["clip_rule=grpo", "delta=1.5"], ["method=gspo", "delta=1.5"]])
+def test_trl_delta_stays_available_to_methods_without_a_radius(overrides: list[str]) -> None:
+    config = load_train_config(TINY, overrides)
+    assert config.trainer["delta"] == 1.5
+    assert config.training_method().config_class()(**config.trainer_kwargs()).delta == 1.5
+
+
+def test_clip_rule_kwargs_next_to_the_band_shortcut_names_the_shortcut() -> None:
+    """The README's ``clip_rule_kwargs.delta=0.1`` on tiny.yaml, which sets band_delta: refused at load time, saying
+    to use band_delta (BandPOConfig's own message, later, said only "set it once")."""
+    with pytest.raises(ConfigError) as err:
+        load_train_config(TINY, ["clip_rule_kwargs.delta=0.1"])
+    assert re.fullmatch(
+        r"clip_rule_kwargs.delta=0.1 \(from the overrides\) and band_delta=0.05 \(in .*tiny.yaml:\d+\) both set "
+        r"the clip rule's 'delta': set it once, with band_delta \(e.g. band_delta=0.1\), or with band_delta=null "
+        r"and clip_rule_kwargs.delta",
+        str(err.value),
+    ), str(err.value)
+    with pytest.raises(ConfigError, match=r"clip_rule_kwargs.divergence='tv' .* and band_divergence='kl'"):
+        load_train_config(TINY, ['clip_rule_kwargs={"divergence": "tv"}'])
+    for overrides in (["band_delta=0.1"], ["band_delta=null", "clip_rule_kwargs.delta=0.1"]):
+        rule = BandPOConfig(**load_train_config(TINY, overrides).trainer_kwargs()).build_clip_rule()
+        assert rule.delta == 0.1
+
+
+def test_an_output_dir_that_is_a_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a_file = tmp_path / "README.md"
+    a_file.write_text("keep me")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_train_config(TINY, ["output_dir=README.md"])
+    assert str(err.value) == "output_dir 'README.md' is a file; it must be a directory (or not exist yet)"
+    with pytest.raises(ConfigError) as err:
+        load_train_config(TINY, ["output_dir=README.md/run"])
+    assert str(err.value) == (
+        "output_dir 'README.md/run' is inside 'README.md', which is a file; output_dir must be a directory (or not "
+        "exist yet)"
+    )
+    assert load_train_config(TINY, ["output_dir=runs/new"]).output_dir == Path("runs/new")  # created later
+    assert a_file.read_text() == "keep me" and not (tmp_path / "runs").exists()
 
 
 def test_typo_in_the_file_names_the_file(tmp_path: Path) -> None:

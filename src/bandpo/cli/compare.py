@@ -76,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bandpo._files import output_dir_problem
     from bandpo.experiments.compare import (
         CompareError,
         export_results,
@@ -87,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = load_compare_config(args.config, args.overrides)
+        for name, path in (("output_dir", config.output_dir), ("--export", args.export)):
+            problem = None if path is None else output_dir_problem(path, name)
+            if problem is not None:
+                raise CompareError(problem)
         if args.methods:
             wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
             labels = [m.label for m in config.methods]

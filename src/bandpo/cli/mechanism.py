@@ -71,6 +71,22 @@ def _command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
+def _make_output(output: str) -> None:
+    """Create the ``--output`` directory now, before the simulation (which writes only at its end); a path that
+    cannot be one raises ``ValueError`` naming it."""
+    from pathlib import Path
+
+    from bandpo._files import output_dir_problem
+
+    problem = output_dir_problem(output, "--output")
+    if problem is not None:
+        raise ValueError(problem)
+    try:
+        Path(output).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--output {output!r} cannot be created: {err.strerror or err}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from bandpo.experiments.mechanism import SCENARIOS, MechanismConfig, quick, resolve_rules
     from bandpo.experiments.mechanism_report import run_mechanism
@@ -98,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--scenarios: {err}") from None
         if not scenarios:
             raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios!r}")
+        _make_output(args.output)
     except ValueError as err:
         print(f"bandpo mechanism: error: {err}", file=sys.stderr)
         return 2

@@ -36,8 +36,15 @@ GRPO with its default interval, ``clip_rule=clip_higher clip_rule_kwargs.eps_hig
 ``method=cispo`` trains TRL's CISPO with its defaults. Likewise a layer that sets ``data.path`` drops the inherited
 ``data.task`` / ``data.task_options`` (and ``data.task`` drops ``data.path``).
 
+A clip rule's parameters are set once: a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets are refused
+together (``configs/tiny.yaml`` sets ``band_delta``, so its radius is overridden with ``band_delta=0.1``), and TRL's
+own ``delta`` (GRPOConfig's two-sided clamp of the ratio, INTELLECT-2's) at or below 1, a radius set under TRL's
+name, is refused with a rule that has a radius ``delta`` (``band``, ``adaptive_band``; ``delta: 10``, an upper clamp
+as verl's dual clip, stays allowed); other methods keep TRL's behaviour.
+
 An unknown key raises :class:`ConfigError` naming the closest valid key; every check here is on the config
-alone (no file other than the config is read, nothing is imported but TRL's config class).
+alone (no file other than the config is read; ``output_dir`` is only looked at: it must be a directory or not exist
+yet; nothing is imported but TRL's config class).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +61,7 @@ from typing import Any
 
 import yaml
 
+from bandpo._files import output_dir_problem
 from bandpo.config import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
@@ -388,6 +397,9 @@ class TrainConfig:
                 raise ConfigError(str(err)) from err
         else:
             _check_clip_rule_fields(self.trainer, at)
+        problem = output_dir_problem(self.output_dir)
+        if problem is not None:
+            raise ConfigError(problem)
 
     def training_method(self) -> Any:
         """The method to train with (:data:`bandpo.training.methods.METHODS`): ``config_class()``,
@@ -541,6 +553,8 @@ def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
                 f"{', '.join(METHODS.trl_names())}"
             ) from err
 
+    _check_rule_params(trainer, rule if rule is not None else _DEFAULT_CLIP_RULE, where)
+
     def runs_it(key: str, value: Any) -> list[str]:
         return [n for n in METHODS.trl_names() if TRL_METHODS.get(n).fixed.get(key) == value]
 
@@ -567,6 +581,44 @@ def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
         raise ConfigError(
             f"importance_sampling_level={level!r}{where('importance_sampling_level')} cannot be used with a clip "
             f"rule, which bounds each token's ratio from its old probability{how}. With a clip rule: 'token'"
+        )
+
+
+def _check_rule_params(trainer: Mapping[str, Any], rule: str, where: Any) -> None:
+    """The rule's parameters set once: TRL's ``delta`` (its two-sided clamp) at or below 1 is refused next to a Band
+    rule, whose radius is also called ``delta``; a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets
+    are refused together (naming the shortcut, which the recipes use)."""
+    from bandpo.integrations.trl import _SHORTCUTS
+    from bandpo.losses import clip_rule_params
+
+    params = clip_rule_params(METHODS.clip_rule(rule).name)
+    trl_delta = trainer.get("delta")
+    if trl_delta is not None and "delta" in params and not (math.isfinite(trl_delta) and trl_delta > 1):
+        # A clamp of the ratio at or below 1 is a radius set under TRL's name; the real-scale recipes set
+        # delta: 10 on purpose (TRL's upper clamp as verl's dual clip c = 10), which stays allowed.
+        raise ConfigError(
+            f"delta={trl_delta!r}{where('delta')} is TRL's two-sided clamp of the ratio (GRPOConfig.delta, "
+            f"INTELLECT-2's), not Band's radius: clip_rule={rule!r} takes its radius from band_delta (or "
+            "clip_rule_kwargs.delta); next to a Band rule TRL's delta must be a finite number > 1 (an upper clamp "
+            "of the ratio, e.g. 10) or null"
+        )
+    kwargs = trainer.get("clip_rule_kwargs")
+    if isinstance(kwargs, str):  # BandPOConfig's JSON form; a bad string is BandPOConfig's to report
+        try:
+            kwargs = json.loads(kwargs)
+        except json.JSONDecodeError:
+            return
+    if not isinstance(kwargs, Mapping):
+        return
+    for shortcut, param in _SHORTCUTS.items():
+        value = trainer.get(shortcut)
+        if value is None or param not in kwargs:
+            continue
+        key = f"clip_rule_kwargs.{param}"
+        raise ConfigError(
+            f"{key}={kwargs[param]!r}{where(key)} and {shortcut}={value!r}{where(shortcut)} both set the clip "
+            f"rule's {param!r}: set it once, with {shortcut} (e.g. {shortcut}={kwargs[param]!r}), or with "
+            f"{shortcut}=null and {key}"
         )
 
 
