@@ -52,11 +52,19 @@ def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
         (("bounds", "--delta", "nan"), "bandpo bounds: error: --delta must be a finite number > 0, got nan"),
         (
             ("bounds", "--cap", "0.5"),
-            "bandpo bounds: error: --cap must be 0 (no cap) or a finite number >= 1, got 0.5",
+            "bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0.5",
         ),
         (
             ("bounds", "--cap", "inf"),
-            "bandpo bounds: error: --cap must be 0 (no cap) or a finite number >= 1, got inf",
+            "bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got inf",
+        ),
+        (
+            ("bounds", "--cap", "0"),
+            "bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0",
+        ),
+        (
+            ("plot-bounds", "--cap", "0"),
+            "bandpo plot-bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0",
         ),
         (
             ("plot-bounds", "--delta", "-0.1"),
@@ -64,7 +72,7 @@ def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
         ),
         (
             ("plot-bounds", "--cap", "0.9"),
-            "bandpo plot-bounds: error: --cap must be 0 (no cap) or a finite number >= 1, got 0.9",
+            "bandpo plot-bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0.9",
         ),
     ],
 )
@@ -77,8 +85,10 @@ def test_bad_delta_or_cap_is_one_line_before_any_output(
     assert not list(tmp_path.iterdir())  # plot-bounds wrote no PNG
 
 
-def test_cap_zero_means_no_cap() -> None:
-    out = bandpo("bounds", "--divergence", "kl", "--p", "0.001", "--cap", "0")
+@pytest.mark.parametrize("none", ["none", "None", "null"])
+def test_cap_none_means_no_cap(none: str) -> None:
+    """``--cap none`` as ``cap: null`` in a config and ``cap=None`` in the API (``--cap 0`` is refused above)."""
+    out = bandpo("bounds", "--divergence", "kl", "--p", "0.001", "--cap", none)
     assert out.returncode == 0, out.stderr
     assert "cap = None" in out.stdout.splitlines()[0]
     (row,) = [line.split() for line in out.stdout.splitlines() if line.startswith("kl ")]
@@ -109,6 +119,27 @@ def test_plot_bounds_writes_png(tmp_path: Path) -> None:
     out = bandpo("plot-bounds", "--out", str(png), "--divergence", "kl", "chi2")
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
+    """An existing directory (matplotlib would write ``<dir>.png`` beside it and report the directory), a path
+    under a file (a FileExistsError traceback before) and an unwritable place: one line each, status 2."""
+    (tmp_path / "a_dir").mkdir()
+    (tmp_path / "a_file").write_text("")
+    cases = [
+        ("a_dir", "--out 'a_dir' is a directory; it must be a file path"),
+        (
+            "a_file/b.png",
+            "--out 'a_file/b.png' is inside 'a_file', which is a file; its folder must be a directory",
+        ),
+    ]
+    if Path("/proc/self").is_dir():  # Linux: nothing can be created in /proc, even by root
+        cases.append(("/proc/no-such-dir/b.png", "--out '/proc/no-such-dir/b.png' cannot be written: "))
+    for out_path, message in cases:
+        out = bandpo("plot-bounds", "--out", out_path, "--divergence", "kl", cwd=tmp_path)
+        assert (out.returncode, out.stdout) == (2, ""), out.stderr
+        assert out.stderr.startswith(f"bandpo plot-bounds: error: {message}") and out.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file"]  # nothing written
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius > 0 (default 0.05)")
     parser.add_argument(
-        "--cap", type=float, default=10.0, help="upper cap on hi, a number >= 1; 0 for none (default 10)"
+        "--cap", default="10", help="upper cap on hi, a number >= 1, or none for no cap (default 10)"
     )
 
 
@@ -35,16 +35,25 @@ def usage_error(command: str, message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def check_delta_and_cap(command: str, delta: float, cap: float) -> float | None:
-    """Validate ``--delta`` (finite, > 0) and ``--cap`` (0 for no cap, else finite and >= 1) before anything is
-    printed; returns the cap for ``band_bounds`` (``None`` for no cap). Exits with status 2 on a bad value."""
+NO_CAP = ("none", "null")
+"""``--cap`` values that mean no cap (``band_bounds(cap=None)``; ``null`` in a config)."""
+
+
+def check_delta_and_cap(command: str, delta: float, cap: str | float) -> float | None:
+    """Validate ``--delta`` (finite, > 0) and ``--cap`` (``none`` for no cap, else finite and >= 1, as
+    ``band_bounds``' ``cap``) before anything is printed; returns the cap for ``band_bounds`` (``None`` for no
+    cap). Exits with status 2 on a bad value."""
     if not (math.isfinite(delta) and delta > 0):
         usage_error(command, f"--delta must be a finite number > 0, got {delta:g}")
-    if cap == 0:
+    if isinstance(cap, str) and cap.strip().lower() in NO_CAP:
         return None
-    if not (math.isfinite(cap) and cap >= 1):
-        usage_error(command, f"--cap must be 0 (no cap) or a finite number >= 1, got {cap:g}")
-    return cap
+    try:
+        value = float(cap)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1):
+        usage_error(command, f"--cap must be a finite number >= 1, or none for no cap, got {cap}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,17 +15,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
     parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius > 0 (default 0.05)")
-    parser.add_argument("--cap", type=float, default=10.0, help="upper cap, a number >= 1; 0 for none")
+    parser.add_argument(
+        "--cap", default="10", help="upper cap, a number >= 1, or none for no cap (default 10)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from bandpo._files import output_file_problem
     from bandpo.plots import default_rules, plot_bounds
 
     cap = check_delta_and_cap("plot-bounds", args.delta, args.cap)
+    problem = output_file_problem(args.out, "--out")
+    if problem is not None:
+        usage_error("plot-bounds", problem)
     try:
         rules = default_rules(args.divergence, args.delta, cap)
     except ValueError as err:
         usage_error("plot-bounds", str(err))
-    path = plot_bounds(args.out, rules)
+    try:
+        path = plot_bounds(args.out, rules)
+    except OSError as err:
+        usage_error("plot-bounds", f"--out {args.out!r} cannot be written: {err.strerror or err}")
     print(f"wrote {path}")
     return 0
