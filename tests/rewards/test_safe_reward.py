@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 from typing import Any
 
 import pytest
@@ -92,6 +93,24 @@ def test_safe_reward_func_checks_outputs() -> None:
     fixed = safe_reward_func(wrong_length)
     assert fixed(["p", "p"], ["a", "b"]) == [1.0, 1.0]  # one-by-one calls return one value each
     assert fixed.n_failures == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"), [("1.00", "str"), (b"10", "bytes"), (1.0, "float"), ({"a": 1}, "dict")]
+)
+def test_a_reward_returning_no_list_is_named_with_the_type_it_returned(value: object, kind: str) -> None:
+    """A string is a sequence too: its characters must not be counted as rewards ("got 4 values")."""
+
+    def as_text(prompts: list, completions: list, **kwargs: Any) -> object:
+        return value
+
+    safe = safe_reward_func(as_text)
+    message = f"reward 'as_text' returned a {kind}, must return a list of floats (one per completion)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        safe._checked(value, 2)
+    with pytest.raises(RuntimeError, match=r"failed on all 2 completions") as info:
+        safe(["p", "p"], ["a", "b"])
+    assert str(info.value.__cause__) == message
 
 
 def test_safe_reward_func_rejects_bad_arguments() -> None:

@@ -30,6 +30,9 @@ def one_value(prompts, completions, **kwargs):
 def text_value(prompts, completions, **kwargs):
     return ["high" for _ in completions]
 
+def one_string(prompts, completions, **kwargs):
+    return "1.00"
+
 def needs_column(prompts, completions, level, **kwargs):
     return [1.0 for _ in completions]
 
@@ -122,6 +125,10 @@ def test_bad_reward_names_are_one_line(user_rewards: str, name: str, match: str)
     [
         ("one_value", r"must return 2 rewards, got 1 values"),
         ("text_value", r"returned 'high'; rewards must be finite or None"),
+        (
+            "one_string",
+            r"^reward 'one_string' returned a str, must return a list of floats \(one per completion\) \(a trial",
+        ),
         ("needs_column", r"missing 1 required keyword-only argument: 'level'|required positional argument"),
     ],
 )

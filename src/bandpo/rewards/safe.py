@@ -104,9 +104,15 @@ class SafeRewardFunc:
         return rewards, failed
 
     def _checked(self, rewards: object, n: int) -> list[float | None]:
-        if isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence) or len(rewards) != n:
-            got = f"{len(rewards)} values" if isinstance(rewards, Sequence) else type(rewards).__name__
-            raise ValueError(f"reward function {self.__name__!r} must return {n} rewards, got {got}")
+        if isinstance(rewards, (str, bytes, bytearray)) or not isinstance(rewards, Sequence):
+            raise ValueError(
+                f"reward {self.__name__!r} returned a {type(rewards).__name__}, must return a list of floats "
+                "(one per completion)"
+            )
+        if len(rewards) != n:
+            raise ValueError(
+                f"reward function {self.__name__!r} must return {n} rewards, got {len(rewards)} values"
+            )
         out: list[float | None] = []
         for r in rewards:
             if r is not None and (not isinstance(r, Real) or not math.isfinite(float(r))):
