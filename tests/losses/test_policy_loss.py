@@ -101,6 +101,48 @@ def test_per_token_advantages_and_is_weights() -> None:
     assert loss.item() == pytest.approx(ref.item(), rel=1e-10)
 
 
+@pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
+def test_advantages_of_shape_b_1_are_those_of_shape_b(entry: str) -> None:
+    """TRL's ``advantages[:, None]`` (B, 1) applies to every token of its row, as (B,) does: same loss, same
+    gradient; a (1, T) or (B, 2) tensor stays refused."""
+    new, old, adv, mask = make_batch(seed=5)
+    rule = make_clip_rule("band")
+    out = {}
+    for name, a in (("b", adv), ("b1", adv[:, None])):
+        lp = new.clone().requires_grad_(True)
+        result = ENTRY_POINTS[entry](lp, old, a, mask, rule)
+        loss = result[0] if entry == "policy_loss" else (result.loss * mask).sum()
+        loss.backward()
+        out[name] = (loss.detach(), lp.grad)
+    assert torch.equal(out["b1"][0], out["b"][0]) and torch.equal(out["b1"][1], out["b"][1])
+    assert out["b"][1].abs().sum() > 0  # the gradient is not trivially zero
+    for bad in (adv[None, :1].expand(1, new.shape[1]), adv[:, None].expand(-1, 2)):
+        with pytest.raises(ValueError, match=r"advantages shape .* must be \(B,\), \(B, 1\) or \(B, T\)"):
+            ENTRY_POINTS[entry](new, old, bad, mask, rule)
+
+
+@pytest.mark.parametrize(
+    ("mask", "match"),
+    [
+        (
+            [[1, 1, 0], [1, 0, 0]],
+            r"response_mask must be a torch.Tensor of bool, integer or float dtype .*got list",
+        ),
+        (
+            torch.ones(2, 3, dtype=torch.complex64),
+            r"response_mask must be a torch.Tensor of bool, integer or float dtype .*got dtype torch.complex64",
+        ),
+    ],
+)
+@pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
+def test_a_mask_that_is_not_a_real_tensor_is_refused(entry: str, mask: object, match: str) -> None:
+    args = _good_args() | {"response_mask": mask, "clip_rule": make_clip_rule("band")}
+    with pytest.raises(TypeError, match=match):
+        ENTRY_POINTS[entry](**args)
+    for dtype in (torch.bool, torch.uint8, torch.int64, torch.float32):  # the allowed kinds
+        ENTRY_POINTS[entry](**(args | {"response_mask": torch.ones(2, 3, dtype=dtype)}))
+
+
 def test_clipped_tokens_get_exactly_zero_gradient() -> None:
     old = torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.5]], dtype=torch.float64))
     # ratios 2.0 (above hi), 1.05 (inside), 0.3 (below lo), 1.0
@@ -427,7 +469,7 @@ def _good_args() -> dict:
             r"old_log_prob shape \(2, 4\) must equal log_prob shape \(2, 3\)",
         ),
         ({"response_mask": torch.ones(2, 4)}, r"response_mask shape \(2, 4\) must equal"),
-        ({"advantages": torch.zeros(3)}, r"advantages shape \(3,\) must be \(B,\) or \(B, T\)"),
+        ({"advantages": torch.zeros(3)}, r"advantages shape \(3,\) must be \(B,\), \(B, 1\) or \(B, T\)"),
         ({"response_mask": torch.full((2, 3), 2.0)}, "response_mask must hold only 0 and 1"),
         (
             {"advantages": torch.tensor([float("nan"), 0.0])},
@@ -452,7 +494,7 @@ def test_bad_input(kwargs: dict, match: str) -> None:
     [
         ({"log_prob": -torch.rand(6)}, r"log_prob must have shape \(B, T\), got \(6,\)"),
         ({"old_log_prob": torch.zeros(2, 4)}, r"old_log_prob shape \(2, 4\) must equal log_prob shape"),
-        ({"advantages": torch.zeros(3)}, r"advantages shape \(3,\) must be \(B,\) or \(B, T\)"),
+        ({"advantages": torch.zeros(3)}, r"advantages shape \(3,\) must be \(B,\), \(B, 1\) or \(B, T\)"),
         ({"clip_ratio_c": 1.0}, "clip_ratio_c must be > 1"),
         ({"truncation_c": 0.5}, r"truncation_c must be a finite number > 1, got 0.5"),
         ({"rollout_is_weights": torch.ones(2, 4)}, r"rollout_is_weights shape \(2, 4\) must equal"),

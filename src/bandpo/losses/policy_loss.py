@@ -33,7 +33,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bandpo.core.checks import check_float_tensor
+from bandpo.core.checks import FLOAT_DTYPES, check_float_tensor
 from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_mean
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
 from bandpo.losses.diagnostics import DIAGNOSTICS, check_diagnostics
@@ -93,7 +93,7 @@ class _ObjectiveInputs(NamedTuple):
 
     log_prob: Tensor  #: (B, T) float
     old_log_prob: Tensor  #: (B, T) float
-    advantages: Tensor  #: (B, T) float (a (B,) input broadcast)
+    advantages: Tensor  #: (B, T) float (a (B,) or (B, 1) input broadcast)
     mask: Tensor  #: (B, T) bool, real response tokens
     clip_rule: ClipRule
     clip_ratio_c: float | None
@@ -122,6 +122,27 @@ def _check_like_log_prob(name: str, x: Tensor | None, log_prob: Tensor) -> None:
         raise ValueError(f"{name} shape {tuple(x.shape)} must equal log_prob shape {tuple(log_prob.shape)}")
 
 
+MASK_DTYPES = (
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    *FLOAT_DTYPES,
+)
+"""The dtypes ``response_mask`` may have: bool, or 0/1 integers or floats."""
+
+
+def _check_mask(response_mask: object) -> None:
+    """``response_mask`` must be a tensor of one of :data:`MASK_DTYPES` (not a list, not complex numbers)."""
+    allowed = "a torch.Tensor of bool, integer or float dtype (1 at real response tokens, 0 elsewhere)"
+    if not isinstance(response_mask, Tensor):
+        raise TypeError(f"response_mask must be {allowed}, got {type(response_mask).__name__}")
+    if response_mask.dtype not in MASK_DTYPES:
+        raise TypeError(f"response_mask must be {allowed}, got dtype {response_mask.dtype}")
+
+
 def _check_objective_inputs(
     log_prob: Tensor,
     old_log_prob: Tensor,
@@ -144,7 +165,8 @@ def _check_objective_inputs(
     the checks that sync with the host (a 0/1 mask, finite values at real tokens).
 
     Raises:
-        TypeError: a non-float ``log_prob``, ``old_log_prob`` or ``advantages``.
+        TypeError: a non-float ``log_prob``, ``old_log_prob`` or ``advantages``; a ``response_mask`` that is not a
+            tensor of :data:`MASK_DTYPES`.
         ValueError: every other bad input, naming the argument, its value and what is allowed.
     """
     for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
@@ -152,12 +174,16 @@ def _check_objective_inputs(
     if log_prob.dim() != 2:
         raise ValueError(f"log_prob must have shape (B, T), got {tuple(log_prob.shape)}")
     _check_like_log_prob("old_log_prob", old_log_prob, log_prob)
+    _check_mask(response_mask)
     _check_like_log_prob("response_mask", response_mask, log_prob)
     if advantages.shape == log_prob.shape[:1]:
         advantages = advantages.unsqueeze(-1).expand_as(log_prob)  # (B,) -> (B, T)
+    elif advantages.shape == (log_prob.shape[0], 1):
+        advantages = advantages.expand_as(log_prob)  # (B, 1), TRL's adv[:, None] -> (B, T)
     elif advantages.shape != log_prob.shape:
         raise ValueError(
-            f"advantages shape {tuple(advantages.shape)} must be (B,) or (B, T) = {tuple(log_prob.shape)}"
+            f"advantages shape {tuple(advantages.shape)} must be (B,), (B, 1) or (B, T) with (B, T) = "
+            f"{tuple(log_prob.shape)}"
         )
     if loss_agg_mode is not None:
         LOSS_AGG_MODES.canonical(loss_agg_mode)
@@ -335,7 +361,8 @@ def per_token_policy_loss(
         log_prob: (B, T) float (any of float16/bfloat16/float32/float64), log pi_theta of the sampled tokens
             (differentiable).
         old_log_prob: (B, T) float, log pi_old (detached here).
-        advantages: (B,) or (B, T) float (detached here).
+        advantages: (B,), (B, 1) (TRL's ``adv[:, None]``) or (B, T) float (detached here); (B,) and (B, 1) apply
+            to every token of the row.
         response_mask: (B, T) bool or 0/1 float/int, real response tokens; padded positions may hold anything.
             Values are not checked here (no host sync): :func:`policy_loss`'s ``check_values`` lists the ones the
             objective accepts.
@@ -435,7 +462,7 @@ def policy_loss(
         log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable), finite and <= 0.
         old_log_prob: (B, T) float, log pi_old (the behaviour policy of the update; detached here), in
             [-inf, 0].
-        advantages: (B,) or (B, T) float, finite.
+        advantages: (B,), (B, 1) or (B, T) float, finite; (B,) and (B, 1) apply to every token of the row.
         response_mask: (B, T) bool or 0/1, real response tokens. Masked-out positions may hold anything.
         clip_rule: a ``ClipRule`` or a registered name (built with defaults).
         loss_agg_mode: one of ``LOSS_AGG_MODES.names()``.
