@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bandpo.registry import Registry
+from bandpo.registry import Registry, did_you_mean
 
 
 def _registry() -> Registry[int]:
@@ -27,6 +27,21 @@ def test_unknown_name_lists_valid_names_and_suggests() -> None:
         ValueError, match=r"^unknown widget 'alpah' \(did you mean 'alpha'\?\); valid names: alpha, beta$"
     ):
         _registry().get("alpah")
+
+
+def test_a_name_in_another_case_gets_the_suggestion() -> None:
+    """``KL`` for ``kl``: difflib alone finds no likeness between the two (their characters differ), so the
+    comparison ignores case; the suggestion is the registered spelling."""
+    reg = _registry()
+    reg.register("kl", 3)
+    reg.register("reverse_kl", 4)
+    for wrong, right in (("KL", "kl"), ("Alpha", "alpha"), ("BETTA", "beta"), ("A", "a")):
+        with pytest.raises(
+            ValueError, match=rf"^unknown widget '{wrong}' \(did you mean '{right}'\?\); valid"
+        ):
+            reg.get(wrong)
+    assert did_you_mean("Revers_KL", reg.names()) == " (did you mean 'reverse_kl'?)"
+    assert did_you_mean("zzz", reg.names()) == ""
 
 
 def test_duplicate_name_or_alias_is_an_error() -> None:

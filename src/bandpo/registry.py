@@ -16,9 +16,13 @@ T = TypeVar("T")
 
 
 def closest(name: object, candidates: Iterable[str]) -> str | None:
-    """The candidate most like ``str(name)`` (``difflib``, similarity >= 0.6), or ``None``."""
-    close = difflib.get_close_matches(str(name), list(candidates), n=1)
-    return close[0] if close else None
+    """The candidate most like ``str(name)``, or ``None``: compared ignoring case (``KL`` -> ``kl``), the one equal
+    but for case, else the closest by ``difflib`` (similarity >= 0.6)."""
+    folded: dict[str, str] = {}
+    for candidate in candidates:
+        folded.setdefault(candidate.lower(), candidate)
+    close = difflib.get_close_matches(str(name).lower(), list(folded), n=1)
+    return folded[close[0]] if close else None
 
 
 def did_you_mean(name: object, candidates: Iterable[str]) -> str:

@@ -26,3 +26,13 @@ def test_hellinger_closed_form_matches_bisection_near_the_edge(delta: float) -> 
     lo_b, hi_b = bandpo.band_bounds(p.log(), delta, "hellinger", method="bisection", cap=None)
     torch.testing.assert_close(lo, lo_b, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(hi, hi_b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(("name", "suggested"), [("KL", "kl"), ("TV", "tv"), ("Chi2", "chi2"), ("kll", "kl")])
+def test_a_divergence_name_in_another_case_gets_the_suggestion(name: str, suggested: str) -> None:
+    """``divergence="KL"``: the registry's did-you-mean, from ``band_bounds`` and from the Band clip rule."""
+    match = rf"^unknown divergence '{name}' \(did you mean '{suggested}'\?\); valid names: kl, "
+    with pytest.raises(ValueError, match=match):
+        bandpo.band_bounds(torch.log(torch.tensor([0.5])), 0.05, name)
+    with pytest.raises(ValueError, match=match):
+        bandpo.make_clip_rule("band", divergence=name)
