@@ -396,3 +396,18 @@ def test_prepare_refuses_to_mix_runs(tmp_path: Path) -> None:
     assert prepare(config, overwrite=True).resume_from is None
     with pytest.raises(ConfigError, match=r"resume and overwrite are exclusive"):
         prepare(config, resume=True, overwrite=True)
+
+
+def test_bf16_true_with_use_cpu_is_refused_and_a_gpu_recipe_on_a_cpu_gets_a_warning(tmp_path: Path) -> None:
+    """TRL's bf16 autocast on a CPU run rounds the ratio's log-probs: refused when the config asks for the CPU;
+    a GPU recipe (bf16: true, no use_cpu) checked on a machine without a GPU runs its CPU precision instead, with
+    a warning."""
+    from bandpo.training.config import _accelerator_available
+
+    with pytest.raises(ConfigError, match=r"bf16: true with use_cpu: true .* model.precision: bf16"):
+        load_train_config(TINY, ["bf16=true", "use_cpu=true"]).trainer_kwargs()
+    if _accelerator_available():
+        pytest.skip("this machine has a GPU: bf16 stays TRL's")
+    with pytest.warns(UserWarning, match="bf16: true is TRL's mixed precision for GPUs"):
+        kwargs = load_train_config(TINY, ["bf16=true"]).trainer_kwargs()
+    assert kwargs["bf16"] is False and kwargs["use_cpu"] is True

@@ -54,6 +54,7 @@ import dataclasses
 import functools
 import json
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -495,16 +496,23 @@ class TrainConfig:
         kwargs.setdefault("disable_tqdm", False)
         if "activation_checkpointing" not in kwargs:  # transformers 5's name; TRL's default (on) otherwise
             kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing", True)
+        asked_cpu = bool(kwargs.get("use_cpu"))
         if "use_cpu" not in kwargs and not _accelerator_available():
             kwargs["use_cpu"] = True
         if kwargs.get("use_cpu"):
-            if kwargs.get("bf16"):
+            if kwargs.get("bf16") and asked_cpu:
                 raise ConfigError(
-                    "bf16: true on a CPU run is TRL's bfloat16 autocast of every forward pass, which rounds the "
-                    "log-probs of the ratio and clips tokens the update did not move; set model.precision: bf16 "
-                    "(bfloat16 sampling and backward pass, float32 ratio) and bf16: false"
+                    "bf16: true with use_cpu: true is TRL's bfloat16 autocast of every forward pass on a CPU, which "
+                    "rounds the log-probs of the ratio and clips tokens the update did not move; set "
+                    "model.precision: bf16 (bfloat16 sampling and backward pass, float32 ratio) and bf16: false"
                 )
-            kwargs["bf16"] = False  # the CPU's precision is model.precision's (bandpo.training.runtime)
+            if kwargs.get("bf16"):  # a GPU recipe on a machine without a GPU (e.g. checked with --dry-run)
+                warnings.warn(
+                    "bf16: true is TRL's mixed precision for GPUs; this machine has none, so it is off here and "
+                    f"model.precision ({self.model.precision}) decides how the CPU computes",
+                    stacklevel=2,
+                )
+            kwargs["bf16"] = False  # the CPU's precision is model.precision's (bandpo.runtime)
         init_kwargs = dict(kwargs.get("model_init_kwargs") or {})
         for key, value in (
             ("dtype", self.model.dtype),
