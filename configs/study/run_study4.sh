@@ -8,8 +8,8 @@
 set -uo pipefail
 BANDPO=${BANDPO:-.venv/bin/bandpo}
 OUT=${OUT:-runs/study/study4}
-SEEDS=${SEEDS:-$(seq -s ' ' 400 415)}
-HIGHER=${HIGHER:-$(seq -s ' ' 400 407)}
+SEEDS=${SEEDS:-$(seq -s ' ' 410 426)}
+HIGHER=${HIGHER:-$(seq -s ' ' 410 417)}
 export HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 run() {  # run METHOD SEED [extra]

@@ -46,6 +46,7 @@ OUR_METRICS = (
     "band/hi_max",
     "policy/ppo_kl",
     "policy/entropy",
+    "tokens/count",
 )
 
 
@@ -350,8 +351,8 @@ def test_step_guard_counts_every_micro_batch(
 def test_lighter_diagnostics_log_fewer_metrics(
     tmp_path: Path, level: str, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
 ) -> None:
-    """``diagnostics="basic"`` logs the clip fractions, ``policy/ppo_kl`` and ``policy/entropy`` only, ``"none"`` only
-    ``band/delta``
+    """``diagnostics="basic"`` logs the clip fractions, ``policy/ppo_kl``, ``policy/entropy`` and ``tokens/count``
+    only, ``"none"`` only ``band/delta``
     (TRL's own metrics stay at every level)."""
     trainer = make_trainer(
         make_config(tmp_path, max_steps=2, diagnostics=level), tiny_model, tiny_tokenizer, tiny_dataset
@@ -359,7 +360,7 @@ def test_lighter_diagnostics_log_fewer_metrics(
     trainer.train()
     logged = {k for row in trainer.state.log_history for k in row}
     ours = {k for k in logged if k.split("/")[0] in ("clip", "band", "policy", "tokens")}
-    basic = {"clip/frac", "clip/frac_up", "clip/frac_down", "policy/ppo_kl", "policy/entropy"}
+    basic = {"clip/frac", "clip/frac_up", "clip/frac_down", "policy/ppo_kl", "policy/entropy", "tokens/count"}
     assert ours == (basic if level == "basic" else set()) | {"band/delta"}
     assert "clip_ratio/region_mean" in logged  # TRL's own
 
@@ -512,6 +513,8 @@ def test_first_update_of_a_round_has_ratio_exactly_one(
     monkeypatch.undo()
 
     assert len(spy.records) == 6
+    counts = [row["tokens/count"] for row in _log_rows(trainer)]
+    assert counts == [float(rec["mask"].sum()) for rec in spy.records]  # the tokens behind each step's shares
     for step, rec in enumerate(spy.records):
         mask = rec["mask"]
         assert not torch.isnan(rec["old"][mask]).any(), f"step {step}: a deferred old log-prob was not filled"

@@ -54,7 +54,8 @@ per radius: ``rule_at_step``).
 Metrics: every loss call appends, next to TRL's, the diagnostics of ``bandpo.losses.clip_metrics`` (the default
 ``diagnostics="full"``; ``basic`` and ``none`` log fewer, see ``bandpo.losses.DIAGNOSTICS``)
 (``clip/frac``, ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_out``, per old-probability bin, ``clip/tail_share``,
-``band/{lo,hi}_{mean,min,max}``, ``policy/ppo_kl``, ...), ``policy/entropy`` and, for a rule with a radius,
+``band/{lo,hi}_{mean,min,max}``, ``policy/ppo_kl``, ...), ``tokens/count`` (the loss's tokens behind those
+shares, so that shares pool into counts), ``policy/entropy`` and, for a rule with a radius,
 ``band/delta`` (the radius the update used). They are computed on the tokens
 of all processes (padded and gathered with ``accelerator.gather``, as TRL does for its entropy mask), so they are
 exact global values, not means of per-process ratios.
@@ -709,6 +710,9 @@ class BandPOTrainer(GRPOTrainer):
         # TRL's coef_1 is exp(log_ratio) unclamped; the clamp only guards the metrics against overflow.
         ratio = torch.exp(torch.clamp(log_ratio, -20.0, 20.0))
         metrics = DIAGNOSTICS.get(level)(ratio, lo, hi, adv, mask, old, log_ratio=log_ratio)
+        metrics["tokens/count"] = mask.sum().to(
+            lo.dtype
+        )  # the tokens behind every share above (all processes)
         if c.entropy is not None:
             metrics["policy/entropy"] = masked_mean(entropy, mask)
         return metrics
