@@ -34,8 +34,14 @@ def seeds_needed(effect: float, sd: float, target: float = 0.8, alpha: float = 0
 
 
 def minimum_detectable(sd: float, n: int, target: float = 0.8, alpha: float = 0.05) -> float:
-    """The difference that ``n`` seeds detect with probability ``target``."""
-    return float(optimize.brentq(lambda d: power(d, sd, n, alpha) - target, 1e-9, 10 * sd))
+    """The difference that ``n`` seeds detect with probability ``target`` (searched up to 20 sd: scipy's noncentral
+    t gives NaN where the power is 1 to double precision, which then counts as 1)."""
+
+    def gap(d: float) -> float:
+        p = power(d, sd, n, alpha)
+        return (1.0 if math.isnan(p) else p) - target
+
+    return float(optimize.brentq(gap, 1e-9, 20 * sd))
 
 
 def main() -> None:

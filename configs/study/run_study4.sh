@@ -5,8 +5,12 @@
 # Clip-Higher on the first seeds, split over both queues. Resumable: finished runs are kept, an interrupted run
 # resumes from its last checkpoint (bandpo compare). Run it from a worktree at the study's commit:
 #   git worktree add ../study4 <commit> && cd ../study4 && ln -s ../main/.venv .venv && configs/study/run_study4.sh
+# The worktree's own source comes first on the path (the shared .venv's editable install points at the main
+# checkout), so the runs and their provenance are the worktree's commit.
 set -uo pipefail
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 BANDPO=${BANDPO:-.venv/bin/bandpo}
+.venv/bin/python -c "import bandpo, sys; print('bandpo from', bandpo.__file__)"
 OUT=${OUT:-runs/study/study4}
 SEEDS=${SEEDS:-$(seq -s ' ' 410 426)}
 HIGHER=${HIGHER:-$(seq -s ' ' 410 417)}
