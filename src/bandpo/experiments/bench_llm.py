@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from bandpo.runtime import Precision, completion_tokens_only
+from bandpo.runtime import Precision, completion_tokens_only, freed_memory_kept
 
 __all__ = ["RECIPE", "bench_real_step", "matmul_rates", "side_by_side"]
 
@@ -98,15 +98,19 @@ def _flops(model: Any, tokens: int, scored: int, backward: bool) -> float:
 def bench_real_step(precisions: tuple[str, ...] = ("float32", "bf16"), rounds: int = 2) -> dict[str, Any]:
     """The parts of one optimizer step of :data:`RECIPE` in each precision, with floors and ratios (module
     docstring). Returns ``{"rates": ..., "rows": [...], "steps": {precision: {...}}}``."""
+    with freed_memory_kept():
+        return _bench_real_step(precisions, rounds)
+
+
+def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.utils import add_fused_lm_head
 
     from bandpo.models import builtin_model_dir
-    from bandpo.runtime import keep_freed_memory, resolve_precision
+    from bandpo.runtime import resolve_precision
     from bandpo.tasks.arith import ArithConfig, make_arith_splits
     from bandpo.training.tasks import default_cache_dir
 
-    keep_freed_memory()
     path = builtin_model_dir(RECIPE["model"], default_cache_dir(), progress=False)
     tokenizer = AutoTokenizer.from_pretrained(path)
     rates = matmul_rates()
@@ -299,10 +303,9 @@ def _throughput_worker(threads: int, steps: int) -> float:
     from transformers import AutoModelForCausalLM
 
     from bandpo.models import builtin_model_dir
-    from bandpo.runtime import keep_freed_memory, resolve_precision
+    from bandpo.runtime import resolve_precision
     from bandpo.training.tasks import default_cache_dir
 
-    keep_freed_memory()
     torch.set_num_threads(threads)
     precision = resolve_precision("auto")
     model = AutoModelForCausalLM.from_pretrained(
@@ -319,11 +322,12 @@ def _throughput_worker(threads: int, steps: int) -> float:
             logits.float().logsumexp(-1).mean().backward()
         model.zero_grad(set_to_none=True)
 
-    step()
-    t0 = time.perf_counter()
-    for _ in range(steps):
+    with freed_memory_kept():
         step()
-    return steps / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return steps / (time.perf_counter() - t0)
 
 
 def side_by_side(steps: int = 6) -> dict[str, float]:

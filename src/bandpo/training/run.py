@@ -46,7 +46,7 @@ from bandpo.runtime import (
     FLOAT32,
     Precision,
     completion_tokens_only,
-    keep_freed_memory,
+    freed_memory_kept,
     resolve_precision,
 )
 from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
@@ -104,6 +104,7 @@ class PreparedRun:
     tokenizer: Any = None
     dataset: Any = None
     method: Any = None
+    trainer_state_step: int = 0
 
 
 def last_checkpoint(output_dir: str | Path) -> Path | None:
@@ -553,9 +554,6 @@ def train(
 
 
 def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[Any], is_main: bool) -> Path:
-    from transformers import ProgressCallback
-
-    from bandpo.training.callbacks import CompactProgressCallback, MetricsJSONLCallback
 
     config, args = prepared.config, prepared.args
     output_dir = Path(args.output_dir)
@@ -593,8 +591,30 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
         print(_describe(prepared, model_path, n_rows), flush=True)
 
     on_gpu = not args.use_cpu and _cuda_available()
-    if not on_gpu:
-        keep_freed_memory()
+    with freed_memory_kept() if not on_gpu else contextlib.nullcontext():
+        _run_trainer(prepared, model_path, callbacks, on_gpu, is_main)
+    if is_main:
+        mark_finished(output_dir, prepared.trainer_state_step, args)
+        failures = sum(f.n_failures for f in prepared.reward_funcs)
+        print(
+            f"bandpo train: done at step {prepared.trainer_state_step}; model, metrics.jsonl and checkpoints in "
+            f"{output_dir}" + (f" ({failures} reward failures on this process)" if failures else ""),
+            flush=True,
+        )
+    return output_dir
+
+
+def _run_trainer(
+    prepared: PreparedRun, model_path: str, callbacks: Sequence[Any], on_gpu: bool, is_main: bool
+) -> None:
+    """Build the method's trainer, resolve its precision, train and save the final model (the caller marks the
+    run finished); sets ``prepared.trainer_state_step`` to the last optimizer step."""
+    from transformers import ProgressCallback
+
+    from bandpo.training.callbacks import CompactProgressCallback, MetricsJSONLCallback
+
+    config, args = prepared.config, prepared.args
+    output_dir = Path(args.output_dir)
     base = (prepared.method or config.training_method()).trainer_class()
     trainer = _trainer_class(base)(
         model=model_path,
@@ -620,12 +640,4 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
         _close_progress_bars(trainer)  # now, not at exit after the caller's message
         raise
     trainer.save_model(str(output_dir))
-    if is_main:
-        mark_finished(output_dir, trainer.state.global_step, args)
-        failures = sum(f.n_failures for f in prepared.reward_funcs)
-        print(
-            f"bandpo train: done at step {trainer.state.global_step}; model, metrics.jsonl and checkpoints in "
-            f"{output_dir}" + (f" ({failures} reward failures on this process)" if failures else ""),
-            flush=True,
-        )
-    return output_dir
+    prepared.trainer_state_step = trainer.state.global_step
