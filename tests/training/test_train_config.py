@@ -411,3 +411,12 @@ def test_bf16_true_with_use_cpu_is_refused_and_a_gpu_recipe_on_a_cpu_gets_a_warn
     with pytest.warns(UserWarning, match="bf16: true is TRL's mixed precision for GPUs"):
         kwargs = load_train_config(TINY, ["bf16=true"]).trainer_kwargs()
     assert kwargs["bf16"] is False and kwargs["use_cpu"] is True
+
+
+def test_a_cpu_run_uses_torchs_fused_adamw_unless_optim_is_set() -> None:
+    from bandpo.training.config import _accelerator_available
+
+    if _accelerator_available():
+        pytest.skip("this machine has a GPU")
+    assert load_train_config(TINY).trainer_kwargs()["optim"] == "adamw_torch_fused"
+    assert load_train_config(TINY, ["optim=adamw_torch"]).trainer_kwargs()["optim"] == "adamw_torch"

@@ -487,7 +487,8 @@ class TrainConfig:
     def trainer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the method's config class (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native
         method): the config's fields, the fields a TRL-native method sets (its ``loss_type``, ..., and the defaults
-        of its parameters), bandpo's defaults (progress bar on, ``use_cpu`` when no GPU, ``output_dir``) and the
+        of its parameters), bandpo's defaults (progress bar on, ``use_cpu`` when no GPU, ``output_dir``; on a CPU
+        ``bf16`` off, since ``model.precision`` decides there, and torch's fused AdamW unless ``optim`` is set) and the
         model section's ``dtype`` / ``attn_implementation`` in ``model_init_kwargs``."""
         kwargs = copy.deepcopy(self.trainer)
         for key, value in self.training_method().defaults(self.trainer).items():
@@ -513,6 +514,8 @@ class TrainConfig:
                     stacklevel=2,
                 )
             kwargs["bf16"] = False  # the CPU's precision is model.precision's (bandpo.runtime)
+            # torch's fused AdamW on a CPU: 0.18 s against 0.80 s (foreach) per step of SmolLM2-135M, measured
+            kwargs.setdefault("optim", "adamw_torch_fused")
         init_kwargs = dict(kwargs.get("model_init_kwargs") or {})
         for key, value in (
             ("dtype", self.model.dtype),
