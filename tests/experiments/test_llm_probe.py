@@ -122,3 +122,16 @@ def test_probe_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("bandpo probe: error:") for line in err)
     assert "does not exist" in err[2]
+
+
+def test_probe_task_options_are_yaml_and_arith_defaults_to_one_digit() -> None:
+    """``--task-options`` reads YAML (and so JSON) as ``bandpo eval`` does; without it the arith task is the
+    one-digit set, where most groups carry signal."""
+    import yaml
+
+    from bandpo.cli.probe import ARITH_DEFAULT
+    from bandpo.tasks.arith import ArithConfig
+
+    default = ArithConfig(**yaml.safe_load(ARITH_DEFAULT))
+    assert default.digits == [1] and default.n_train + default.n_test <= 255
+    assert yaml.safe_load('{"digits": [1, 2]}') == yaml.safe_load("{digits: [1, 2]}")

@@ -72,7 +72,7 @@ class ProbeConfig:
     group_size: int = 8
     max_new_tokens: int = 16
     temperature: float = 1.0
-    updates: int = 4
+    updates: int = 3
     learning_rate: float = 1e-5
     seed: int = 0
     split: str = "train"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Optimizer steps per hour of configs/smollm2-arith.yaml: this checkout (its precision: auto) against the code of an
+# earlier commit (default 5aee1b2: float32 everywhere, before bandpo.runtime), side by side at one thread each so
+# both see the same machine. Each trains STEPS steps; the figure is the mean step_time of steps 3..STEPS (the
+# first round includes the warm-up) from metrics.jsonl.
+#   scripts/step_speed_vs_commit.sh [COMMIT] [STEPS]
+set -euo pipefail
+COMMIT=${1:-5aee1b2}
+STEPS=${2:-10}
+HERE=$PWD
+OLD=${OLD_TREE:-/tmp/bandpo-$COMMIT}
+[ -d "$OLD" ] || git worktree add -q "$OLD" "$COMMIT"
+export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
+OUT=${OUT:-runs/step-speed}
+mkdir -p "$OUT"
+(cd "$OLD" && PYTHONPATH="$OLD/src" "$HERE/.venv/bin/bandpo" train --config configs/smollm2-arith.yaml --overwrite \
+  max_steps="$STEPS" save_steps=1000 disable_tqdm=true output_dir="$HERE/$OUT/old" > "$HERE/$OUT/old.log" 2>&1) &
+.venv/bin/bandpo train --config configs/smollm2-arith.yaml --overwrite max_steps="$STEPS" save_steps=1000 \
+  disable_tqdm=true output_dir="$OUT/new" > "$OUT/new.log" 2>&1 &
+wait
+.venv/bin/python - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+rate = {}
+for name in ("old", "new"):
+    rows = [json.loads(line) for line in open(f"{out}/{name}/metrics.jsonl")]
+    times = [r["step_time"] for r in rows if "step_time" in r][2:]
+    rate[name] = 3600 / (sum(times) / len(times))
+    print(f"{name}: {sum(times) / len(times):.1f} s per step over steps 3-{len(times) + 2}, {rate[name]:.0f} steps per hour")
+print(f"new / old: {rate['new'] / rate['old']:.2f}x the optimizer steps per hour")
+PY
