@@ -551,8 +551,10 @@ class BandPOTrainer(GRPOTrainer):
                 out["old_per_token_logps"], "_bandpo_deferred", False
             ):
                 raise RuntimeError(
-                    f"GRPOTrainer._generate_and_score_completions (trl {trl.__version__}) did not compute old "
-                    f"log-probs where trl{SUPPORTED_TRL} does; BandPOTrainer cannot place them"
+                    f"BandPOTrainer's bounds were not applied: GRPOTrainer._generate_and_score_completions (trl "
+                    f"{trl.__version__}) computed its old log-probs without going through "
+                    "BandPOTrainer._get_per_token_logps_and_entropies, where the bounds and the old log-probs' "
+                    f"layout are installed. This TRL version's path differs from the one supported (trl{SUPPORTED_TRL})."
                 )
             self._bandpo_old_pending = True
         return out
