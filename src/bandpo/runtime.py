@@ -53,6 +53,7 @@ __all__ = [
     "completion_tokens_only",
     "cpu_bf16_flags",
     "freed_memory_kept",
+    "matmul_precision",
     "resolve_precision",
 ]
 
@@ -142,18 +143,18 @@ class Precision:
     def backward(self) -> Iterator[None]:
         """Around a training step: float32 matrix products take bfloat16 inputs (float32 accumulation and output)
         for ``bf16``; the forward passes inside it go back to float32 under :meth:`exact`."""
-        with _matmul_precision("bf16" if self.bf16 else None):
+        with matmul_precision("bf16" if self.bf16 else None):
             yield
 
     @contextlib.contextmanager
     def exact(self) -> Iterator[None]:
         """Around the forward passes whose log-probs form the ratio: float32 matrix products."""
-        with _matmul_precision("ieee" if self.bf16 else None):
+        with matmul_precision("ieee" if self.bf16 else None):
             yield
 
 
 @contextlib.contextmanager
-def _matmul_precision(value: str | None) -> Iterator[None]:
+def matmul_precision(value: str | None) -> Iterator[None]:
     """Set oneDNN's float32 matmul precision (``ieee`` or ``bf16``) for the block; ``None`` leaves it."""
     import torch
 

@@ -27,12 +27,12 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from bandpo.runtime import Precision, completion_tokens_only, freed_memory_kept
+from bandpo.runtime import Precision, completion_tokens_only, freed_memory_kept, matmul_precision
 
 __all__ = ["RECIPE", "bench_real_step", "matmul_rates", "side_by_side"]
 
@@ -58,17 +58,6 @@ def _best(fn: Callable[[], object], rounds: int) -> float:
     return best
 
 
-@contextlib.contextmanager
-def _fp32_precision(value: str) -> Iterator[None]:
-    setting = torch.backends.mkldnn.matmul
-    before = setting.fp32_precision
-    setting.fp32_precision = value
-    try:
-        yield
-    finally:
-        setting.fp32_precision = before
-
-
 def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) -> dict[str, float]:
     """GFLOP/s of an (m, k) x (k, n) product, the shape of the model's MLP on a micro-batch: ``float32``,
     ``bf16_inputs`` (float32 tensors, bfloat16 inputs and float32 accumulation: the bf16 backward) and
@@ -77,7 +66,7 @@ def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) ->
     flops = 2 * m * k * n
     rates = {"float32": flops / _best(lambda: a @ b, rounds) / 1e9}
     if hasattr(torch.backends.mkldnn, "matmul") and hasattr(torch.backends.mkldnn.matmul, "fp32_precision"):
-        with _fp32_precision("bf16"):
+        with matmul_precision("bf16"):
             rates["bf16_inputs"] = flops / _best(lambda: a @ b, rounds) / 1e9
     a16, b16 = a.bfloat16(), b.bfloat16()
     rates["bfloat16"] = flops / _best(lambda: a16 @ b16, rounds) / 1e9
