@@ -120,5 +120,8 @@ def test_tiny_model_on_countdown(model_dir: Path) -> None:
     assert 0.0 <= m["best@4"] <= m["pass@4"] + 1e-12
     assert m["entropy"] > 0 and 1 <= m["mean_length"] <= 6
     assert out["settings"]["max_new_tokens"] == 6 and out["model"] == str(model_dir)
+    # the precision sampling ran in: auto is float32 for a model this small, whatever the CPU
+    assert out["settings"]["precision"] == "auto"
+    assert out["settings"]["precision_resolved"]["name"] == "float32"
     again = evaluate_model_dir(model_dir, [data], settings)
     assert again["overall"] == m  # seeded

@@ -192,6 +192,11 @@ def evaluate_model(
             **{k: v for k, v in asdict(settings).items() if k != "progress"},
             "ks": list(settings.ks or ()),
             "max_new_tokens": max_new,
+            **(
+                {"precision_resolved": sample.precision.record()}
+                if getattr(sample, "precision", None) is not None
+                else {}
+            ),
         },
         "datasets": {
             d.name: {"source": d.source, "verifier": d.verifier, **_summary(results[d.name], settings)}
