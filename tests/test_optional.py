@@ -44,7 +44,7 @@ def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 def test_cli_figure_without_matplotlib_is_one_line(tmp_path: Path) -> None:
     out = _python(
         "from bandpo.cli.main import main\n"
-        f"raise SystemExit(main(['plot-bounds', '--out', {str(tmp_path / 'b.png')!r}]))\n"
+        f"raise SystemExit(main(['plot-bounds', '--output', {str(tmp_path / 'b.png')!r}]))\n"
     )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "bandpo[plots]" in out.stderr and "Traceback" not in out.stderr

@@ -116,7 +116,7 @@ def test_closed_stdout_ends_quietly() -> None:
 
 def test_plot_bounds_writes_png(tmp_path: Path) -> None:
     png = tmp_path / "fig.png"
-    out = bandpo("plot-bounds", "--out", str(png), "--divergence", "kl", "chi2")
+    out = bandpo("plot-bounds", "--output", str(png), "--divergence", "kl", "chi2")
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
@@ -127,16 +127,16 @@ def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
     (tmp_path / "a_dir").mkdir()
     (tmp_path / "a_file").write_text("")
     cases = [
-        ("a_dir", "--out 'a_dir' is a directory; it must be a file path"),
+        ("a_dir", "--output 'a_dir' is a directory; it must be a file path"),
         (
             "a_file/b.png",
-            "--out 'a_file/b.png' is inside 'a_file', which is a file; its folder must be a directory",
+            "--output 'a_file/b.png' is inside 'a_file', which is a file; its folder must be a directory",
         ),
     ]
     if Path("/proc/self").is_dir():  # Linux: nothing can be created in /proc, even by root
-        cases.append(("/proc/no-such-dir/b.png", "--out '/proc/no-such-dir/b.png' cannot be written: "))
+        cases.append(("/proc/no-such-dir/b.png", "--output '/proc/no-such-dir/b.png' cannot be written: "))
     for out_path, message in cases:
-        out = bandpo("plot-bounds", "--out", out_path, "--divergence", "kl", cwd=tmp_path)
+        out = bandpo("plot-bounds", "--output", out_path, "--divergence", "kl", cwd=tmp_path)
         assert (out.returncode, out.stdout) == (2, ""), out.stderr
         assert out.stderr.startswith(f"bandpo plot-bounds: error: {message}") and out.stderr.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file"]  # nothing written

@@ -72,4 +72,4 @@ def test_an_override_after_a_flag_reaches_the_config(command: list, message: str
 def test_unknown_arguments_are_still_errors(args: list, extras: str) -> None:
     proc = bandpo(*args)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[-1] == f"bandpo: error: unrecognized arguments: {extras}"
+    assert proc.stderr.splitlines()[-1] == f"bandpo {args[0]}: error: unrecognized arguments: {extras}"

@@ -97,7 +97,7 @@ def test_probe_cli_end_to_end(warm_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "probe"
     argv = ["probe", "--model", str(warm_model_dir), "--dataset", "countdown", "--rules", "grpo,band",
             "--batches", "2", "--prompts", "4", "--group-size", "4", "--updates", "2", "--max-new-tokens", "8",
-            "--lr", "1e-2", "--output", str(out), "--no-progress"]  # fmt: skip
+            "--lr", "1e-2", "--output-dir", str(out), "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     result = json.loads((out / "results.json").read_text())
     assert len(result["batches"]) == 2 and set(result["summary"]["rules"]) == {"grpo", "band"}
@@ -111,11 +111,19 @@ def test_probe_cli_end_to_end(warm_model_dir: Path, tmp_path: Path) -> None:
 def test_probe_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from bandpo.cli.main import main
 
-    assert main(["probe", "--model", "x", "--updates", "1", "--output", str(tmp_path)]) == 2
-    assert main(["probe", "--model", "x", "--task-options", "[1]", "--output", str(tmp_path)]) == 2
+    assert main(["probe", "--model", "x", "--updates", "1", "--output-dir", str(tmp_path)]) == 2
+    assert main(["probe", "--model", "x", "--task-options", "[1]", "--output-dir", str(tmp_path)]) == 2
     assert (
         main(
-            ["probe", "--model", str(tmp_path / "nope"), "--dataset", "countdown", "--output", str(tmp_path)]
+            [
+                "probe",
+                "--model",
+                str(tmp_path / "nope"),
+                "--dataset",
+                "countdown",
+                "--output-dir",
+                str(tmp_path),
+            ]
         )
         == 2
     )

@@ -250,7 +250,7 @@ def test_config_validation():
     ],
 )
 def test_cli_bad_input_exits_2_with_one_line(argv, match, capsys, tmp_path):
-    assert main(["mechanism", "--output", str(tmp_path), *argv]) == 2
+    assert main(["mechanism", "--output-dir", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("bandpo mechanism: error: ") and match in err and "\n" not in err
     assert not any(tmp_path.iterdir())
@@ -261,14 +261,14 @@ def test_cli_output_that_cannot_be_a_directory_exits_2_with_one_line(capsys, tmp
     a_file = tmp_path / "a_file"
     a_file.write_text("keep me")
     for output, message in (
-        (a_file, f"--output '{a_file}' is a file; it must be a directory (or not exist yet)"),
+        (a_file, f"--output-dir '{a_file}' is a file; it must be a directory (or not exist yet)"),
         (
             a_file / "sub",
-            f"--output '{a_file / 'sub'}' is inside '{a_file}', which is a file; --output must be a directory (or "
+            f"--output-dir '{a_file / 'sub'}' is inside '{a_file}', which is a file; --output-dir must be a directory (or "
             "not exist yet)",
         ),
     ):
-        assert main(["mechanism", "--quick", "--rules", "grpo", "--output", str(output)]) == 2
+        assert main(["mechanism", "--quick", "--rules", "grpo", "--output-dir", str(output)]) == 2
         assert capsys.readouterr().err == f"bandpo mechanism: error: {message}\n"
     assert a_file.read_text() == "keep me"
 
@@ -277,12 +277,12 @@ def test_cli_quick_run_through_subprocess(tmp_path):
     out = tmp_path / "mech"
     cmd = [sys.executable, "-m", "bandpo.cli.main", "mechanism", "--quick", "--rules", "grpo,band",
            "--scenarios", "exploit", "--seeds", "3", "--vocab", "32", "--steps", "3", "--no-progress",
-           "--output", str(out)]  # fmt: skip
+           "--output-dir", str(out)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "1 scenario(s) x 2 rule(s) x 3 seeds" in proc.stdout
     meta = json.loads((out / "results.json").read_text())["meta"]
     expected = "--seeds 3 --vocab 32 --steps 3 --rules grpo,band --scenarios exploit --quick"
-    assert meta["command"] == f"bandpo mechanism --output {out} {expected}"
+    assert meta["command"] == f"bandpo mechanism --output-dir {out} {expected}"
     assert (out / "exploit.png").stat().st_size > 1000

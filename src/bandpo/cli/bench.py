@@ -9,11 +9,23 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24], help="token counts")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timing repeats (6 times as many for the loss and schedule benchmarks)",
+    )
     parser.add_argument(
         "--accuracy-points", type=int, default=200_000, help="random p for the accuracy check"
     )
-    parser.add_argument("--loss-shape", type=int, nargs=2, default=[64, 4096], metavar=("B", "T"))
+    parser.add_argument(
+        "--loss-shape",
+        type=int,
+        nargs=2,
+        default=[64, 4096],
+        metavar=("B", "T"),
+        help="shape of the loss benchmark",
+    )
     parser.add_argument("--skip-loss", action="store_true", help="skip the loss benchmark")
     parser.add_argument(
         "--verl-shape",

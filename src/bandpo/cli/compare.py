@@ -38,7 +38,6 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument(
         "--config", "-c", required=True, help="compare config YAML (e.g. configs/compare-tiny.yaml)"

@@ -34,7 +34,6 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bandpo.eval.scorers import verifier_names
 
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument(
         "--model",
@@ -101,7 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="torch CPU threads (1 is fastest on a busy machine; default: torch's)",
     )
-    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="dtype the model is loaded in (auto: its config's)",
+    )
     parser.add_argument(
         "--precision",
         default="auto",
@@ -116,21 +120,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _task_options(text: str | None) -> dict[str, Any] | None:
-    import yaml
-
+    from bandpo.cli._args import yaml_mapping
     from bandpo.eval.errors import EvalError
 
     if text is None:
         return None
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise EvalError(
-            f"--task-options must be a YAML mapping like '{{n_test: 100}}', got {text!r}: {err}"
-        ) from err
-    if not isinstance(value, dict):
-        raise EvalError(f"--task-options must be a YAML mapping like '{{n_test: 100}}', got {text!r}")
-    return value
+        return yaml_mapping("--task-options", text, "{n_test: 100}")
+    except ValueError as err:
+        raise EvalError(str(err)) from None
 
 
 def run(args: argparse.Namespace) -> int:

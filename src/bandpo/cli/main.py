@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from bandpo._optional import MissingDependencyError
+from bandpo.cli._args import HelpFormatter
 
 # The exit status of a process killed by SIGPIPE (128 + 13), which is what shells report for `yes | head -1`.
 EXIT_BROKEN_PIPE = 141
@@ -46,7 +47,7 @@ def build_parser(with_commands: Sequence[str] | None = None) -> argparse.Argumen
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=help_, formatter_class=HelpFormatter)
         if with_commands is None or name in with_commands:
             importlib.import_module(module).add_arguments(p)
     return parser
@@ -60,14 +61,23 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse
     left ``output_dir=x`` unrecognized. Here the words argparse did not place are appended to the overrides in
     their order on the line (overrides apply in order, so the last one of a key wins, as before), provided that
     none of them is an option: an unknown flag (``--bogus``) is still an error, as it is for a command without
-    overrides.
+    overrides. The error is the subcommand's (``bandpo probe: error: unrecognized arguments: --bogus``, with its
+    usage line), exit status 2.
     """
     args, extras = parser.parse_known_args(argv)
     if extras:
         if not isinstance(getattr(args, "overrides", None), list) or any(w.startswith("-") for w in extras):
-            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+            _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extras)}")
         args.overrides = [*args.overrides, *extras]
     return args
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The subparser of ``command`` (the top-level parser if there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,11 +11,13 @@ import argparse
 import shlex
 import sys
 
+from bandpo.cli._args import add_deprecated_spelling
+
 EPILOG = """\
 examples:
-  bandpo mechanism --output runs/mechanism                 # the default run (about a minute on 2 cores)
-  bandpo mechanism --quick --output runs/mech-quick        # test-sized: seconds
-  bandpo mechanism --rules grpo,band --scenarios rare_reward --vocab 150000 --seeds 30 --output runs/mech-150k
+  bandpo mechanism --output-dir runs/mechanism                 # the default run (about a minute on 2 cores)
+  bandpo mechanism --quick --output-dir runs/mech-quick        # test-sized: seconds
+  bandpo mechanism --rules grpo,band --scenarios rare_reward --vocab 150000 --output-dir runs/mech-150k
 """
 
 
@@ -27,11 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bandpo.experiments.mechanism import SCENARIOS
     from bandpo.losses.clip_rules import CLIP_RULES
 
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument(
-        "--output", default="runs/mechanism", help="output directory (default runs/mechanism)"
+        "--output-dir", default="runs/mechanism", help="output directory (default runs/mechanism)"
     )
+    add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument(
         "--seeds", type=int, default=None, help="seeds per cell, >= 2 (default 30; --quick: 8)"
     )
@@ -62,8 +64,8 @@ def _command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run (options at their defaults left out)."""
     parts = ["bandpo", "mechanism"]
     for flag, value in (
-        ("--output", args.output), ("--seeds", args.seeds), ("--vocab", args.vocab), ("--steps", args.steps),
-        ("--rules", args.rules), ("--scenarios", args.scenarios),
+        ("--output-dir", args.output_dir), ("--seeds", args.seeds), ("--vocab", args.vocab),
+        ("--steps", args.steps), ("--rules", args.rules), ("--scenarios", args.scenarios),
     ):  # fmt: skip
         if value is not None:
             parts += [flag, str(value)]
@@ -72,19 +74,19 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def _make_output(output: str) -> None:
-    """Create the ``--output`` directory now, before the simulation (which writes only at its end); a path that
-    cannot be one raises ``ValueError`` naming it."""
+    """Create the ``--output-dir`` directory now, before the simulation (which writes only at its end); a path
+    that cannot be one raises ``ValueError`` naming it."""
     from pathlib import Path
 
     from bandpo._files import output_dir_problem
 
-    problem = output_dir_problem(output, "--output")
+    problem = output_dir_problem(output, "--output-dir")
     if problem is not None:
         raise ValueError(problem)
     try:
         Path(output).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ValueError(f"--output {output!r} cannot be created: {err.strerror or err}") from None
+        raise ValueError(f"--output-dir {output!r} cannot be created: {err.strerror or err}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--scenarios: {err}") from None
         if not scenarios:
             raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios!r}")
-        _make_output(args.output)
+        _make_output(args.output_dir)
     except ValueError as err:
         print(f"bandpo mechanism: error: {err}", file=sys.stderr)
         return 2
@@ -130,13 +132,13 @@ def run(args: argparse.Namespace) -> int:
         config,
         scenarios,
         rules,
-        args.output,
+        args.output_dir,
         progress=not args.no_progress,
         command=command,
         figures=not args.no_figures,
     )
     print(
         f"bandpo mechanism: {len(scenarios)} scenario(s) x {len(rules)} rule(s) x {config.seeds} seeds in "
-        f"{meta['wall_time_s']:.0f} s; tables and figures in {args.output}/ (results.md)"
+        f"{meta['wall_time_s']:.0f} s; tables and figures in {args.output_dir}/ (results.md)"
     )
     return 0

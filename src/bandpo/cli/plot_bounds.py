@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from bandpo.cli._args import add_deprecated_spelling
 from bandpo.cli.bounds import check_delta_and_cap, usage_error
 from bandpo.core import DIVERGENCES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="bounds.png", help="PNG path (default bounds.png)")
+    parser.add_argument("--output", default="bounds.png", help="PNG file to write (default bounds.png)")
+    add_deprecated_spelling(parser, "--out", "--output")
     parser.add_argument(
         "--divergence", nargs="+", default=["kl", "tv", "chi2", "hellinger"], choices=DIVERGENCES.names(),
         metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
@@ -25,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo.plots import default_rules, plot_bounds
 
     cap = check_delta_and_cap("plot-bounds", args.delta, args.cap)
-    problem = output_file_problem(args.out, "--out")
+    problem = output_file_problem(args.output, "--output")
     if problem is not None:
         usage_error("plot-bounds", problem)
     try:
@@ -33,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         usage_error("plot-bounds", str(err))
     try:
-        path = plot_bounds(args.out, rules)
+        path = plot_bounds(args.output, rules)
     except OSError as err:
-        usage_error("plot-bounds", f"--out {args.out!r} cannot be written: {err.strerror or err}")
+        usage_error("plot-bounds", f"--output {args.output!r} cannot be written: {err.strerror or err}")
     print(f"wrote {path}")
     return 0

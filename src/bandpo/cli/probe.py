@@ -14,11 +14,11 @@ import shlex
 import sys
 from pathlib import Path
 
-import yaml
+from bandpo.cli._args import add_deprecated_spelling, yaml_mapping
 
 EPILOG = """\
 examples:
-  bandpo probe --model smollm2-135m --dataset arith --output runs/probe-smollm2      # ~30 min on 2 CPU cores
+  bandpo probe --model smollm2-135m --dataset arith --output-dir runs/probe-smollm2  # ~30 min on 2 CPU cores
   bandpo probe --model runs/my-model --dataset data/test.jsonl --rules grpo,band --batches 5 --lr 3e-5
 """
 
@@ -32,7 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bandpo.experiments.llm_probe import DEFAULT_RULES, ProbeConfig
 
     defaults = ProbeConfig()
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("--model", required=True, help="a model directory or a built-in model (smollm2-135m)")
     parser.add_argument(
@@ -44,23 +43,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the task's options as YAML (JSON reads too), e.g. '{digits: [1, 2]}' (default for arith: "
         f"'{ARITH_DEFAULT}', problems with enough right answers for the groups to carry signal)",
     )
-    parser.add_argument("--split", default=defaults.split, help="split the prompts come from (default train)")
+    parser.add_argument("--split", default=defaults.split, help="split the prompts come from")
     parser.add_argument(
-        "--rules", default=",".join(DEFAULT_RULES), help="comma-separated clip rules, at defaults"
+        "--rules",
+        default=",".join(DEFAULT_RULES),
+        help=f"comma-separated clip rules, each at its default settings (default {','.join(DEFAULT_RULES)})",
     )
-    parser.add_argument("--batches", type=int, default=defaults.batches, help="batches (seeds), default 3")
-    parser.add_argument("--prompts", type=int, default=defaults.prompts, help="prompts per batch, default 4")
+    parser.add_argument("--batches", type=int, default=defaults.batches, help="batches (seeds)")
+    parser.add_argument("--prompts", type=int, default=defaults.prompts, help="prompts per batch")
+    parser.add_argument("--group-size", type=int, default=defaults.group_size, help="completions per prompt")
+    parser.add_argument("--updates", type=int, default=defaults.updates, help="updates K per batch and rule")
+    parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="AdamW learning rate")
     parser.add_argument(
-        "--group-size", type=int, default=defaults.group_size, help="completions per prompt, 8"
+        "--max-new-tokens", type=int, default=defaults.max_new_tokens, help="tokens sampled per completion"
     )
     parser.add_argument(
-        "--updates", type=int, default=defaults.updates, help="updates K per batch and rule, 3"
+        "--temperature", type=float, default=defaults.temperature, help="sampling temperature"
     )
-    parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="AdamW learning rate, 1e-5")
-    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="default 16")
-    parser.add_argument("--temperature", type=float, default=defaults.temperature, help="default 1.0")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="first batch's seed, default 0")
-    parser.add_argument("--output", default="runs/probe", help="output directory (default runs/probe)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="first batch's seed")
+    parser.add_argument("--output-dir", default="runs/probe", help="output directory (default runs/probe)")
+    add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -77,9 +79,7 @@ def run(args: argparse.Namespace) -> int:
         text = args.task_options
         if text is None and args.dataset == "arith":
             text = ARITH_DEFAULT
-        options = yaml.safe_load(text) if text else None
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"--task-options must be a YAML mapping like '{{digits: [1]}}', got {text!r}")
+        options = yaml_mapping("--task-options", text, "{digits: [1]}") if text else None
         config = ProbeConfig(
             rules=tuple(r.strip() for r in args.rules.split(",") if r.strip()),
             batches=args.batches,
@@ -92,8 +92,6 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             split=args.split,
         )
-    except yaml.YAMLError as err:
-        return fail(f"--task-options is not valid YAML: {err}")
     except ValueError as err:
         return fail(str(err))
     try:
@@ -143,7 +141,7 @@ def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-u
     if changed is True:
         print("bandpo probe: warning: the checkout's code changed while the probe ran (provenance is its start)",
               file=sys.stderr)  # fmt: skip
-    out = Path(args.output)
+    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     title = f"bandpo probe: {args.model} on {dataset.name}, K={config.updates}, lr={config.learning_rate:g}"

@@ -62,7 +62,6 @@ def _trl_methods_help() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG.format(trl_methods=_trl_methods_help())
     parser.add_argument("--config", "-c", required=True, help="YAML training config (e.g. configs/tiny.yaml)")
     parser.add_argument(

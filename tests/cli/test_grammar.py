@@ -1,0 +1,115 @@
+"""One CLI grammar (issue "One vocabulary ... and a front page", item 4): every option's default is in its
+``--help``; ``--output-dir`` names a directory and ``--output`` a file in every command, the old spellings still
+work with one line on stderr; an unknown flag is reported by the subcommand's parser."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from bandpo.cli.main import COMMANDS, build_parser, main
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: action.choices[name] for name in COMMANDS}
+
+
+def _renderings(default: object) -> list[str]:
+    if isinstance(default, (list, tuple)):
+        return [" ".join(map(str, default)), ",".join(map(str, default)), str(default)]
+    if isinstance(default, float):
+        return [str(default), f"{default:g}"]
+    return [str(default)]
+
+
+def test_every_default_is_in_the_help() -> None:
+    """Each option with a default (not None, not suppressed, not an on/off flag) shows it in its help text."""
+    missing = []
+    for name, sub in _subparsers().items():
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if action.help == argparse.SUPPRESS or action.nargs == 0:
+                continue
+            if action.default is None or action.default == argparse.SUPPRESS:
+                continue
+            text = formatter._expand_help(action) if action.help is not None else ""
+            if action.choices is not None and list(action.default) == list(action.choices):
+                ok = "(default: all)" in text  # every choice, listed once
+            else:
+                ok = any(r in text for r in _renderings(action.default))
+            if not ok:
+                missing.append(f"bandpo {name} {'/'.join(action.option_strings) or action.dest}: {text!r}")
+    assert not missing, "\n".join(missing)
+
+
+def test_help_shows_defaults_and_keeps_the_epilog_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["probe", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--output-dir OUTPUT_DIR" in out and "(default runs/probe)" in out
+    assert "--output OUTPUT" not in out  # the old spelling is hidden
+    assert "\nexamples:\n  bandpo probe --model" in out  # the epilog is printed as written
+
+
+@pytest.mark.parametrize(
+    "command,old,new,dest",
+    [
+        ("probe", "--output", "--output-dir", "output_dir"),
+        ("mechanism", "--output", "--output-dir", "output_dir"),
+        ("plot-bounds", "--out", "--output", "output"),
+    ],
+)
+def test_old_output_spellings_still_work(
+    command: str, old: str, new: str, dest: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bandpo.cli.main import parse_args
+
+    base = ["--model", "m"] if command == "probe" else []
+    parser = build_parser([command])
+    args = parse_args(parser, [command, *base, old, "x/y"])
+    assert getattr(args, dest) == "x/y"
+    assert capsys.readouterr().err == f"bandpo {command}: {old} is now {new}\n"
+    args = parse_args(parser, [command, *base, new, "x/z"])
+    assert getattr(args, dest) == "x/z" and capsys.readouterr().err == ""
+    default = parse_args(parser, [command, *base])
+    assert getattr(default, dest) == parser._subparsers._group_actions[0].choices[command].get_default(dest)
+
+
+def test_plot_bounds_old_out_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "b.png"
+    assert main(["plot-bounds", "--out", str(png), "--divergence", "kl"]) == 0
+    assert png.is_file()
+    assert capsys.readouterr().err == "bandpo plot-bounds: --out is now --output\n"
+
+
+@pytest.mark.parametrize("command", ["probe", "bounds", "mechanism"])
+def test_unknown_flag_names_the_subcommand(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([command, *(["--model", "m"] if command == "probe" else []), "--bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"bandpo {command}: error: unrecognized arguments: --bogus"
+    assert err[0].startswith(f"usage: bandpo {command} ")
+
+
+@pytest.mark.parametrize("command", ["probe", "eval"])
+@pytest.mark.parametrize("text", ["{digits: [1", "[1]"], ids=["bad-yaml", "not-a-mapping"])
+def test_task_options_error_is_one_line(command: str, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--task-options`` is YAML in both commands (JSON reads too), with the same one-line error."""
+    assert main([command, "--model", "x", "--task-options", text]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"bandpo {command}: error: --task-options must be a YAML mapping like '{{")
+    assert f"got {text!r}" in err[0]
+
+
+def test_task_options_read_json_too() -> None:
+    from bandpo.cli._args import yaml_mapping
+
+    assert yaml_mapping("--x", '{"digits": [1, 2]}', "{}") == yaml_mapping("--x", "{digits: [1, 2]}", "{}")
