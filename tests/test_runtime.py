@@ -4,6 +4,7 @@ the allocator switch."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,8 +18,10 @@ from bandpo.runtime import (
     completion_tokens_only,
     cpu_bf16_flags,
     freed_memory_kept,
+    precision_for,
     resolve_precision,
 )
+from helpers.tiny import build_tiny_model_dir
 
 AMX = "processor : 0\nflags : fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
 AVX2 = "processor : 0\nflags : fpu sse avx2 fma\n"
@@ -140,26 +143,17 @@ def test_freed_memory_kept_applies_inside_and_returns_memory_after() -> None:
     assert after < before_free - 100  # returned at the end of the block
 
 
-def test_completion_tokens_only_gives_the_same_log_probs() -> None:
+def test_completion_tokens_only_gives_the_same_log_probs(tmp_path: Path) -> None:
     """TRL's fused head scoring only the completion tokens gives the same log-probs as scoring every position
     (each position's projection is computed alone)."""
     pytest.importorskip("trl")
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model_dir(tmp_path), dtype=torch.float32).eval()
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=50,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = Qwen2ForCausalLM(config).eval()
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    ids = torch.randint(0, 50, (3, 12))
+    ids = torch.randint(0, model.config.vocab_size, (3, 12))
     labels = ids.clone()
     labels[:, :7] = -100
     with torch.no_grad():
@@ -171,3 +165,11 @@ def test_completion_tokens_only_gives_the_same_log_probs() -> None:
     import trl.trainer.utils as trl_utils
 
     assert trl_utils._use_triton(torch.device("cpu")) is False  # restored
+
+
+def test_precision_for_a_model_counts_its_parameters_and_reads_its_device() -> None:
+    small = torch.nn.Linear(10, 10)  # 110 parameters, on the CPU
+    p = precision_for("auto", small)
+    assert p.name == "float32"
+    assert p.name == resolve_precision("auto", n_params=110).name
+    assert precision_for("auto", small, on_gpu=True).name == "framework"

@@ -42,6 +42,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "BF16_MIN_PARAMS",
@@ -54,6 +55,7 @@ __all__ = [
     "cpu_bf16_flags",
     "freed_memory_kept",
     "matmul_precision",
+    "precision_for",
     "resolve_precision",
 ]
 
@@ -209,6 +211,15 @@ def resolve_precision(
             stacklevel=2,
         )
     return Precision(requested, requested, f"asked for; {has}")
+
+
+def precision_for(requested: str, model: Any, on_gpu: bool | None = None) -> Precision:
+    """:func:`resolve_precision` for ``model`` (a ``torch.nn.Module``): its parameter count, and ``on_gpu`` from
+    the device of its parameters unless given."""
+    params = list(model.parameters())
+    if on_gpu is None:
+        on_gpu = bool(params) and params[0].device.type != "cpu"
+    return resolve_precision(requested, on_gpu=on_gpu, n_params=sum(p.numel() for p in params))
 
 
 FLOAT32 = Precision("float32", "float32", "default")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bandpo.eval.errors import EvalError
-from bandpo.runtime import Precision, resolve_precision
+from bandpo.runtime import Precision, precision_for
 
 if TYPE_CHECKING:
     from bandpo.eval.settings import EvalSettings
@@ -59,11 +59,7 @@ class TransformersSampler:
         from bandpo.eval.sampling import generate_samples
 
         if self.precision is None:
-            self.precision = resolve_precision(
-                self.settings.precision,
-                on_gpu=self.model.device.type != "cpu",
-                n_params=sum(p.numel() for p in self.model.parameters()),
-            )
+            self.precision = precision_for(self.settings.precision, self.model)
         s = generate_samples(
             self.model,
             self.tokenizer,

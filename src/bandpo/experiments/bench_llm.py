@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from bandpo.experiments.bench import time_call
 from bandpo.runtime import Precision, completion_tokens_only, freed_memory_kept, matmul_precision
 
 __all__ = ["RECIPE", "bench_real_step", "matmul_rates", "side_by_side"]
@@ -49,13 +50,9 @@ RECIPE = {
 
 
 def _best(fn: Callable[[], object], rounds: int) -> float:
-    fn()
-    best = math.inf
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    """Best of ``rounds`` timed calls after one warm-up (:func:`bandpo.experiments.bench.time_call` without its
+    time budget: a real-model part takes seconds)."""
+    return time_call(fn, repeats=rounds, slow=math.inf, budget=0.0)
 
 
 def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) -> dict[str, float]:

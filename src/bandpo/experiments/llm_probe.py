@@ -38,7 +38,7 @@ from torch import Tensor
 
 from bandpo.losses.clip_rules import make_clip_rule
 from bandpo.losses.policy_loss import group_advantages, policy_loss
-from bandpo.runtime import FLOAT32, Precision, check_precision, resolve_precision
+from bandpo.runtime import FLOAT32, Precision, check_precision, precision_for
 from bandpo.validation import check_int_in, check_positive_number
 
 __all__ = ["P_OLD_BINS", "ProbeConfig", "probe_batch", "run_probe", "summarize_probe"]
@@ -331,11 +331,7 @@ def run_probe(
     from bandpo.eval.sampling import generate_samples
 
     start = time.perf_counter()
-    precision = resolve_precision(
-        config.precision,
-        on_gpu=model.device.type != "cpu",
-        n_params=sum(p.numel() for p in model.parameters()),
-    )
+    precision = precision_for(config.precision, model)
     n_steps = config.batches * len(config.rules) * config.updates
     bar = _bar(n_steps, progress)
     chat = bool(getattr(tokenizer, "chat_template", None))

@@ -535,12 +535,8 @@ class BandPOTrainer(GRPOTrainer):
         micro-batches the updates use (same rows, order, padding and call), so the first update of a round has
         ratio exactly 1 and later ratios differ from it only by what the updates changed.
         """
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        defer = (
-            self.model.training
-            and not self.use_vllm
-            and self.args.gradient_accumulation_steps % generate_every != 0
-        )
+        # TRL computes old log-probs exactly when clipping can bind (BandPOConfig.clipping_can_bind)
+        defer = self.model.training and not self.use_vllm and self.args.clipping_can_bind
         self._bandpo_defer_old = defer
         try:
             out = super()._generate_and_score_completions(inputs)
@@ -712,9 +708,8 @@ class BandPOTrainer(GRPOTrainer):
         # TRL's coef_1 is exp(log_ratio) unclamped; the clamp only guards the metrics against overflow.
         ratio = torch.exp(torch.clamp(log_ratio, -20.0, 20.0))
         metrics = DIAGNOSTICS.get(level)(ratio, lo, hi, adv, mask, old, log_ratio=log_ratio)
-        metrics["tokens/count"] = mask.sum().to(
-            lo.dtype
-        )  # the tokens behind every share above (all processes)
+        # the tokens behind every share above (all processes)
+        metrics["tokens/count"] = mask.sum().to(lo.dtype)
         if c.entropy is not None:
             metrics["policy/entropy"] = masked_mean(entropy, mask)
         return metrics

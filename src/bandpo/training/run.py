@@ -42,13 +42,7 @@ from bandpo._files import read_json_object
 from bandpo.models import MODELS, ModelUnavailableError, builtin_model_dir, is_builtin_model
 from bandpo.provenance import provenance
 from bandpo.rewards import SafeRewardFunc
-from bandpo.runtime import (
-    FLOAT32,
-    Precision,
-    completion_tokens_only,
-    freed_memory_kept,
-    resolve_precision,
-)
+from bandpo.runtime import FLOAT32, Precision, completion_tokens_only, freed_memory_kept, precision_for
 from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.data import build_prompt_dataset, load_problems
@@ -104,7 +98,6 @@ class PreparedRun:
     tokenizer: Any = None
     dataset: Any = None
     method: Any = None
-    trainer_state_step: int = 0
 
 
 def last_checkpoint(output_dir: str | Path) -> Path | None:
@@ -338,7 +331,7 @@ def _trainer_class(base: type) -> type:
     class RunTrainer(base):  # type: ignore[misc, valid-type]
         """The method's trainer that also logs ``rewards/<name>/failures``: completions of the generation batch
         (all processes) whose scoring raised and got the failure reward, and computes in ``self.precision``
-        (:mod:`bandpo.training.runtime`: sampling and the backward pass in bf16 when it is ``bf16``, the
+        (:mod:`bandpo.runtime`: sampling and the backward pass in bf16 when it is ``bf16``, the
         forward passes of the log-probs in float32)."""
 
         precision: Precision = FLOAT32
@@ -554,7 +547,6 @@ def train(
 
 
 def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[Any], is_main: bool) -> Path:
-
     config, args = prepared.config, prepared.args
     output_dir = Path(args.output_dir)
     if overwrite and is_main and output_dir.is_dir():
@@ -592,12 +584,12 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
 
     on_gpu = not args.use_cpu and _cuda_available()
     with freed_memory_kept() if not on_gpu else contextlib.nullcontext():
-        _run_trainer(prepared, model_path, callbacks, on_gpu, is_main)
+        step = _run_trainer(prepared, model_path, callbacks, on_gpu, is_main)
     if is_main:
-        mark_finished(output_dir, prepared.trainer_state_step, args)
+        mark_finished(output_dir, step, args)
         failures = sum(f.n_failures for f in prepared.reward_funcs)
         print(
-            f"bandpo train: done at step {prepared.trainer_state_step}; model, metrics.jsonl and checkpoints in "
+            f"bandpo train: done at step {step}; model, metrics.jsonl and checkpoints in "
             f"{output_dir}" + (f" ({failures} reward failures on this process)" if failures else ""),
             flush=True,
         )
@@ -606,9 +598,9 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
 
 def _run_trainer(
     prepared: PreparedRun, model_path: str, callbacks: Sequence[Any], on_gpu: bool, is_main: bool
-) -> None:
+) -> int:
     """Build the method's trainer, resolve its precision, train and save the final model (the caller marks the
-    run finished); sets ``prepared.trainer_state_step`` to the last optimizer step."""
+    run finished); returns the last optimizer step."""
     from transformers import ProgressCallback
 
     from bandpo.training.callbacks import CompactProgressCallback, MetricsJSONLCallback
@@ -624,9 +616,7 @@ def _run_trainer(
         processing_class=prepared.tokenizer,
         callbacks=[MetricsJSONLCallback(output_dir / METRICS_FILE), *callbacks],
     )
-    trainer.precision = resolve_precision(
-        config.model.precision, on_gpu=on_gpu, n_params=sum(p.numel() for p in trainer.model.parameters())
-    )
+    trainer.precision = precision_for(config.model.precision, trainer.model, on_gpu=on_gpu)
     if is_main:
         print(f"  precision  {trainer.precision.describe()}", flush=True)
         _record_run_info(output_dir, precision=trainer.precision.record())
@@ -640,4 +630,4 @@ def _run_trainer(
         _close_progress_bars(trainer)  # now, not at exit after the caller's message
         raise
     trainer.save_model(str(output_dir))
-    prepared.trainer_state_step = trainer.state.global_step
+    return int(trainer.state.global_step)
