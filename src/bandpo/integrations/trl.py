@@ -88,6 +88,7 @@ except ImportError as err:  # pragma: no cover - exercised only without trl
 from bandpo.losses.aggregation import masked_mean
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
 from bandpo.losses.diagnostics import DIAGNOSTICS, check_diagnostics
+from bandpo.losses.method import TRL_RULE_SHORTCUTS
 from bandpo.losses.schedule import RADIUS_SCHEDULES, RadiusSchedule, radius_schedule, rule_at_step
 
 __all__ = [
@@ -140,13 +141,9 @@ _SCHEDULE_LABELS = {
     "total_steps": "max_steps",
 }
 
-# Band-specific shortcut fields of BandPOConfig -> the clip-rule parameter they set.
-_SHORTCUTS = {
-    "band_divergence": "divergence",
-    "band_delta": "delta",
-    "band_cap": "cap",
-    "band_relax": "relax",
-}
+# Band-specific shortcut fields of BandPOConfig -> the clip-rule parameter they set (kept for callers of the old
+# name; the table is bandpo.losses.method.TRL_RULE_SHORTCUTS, which imports no TRL).
+_SHORTCUTS = TRL_RULE_SHORTCUTS
 
 
 def check_trl_version(version: str | None = None) -> None:
