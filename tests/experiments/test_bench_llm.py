@@ -30,3 +30,29 @@ def test_matmul_rates_are_positive_for_each_dtype() -> None:
     rates = matmul_rates(m=64, k=64, n=64, rounds=2)
     assert {"float32", "bfloat16"} <= set(rates)
     assert all(v > 0 for v in rates.values())
+
+
+def test_recipe_is_the_configs_recipe_and_samples_as_the_trainer() -> None:
+    """The bench times ``configs/smollm2-arith.yaml``'s step, sampling with what ``GRPOTrainer`` passes to
+    ``generate`` (the config's values, else ``GRPOConfig``'s defaults), not transformers' defaults (top_k=50)."""
+    from pathlib import Path
+
+    pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    from bandpo.experiments.bench_llm import RECIPE
+    from bandpo.training.config import load_train_config
+
+    root = Path(__file__).resolve().parents[2]
+    config = load_train_config(root / "configs" / "smollm2-arith.yaml")
+    trainer = config.trainer
+    defaults = {f: GRPOConfig.__dataclass_fields__[f].default for f in ("temperature", "top_k", "top_p")}
+    sampling = {k: trainer[k] if trainer.get(k) is not None else v for k, v in defaults.items()}
+    assert RECIPE["sampling"] == sampling
+    assert RECIPE["model"] == config.model.path
+    assert RECIPE["task_options"] == config.data.task_options
+    assert RECIPE["max_new_tokens"] == trainer["max_completion_length"]
+    assert RECIPE["micro_batch"] == trainer["per_device_train_batch_size"]
+    assert RECIPE["steps_per_generation"] == trainer["steps_per_generation"]
+    assert RECIPE["generations"] == trainer["num_generations"]
+    assert RECIPE["prompts"] * RECIPE["generations"] == RECIPE["micro_batch"] * RECIPE["steps_per_generation"]

@@ -45,6 +45,9 @@ RECIPE = {
     "micro_batch": 16,
     "steps_per_generation": 2,
     "task_options": {"digits": [1], "operators": ["+", "-", "*"], "n_train": 155, "n_test": 100, "seed": 0},
+    # GRPOTrainer's sampling with the recipe's settings; without them ``generate`` takes transformers' default
+    # top_k=50, a top-k filter over the 49,152-token vocabulary at every new token that training does not run.
+    "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0},
 }
 """The recipe of ``configs/smollm2-arith.yaml``, as the bench runs it."""
 
@@ -124,6 +127,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
                 input_ids=prompt_ids,
                 attention_mask=prompt_mask,
                 do_sample=True,
+                **RECIPE["sampling"],
                 max_new_tokens=RECIPE["max_new_tokens"],
                 min_new_tokens=RECIPE["max_new_tokens"],
                 pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
@@ -222,6 +226,7 @@ def _time_parts(
                 input_ids=prompt_ids,
                 attention_mask=prompt_mask,
                 do_sample=True,
+                **RECIPE["sampling"],
                 max_new_tokens=t_new,
                 min_new_tokens=t_new,
                 pad_token_id=0,
