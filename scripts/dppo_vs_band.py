@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python scripts/dppo_vs_band.py [--seed 1]   # about 15 s of CPU time
 
 Band here is ``band`` with the same divergence, radius = DPPO's threshold, no cap and ``truncation_c = c``: the
-rule whose region the README calls "DPPO's"; classes are numbered as in the README ("The trust-region family").
+rule whose region docs/method.md calls "DPPO's"; classes are numbered as in docs/method.md ("Relatives: DPPO").
 Each line prints how many tokens of a constructed class get a
 different per-token gradient (``token-sum`` aggregation, so a token's gradient is its own) under verl's
 ``compute_policy_loss_dppo_tv`` / ``_kl`` and under ``bandpo.policy_loss``, and the number of tokens in the class.

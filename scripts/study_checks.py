@@ -1,12 +1,12 @@
-"""The numbers behind the README's and docs/study.md's summary sentences, recomputed from the committed exports.
+"""The numbers behind docs/results.md's and docs/study.md's summary sentences, recomputed from the committed exports.
 
     python scripts/study_checks.py                    # reads docs/results/study-{grid,final,recipe,smollm2}
 
 Prints (1) the tail share of clipping under both conventions, (2) entropy ratios and paired differences, (3) the
 comparisons the summaries quote that the reports do not print (a seed left out, Band-KL vs DPPO-KL, the delta
 screen), (4) Study 3's per-seed outcomes and paired differences, the power its 5 seeds had and its screens,
-(5) ``bandpo probe`` on SmolLM2-135M (docs/results/probe-smollm2/results.json): the numbers docs/smollm2.md and the
-README quote, each over the batches it names. Every number comes from ``bandpo.experiments.report`` (``load_runs``,
+(5) ``bandpo probe`` on SmolLM2-135M (docs/results/probe-smollm2/results.json): the numbers docs/smollm2.md and
+docs/results.md quote, each over the batches it names. Every number comes from ``bandpo.experiments.report`` (``load_runs``,
 ``run_summary``, ``compare_methods``, ``mean_ci``: the same code as the reports) applied to the per-run files;
 sections 4 and 5 also assert that each number the docs quote rounds to what they write.
 """
@@ -209,7 +209,7 @@ def check(what: str, value: float, shown: str, digits: int) -> None:
 
 
 def probe() -> None:
-    """``bandpo probe`` on SmolLM2-135M: the numbers of docs/smollm2.md's section and the README's, from results.json."""
+    """``bandpo probe`` on SmolLM2-135M: the numbers of docs/smollm2.md's section and docs/results.md's, from results.json."""
     path = ROOT / "probe-smollm2" / "results.json"
     if not path.is_file():
         print("(5) probe: no export at", path)

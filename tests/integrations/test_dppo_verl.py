@@ -269,7 +269,7 @@ def test_band_as_used_differs_from_dppo_by_dual_clip_and_cap(
     torch.testing.assert_close(g_dppo[neg], -d["adv"][neg] * C, rtol=1e-14, atol=0)
 
 
-# ---- the other classes of tokens where Band's region and verl's DPPO differ (README, "The trust-region family") --
+# ---- the other classes of tokens where Band's region and verl's DPPO differ (docs/method.md#relatives-dppo) --
 
 
 def per_token_grads(

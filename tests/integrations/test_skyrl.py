@@ -489,11 +489,11 @@ def test_unknown_policy_loss_type_gets_skyrl_error_with_bandpo_names() -> None:
     assert not getattr(info.value, "__notes__", [])
 
 
-def _readme_recipe() -> list[str]:
-    """The overrides of the README's SkyRL recipe (the first bash block under "The authors' recipe")."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Using bandpo with SkyRL", 1)[1].split("\n## ", 1)[0]
-    block = section.split("### The authors' recipe", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+def _docs_recipe() -> list[str]:
+    """The overrides of docs/skyrl.md's recipe (the first bash block under "The authors' recipe")."""
+    text = (REPO / "docs" / "skyrl.md").read_text()
+    section = text.split("\n## The authors' recipe\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash", 1)[1].split("```", 1)[0]
     return [
         tok
         for tok in block.split()
@@ -502,9 +502,9 @@ def _readme_recipe() -> list[str]:
 
 
 @needs_skyrl
-def test_readme_recipe_builds_and_validates() -> None:
-    """The README's recipe in SkyRL's names is a config SkyRL accepts (every key exists, validate_cfg passes)."""
-    args = _readme_recipe()
+def test_docs_recipe_builds_and_validates() -> None:
+    """docs/skyrl.md's recipe in SkyRL's names is a config SkyRL accepts (every key exists, validate_cfg passes)."""
+    args = _docs_recipe()
     assert "trainer.override_entrypoint=bandpo.integrations.skyrl" in args and len(args) > 15
     bskyrl.register()
     cfg = bskyrl.BandPOSkyRLConfig.from_cli_overrides(

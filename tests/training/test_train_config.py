@@ -234,8 +234,9 @@ def test_trl_delta_stays_available_to_methods_without_a_radius(overrides: list[s
 
 
 def test_clip_rule_kwargs_next_to_the_band_shortcut_names_the_shortcut() -> None:
-    """The README's ``clip_rule_kwargs.delta=0.1`` on tiny.yaml, which sets band_delta: refused at load time, saying
-    to use band_delta (BandPOConfig's own message, later, said only "set it once")."""
+    """``clip_rule_kwargs.delta=0.1`` (once the README's example of a dotted override) on tiny.yaml, which sets
+    band_delta: refused at load time, saying to use band_delta (BandPOConfig's own message, later, said only "set it
+    once")."""
     with pytest.raises(ConfigError) as err:
         load_train_config(TINY, ["clip_rule_kwargs.delta=0.1"])
     assert re.fullmatch(

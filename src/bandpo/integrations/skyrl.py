@@ -54,8 +54,8 @@ loss), SkyRL's off-policy-correction metrics, every ``bandpo.clip_metrics`` name
 ``clip/tail_share``, ``band/hi_mean``, ``policy/ppo_kl``, ...) and, for a rule with a radius, ``band/delta``.
 
 Fully async training: SkyRL's fully async trainer accepts a custom loss as one that optimizes against the rollout
-log-probs, yet still recomputes ``old_log_probs`` with its current weights; use ``anchor=rollout`` there (the
-README's "Known differences").
+log-probs, yet still recomputes ``old_log_probs`` with its current weights; use ``anchor=rollout`` there (docs/skyrl.md,
+"Known differences and limits").
 
 SkyRL 0.4.0 needs Python >= 3.12. This module imports without SkyRL (``import bandpo`` never imports it); the
 SkyRL-facing names (:data:`SKYRL_API`) are built on first access and raise :class:`SkyRLUnavailableError`, one

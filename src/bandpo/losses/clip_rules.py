@@ -277,8 +277,8 @@ class _DPPOClip(ClipRule):
     threshold, no cap, default solver (for the metrics and for TRL, which clips ratios). The mask and those bounds
     agree except at the log-ratio clamp at +-20, within rounding of the edge (including the simplex edge
     ``hi = 1/p``), for KL at verl's ``1e-8`` (which moves both edges up by a factor ``1 + 1e-8`` in ``r``) and at
-    the KL table's error (``method="auto"``: up to 1e-7 relative in float64, 8e-6 in float32); the README's
-    "The trust-region family" counts each class (``scripts/dppo_vs_band.py``).
+    the KL table's error (``method="auto"``: up to 1e-7 relative in float64, 8e-6 in float32); docs/method.md's
+    "Relatives: DPPO" counts each class (``scripts/dppo_vs_band.py``).
 
     Defaults, each with its source: the thresholds are the DPPO authors' (TV 0.15, KL 0.05: their script
     ``examples/dppo_trainer/run_qwen30b_dppo.sh`` in verl's repository); ``clip_ratio_c`` 20 is the fallback in
