@@ -180,6 +180,24 @@ def test_config_errors(tmp_path: Path, overrides: dict[str, Any], match: str) ->
         BandPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, **overrides)
 
 
+@pytest.mark.parametrize("rule", ["band", "adaptive_band"])
+@pytest.mark.parametrize("delta", [-1.0, 0.1, 1.0, float("nan")])
+def test_trl_delta_at_or_below_one_is_refused_next_to_a_band_rule(
+    tmp_path: Path, rule: str, delta: float
+) -> None:
+    """TRL's own ``delta`` (its two-sided clamp) at or below 1 next to a rule with a radius is Band's radius under
+    TRL's name: ``BandPOConfig`` refuses it in one line naming ``band_delta``; an upper clamp > 1 stays, and rules
+    without a radius keep TRL's ``delta`` as it is."""
+    kwargs: dict[str, Any] = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, clip_rule=rule)
+    with pytest.raises(
+        ValueError, match=r"^delta=.* is TRL's two-sided clamp.*takes its radius from band_delta"
+    ) as err:
+        BandPOConfig(**kwargs, delta=delta)
+    assert "\n" not in str(err.value)
+    assert BandPOConfig(**kwargs, delta=10.0).delta == 10.0
+    assert BandPOConfig(**{**kwargs, "clip_rule": "grpo"}, delta=delta).clip_rule == "grpo"
+
+
 @pytest.mark.parametrize("loss_type", bandpo_trl.SUPPORTED_LOSS_TYPES)
 def test_config_accepts_token_clip_loss_types(tmp_path: Path, loss_type: str) -> None:
     BandPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, loss_type=loss_type)

@@ -21,9 +21,9 @@ pytest.importorskip("trl")
 from transformers import TrainerCallback
 
 from bandpo.core import solvers
-from bandpo.integrations import trl as bandpo_trl
 from bandpo.integrations.trl import BandPOConfig, BandPOTrainer
 from bandpo.losses import RadiusSchedule
+from bandpo.losses.method import ClipMethod
 from bandpo.training.callbacks import read_metrics
 from bandpo.training.config import ConfigError, load_train_config
 from bandpo.training.methods import METHODS
@@ -169,10 +169,10 @@ def test_each_update_uses_and_logs_the_scheduled_radius_without_building_tables(
     tmp_path: Path, tiny_model_dir: Path, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     used: list[tuple[int, Any]] = []
-    real_rule_at_step = bandpo_trl.rule_at_step
+    real_rule_at_step = ClipMethod.rule_at_step
 
-    def spy(rule: Any, schedule: RadiusSchedule, step: int) -> Any:
-        used.append((step, real_rule_at_step(rule, schedule, step)))
+    def spy(self: ClipMethod, step: int) -> Any:
+        used.append((step, real_rule_at_step(self, step)))
         return used[-1][1]
 
     builds: list[int] = []
@@ -182,7 +182,7 @@ def test_each_update_uses_and_logs_the_scheduled_radius_without_building_tables(
         builds.append(1)
         real_init(self, *args, **kwargs)
 
-    monkeypatch.setattr(bandpo_trl, "rule_at_step", spy)
+    monkeypatch.setattr(ClipMethod, "rule_at_step", spy)
     monkeypatch.setattr(solvers.BoundsTable, "__init__", counting)
     solvers.clear_table_cache()
     trainer = trained(config(tmp_path, **DECAY), tiny_model_dir, tiny_dataset)

@@ -76,7 +76,8 @@ from torch import Tensor
 
 from bandpo._optional import MissingDependencyError
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
-from bandpo.losses.diagnostics import check_diagnostics
+from bandpo.losses.diagnostics import check_diagnostics, metrics_to_floats
+from bandpo.losses.method import freeze
 from bandpo.losses.policy_loss import framework_metrics, per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
 from bandpo.registry import closest
@@ -306,14 +307,6 @@ class _AlgorithmView:
         return getattr(self._algorithm, name)
 
 
-def _freeze(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, Mapping):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    return value
-
-
 @functools.lru_cache(maxsize=64)
 def _cached_rule(rule: str, frozen: tuple[tuple[str, Any], ...]) -> ClipRule:
     return make_clip_rule(rule, **dict(frozen))
@@ -330,7 +323,7 @@ def clip_rule_for(rule: str, algorithm: Any, section: dict[str, Any] | None = No
     section = _section(algorithm) if section is None else section
     params = rule_params(rule, algorithm, section)
     try:
-        base = _cached_rule(rule, tuple(sorted((k, _freeze(v)) for k, v in params.items())))
+        base = _cached_rule(rule, freeze(params))
     except (TypeError, ValueError) as err:  # TypeError: an unhashable parameter value
         raise ValueError(f"invalid {_SECTION} config for clip rule {rule!r}: {err}") from err
     step_delta = section["step_delta"]
@@ -376,12 +369,6 @@ def schedule_for(rule: str, algorithm: Any, total_steps: int | None = None) -> R
 
 
 # ---- the policy loss -----------------------------------------------------------------------------------------
-
-
-def _to_floats(metrics: dict[str, Tensor]) -> dict[str, float]:
-    """Detached () tensors -> Python floats with a single device->host transfer."""
-    values = torch.stack(list(metrics.values())).to(torch.float64).tolist()  # () tensors, promoted by stack
-    return dict(zip(metrics, values))
 
 
 class SkyRLPolicyLoss:
@@ -459,7 +446,7 @@ class SkyRLPolicyLoss:
         # SkyRL's clip_ratio at every level
         metrics, ours = framework_metrics(terms, SKYRL_METRIC_NAMES, section["diagnostics"])
         metrics.update(ours)
-        out = _to_floats(metrics)
+        out = metrics_to_floats(metrics)
         if hasattr(rule, "delta"):
             out["band/delta"] = float(rule.delta)  # the radius this step used (the schedule's value)
         out.update({k: float(v) for k, v in off_policy_metrics.items()})

@@ -68,7 +68,7 @@ import os
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -85,13 +85,22 @@ except ImportError as err:  # pragma: no cover - exercised only without trl
         "bandpo.integrations.trl needs TRL 1.16.x: pip install 'bandpo[trl]' (or 'trl>=1.16,<1.17')"
     ) from err
 
+from bandpo.integrations.trl_spec import (
+    REFUSED_LOSS_TYPES,
+    SUPPORTED_LOSS_TYPES,
+    SUPPORTED_TRL,
+    check_loss_type,
+    check_trl_delta,
+)
 from bandpo.losses.aggregation import masked_mean
-from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
-from bandpo.losses.diagnostics import DIAGNOSTICS, check_diagnostics
-from bandpo.losses.method import TRL_RULE_SHORTCUTS
-from bandpo.losses.schedule import RADIUS_SCHEDULES, RadiusSchedule, radius_schedule, rule_at_step
+from bandpo.losses.clip_rules import CLIP_RULES, ClipRule
+from bandpo.losses.diagnostics import DIAGNOSTICS, metrics_to_floats
+from bandpo.losses.method import TRL_NAMES, TRL_RULE_SHORTCUTS, ClipMethod, clip_method
+from bandpo.losses.policy_loss import TokenTerms
+from bandpo.losses.schedule import RADIUS_SCHEDULES, RadiusSchedule
 
 __all__ = [
+    "REFUSED_LOSS_TYPES",
     "SUPPORTED_LOSS_TYPES",
     "SUPPORTED_TRL",
     "BandBoundsNotAppliedError",
@@ -101,22 +110,7 @@ __all__ = [
     "check_trl_version",
 ]
 
-SUPPORTED_TRL = ">=1.16,<1.17"
-"""TRL versions whose ``GRPOTrainer._compute_loss`` this adapter was written against and tested with."""
-
 ALLOW_UNSUPPORTED_TRL_ENV = "BANDPO_ALLOW_UNSUPPORTED_TRL"
-
-SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-"""TRL 1.16 loss types that clip the token ratio with ``torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)``
-(they differ only in aggregation)."""
-
-REFUSED_LOSS_TYPES = {
-    "cispo": "its epsilon_high is an absolute cap on the detached importance weight, not a ratio bound",
-    "sapo": "it replaces clipping by a soft sigmoid gate and has no ratio bounds",
-    "vespo": "it weights sequence-level importance ratios with a Gamma function and has no ratio bounds",
-    "luspo": "it is a sequence-level objective (importance_sampling_level='sequence'), Band needs token ratios",
-}
-"""TRL loss types that cannot take per-token bounds, with the reason (shown in the error message)."""
 
 _FORWARD_EXTRAS = (
     "pixel_values",
@@ -131,15 +125,6 @@ _FORWARD_EXTRAS = (
     "image_position_ids",
 )
 """The optional inputs ``GRPOTrainer._compute_loss`` passes to its forward (multimodal fields), by name."""
-
-# BandPOConfig's radius-schedule fields, by RadiusSchedule field (for the messages).
-_SCHEDULE_LABELS = {
-    "kind": "band_delta_schedule",
-    "start": "band_delta",
-    "end": "band_delta_end",
-    "hold_frac": "band_delta_hold_frac",
-    "total_steps": "max_steps",
-}
 
 # Band-specific shortcut fields of BandPOConfig -> the clip-rule parameter they set (kept for callers of the old
 # name; the table is bandpo.losses.method.TRL_RULE_SHORTCUTS, which imports no TRL).
@@ -275,13 +260,7 @@ class BandPOConfig(GRPOConfig):
         super().__post_init__()
 
     def _validate_bandpo_fields(self) -> None:
-        self.diagnostics = check_diagnostics("diagnostics", self.diagnostics)
-        if self.loss_type not in SUPPORTED_LOSS_TYPES:
-            reason = REFUSED_LOSS_TYPES.get(self.loss_type, "it is not a TRL 1.16 loss type")
-            raise ValueError(
-                f"loss_type={self.loss_type!r} cannot be used with a clip rule: {reason}. "
-                f"Allowed: {', '.join(SUPPORTED_LOSS_TYPES)}"
-            )
+        check_loss_type(self.loss_type)
         if self.importance_sampling_level != "token":
             raise ValueError(
                 f"importance_sampling_level={self.importance_sampling_level!r} is not supported: clip rules bound "
@@ -308,59 +287,34 @@ class BandPOConfig(GRPOConfig):
             )
         if self.band_relax is not None:
             self.band_relax = list(self.band_relax)
-        self.build_radius_schedule(self.build_clip_rule())
+        method = self.clip_method()
+        self.diagnostics = method.diagnostics
+        check_trl_delta(self.delta, method.rule)
+
+    def clip_method(self) -> ClipMethod:
+        """The clip method these fields describe (``bandpo.losses.method.TRL_NAMES`` translates them), over
+        ``max_steps`` when it is set (``> 0``); a trainer sets the run's length when training starts.
+
+        Raises:
+            ValueError: one line naming the field (``band_delta``, ``band_delta_schedule``, ...), the value and what
+                is allowed.
+        """
+        settings = {key: getattr(self, key) for key in TRL_NAMES}
+        settings["max_steps"] = self.max_steps if self.max_steps > 0 else None
+        return clip_method(settings, TRL_NAMES, where="clip rule configuration")
 
     def clip_rule_params(self) -> dict[str, Any]:
         """The parameters passed to the clip rule: ``clip_rule_kwargs`` merged with the ``band_*`` shortcuts."""
-        if not isinstance(self.clip_rule, str):
-            raise ValueError(
-                f"clip_rule must be a registered name, got {self.clip_rule!r}; valid names: "
-                f"{', '.join(CLIP_RULES.names())}"
-            )
-        valid = clip_rule_params(self.clip_rule)  # unknown names raise with the valid names
-        params = dict(self.clip_rule_kwargs or {})
-        for shortcut, param in _SHORTCUTS.items():
-            value = getattr(self, shortcut)
-            if value is None:
-                continue
-            if param not in valid:
-                raise ValueError(
-                    f"{shortcut}={value!r} does not apply to clip_rule={self.clip_rule!r}, which has no {param!r} "
-                    f"parameter (its parameters: {', '.join(valid) or 'none'})"
-                )
-            if param in params:
-                raise ValueError(
-                    f"{shortcut}={value!r} and clip_rule_kwargs[{param!r}]={params[param]!r} both set {param!r}; "
-                    "set it once"
-                )
-            params[param] = value
-        return params
+        return dict(self.clip_method().params)
 
     def build_clip_rule(self) -> ClipRule:
-        """The configured ``ClipRule`` (built through the registry; parameters validated by the rule)."""
-        try:
-            return make_clip_rule(self.clip_rule, **self.clip_rule_params())
-        except (TypeError, ValueError) as err:
-            raise ValueError(
-                f"invalid clip rule configuration (clip_rule={self.clip_rule!r}): {err}"
-            ) from err
+        """The configured ``ClipRule`` (built through the registry, cached per parameter set)."""
+        return self.clip_method().clip_rule
 
     def build_radius_schedule(self, rule: ClipRule | None = None) -> RadiusSchedule:
-        """The radius schedule of ``rule`` (default: the configured rule), over ``max_steps`` when it is set
-        (``> 0``); a trainer sets the run's length when training starts (``RadiusSchedule.for_run``)."""
-        rule = self.build_clip_rule() if rule is None else rule
-        total = self.max_steps if self.max_steps > 0 else None
-        try:
-            return radius_schedule(
-                rule,
-                self.band_delta_schedule,
-                end=self.band_delta_end,
-                hold_frac=self.band_delta_hold_frac,
-                total_steps=total,
-                labels=_SCHEDULE_LABELS,
-            )
-        except ValueError as err:
-            raise ValueError(f"invalid radius schedule (clip_rule={self.clip_rule!r}): {err}") from err
+        """The radius schedule of the configured rule (``rule``: unused, that rule), over ``max_steps`` when it is
+        set (``> 0``); a trainer sets the run's length when training starts (``RadiusSchedule.for_run``)."""
+        return self.clip_method().schedule
 
     @property
     def clipping_can_bind(self) -> bool:
@@ -392,17 +346,9 @@ class _StepGuard(TrainerCallback):
         trainer._bandpo_bounded_losses = 0
 
 
-class _LossCapture(NamedTuple):
-    """What the hook saw in one ``_compute_loss`` call, for the metrics. All (B, T) except ``advantages``."""
-
-    log_prob: Tensor  # current log-probs, detached
-    old_log_prob: Tensor  # the log-probs the bounds were computed from (0 at padding)
-    lo: Tensor
-    hi: Tensor
-    mask: Tensor  # bool, the tokens TRL's loss counts (completion_mask * tool_mask)
-    advantages: Tensor  # (B, 1) or (B, T)
-    entropy: Tensor | None
-    radius: float | None  # the rule's delta for this update (the radius schedule's value), None without one
+_GATHERED = ("log_ratio", "lo", "hi", "advantages", "mask", "old_log_prob", "entropy")
+"""The fields of a loss call's ``TokenTerms`` gathered from every process for the metrics (the ratio is
+recomputed from the log-ratio)."""
 
 
 class BandPOTrainer(GRPOTrainer):
@@ -410,7 +356,7 @@ class BandPOTrainer(GRPOTrainer):
 
     Same constructor as ``GRPOTrainer``; ``args`` must be a ``BandPOConfig``. ``self.clip_rule`` holds the rule
     (with its start radius), ``self.radius_schedule`` the schedule of its radius; :meth:`step_clip_rule` is the
-    rule of the current optimizer update.
+    rule of the current optimizer update; ``self.clip_method`` the ``ClipMethod`` behind both.
     ``adaptive_band`` (and any rule with ``needs_entropy``) gets the per-token entropy of the current policy that
     TRL's loss forward computes anyway (``compute_entropy=True``), detached; on the first update of a generation
     it equals the rollout policy's entropy.
@@ -426,10 +372,12 @@ class BandPOTrainer(GRPOTrainer):
             raise TypeError(
                 f"args must be a BandPOConfig (GRPOConfig plus the clip rule), got {type(args).__name__}"
             )
-        self.clip_rule: ClipRule = args.build_clip_rule()
-        self.radius_schedule: RadiusSchedule = args.build_radius_schedule(self.clip_rule)
+        self.clip_method: ClipMethod = args.clip_method()
+        self.clip_rule: ClipRule = self.clip_method.clip_rule
+        self.radius_schedule: RadiusSchedule = self.clip_method.schedule
         self._bandpo_loss_inputs: dict[str, Any] | None = None
-        self._bandpo_capture: _LossCapture | None = None
+        # the per-token terms of the last loss call and its radius (None without one), for the metrics
+        self._bandpo_capture: tuple[TokenTerms, float | None] | None = None
         # Training-mode losses computed with the bounds since the last optimizer step (the step guard).
         self._bandpo_bounded_losses = 0
         # The old-log-prob pass of a generation round, deferred to _prepare_inputs (training layout).
@@ -517,9 +465,9 @@ class BandPOTrainer(GRPOTrainer):
                 f"the radius schedule {self.radius_schedule.describe()} needs the run's length, but the trainer "
                 f"state has max_steps={total} (it is set when train() starts)"
             )
-        if self.radius_schedule.total_steps != total:
-            self.radius_schedule = self.radius_schedule.for_run(total)
-        return rule_at_step(self.clip_rule, self.radius_schedule, self.state.global_step + 1)
+        self.clip_method = self.clip_method.for_run(total)
+        self.radius_schedule = self.clip_method.schedule
+        return self.clip_method.rule_at_step(self.state.global_step + 1)
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         """The parent's generation round, with its old-log-prob pass deferred to :meth:`_prepare_inputs`.
@@ -655,58 +603,54 @@ class BandPOTrainer(GRPOTrainer):
         advantages = inputs["advantages"]
         if advantages.dim() == 1:
             advantages = advantages.unsqueeze(1)  # (B, 1), as in the parent
-        self._bandpo_capture = _LossCapture(
-            log_prob=log_prob.detach().to(work),
-            old_log_prob=old,
+        # TRL's coef_1 is exp(log_ratio) unclamped; the clamp only guards the metrics against overflow.
+        log_ratio = torch.where(mask, log_prob.detach().to(work) - old, zero)
+        terms = TokenTerms(
+            loss=None,
+            ratio=torch.exp(torch.clamp(log_ratio, -20.0, 20.0)),
+            log_ratio=log_ratio,
             lo=lo,
             hi=hi,
+            advantages=advantages.detach().to(work).expand_as(lo),
+            old_log_prob=old,
             mask=mask,
-            advantages=advantages.detach().to(work),
             entropy=ent,
-            radius=getattr(rule, "delta", None),
         )
+        self._bandpo_capture = (terms, getattr(rule, "delta", None))
 
-    def _log_clip_metrics(self, c: _LossCapture) -> None:
+    def _log_clip_metrics(self, capture: tuple[TokenTerms, float | None]) -> None:
         """Append the diagnostics (``args.diagnostics``) of the tokens of all processes to ``self._metrics[mode]``
         (one gather; none at level ``none``, which logs only ``band/delta``)."""
+        terms, radius = capture
         mode = "train" if self.model.training else "eval"
         level = self.args.diagnostics
         # every process has the same level, so all of them skip the gather together
-        metrics = {} if level == "none" else self._gathered_metrics(c, level)
-        if metrics:
-            values = torch.stack([v.to(torch.float64) for v in metrics.values()]).tolist()  # one host sync
-            for key, value in zip(metrics, values):
-                self._metrics[mode][key].append(value)
-        if c.radius is not None:
-            self._metrics[mode]["band/delta"].append(float(c.radius))
+        metrics = {} if level == "none" else self._gathered_metrics(terms, level)
+        for key, value in metrics_to_floats(metrics).items():  # one host sync
+            self._metrics[mode][key].append(value)
+        if radius is not None:
+            self._metrics[mode]["band/delta"].append(float(radius))
 
-    def _gathered_metrics(self, c: _LossCapture, level: str) -> dict[str, Tensor]:
+    def _gathered_metrics(self, terms: TokenTerms, level: str) -> dict[str, Tensor]:
         """The diagnostics at ``level`` of the tokens of all processes (padded and gathered once), and
         ``policy/entropy`` when the loss had entropies: detached () tensors."""
-        zero = torch.zeros((), dtype=c.lo.dtype, device=c.lo.device)
-        log_ratio = torch.where(c.mask, c.log_prob - c.old_log_prob, zero)
-        entropy = torch.zeros_like(c.lo) if c.entropy is None else c.entropy
-        channels = [
-            log_ratio,
-            c.lo,
-            c.hi,
-            c.advantages.expand_as(c.lo),
-            c.mask.to(c.lo.dtype),
-            c.old_log_prob,
-            entropy,
-        ]
-        local = torch.stack(channels, dim=-1).contiguous()  # (B, T, C)
+        zeros = torch.zeros_like(terms.lo)
+        channels = {name: getattr(terms, name) for name in _GATHERED}
+        channels["mask"] = terms.mask.to(terms.lo.dtype)
+        local = torch.stack([zeros if c is None else c for c in channels.values()], dim=-1)  # (B, T, C)
+        local = local.contiguous()
         # Completion lengths and batch sizes may differ across processes: pad (mask 0) before gathering.
         local = self.accelerator.pad_across_processes(local, dim=1, pad_index=0)
         local = self.accelerator.pad_across_processes(local, dim=0, pad_index=0)
-        full = self.accelerator.gather(local)  # (world * B, T_max, C)
-        log_ratio, lo, hi, adv, mask, old, entropy = full.unbind(dim=-1)
-        mask = mask > 0.5
-        # TRL's coef_1 is exp(log_ratio) unclamped; the clamp only guards the metrics against overflow.
-        ratio = torch.exp(torch.clamp(log_ratio, -20.0, 20.0))
-        metrics = DIAGNOSTICS.get(level)(ratio, lo, hi, adv, mask, old, log_ratio=log_ratio)
+        gathered = dict(zip(_GATHERED, self.accelerator.gather(local).unbind(dim=-1)))  # (world * B, T_max)
+        gathered["ratio"] = torch.exp(torch.clamp(gathered["log_ratio"], -20.0, 20.0))
+        gathered["mask"] = gathered["mask"] > 0.5
+        if terms.entropy is None:
+            gathered["entropy"] = None
+        full = terms._replace(**gathered)
+        metrics = full.clip_metrics(level=level)
         # the tokens behind every share above (all processes)
-        metrics["tokens/count"] = mask.sum().to(lo.dtype)
-        if c.entropy is not None:
-            metrics["policy/entropy"] = masked_mean(entropy, mask)
+        metrics["tokens/count"] = full.mask.sum().to(full.lo.dtype)
+        if full.entropy is not None:
+            metrics["policy/entropy"] = masked_mean(full.entropy, full.mask)
         return metrics

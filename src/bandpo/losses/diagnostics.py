@@ -20,7 +20,7 @@ command times the loss with its diagnostics against verl's own loss.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -35,6 +35,7 @@ __all__ = [
     "basic_clip_metrics",
     "check_diagnostics",
     "clip_metrics",
+    "metrics_to_floats",
 ]
 
 PROB_BIN_EDGES = (0.2, 0.4, 0.6, 0.8)
@@ -237,6 +238,15 @@ def basic_clip_metrics(
 def _no_metrics(*args: Tensor, **kwargs: Tensor | None) -> dict[str, Tensor]:
     """The ``none`` level: no diagnostics (the loss's own ``loss/...`` values stay)."""
     return {}
+
+
+def metrics_to_floats(metrics: Mapping[str, Tensor]) -> dict[str, float]:
+    """Detached () tensors -> Python floats (through float64) with a single device->host transfer; ``{}`` for
+    none."""
+    if not metrics:
+        return {}
+    values = torch.stack([v.detach().to(torch.float64).reshape(()) for v in metrics.values()]).tolist()
+    return dict(zip(metrics, values))
 
 
 def check_diagnostics(name: str, value: object) -> str:

@@ -10,7 +10,18 @@ This module imports no framework: the config layer reads TRL's spellings from he
 
 from __future__ import annotations
 
-__all__ = ["METHOD_NAMES", "TRL_NAMES", "TRL_RULE_SHORTCUTS"]
+import dataclasses
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
+from bandpo.losses.diagnostics import check_diagnostics
+from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
+
+__all__ = ["METHOD_NAMES", "TRL_NAMES", "TRL_RULE_SHORTCUTS", "ClipMethod", "clip_method"]
 
 METHOD_NAMES = (
     "rule",
@@ -45,3 +56,228 @@ owns ``delta`` (its two-sided clamp of the ratio) and ``epsilon``, so Band's par
 TRL_RULE_SHORTCUTS: dict[str, str] = {k: v for k, v in TRL_NAMES.items() if v not in METHOD_NAMES}
 """The ``band_*`` fields of ``BandPOConfig`` that set a clip-rule parameter (shortcuts for the entries of
 ``clip_rule_kwargs``): TRL spelling -> the rule's parameter (``band_delta`` -> ``delta``, ...)."""
+
+
+_SCHEDULE_FIELDS = {
+    "kind": "delta_schedule",
+    "start": "delta",
+    "end": "delta_end",
+    "hold_frac": "delta_hold_frac",
+    "total_steps": "total_steps",
+}
+"""``RadiusSchedule``'s fields -> bandpo's names (the schedule's start is the rule's ``delta``)."""
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with lists and tuples as tuples and mappings as sorted ``(key, value)`` tuples, recursively: a
+    hashable cache key for a rule's parameters."""
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    return value
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_rule(rule: str, params: tuple[tuple[str, Any], ...]) -> ClipRule:
+    return make_clip_rule(rule, **dict(params))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_rule_at_radius(rule: ClipRule, delta: float) -> ClipRule:
+    return rule_at_radius(rule, delta)
+
+
+@dataclass(frozen=True, eq=True)
+class ClipMethod:
+    """A clip rule with its parameters, the schedule of its radius and the diagnostics level: what every framework
+    adapter builds from its config slot (:func:`clip_method`), validated once at construction.
+
+    Args:
+        rule: a registered clip rule name (``bandpo.CLIP_RULES``: ``band``, ``grpo``, ``dcpo``, ...).
+        params: the rule's parameters by bandpo's names (``{"divergence": "kl", "delta": 0.05}``); a list
+            ``relax`` becomes a tuple.
+        delta_schedule: the radius schedule's kind (``bandpo.losses.RADIUS_SCHEDULES``), from the rule's ``delta``
+            to ``delta_end``.
+        delta_end: the radius at the end of the run (> 0); required by every schedule but ``constant``.
+        delta_hold_frac: ``hold_then_linear``'s share of the run at the start radius, in [0, 1); ``None``: 0.25.
+        total_steps: the run's length in optimizer steps (>= 1); ``None`` until the framework knows it
+            (:meth:`for_run`).
+        diagnostics: the diagnostics level (``bandpo.losses.DIAGNOSTICS``), stored as its canonical name.
+        spelling: (not compared) bandpo's name -> the caller's spelling of the setting, for the messages, e.g.
+            ``{"delta": "band_delta"}``.
+        where: (not compared) what the caller's config slot holds, for the messages (``"clip rule configuration"``,
+            ``"BandPO policy_loss config"``).
+
+    Attributes:
+        clip_rule: the built rule (cached per parameter set), at the schedule's start radius.
+        schedule: the ``RadiusSchedule`` of its radius.
+
+    Raises:
+        ValueError: one line ``invalid <where> (clip_rule='<rule>'): ...`` naming the setting in the caller's
+            spelling (the schedule's fields, the diagnostics level) or the rule's parameter, the value and what
+            is allowed.
+    """
+
+    rule: str = "band"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    delta_schedule: str = "constant"
+    delta_end: float | None = None
+    delta_hold_frac: float | None = None
+    total_steps: int | None = None
+    diagnostics: str = "full"
+    spelling: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    where: str = field(default="clip method", repr=False, compare=False)
+    clip_rule: ClipRule = field(init=False, repr=False, compare=False)
+    schedule: RadiusSchedule = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "diagnostics", check_diagnostics(self.label("diagnostics"), self.diagnostics)
+        )
+        if not isinstance(self.rule, str):
+            raise ValueError(
+                f"{self.label('rule')} must be a registered name, got {self.rule!r}; valid names: "
+                f"{', '.join(CLIP_RULES.names())}"
+            )
+        if not isinstance(self.params, Mapping):
+            raise ValueError(
+                f"{self.label('params')} must be a mapping of the rule's parameters, got {self.params!r}"
+            )
+        params = {k: tuple(v) if k == "relax" and isinstance(v, list) else v for k, v in self.params.items()}
+        object.__setattr__(self, "params", MappingProxyType(params))
+        object.__setattr__(self, "spelling", MappingProxyType(dict(self.spelling)))
+        try:
+            rule = _cached_rule(self.rule, freeze(params))
+            labels = {ours: self.label(name) for ours, name in _SCHEDULE_FIELDS.items()}
+            schedule = radius_schedule(
+                rule,
+                self.delta_schedule,
+                end=self.delta_end,
+                hold_frac=self.delta_hold_frac,
+                total_steps=self.total_steps,
+                labels=labels,
+            )
+        except (TypeError, ValueError) as err:  # TypeError: an unhashable parameter value
+            raise ValueError(f"invalid {self.where} ({self.setting('rule', self.rule)}): {err}") from err
+        object.__setattr__(self, "clip_rule", rule)
+        object.__setattr__(self, "schedule", schedule)
+
+    def __hash__(self) -> int:
+        return hash((self.rule, freeze(self.params), self.schedule, self.diagnostics))
+
+    def label(self, name: str) -> str:
+        """The caller's spelling of bandpo's setting ``name`` (``name`` itself where the caller gave none)."""
+        return self.spelling.get(name, name)
+
+    def setting(self, name: str, value: Any) -> str:
+        """``<the caller's spelling>=<value!r>`` for the messages (``clip rule 'band'`` for an unspelled rule)."""
+        label = self.label(name)
+        return f"clip rule {value!r}" if label == "rule" else f"{label}={value!r}"
+
+    @property
+    def radius(self) -> float | None:
+        """The rule's radius ``delta`` at the schedule's start; ``None`` for a rule without one."""
+        return getattr(self.clip_rule, "delta", None)
+
+    def for_run(self, total_steps: int) -> ClipMethod:
+        """This method over a run of ``total_steps`` optimizer steps (itself when the length is already that)."""
+        if self.total_steps == total_steps:
+            return self
+        return dataclasses.replace(self, total_steps=total_steps)
+
+    def rule_at_step(self, step: int) -> ClipRule:
+        """The clip rule optimizer update ``step`` (1-based) uses: :attr:`clip_rule` under a constant schedule
+        (its own solver: KL's cached table), else the rule at the schedule's radius of ``step`` with the
+        tensor-radius solver (``bandpo.losses.rule_at_radius``; cached per radius).
+
+        Raises:
+            ValueError: a changing radius without ``total_steps``.
+        """
+        if self.schedule.is_constant:
+            return self.clip_rule
+        return self.rule_at_radius(self.schedule.value(step))
+
+    def rule_at_radius(self, delta: float) -> ClipRule:
+        """:attr:`clip_rule` at radius ``delta`` with the tensor-radius solver (cached per radius)."""
+        return _cached_rule_at_radius(self.clip_rule, float(delta))
+
+
+def _takes_none(rule: str, param: str) -> bool:
+    """Whether ``param`` of clip rule ``rule`` may be ``None`` (its annotation says so: Band's ``cap``)."""
+    for f in dataclasses.fields(CLIP_RULES.get(rule)):
+        if f.name == param:
+            return "None" in str(f.type)
+    return False
+
+
+def clip_method(
+    settings: Mapping[str, Any],
+    names: Mapping[str, str | tuple[str, ...]],
+    *,
+    where: str,
+    strict: bool = True,
+) -> ClipMethod:
+    """The :class:`ClipMethod` of a framework's config slot: the one translation every adapter makes.
+
+    Args:
+        settings: the slot's values by the framework's spelling (``{"band_delta": 0.1, "clip_rule": "band"}``).
+        names: the framework's table, its spelling -> bandpo's name (:data:`METHOD_NAMES` or a rule parameter),
+            or a tuple of names for a setting that gives several rule parameters (verl's ``clip_ratio_low`` is
+            ``eps_low`` and DPPO's ``clip_divergence_low``). Settings absent from ``settings`` are unset; the
+            rule is ``band`` unless set.
+        where: the slot, for the messages (``BandPOConfig``, ``policy_loss``, ``trainer.algorithm.bandpo``).
+        strict: how a setting of a rule parameter meets the rule. ``True`` (TRL's ``band_*`` shortcuts): ``None``
+            is unset; a set value the rule has no parameter for raises, and so does one that ``params`` sets too.
+            ``False`` (verl, SkyRL: a section whose every field has a default): a setting applies to the rules
+            that have the parameter and is skipped by the others; ``None`` passes where the rule's parameter
+            takes ``None`` (Band's ``cap``: no cap) and leaves the rule's default elsewhere (DCPO's cap 10);
+            ``params`` adds or replaces parameters.
+
+    Raises:
+        ValueError: one line naming the setting in the framework's spelling, the value and what is allowed.
+    """
+    spelling: dict[str, str] = {}
+    method: dict[str, Any] = {}
+    for key, name in names.items():
+        for ours in (name,) if isinstance(name, str) else name:
+            spelling.setdefault(ours, key)
+            if ours in METHOD_NAMES and settings.get(key) is not None:
+                method[ours] = settings[key]
+    rule = method.pop("rule", "band")
+    if isinstance(rule, str):
+        try:
+            valid = clip_rule_params(rule)
+        except ValueError as err:
+            raise ValueError(f"{spelling.get('rule', 'rule')}: {err}") from err
+    else:
+        valid = {}  # ClipMethod names the setting and the valid rules
+    extra = method.pop("params", None)
+    params_label = spelling.get("params", "params")
+    if extra is not None and not isinstance(extra, Mapping):
+        raise ValueError(f"{params_label} must be a mapping of the rule's parameters, got {extra!r}")
+    extra = dict(extra or {})
+    params: dict[str, Any] = {}
+    for key, name in names.items():
+        if key not in settings:
+            continue
+        value = settings[key]
+        for ours in (name,) if isinstance(name, str) else name:
+            if ours in METHOD_NAMES:
+                continue
+            if strict:
+                if value is None:
+                    continue
+                if ours not in valid:
+                    raise ValueError(
+                        f"{key}={value!r} does not apply to {spelling.get('rule', 'rule')}={rule!r}, which has no "
+                        f"{ours!r} parameter (its parameters: {', '.join(valid) or 'none'})"
+                    )
+                if ours in extra:
+                    raise ValueError(
+                        f"{key}={value!r} and {params_label}[{ours!r}]={extra[ours]!r} both set {ours!r}; set it once"
+                    )
+            elif ours not in valid or (value is None and not _takes_none(rule, ours)):
+                continue
+            params[ours] = value
+    return ClipMethod(rule, {**params, **extra}, **method, spelling=spelling, where=where)

@@ -289,20 +289,26 @@ def _check_values(
 
 
 class TokenTerms(NamedTuple):
-    """Per-token pieces of the clipped objective, all (B, T), float fields in the compute dtype (float32, or
-    float64 for float64 input). Padded positions (mask 0) hold 0 in every float field (``ratio`` holds 1)."""
+    """The per-token terms of one batch: the one object bandpo's objective, its diagnostics and every framework
+    adapter pass around. All (B, T); float fields in the compute dtype (float32, or float64 for float64 input).
+    Padded positions (mask 0) hold 0 in every float field (``ratio`` holds 1).
 
-    loss: Tensor  #: per-token objective L (rollout IS weights applied), differentiable w.r.t. log_prob
-    ratio: Tensor  #: r = exp(log_ratio), detached
-    log_ratio: Tensor  #: clamp(logp - logp_old, -20, 20), detached
+    :func:`per_token_policy_loss` fills every field but ``entropy``; an adapter whose framework computes the loss
+    itself (TRL) builds one with ``loss=None`` and ``dual_active=None`` for the diagnostics.
+    """
+
+    loss: Tensor | None  #: per-token objective L (rollout IS weights applied), differentiable w.r.t. log_prob
+    ratio: Tensor  #: r = exp(clamp(log_ratio, -20, 20)), detached
+    log_ratio: Tensor  #: logp - logp_old, detached (clamped to [-20, 20] by bandpo's objective; TRL's is not)
     lo: Tensor  #: lower ratio bound
     hi: Tensor  #: upper ratio bound
     advantages: Tensor  #: A broadcast to (B, T), detached
     old_log_prob: Tensor  #: log pi_old, detached
     mask: Tensor  #: bool, real response tokens
     #: bool, the constant c binds: the dual clip (A < 0 and L1 > -A c) of the clipped objective, or the
-    #: truncation (r > c on tokens inside the region) of the truncated one
-    dual_active: Tensor
+    #: truncation (r > c on tokens inside the region) of the truncated one; None where it is not known
+    dual_active: Tensor | None = None
+    entropy: Tensor | None = None  #: the policy's per-token entropy, detached, where the caller has it
 
     def clip_metrics(self, mask: Tensor | None = None, level: str = "full") -> dict[str, Tensor]:
         """The diagnostics of these terms over ``mask`` (default: ``self.mask``) at ``level``, a name in

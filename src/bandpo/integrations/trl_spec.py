@@ -1,0 +1,69 @@
+"""What bandpo knows about TRL without importing it: the versions and loss types the TRL adapter supports, and the
+checks of TRL's own settings next to a clip rule.
+
+``bandpo.integrations.trl`` (which imports TRL) re-exports these names; the config layer reads them from here, so
+that reading a ``bandpo train`` YAML file imports no TRL. The table from TRL's spellings to bandpo's names is
+``bandpo.losses.method.TRL_NAMES``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bandpo.losses.clip_rules import clip_rule_params
+
+__all__ = [
+    "REFUSED_LOSS_TYPES",
+    "SUPPORTED_LOSS_TYPES",
+    "SUPPORTED_TRL",
+    "check_loss_type",
+    "check_trl_delta",
+]
+
+SUPPORTED_TRL = ">=1.16,<1.17"
+"""TRL versions whose ``GRPOTrainer._compute_loss`` the TRL adapter was written against and tested with."""
+
+SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+"""TRL 1.16 loss types that clip the token ratio with ``torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)``
+(they differ only in aggregation)."""
+
+REFUSED_LOSS_TYPES = {
+    "cispo": "its epsilon_high is an absolute cap on the detached importance weight, not a ratio bound",
+    "sapo": "it replaces clipping by a soft sigmoid gate and has no ratio bounds",
+    "vespo": "it weights sequence-level importance ratios with a Gamma function and has no ratio bounds",
+    "luspo": "it is a sequence-level objective (importance_sampling_level='sequence'), Band needs token ratios",
+}
+"""TRL loss types that cannot take per-token bounds, with the reason (shown in the error message)."""
+
+
+def check_loss_type(loss_type: object) -> None:
+    """``ValueError`` (one line: the value, why, the allowed ones) unless ``loss_type`` is one of
+    :data:`SUPPORTED_LOSS_TYPES`."""
+    if loss_type not in SUPPORTED_LOSS_TYPES:
+        reason = REFUSED_LOSS_TYPES.get(str(loss_type), "it is not a TRL 1.16 loss type")
+        raise ValueError(
+            f"loss_type={loss_type!r} cannot be used with a clip rule: {reason}. "
+            f"Allowed: {', '.join(SUPPORTED_LOSS_TYPES)}"
+        )
+
+
+def check_trl_delta(delta: Any, rule: str, where: str = "") -> None:
+    """TRL's own ``delta`` (``GRPOConfig.delta``, INTELLECT-2's two-sided clamp of the ratio) next to clip rule
+    ``rule``: refused at or below 1 (or not finite) when the rule has a radius ``delta`` (``band``,
+    ``adaptive_band``), since that is Band's radius written under TRL's name; ``None`` and an upper clamp > 1
+    (the real-scale recipes' ``delta: 10``, verl's dual clip c) pass. ``where``: appended to ``delta=...`` in the
+    message (e.g. `` (from the overrides)``).
+
+    Raises:
+        ValueError: one line naming ``delta``, the value, ``band_delta`` and what TRL's ``delta`` may be.
+    """
+    if delta is None or "delta" not in clip_rule_params(rule):
+        return
+    if isinstance(delta, (int, float)) and not isinstance(delta, bool) and math.isfinite(delta) and delta > 1:
+        return
+    raise ValueError(
+        f"delta={delta!r}{where} is TRL's two-sided clamp of the ratio (GRPOConfig.delta, INTELLECT-2's), not "
+        f"Band's radius: clip_rule={rule!r} takes its radius from band_delta (or clip_rule_kwargs.delta); next to a "
+        "Band rule TRL's delta must be a finite number > 1 (an upper clamp of the ratio, e.g. 10) or null"
+    )
