@@ -32,6 +32,11 @@ class ConfigError(ValueError):
     """A problem with a config (key, value, file, dataset or model path), found before anything is trained."""
 
 
+class ConfigWarning(UserWarning):
+    """A config that works but may not do what its writer meant (an old key name, inherited keys a method switch
+    dropped): one line naming the keys and what to write instead."""
+
+
 OVERRIDES_LABEL = "from the overrides"
 """Origin of values set by ``key=value`` overrides (error messages say where a bad value came from)."""
 

@@ -33,8 +33,16 @@ Switching the method resets its parameters: when a layer (a derived file or the 
 ``band_*``, or the TRL fields the TRL-native method owns, such as ``loss_type``) inherited from the layers below are
 dropped and only that layer's own are kept, so ``bandpo train --config configs/tiny.yaml clip_rule=grpo`` trains
 GRPO with its default interval, ``clip_rule=clip_higher clip_rule_kwargs.eps_high=0.3`` sets just that, and
-``method=cispo`` trains TRL's CISPO with its defaults. Likewise a layer that sets ``data.path`` drops the inherited
-``data.task`` / ``data.task_options`` (and ``data.task`` drops ``data.path``).
+``method=cispo`` trains TRL's CISPO with its defaults. When the overrides switch method and so drop settings a file
+gave the method, a :class:`ConfigWarning` names them in one line (``method='grpo' (from the overrides) switches the
+method from 'band' and drops the inherited settings of the method: band_delta=0.05, ...``); a derived file that
+switches (``configs/tiny-grpo.yaml``) does so silently, by its writer's choice. Likewise a layer that sets
+``data.path`` drops the inherited ``data.task`` / ``data.task_options`` (and ``data.task`` drops ``data.path``).
+
+Renamed fields (:data:`bandpo.training.trl_fields.RENAMED_FIELDS`): the old name of a field transformers 5 renamed
+(``gradient_checkpointing``) still works, with a one-line :class:`ConfigWarning` naming the new one (and saying the
+old one has no effect when the config sets the new one too); the old name of a field TRL renamed
+(``vllm_importance_sampling_cap``) is a :class:`ConfigError` naming the new one.
 
 A clip rule's parameters are set once: a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets are refused
 together (``configs/tiny.yaml`` sets ``band_delta``, so its radius is overridden with ``band_delta=0.1``), and TRL's
@@ -44,16 +52,20 @@ as verl's dual clip, stays allowed); other methods keep TRL's behaviour.
 
 An unknown key raises :class:`ConfigError` naming the closest valid key; every check here is on the config
 alone (no file other than the config is read; ``output_dir`` is only looked at: it must be a directory or not exist
-yet; nothing is imported but TRL's config class).
+yet). Reading and checking a config imports no TRL: the fields' types come from the checked-in table
+:mod:`bandpo.training.trl_fields`, TRL's spellings from :mod:`bandpo.losses.method` and its loss types from
+:mod:`bandpo.integrations.trl_spec`; TRL is imported when the method's config class is built
+(:meth:`TrainConfig.training_method` ``.config_class()``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import math
+import re
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -67,6 +79,7 @@ from bandpo.config import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
     ConfigError,
+    ConfigWarning,
     Layer,
     build_dataclass,
     dataclass_types,
@@ -77,9 +90,12 @@ from bandpo.config import (
     unknown_key,
     where,
 )
+from bandpo.integrations.trl_spec import REFUSED_LOSS_TYPES, SUPPORTED_LOSS_TYPES, check_trl_delta
+from bandpo.losses.method import TRL_RULE_SHORTCUTS
 from bandpo.registry import did_you_mean
 from bandpo.runtime import check_precision
 from bandpo.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
+from bandpo.training.trl_fields import RENAMED_FIELDS, TRAINER_FIELDS
 from bandpo.validation import check_int_in
 
 __all__ = [
@@ -88,6 +104,7 @@ __all__ = [
     "RULE_PARAM_KEYS",
     "SECTIONS",
     "ConfigError",
+    "ConfigWarning",
     "DataConfig",
     "ModelConfig",
     "RewardConfig",
@@ -301,12 +318,10 @@ SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "reward":
 
 
 # ------------------------------------------------------------------------------------------------ field types
-@functools.cache
 def trainer_field_types() -> dict[str, Any]:
-    """``BandPOConfig`` init field name -> type (imports TRL)."""
-    from bandpo.integrations.trl import BandPOConfig
-
-    return dataclass_types(BandPOConfig)
+    """``BandPOConfig`` init field name -> type, from the checked-in table :data:`bandpo.training.trl_fields.TRAINER_FIELDS`
+    (no TRL import; ``tests/training/test_trl_fields.py`` keeps it equal to TRL's dataclasses)."""
+    return TRAINER_FIELDS
 
 
 def _valid_keys() -> list[str]:
@@ -327,14 +342,23 @@ def _selected_method(values: Mapping[str, Any]) -> Any:
     return value if value is not None else values.get("clip_rule")
 
 
-def _merge_layer(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None:
-    """Merge ``layer`` into ``values``: first drop what it switches away from (module docstring), then merge."""
+def _merge_layer(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> dict[str, tuple[Any, str]]:
+    """Merge ``layer`` into ``values``: first drop what it switches away from (module docstring), then merge.
+
+    Returns:
+        the inherited settings of the method (besides the keys that select it) that a method switch dropped and
+        the layer does not set itself: key -> (value, where it was set); empty without a switch.
+    """
     new = _selected_method(layer.values)
     old = _selected_method(values) or _DEFAULT_CLIP_RULE
+    dropped: dict[str, tuple[Any, str]] = {}
     if new is not None and new != old:
         # another method: its defaults plus what this layer sets, nothing of the inherited method or the new one
-        for key in switch_keys(old, new):
-            values.pop(key, None)
+        switched = switch_keys(old, new)
+        for key in [k for k in values if k in switched]:
+            value = values.pop(key)
+            if key not in (METHOD_KEY, "clip_rule") and key not in layer.values:
+                dropped[key] = (value, where(origins, key))
             for gone in [k for k in origins if k == key or k.startswith(key + ".")]:
                 del origins[gone]
     data = layer.values.get("data")
@@ -346,6 +370,67 @@ def _merge_layer(values: dict[str, Any], origins: dict[str, str], layer: Layer) 
                     if other not in data:
                         values["data"].pop(other, None)
     merge(values, origins, layer)
+    return dropped
+
+
+def _switch_notice(layer: Layer, old: str, dropped: Mapping[str, tuple[Any, str]]) -> str:
+    """The one line of an override that switched method and dropped inherited settings: the selecting key, where,
+    both methods, each dropped key with its value, and the files that had set them."""
+    selector = METHOD_KEY if layer.values.get(METHOD_KEY) not in (None, *NULL_TEXTS) else "clip_rule"
+    new = layer.values[selector]
+    keys = ", ".join(f"{key}={value!r}" for key, (value, _) in dropped.items())
+    files = [
+        re.sub(r":\d+$", "", at) for _, ats in dropped.values() if ats != "default" for at in ats.split(", ")
+    ]
+    places = f" ({', '.join(dict.fromkeys(files))})" if files else ""
+    return (
+        f"{selector}={new!r} ({where(layer.origins, selector)}) switches the method from {old!r} and drops the "
+        f"inherited settings of the method: {keys}{places}; {new!r} starts from its defaults and what the overrides "
+        "set"
+    )
+
+
+def _warn(message: str) -> None:
+    """A :class:`ConfigWarning` attributed to the first caller outside this module (the user's script or the CLI)."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2: the caller of this function
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, ConfigWarning, stacklevel=level)
+
+
+def _merge_overrides(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None:
+    """:func:`_merge_layer` for the overrides: a method switch that drops inherited settings says so in one line
+    (a derived file that switches method is its writer's choice, e.g. ``configs/tiny-grpo.yaml``: no line)."""
+    old = _selected_method(values) or _DEFAULT_CLIP_RULE
+    dropped = _merge_layer(values, origins, layer)
+    if dropped:
+        _warn(_switch_notice(layer, old, dropped))
+
+
+def _check_renamed(trainer: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+    """Old names of renamed TRL / transformers fields (:data:`bandpo.training.trl_fields.RENAMED_FIELDS`): one line
+    naming the new one, a :class:`ConfigError` for a refused name, else a :class:`ConfigWarning` (which says the old
+    name has no effect when the config sets the new one too: the new one wins)."""
+    for old, renamed in RENAMED_FIELDS.items():
+        if old not in trainer:
+            continue
+        value, at = trainer[old], where(origins, old)
+        if renamed.refused:
+            raise ConfigError(
+                f"{old}={value!r} ({at}) is the old name of {renamed.new} (renamed in {renamed.renamed_in}): "
+                f"write {renamed.new}={value!r}"
+            )
+        if renamed.new in trainer:
+            _warn(
+                f"{old}={value!r} ({at}) has no effect: it is the old name of {renamed.new} (renamed in "
+                f"{renamed.renamed_in}), which the config also sets ({renamed.new}={trainer[renamed.new]!r}, "
+                f"{where(origins, renamed.new)}) and which wins; set {renamed.new} only"
+            )
+        else:
+            _warn(
+                f"{old}={value!r} ({at}) is the old name of {renamed.new} (renamed in {renamed.renamed_in}; the "
+                f"old name still works for now): write {renamed.new}={value!r}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------- the config
@@ -446,6 +531,7 @@ class TrainConfig:
                     f"num_generations, ...) and the sections {', '.join(SECTIONS)}"
                 )
                 raise unknown_key(key, _valid_keys(), at=here, known=known)
+        _check_renamed(trainer, origins)
         if "model" not in sections:
             sections["model"] = ModelConfig()
         if "reward" not in sections:
@@ -472,7 +558,7 @@ class TrainConfig:
         """A new config with ``overrides`` (``["key=value", ...]`` or ``{"dotted.key": value}``) applied."""
         merged = self.to_dict()
         origins: dict[str, str] = {}
-        _merge_layer(merged, origins, override_layer(overrides))
+        _merge_overrides(merged, origins, override_layer(overrides))
         return TrainConfig.from_dict(merged, source=self.source, origins=origins)
 
     @property
@@ -547,8 +633,6 @@ def _select_clip_rule(trainer: dict[str, Any], name: str, where: Any) -> None:
 def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
     """A clip rule's config: a registered rule, and the loss type / importance-sampling level ``BandPOTrainer``
     can bound (TRL's other values name the TRL-native method that runs them)."""
-    from bandpo.integrations.trl import REFUSED_LOSS_TYPES, SUPPORTED_LOSS_TYPES
-
     rule = trainer.get("clip_rule")
     if rule is not None:
         if METHODS.is_trl_native(rule):
@@ -599,20 +683,10 @@ def _check_rule_params(trainer: Mapping[str, Any], rule: str, where: Any) -> Non
     """The rule's parameters set once: TRL's ``delta`` (its two-sided clamp) at or below 1 is refused next to a Band
     rule, whose radius is also called ``delta``; a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets
     are refused together (naming the shortcut, which the recipes use)."""
-    from bandpo.integrations.trl import _SHORTCUTS
-    from bandpo.losses import clip_rule_params
-
-    params = clip_rule_params(METHODS.clip_rule(rule).name)
-    trl_delta = trainer.get("delta")
-    if trl_delta is not None and "delta" in params and not (math.isfinite(trl_delta) and trl_delta > 1):
-        # A clamp of the ratio at or below 1 is a radius set under TRL's name; the real-scale recipes set
-        # delta: 10 on purpose (TRL's upper clamp as verl's dual clip c = 10), which stays allowed.
-        raise ConfigError(
-            f"delta={trl_delta!r}{where('delta')} is TRL's two-sided clamp of the ratio (GRPOConfig.delta, "
-            f"INTELLECT-2's), not Band's radius: clip_rule={rule!r} takes its radius from band_delta (or "
-            "clip_rule_kwargs.delta); next to a Band rule TRL's delta must be a finite number > 1 (an upper clamp "
-            "of the ratio, e.g. 10) or null"
-        )
+    try:  # a clamp of the ratio at or below 1 is a radius set under TRL's name; delta: 10 (dual clip) stays allowed
+        check_trl_delta(trainer.get("delta"), rule, where("delta"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     kwargs = trainer.get("clip_rule_kwargs")
     if isinstance(kwargs, str):  # BandPOConfig's JSON form; a bad string is BandPOConfig's to report
         try:
@@ -621,7 +695,7 @@ def _check_rule_params(trainer: Mapping[str, Any], rule: str, where: Any) -> Non
             return
     if not isinstance(kwargs, Mapping):
         return
-    for shortcut, param in _SHORTCUTS.items():
+    for shortcut, param in TRL_RULE_SHORTCUTS.items():
         value = trainer.get(shortcut)
         if value is None or param not in kwargs:
             continue
@@ -669,7 +743,7 @@ def load_train_config(
     """
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    layers = read_layers(path) if path is not None else []
-    for layer in [*layers, override_layer(overrides)]:
+    for layer in read_layers(path) if path is not None else []:
         _merge_layer(values, origins, layer)
+    _merge_overrides(values, origins, override_layer(overrides))
     return TrainConfig.from_dict(values, source=None if path is None else str(path), origins=origins)
