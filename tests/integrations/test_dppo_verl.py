@@ -128,6 +128,13 @@ def test_dppo_equals_verl(name: str, case: tuple, mode: str) -> None:
     assert (ref_g != 0).sum() > 20 and (ref_g == 0).sum() > 20  # both kept and masked tokens present
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-10)
     torch.testing.assert_close(ours_g, ref_g, rtol=0, atol=1e-10)
+    # by config: loss mode bandpo_<name> reads the thresholds and c from the actor config verl's own loss reads
+    by_mode_fn = get_policy_loss_fn(f"bandpo_{name}")
+    by_mode, by_mode_g, _ = grad_of(
+        lambda x: by_mode_fn(d["old"], x, d["adv"], d["mask"], mode, config, weights), d["new"]
+    )
+    torch.testing.assert_close(by_mode, ref, rtol=0, atol=1e-10)
+    torch.testing.assert_close(by_mode_g, ref_g, rtol=0, atol=1e-10)
     # verl's metrics (float32 means) agree, except that verl also counts A = 0 tokens outside the lower edge as
     # masked (their gradient is 0 either way; bandpo's clip/frac counts A < 0 only)
     real_mask = d["mask"] > 0

@@ -27,6 +27,7 @@ from verl.utils.metric import Metric  # noqa: E402
 import bandpo  # noqa: E402
 import bandpo.integrations  # noqa: E402
 import bandpo.integrations.verl as bverl  # noqa: E402
+import bandpo.integrations.verl_env as verl_env  # noqa: E402
 from bandpo.losses.aggregation import aggregate  # noqa: E402
 from bandpo.losses.clip_rules import FixedClip  # noqa: E402
 
@@ -122,12 +123,17 @@ def test_registry_holds_our_modes_after_import() -> None:
     for name, fn in bverl.LOSS_MODES.items():
         assert POLICY_LOSS_REGISTRY[name] is fn
         assert get_policy_loss_fn(name) is fn
-    assert set(bverl.LOSS_MODES) == {"bandpo", "dcpo"}
+    # every rule verl can run (no entropy-driven rule: verl passes a policy loss no entropy), named as in SkyRL
+    assert set(bverl.LOSS_MODES) == {
+        "bandpo",
+        "dcpo",
+        *(f"bandpo_{rule}" for rule in ("grpo", "clip_higher", "dcpo", "dppo_tv", "dppo_kl")),
+    }
 
 
 def test_register_is_idempotent_and_keeps_foreign_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert bverl.register() == ["bandpo", "dcpo"]
-    assert bverl.register() == ["bandpo", "dcpo"]
+    assert bverl.register() == list(bverl.LOSS_MODES)
+    assert bverl.register() == list(bverl.LOSS_MODES)
 
     def other_dcpo(**kwargs: Any) -> Any:
         raise AssertionError("not called")
@@ -138,7 +144,7 @@ def test_register_is_idempotent_and_keeps_foreign_names(monkeypatch: pytest.Monk
         bverl.register()
     assert POLICY_LOSS_REGISTRY["bandpo"] is bverl.compute_policy_loss_bandpo  # the free name was registered
     assert POLICY_LOSS_REGISTRY["dcpo"] is other_dcpo
-    assert bverl.register(overwrite=True) == ["bandpo", "dcpo"]
+    assert bverl.register(overwrite=True) == list(bverl.LOSS_MODES)
 
 
 _PROBE = (
@@ -189,7 +195,9 @@ def _fake_trl(monkeypatch: pytest.MonkeyPatch, *, value_head_in: str | None) -> 
     monkeypatch.setitem(sys.modules, "trl", trl)
     monkeypatch.setitem(sys.modules, "trl.experimental", types.ModuleType("trl.experimental"))
     monkeypatch.setitem(sys.modules, "trl.experimental.ppo", ppo if value_head_in is not None else None)
-    monkeypatch.setattr(bverl, "_version", lambda dist, module=None: {"trl": "1.16.0", "verl": "0.9.1"}[dist])
+    monkeypatch.setattr(
+        verl_env, "_version", lambda dist, module=None: {"trl": "1.16.0", "verl": "0.9.1"}[dist]
+    )
 
 
 def test_trl_without_value_head_warns_when_registering(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +209,7 @@ def test_trl_without_value_head_warns_when_registering(monkeypatch: pytest.Monke
     assert "AutoModelForCausalLMWithValueHead" in message and "init_model raises ImportError" in message
     assert "separate environment without trl 1.16.0" in message
     with pytest.warns(bverl.TrlConflictWarning, match=r"trl 1\.16\.0 is installed next to verl 0\.9\.1"):
-        assert bverl.register() == ["bandpo", "dcpo"]
+        assert bverl.register() == list(bverl.LOSS_MODES)
 
 
 @pytest.mark.parametrize("value_head_in", ["trl", "trl.experimental.ppo"])
@@ -256,6 +264,23 @@ def test_plain_verl_policy_loss_config_uses_band_defaults() -> None:
     cfg = actor_config(target=None)
     assert type(cfg.policy_loss).__name__ == "PolicyLossConfig"
     assert bverl.clip_rule_from_config("bandpo", cfg) == bandpo.make_clip_rule("band")
+
+
+@pytest.mark.parametrize("loss_mode", ["bandpo_grpo", "bandpo_dcpo", "bandpo_dppo_kl"])
+def test_every_rule_is_a_loss_mode_and_its_parameters_are_checked_when_the_config_is_built(
+    loss_mode: str,
+) -> None:
+    """``bandpo_<rule>`` (SkyRL's names) select each rule verl can run; the rule's parameters and Band's are checked
+    when verl builds the config, a schedule with a rule without a radius is refused, adaptive_band is not offered."""
+    assert bverl.clip_rule_from_config(loss_mode, actor_config(loss_mode)).name == loss_mode[len("bandpo_") :]
+    with pytest.raises(Exception, match=r"cap must be a finite number >= 1"):
+        actor_config(loss_mode, cap=0.5)
+    with pytest.raises(
+        Exception, match=rf"delta_schedule='linear' schedules Band's radius, which loss_mode='{loss_mode}'"
+    ):
+        actor_config(loss_mode, delta_schedule="linear", delta_end=0.02)
+    with pytest.raises(ValueError, match=r"policy_loss\.loss_mode must be a policy loss registered in verl"):
+        bverl.BandPOPolicyLossConfig(loss_mode="bandpo_adaptive_band")
 
 
 def test_unknown_loss_mode_fails_when_the_config_is_built() -> None:
@@ -391,6 +416,29 @@ CASES = [
         bandpo.make_clip_rule("band", divergence="hellinger", cap=None),
     ),
     ("dcpo", {}, (0.16, 0.2), 10.0, bandpo.make_clip_rule("dcpo", eps_low=0.16, eps_high=0.2)),
+    # every other rule by its SkyRL name: eps from the clip ratios, Band's fields where the rule has them
+    ("bandpo_grpo", {"delta": 0.3}, (0.2, 0.28), 10.0, bandpo.make_clip_rule("grpo", eps_high=0.28)),
+    (
+        "bandpo_clip_higher",
+        {},
+        (0.1, 0.3),
+        3.0,
+        bandpo.make_clip_rule("clip_higher", eps_low=0.1, eps_high=0.3),
+    ),
+    (
+        "bandpo_dcpo",
+        {"cap": 5.0},
+        (0.16, 0.2),
+        10.0,
+        bandpo.make_clip_rule("dcpo", eps_low=0.16, eps_high=0.2, cap=5.0),
+    ),
+    (
+        "bandpo_dppo_tv",
+        {},
+        (0.1, 0.2),
+        20.0,
+        bandpo.make_clip_rule("dppo_tv", clip_divergence_low=0.1, clip_divergence_high=0.2),
+    ),
 ]
 
 

@@ -28,6 +28,7 @@ from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
 import bandpo
 import bandpo.integrations.verl as bverl
+import bandpo.integrations.verl_steps as verl_steps
 from bandpo.core import solvers
 from bandpo.losses import RadiusSchedule
 
@@ -142,11 +143,11 @@ def test_building_a_scheduled_config_makes_update_weights_record_the_step(
     assert (
         asyncio.run(worker.update_weights(global_steps=0)) == "synced"
     )  # fresh run, after the checkpoint load
-    assert bverl._update_step() == 1
+    assert verl_steps.update_step() == 1
     asyncio.run(worker.update_weights(7, "naive"))  # positional, as a resumed run's first call could pass it
-    assert bverl._update_step() == 8
+    assert verl_steps.update_step() == 8
     asyncio.run(worker.update_weights())  # validation's wake-up carries no step
-    assert bverl._update_step() == 8 and calls == [(0, "auto"), (7, "naive"), (None, "auto")]
+    assert verl_steps.update_step() == 8 and calls == [(0, "auto"), (7, "naive"), (None, "auto")]
 
 
 def test_without_verls_worker_module_nothing_is_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:

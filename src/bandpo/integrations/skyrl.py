@@ -77,7 +77,7 @@ from torch import Tensor
 from bandpo._optional import MissingDependencyError
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
 from bandpo.losses.diagnostics import check_diagnostics, metrics_to_floats
-from bandpo.losses.method import freeze
+from bandpo.losses.method import LOSS_NAME, RULE_PREFIX, freeze, loss_names
 from bandpo.losses.policy_loss import framework_metrics, per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
 from bandpo.registry import closest
@@ -100,9 +100,6 @@ __all__ = [
 
 #: The SkyRL release this adapter is written and tested against (``make test-skyrl`` pins it).
 SKYRL_VERSION = "0.4.0"
-#: The policy-loss name of Band; every other rule is ``RULE_PREFIX + <rule name>``.
-LOSS_NAME = "bandpo"
-RULE_PREFIX = "bandpo_"
 #: Where the trust region is centred: SkyRL's recomputed old log-probs, or the rollout engine's log-probs.
 ANCHORS = ("old", "rollout")
 #: SkyRL's metric names for the standard PPO diagnostics, mapped to ``bandpo.clip_metrics`` names.
@@ -151,11 +148,7 @@ def policy_loss_names() -> dict[str, str]:
     """SkyRL policy-loss name -> bandpo clip rule, for every registered rule SkyRL can run: ``bandpo`` -> ``band``
     and ``bandpo_<rule>`` -> ``<rule>`` (rules that need the per-token entropy are left out: SkyRL does not pass
     it to policy losses)."""
-    names = {LOSS_NAME: "band"}
-    for rule in CLIP_RULES.names():
-        if rule != "band" and not CLIP_RULES.get(rule).needs_entropy:
-            names[RULE_PREFIX + rule] = rule
-    return names
+    return loss_names()
 
 
 def _entropy_rules() -> list[str]:

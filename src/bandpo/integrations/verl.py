@@ -1,16 +1,26 @@
-"""BandPO in verl: the policy-loss modes ``bandpo`` and ``dcpo``, selected by config, without a fork.
+"""BandPO in verl: every clip rule as a policy-loss mode, selected by config, without a fork.
 
 verl (>= 0.9) dispatches the actor's policy loss by name through ``verl.trainer.ppo.core_algos``'s registry
 (``register_policy_loss`` / ``get_policy_loss_fn``) with the value of ``actor.policy_loss.loss_mode``. This
-module puts two modes into that registry:
+module puts one mode per clip rule into that registry (:data:`LOSS_MODES`), named as in SkyRL
+(``bandpo.losses.method.loss_names``), and keeps ``dcpo``:
 
 ``bandpo``
     Band bounds (``bandpo.make_clip_rule("band", ...)``: any registered divergence, radius ``delta``, upper
     bound capped at ``cap``; ``relax=True`` takes the union with verl's fixed interval
     ``[1 - actor.clip_ratio_low, 1 + actor.clip_ratio_high]``).
-``dcpo``
+``dcpo`` (and its other name ``bandpo_dcpo``)
     DCPO's dynamic adaptive clipping with ``eps_low = actor.clip_ratio_low``, ``eps_high =
     actor.clip_ratio_high`` (the authors use 0.16 / 0.20) and the upper bound capped at ``cap``.
+``bandpo_<rule>``
+    every other registered rule: ``bandpo_grpo`` and ``bandpo_clip_higher`` (``eps_low`` / ``eps_high`` are the
+    actor's ``clip_ratio_low`` / ``clip_ratio_high``), ``bandpo_dppo_tv`` and ``bandpo_dppo_kl`` (DPPO's truncated
+    objective; thresholds ``clip_ratio_low`` / ``clip_ratio_high`` and ``c = clip_ratio_c``, as verl's own
+    ``dppo_tv`` / ``dppo_kl``). Rules that need the policy's per-token entropy (``adaptive_band``) are not offered:
+    verl passes a policy loss no entropy.
+
+:data:`VERL_NAMES` translates verl's settings into bandpo's names (``bandpo.losses.method.ClipMethod``); a setting
+applies to the rules that have that parameter.
 
 Per token, exactly as ``bandpo.policy_loss`` (docs/method.md#objective), with ``r = exp(clamp(logp - logp_old, -20,
 20))``, ``[lo, hi]`` from the rule and ``c = actor.clip_ratio_c``:
@@ -77,23 +87,20 @@ This module needs verl; ``import bandpo`` does not import it.
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.metadata
-import inspect
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from bandpo.losses.clip_rules import ClipRule, make_clip_rule
-from bandpo.losses.diagnostics import check_diagnostics
+from bandpo.integrations.verl_env import TrlConflictWarning, trl_conflict
+from bandpo.integrations.verl_steps import record_global_steps, set_global_step, update_step
+from bandpo.losses.clip_rules import ClipRule, clip_rule_params
+from bandpo.losses.diagnostics import check_diagnostics, metrics_to_floats
+from bandpo.losses.method import ClipMethod, clip_method, freeze, loss_names
 from bandpo.losses.policy_loss import TokenTerms, framework_metrics, per_token_policy_loss
-from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_step
-from bandpo.validation import check_int_in
+from bandpo.losses.schedule import RadiusSchedule
 
 try:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
@@ -107,9 +114,11 @@ except ImportError as _err:  # pragma: no cover - exercised only without verl
 __all__ = [
     "LOSS_MODES",
     "VERL_METRIC_NAMES",
+    "VERL_NAMES",
     "BandPOPolicyLossConfig",
     "TokenTerms",
     "TrlConflictWarning",
+    "clip_method_from_config",
     "clip_rule_from_config",
     "compute_policy_loss_bandpo",
     "compute_policy_loss_clip_rule",
@@ -137,17 +146,19 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
     Inherits every field of verl's ``PolicyLossConfig`` (``loss_mode``, ``rollout_correction``, ...).
 
     Args:
-        loss_mode: verl's registered policy-loss name; ``"bandpo"`` (default) or ``"dcpo"`` use the fields below.
-        divergence: ``bandpo`` only: a registered divergence name (``bandpo.DIVERGENCES.names()``), default KL.
-        delta: ``bandpo`` only: trust-region radius, > 0 (the authors' 0.05).
-        cap: maximum of the upper bound (>= 1), both modes; the authors' ``upper_bound_max`` = 10. ``None``:
-            Band is capped by ``1/p`` only, DCPO keeps its own cap 10.
-        relax: ``bandpo`` only: union with verl's fixed interval ``[1 - clip_ratio_low, 1 + clip_ratio_high]``
-            (the authors' ablation: it hurts).
-        method: ``bandpo`` only: ``band_bounds`` solver (``"auto"``, ``"closed_form"``, ``"table"``,
-            ``"newton"``, ``"bisection"``).
-        delta_schedule: ``bandpo`` only: the radius schedule (``bandpo.losses.RADIUS_SCHEDULES``:
-            ``constant``, ``linear``, ``hold_then_linear``, ``cosine``), from ``delta`` to ``delta_end``.
+        loss_mode: verl's registered policy-loss name; bandpo's (:data:`LOSS_MODES`: ``"bandpo"``, the default,
+            ``"dcpo"``, ``"bandpo_<rule>"``) use the fields below, each where the mode's rule has that parameter.
+        divergence: Band's divergence, a registered name (``bandpo.DIVERGENCES.names()``), default KL.
+        delta: Band's trust-region radius, > 0 (the authors' 0.05).
+        cap: maximum of the upper bound (>= 1); the authors' ``upper_bound_max`` = 10. ``None``: Band is capped
+            by ``1/p`` only, DCPO keeps its own cap 10.
+        relax: Band only: union with verl's fixed interval ``[1 - clip_ratio_low, 1 + clip_ratio_high]`` (the
+            authors' ablation: it hurts).
+        method: Band's ``band_bounds`` solver (``"auto"``, ``"closed_form"``, ``"table"``, ``"newton"``,
+            ``"bisection"``).
+        delta_schedule: a mode whose rule has a radius (``bandpo``): the radius schedule
+            (``bandpo.losses.RADIUS_SCHEDULES``: ``constant``, ``linear``, ``hold_then_linear``, ``cosine``), from
+            ``delta`` to ``delta_end``.
         delta_end: the radius at the end of the run (> 0); required by every schedule but ``constant``.
         delta_hold_frac: ``hold_then_linear``'s share of the run at ``delta``, in [0, 1) (default 0.25).
         delta_total_steps: the run's length in verl's global steps (>= 1); ``None``: the actor's
@@ -161,7 +172,7 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
         ValueError: at construction (i.e. when verl builds the actor config) for a ``loss_mode`` that verl's
             registry does not hold (listing the registered names), an unknown divergence, method or schedule,
             ``delta <= 0``, ``cap < 1``, ``delta_end <= 0``, ``delta_hold_frac`` outside [0, 1), or a schedule
-            with another mode than ``bandpo``, naming the field and the value received.
+            with a mode whose rule has no radius, naming the field and the value received.
     """
 
     loss_mode: str = "bandpo"
@@ -187,127 +198,45 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
                 f"names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
             )
         # verl's configs are frozen: checked, not replaced by the canonical name
-        check_diagnostics("policy_loss.diagnostics", self.diagnostics)
         if not isinstance(self.relax, bool):
             raise ValueError(f"policy_loss.relax must be true or false, got {self.relax!r}")
-        try:
-            band = _band_rule(self.divergence, self.delta, self.cap, None, self.method)
-            _dcpo_rule(0.0, 0.0, 10.0 if self.cap is None else self.cap)
-            schedule = _schedule(
-                band, self.delta_schedule, self.delta_end, self.delta_hold_frac, self.delta_total_steps
-            )
-        except ValueError as err:
-            raise ValueError(f"invalid BandPO policy_loss config: {err}") from err
-        if not schedule.is_constant and self.loss_mode != "bandpo":
+        # Band's parameters whatever the mode (the defaults of every bandpo mode), then the mode's own rule
+        band = _method("band", _settings(self))
+        rule = _MODE_RULES.get(self.loss_mode)
+        if not band.schedule.is_constant and (rule is None or "delta" not in clip_rule_params(rule)):
             raise ValueError(
-                f"policy_loss.delta_schedule={schedule.kind!r} schedules Band's radius, which loss_mode="
+                f"policy_loss.delta_schedule={band.schedule.kind!r} schedules Band's radius, which loss_mode="
                 f"{self.loss_mode!r} does not have: use loss_mode='bandpo' or delta_schedule='constant'"
             )
-        if not schedule.is_constant:
+        if rule is not None:
+            _method(rule, _settings(self))
+        if not band.schedule.is_constant:
             record_global_steps()
 
 
-# ---- the training step: verl's global_steps, as the actor worker receives it ----------------------------
+# ---- config -> clip method ------------------------------------------------------------------------------------
 
-_global_step: int | None = None  # this process's last update_weights(global_steps=N); None: none seen
-
-
-def set_global_step(step: int | None) -> None:
-    """Record verl's global step ``N`` (an integer >= 0) of this process's last ``update_weights``: the radius
-    schedule then gives the next actor update (step ``N + 1``) its radius. ``None`` forgets it."""
-    global _global_step
-    _global_step = None if step is None else check_int_in("global_steps", step, 0)
-
-
-def _update_step() -> int:
-    """The global step of the actor update now running: the last recorded ``N`` plus 1."""
-    if _global_step is None:
-        raise RuntimeError(
-            "the radius schedule (policy_loss.delta_schedule) needs verl's global step, which reaches an actor "
-            "worker only through ActorRolloutRefWorker.update_weights(global_steps=...), and none was recorded in "
-            "this process: verl's engine_workers was not loaded when the actor config was built, or the trainer "
-            "never calls update_weights; call bandpo.integrations.verl.set_global_step(step) before each update"
-        )
-    return _global_step + 1
-
-
-_WORKER_MODULE, _WORKER_CLASS = "verl.workers.engine_workers", "ActorRolloutRefWorker"
-
-
-def record_global_steps(worker_cls: type | None = None) -> bool:
-    """Wrap ``worker_cls.update_weights`` (default: verl's ``ActorRolloutRefWorker``, if its module is loaded;
-    nothing is imported) so that each call records its ``global_steps`` (:func:`set_global_step`) and then runs
-    unchanged: same coroutine-ness and same verl dispatch attributes (``functools.wraps`` copies them).
-    Idempotent. Returns whether the method records the step afterwards."""
-    if worker_cls is None:
-        module = sys.modules.get(_WORKER_MODULE)
-        worker_cls = getattr(module, _WORKER_CLASS, None)
-        if worker_cls is None:
-            return False
-    original = worker_cls.__dict__.get("update_weights")
-    if original is None:
-        return False
-    if getattr(original, "_bandpo_records_global_steps", False):
-        return True
-
-    def record(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        steps = kwargs.get("global_steps", args[0] if args else None)
-        if steps is not None:  # verl also calls update_weights() without a step (validation's wake-up)
-            set_global_step(int(steps))
-
-    if inspect.iscoroutinefunction(original):
-
-        @functools.wraps(original)
-        async def update_weights(self: Any, *args: Any, **kwargs: Any) -> Any:
-            record(args, kwargs)
-            return await original(self, *args, **kwargs)
-
-    else:
-
-        @functools.wraps(original)
-        def update_weights(self: Any, *args: Any, **kwargs: Any) -> Any:
-            record(args, kwargs)
-            return original(self, *args, **kwargs)
-
-    update_weights._bandpo_records_global_steps = True  # type: ignore[attr-defined]
-    worker_cls.update_weights = update_weights  # type: ignore[attr-defined]
-    return True
-
-
-# ---- config -> clip rule -------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=64)
-def _band_rule(
-    divergence: str, delta: float, cap: float | None, relax: tuple[float, float] | None, method: str
-) -> ClipRule:
-    return make_clip_rule("band", divergence=divergence, delta=delta, cap=cap, relax=relax, method=method)
-
-
-@functools.lru_cache(maxsize=64)
-def _dcpo_rule(eps_low: float, eps_high: float, cap: float) -> ClipRule:
-    return make_clip_rule("dcpo", eps_low=eps_low, eps_high=eps_high, cap=cap)
-
-
-_SCHEDULE_LABELS = {
-    name: f"policy_loss.{key}"
-    for name, key in (
-        ("kind", "delta_schedule"),
-        ("start", "delta"),
-        ("end", "delta_end"),
-        ("hold_frac", "delta_hold_frac"),
-        ("total_steps", "delta_total_steps"),
-    )
+VERL_NAMES: dict[str, str | tuple[str, ...]] = {
+    "policy_loss.divergence": "divergence",
+    "policy_loss.delta": "delta",
+    "policy_loss.cap": "cap",
+    "policy_loss.relax": "relax",
+    "policy_loss.method": "method",
+    "policy_loss.delta_schedule": "delta_schedule",
+    "policy_loss.delta_end": "delta_end",
+    "policy_loss.delta_hold_frac": "delta_hold_frac",
+    "policy_loss.delta_total_steps": "total_steps",
+    "policy_loss.diagnostics": "diagnostics",
+    "clip_ratio_low": ("eps_low", "clip_divergence_low"),
+    "clip_ratio_high": ("eps_high", "clip_divergence_high"),
+    "clip_ratio_c": "clip_ratio_c",
 }
+"""verl's spelling (the actor config's keys) -> bandpo's name. ``policy_loss.relax`` is a bool in verl: ``true``
+is Band's ``relax = (clip_ratio_low, clip_ratio_high)``; ``policy_loss.delta_total_steps`` falls back to the actor's
+``optim.total_training_steps``; ``clip_ratio_c`` is DPPO's ``c`` (and, for every rule, the dual clip). The rule
+comes from ``policy_loss.loss_mode`` (:data:`LOSS_MODES`)."""
 
-
-@functools.lru_cache(maxsize=64)
-def _schedule(
-    rule: ClipRule, kind: str, end: float | None, hold_frac: float | None, total: int | None
-) -> RadiusSchedule:
-    return radius_schedule(
-        rule, kind, end=end, hold_frac=hold_frac, total_steps=total, labels=_SCHEDULE_LABELS
-    )
+_POLICY_LOSS_FIELDS = [key.split(".", 1)[1] for key in VERL_NAMES if key.startswith("policy_loss.")]
 
 
 def _get(config: Any, key: str, default: Any) -> Any:
@@ -337,72 +266,80 @@ def _param(policy_loss: Any, key: str) -> Any:
     return getattr(policy_loss, key, default)
 
 
-def radius_schedule_from_config(rule: ClipRule, config: Any) -> RadiusSchedule:
-    """The schedule of ``rule``'s radius under verl's actor ``config``: ``policy_loss.delta_schedule`` /
-    ``delta_end`` / ``delta_hold_frac`` and the run's length, ``policy_loss.delta_total_steps`` or else the actor's
-    ``optim.total_training_steps`` (verl's trainer sets it; ``-1`` before: ``None``). Cached per parameter set."""
-    policy_loss = _get(config, "policy_loss", None)
-    total = _param(policy_loss, "delta_total_steps")
-    if total is None:
-        total = _get(_get(config, "optim", None) or {}, "total_training_steps", -1)
-        total = int(total) if int(total) > 0 else None
-    return _schedule(
-        rule,
-        str(_param(policy_loss, "delta_schedule")),
-        _param(policy_loss, "delta_end"),
-        _param(policy_loss, "delta_hold_frac"),
-        total,
+def _settings(policy_loss: Any, config: Any = None) -> dict[str, Any]:
+    """verl's settings by :data:`VERL_NAMES`' spelling: the BandPO fields of ``policy_loss`` and, with the actor
+    ``config``, its clip ratios and run length (without it, the rules' defaults)."""
+    settings = {f"policy_loss.{key}": _param(policy_loss, key) for key in _POLICY_LOSS_FIELDS}
+    relax = settings["policy_loss.relax"]
+    settings["policy_loss.relax"] = None
+    if config is not None:
+        low, high = _clip_ratios(config)
+        settings.update(
+            clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=float(_get(config, "clip_ratio_c", 3.0))
+        )
+        settings["policy_loss.relax"] = (low, high) if relax else None
+        if settings["policy_loss.delta_total_steps"] is None:
+            total = int(_get(_get(config, "optim", None) or {}, "total_training_steps", -1))
+            settings["policy_loss.delta_total_steps"] = total if total > 0 else None
+    return settings
+
+
+def _method(rule: str, settings: dict[str, Any], params: Any = None) -> ClipMethod:
+    """The clip method of ``rule`` under verl's ``settings`` (:func:`_settings`), cached per parameter set."""
+    return _cached_method(rule, freeze(settings), freeze(params))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_method(rule: str, settings: Any, params: Any) -> ClipMethod:
+    return clip_method(
+        dict(settings),
+        VERL_NAMES,
+        where="BandPO policy_loss config",
+        strict=False,
+        rule=rule,
+        params=None if params is None else dict(params),
     )
 
 
-def clip_rule_from_config(loss_mode: str, config: Any) -> ClipRule:
-    """The clip rule that ``loss_mode`` (``"bandpo"`` or ``"dcpo"``) uses under verl's actor ``config`` for the
-    actor update now running.
+def clip_method_from_config(loss_mode: str, config: Any) -> ClipMethod:
+    """The clip method of bandpo's loss mode ``loss_mode`` (:data:`LOSS_MODES`) under verl's actor ``config``:
+    :data:`VERL_NAMES` translates ``config.policy_loss``'s BandPO fields (the defaults of
+    :class:`BandPOPolicyLossConfig` where absent), the clip ratios (``clip_ratio_low`` / ``clip_ratio_high``,
+    falling back to ``clip_ratio``), ``clip_ratio_c`` and the run's length (``policy_loss.delta_total_steps``,
+    else ``optim.total_training_steps``, which verl's trainer sets; ``-1`` before: ``None``). Cached per
+    parameter set."""
+    if loss_mode not in _MODE_RULES:
+        raise ValueError(f"loss_mode must be one of {', '.join(_MODE_RULES)}, got {loss_mode!r}")
+    return _method(_MODE_RULES[loss_mode], _settings(_get(config, "policy_loss", None), config))
 
-    Reads Band's parameters from ``config.policy_loss`` (defaults of :class:`BandPOPolicyLossConfig` where
-    absent) and the fixed clip ratios (``clip_ratio_low`` / ``clip_ratio_high``, falling back to
-    ``clip_ratio``) from the actor config. Rules are cached per parameter set. With a changing radius
-    (:func:`radius_schedule_from_config`), the radius of update ``k = N + 1`` (module docstring).
+
+def radius_schedule_from_config(rule: ClipRule, config: Any) -> RadiusSchedule:
+    """The schedule of ``rule``'s radius under verl's actor ``config`` (:func:`clip_method_from_config`'s
+    schedule fields and run length, from ``rule``'s ``delta``)."""
+    settings = _settings(_get(config, "policy_loss", None), config)
+    return _method(rule.name, settings, rule.params()).schedule
+
+
+def clip_rule_from_config(loss_mode: str, config: Any) -> ClipRule:
+    """The clip rule that ``loss_mode`` (:data:`LOSS_MODES`) uses under verl's actor ``config`` for the actor
+    update now running: :func:`clip_method_from_config`'s rule (cached per parameter set) or, with a changing
+    radius, its rule at the radius of update ``k = N + 1`` (module docstring).
 
     Raises:
         RuntimeError: a changing radius and no recorded global step, or no run length.
     """
-    if loss_mode not in LOSS_MODES:
-        raise ValueError(f"loss_mode must be one of {', '.join(LOSS_MODES)}, got {loss_mode!r}")
-    policy_loss = _get(config, "policy_loss", None)
-    cap = _param(policy_loss, "cap")
-    cap = None if cap is None else float(cap)
-    eps_low, eps_high = _clip_ratios(config)
-    if loss_mode == "dcpo":
-        return _dcpo_rule(eps_low, eps_high, 10.0 if cap is None else cap)
-    relax = _param(policy_loss, "relax")
-    rule = _band_rule(
-        str(_param(policy_loss, "divergence")),
-        float(_param(policy_loss, "delta")),
-        cap,
-        (eps_low, eps_high) if relax else None,
-        str(_param(policy_loss, "method")),
-    )
-    schedule = radius_schedule_from_config(rule, config)
-    if schedule.is_constant:
-        return rule
-    if schedule.total_steps is None:
+    method = clip_method_from_config(loss_mode, config)
+    if method.schedule.is_constant:
+        return method.clip_rule
+    if method.total_steps is None:
         raise RuntimeError(
-            f"policy_loss.delta_schedule={schedule.kind!r} needs the run's length: actor.optim.total_training_steps "
+            f"policy_loss.delta_schedule={method.schedule.kind!r} needs the run's length: actor.optim.total_training_steps "
             "is not set (verl's trainer sets it before the workers start); set policy_loss.delta_total_steps"
         )
-    return rule_at_step(rule, schedule, _update_step())
+    return method.rule_at_step(update_step())
 
 
 # ---- the policy losses ---------------------------------------------------------------------------------
-
-
-def _to_floats(metrics: dict[str, Tensor]) -> dict[str, float]:
-    """Detached () tensors -> Python floats with a single device->host transfer."""
-    if not metrics:
-        return {}
-    values = torch.stack([v.detach().to(torch.float64).reshape(()) for v in metrics.values()]).tolist()
-    return dict(zip(metrics, values))
 
 
 def compute_policy_loss_clip_rule(
@@ -456,7 +393,7 @@ def compute_policy_loss_clip_rule(
     # verl's own three metrics at every level: its trainer logs them for every loss
     metrics, ours = framework_metrics(terms, VERL_METRIC_NAMES, level)
     metrics.update({f"actor/{name}": value for name, value in ours.items()})
-    floats = _to_floats(metrics)
+    floats = metrics_to_floats(metrics)
     delta = getattr(clip_rule, "delta", None)
     if isinstance(delta, (int, float)) and not isinstance(delta, bool):
         floats["actor/band/delta"] = float(delta)
@@ -492,77 +429,25 @@ def _mode_loss(mode: str, doc: str) -> Callable[..., tuple[Tensor, dict[str, flo
     return loss_fn
 
 
-compute_policy_loss_bandpo = _mode_loss(
-    "bandpo",
-    "verl policy loss ``bandpo``: the clipped objective with Band bounds (see the module docstring).",
-)
-compute_policy_loss_dcpo = _mode_loss(
-    "dcpo",
-    "verl policy loss ``dcpo``: the clipped objective with DCPO's bounds (eps from the actor's clip ratios).",
-)
-
+_MODE_RULES: dict[str, str] = {**loss_names(), "dcpo": "dcpo"}
+"""bandpo's loss modes in verl -> their clip rule: ``bandpo`` -> ``band``, ``bandpo_<rule>`` -> ``<rule>`` (as in
+SkyRL) and ``dcpo`` (the name it had first)."""
 
 #: The policy-loss modes this module registers in verl, by name.
 LOSS_MODES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
-    "bandpo": compute_policy_loss_bandpo,
-    "dcpo": compute_policy_loss_dcpo,
+    mode: _mode_loss(
+        mode,
+        f"verl policy loss ``{mode}``: the clipped objective (the truncated one for DPPO's rules) with the bounds of "
+        f"clip rule ``{rule}`` (see the module docstring).",
+    )
+    for mode, rule in _MODE_RULES.items()
 }
+compute_policy_loss_bandpo = LOSS_MODES["bandpo"]
+compute_policy_loss_dcpo = LOSS_MODES["dcpo"]
 
 
 def _qualname(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-class TrlConflictWarning(UserWarning):
-    """The installed TRL lacks the class verl's workers import from it (see :func:`trl_conflict`)."""
-
-
-_VALUE_HEAD = "AutoModelForCausalLMWithValueHead"
-
-
-def _version(distribution: str, module: Any = None) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return str(getattr(module, "__version__", "unknown"))
-
-
-def trl_conflict() -> str | None:
-    """Why verl's workers will fail to import from the installed TRL, or ``None`` (no TRL, or a TRL that works).
-
-    verl 0.9.1 imports ``AutoModelForCausalLMWithValueHead`` from ``trl.experimental.ppo``, else from ``trl``,
-    whenever TRL is importable (``verl.utils.model.patch_valuehead_model``, ``verl.models.transformers.
-    monkey_patch``). TRL 1.16 has neither, so a verl actor's ``init_model`` raises ``ImportError``. This makes
-    the same look-ups, without TRL's warnings, and returns a message naming both versions and the fix.
-    """
-    try:
-        trl = importlib.import_module("trl")
-    except ModuleNotFoundError as err:
-        if err.name == "trl":
-            return None  # no TRL: verl skips the value-head patch
-        trl, problem = None, f"importing trl fails ({err})"
-    except Exception as err:  # a broken TRL fails verl's import the same way
-        trl, problem = None, f"importing trl fails ({type(err).__name__}: {err})"
-    else:
-        problem = f"trl has no {_VALUE_HEAD} (neither trl.experimental.ppo nor trl exports it)"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # trl.experimental warns on import
-            for module_name in ("trl.experimental.ppo", "trl"):
-                try:
-                    module = importlib.import_module(module_name)
-                    if hasattr(module, _VALUE_HEAD):
-                        return None
-                except Exception:  # a missing module is the case looked for
-                    continue
-    trl_version = _version("trl", trl)
-    verl_version = _version("verl", importlib.import_module("verl"))
-    return (
-        f"trl {trl_version} is installed next to verl {verl_version}, and verl's workers will fail: they import "
-        f"{_VALUE_HEAD} from trl when it is installed (verl.utils.model, verl.models.transformers.monkey_patch), "
-        f"but {problem}, so the actor's init_model raises ImportError. Fix: run verl in a separate environment "
-        f"without trl {trl_version} (pip install 'bandpo[verl]' there; keep 'bandpo[trl]' for BandPOTrainer in "
-        "another), or pip uninstall trl in this one."
-    )
 
 
 def register(*, overwrite: bool = False) -> list[str]:

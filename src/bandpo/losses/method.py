@@ -21,7 +21,16 @@ from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, mak
 from bandpo.losses.diagnostics import check_diagnostics
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
 
-__all__ = ["METHOD_NAMES", "TRL_NAMES", "TRL_RULE_SHORTCUTS", "ClipMethod", "clip_method"]
+__all__ = [
+    "LOSS_NAME",
+    "METHOD_NAMES",
+    "RULE_PREFIX",
+    "TRL_NAMES",
+    "TRL_RULE_SHORTCUTS",
+    "ClipMethod",
+    "clip_method",
+    "loss_names",
+]
 
 METHOD_NAMES = (
     "rule",
@@ -56,6 +65,23 @@ owns ``delta`` (its two-sided clamp of the ratio) and ``epsilon``, so Band's par
 TRL_RULE_SHORTCUTS: dict[str, str] = {k: v for k, v in TRL_NAMES.items() if v not in METHOD_NAMES}
 """The ``band_*`` fields of ``BandPOConfig`` that set a clip-rule parameter (shortcuts for the entries of
 ``clip_rule_kwargs``): TRL spelling -> the rule's parameter (``band_delta`` -> ``delta``, ...)."""
+
+
+LOSS_NAME = "bandpo"
+"""The policy-loss name of Band in the frameworks that select a loss by name (verl, SkyRL)."""
+RULE_PREFIX = "bandpo_"
+"""Every other clip rule's policy-loss name there is ``RULE_PREFIX + <rule name>``."""
+
+
+def loss_names() -> dict[str, str]:
+    """Policy-loss name -> clip rule, for every registered rule a framework that passes a policy loss no entropy
+    can run: ``bandpo`` -> ``band`` and ``bandpo_<rule>`` -> ``<rule>`` (rules that need the per-token entropy,
+    ``adaptive_band``, are left out). Read at call time: a rule registered later is included."""
+    names = {LOSS_NAME: "band"}
+    for rule in CLIP_RULES.names():
+        if rule != "band" and not CLIP_RULES.get(rule).needs_entropy:
+            names[RULE_PREFIX + rule] = rule
+    return names
 
 
 _SCHEDULE_FIELDS = {
@@ -217,6 +243,8 @@ def clip_method(
     *,
     where: str,
     strict: bool = True,
+    rule: str | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> ClipMethod:
     """The :class:`ClipMethod` of a framework's config slot: the one translation every adapter makes.
 
@@ -233,6 +261,9 @@ def clip_method(
             that have the parameter and is skipped by the others; ``None`` passes where the rule's parameter
             takes ``None`` (Band's ``cap``: no cap) and leaves the rule's default elsewhere (DCPO's cap 10);
             ``params`` adds or replaces parameters.
+        rule: the rule, where the framework selects it by another setting than a spelling in ``names`` (verl's
+            and SkyRL's policy-loss names, :func:`loss_names`).
+        params: parameters that add to or replace the slot's (replacing a ``params`` entry of ``settings``).
 
     Raises:
         ValueError: one line naming the setting in the framework's spelling, the value and what is allowed.
@@ -244,7 +275,8 @@ def clip_method(
             spelling.setdefault(ours, key)
             if ours in METHOD_NAMES and settings.get(key) is not None:
                 method[ours] = settings[key]
-    rule = method.pop("rule", "band")
+    selected = method.pop("rule", "band")
+    rule = selected if rule is None else rule
     if isinstance(rule, str):
         try:
             valid = clip_rule_params(rule)
@@ -252,7 +284,7 @@ def clip_method(
             raise ValueError(f"{spelling.get('rule', 'rule')}: {err}") from err
     else:
         valid = {}  # ClipMethod names the setting and the valid rules
-    extra = method.pop("params", None)
+    extra = method.pop("params", None) if params is None else params
     params_label = spelling.get("params", "params")
     if extra is not None and not isinstance(extra, Mapping):
         raise ValueError(f"{params_label} must be a mapping of the rule's parameters, got {extra!r}")
