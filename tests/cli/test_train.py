@@ -30,6 +30,7 @@ from bandpo.cli.main import main
 from bandpo.losses import CLIP_RULES
 from bandpo.training.callbacks import read_metrics
 from bandpo.training.checkpoints import scan_checkpoints
+from bandpo.training.config import ConfigWarning
 from bandpo.training.lock import LOCK_FILE
 
 TINY = CONFIGS / "tiny.yaml"
@@ -102,6 +103,11 @@ def step_rows(out: Path) -> list[dict[str, Any]]:
             ["clip_rule_kwargs.delta=0.1"],
             "both set the clip rule's 'delta': set it once, with band_delta (e.g. band_delta=0.1)",
         ),
+        (
+            ["vllm_importance_sampling_cap=3"],
+            "vllm_importance_sampling_cap=3.0 (from the overrides) is the old name of "
+            "vllm_importance_sampling_clip_max (renamed in TRL 1.6): write vllm_importance_sampling_clip_max=3.0",
+        ),
     ],
 )
 def test_errors_exit_2_before_loading_a_model(
@@ -121,6 +127,33 @@ def test_dry_run_prints_the_resolved_config(tmp_path: Path, capsys: pytest.Captu
     assert code == 0
     assert "clip_rule: dcpo" in text and "band_delta" not in text and "# ok: 1000 prompts" in text
     assert not out.exists()
+
+
+def test_dry_run_names_the_settings_a_method_switch_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    with pytest.warns(ConfigWarning) as caught:
+        code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "method=grpo"])
+    assert code == 0 and "clip_rule: grpo" in capsys.readouterr().out
+    lines = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
+    assert lines == [
+        "method='grpo' (from the overrides) switches the method from 'band' and drops the inherited settings of the "
+        f"method: band_divergence='kl', band_delta=0.05, band_cap=10.0 (in {TINY}); 'grpo' starts from its defaults "
+        "and what the overrides set"
+    ]
+
+
+def test_dry_run_refuses_an_output_dir_that_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep me")
+    code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={a_file}"])
+    assert code == 2 and a_file.read_text() == "keep me"
+    assert capsys.readouterr().err == (
+        f"bandpo train: error: output_dir '{a_file}' is a file; it must be a directory (or not exist yet)\n"
+    )
 
 
 def test_dry_run_of_a_trl_native_method(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
