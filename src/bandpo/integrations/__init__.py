@@ -1,9 +1,14 @@
 """Thin adapters that plug BandPO's clip rules into RL frameworks.
 
-Each adapter lives in its own module and imports its framework lazily, so ``import bandpo`` works without
-any of them installed:
+Each adapter translates its framework's config slot into a ``bandpo.losses.method.ClipMethod`` (one table from the
+framework's spelling to bandpo's names; docs/names.md) and imports its framework lazily, so ``import bandpo``
+works without any of them installed:
 
 - ``bandpo.integrations.trl``: ``BandPOConfig`` / ``BandPOTrainer``, subclasses of TRL's ``GRPOConfig`` /
-  ``GRPOTrainer`` that apply a clip rule's per-token bounds inside TRL's own loss (TRL 1.16.x).
-- ``bandpo.integrations.verl``: the verl policy-loss plugin.
+  ``GRPOTrainer`` that apply a clip rule's per-token bounds inside TRL's own loss (TRL 1.16.x); the config class
+  lives in ``trl_config``, what bandpo knows about TRL without importing it in ``trl_spec``.
+- ``bandpo.integrations.verl``: the verl policy-loss plugin (modes ``bandpo``, ``dcpo``, ``bandpo_<rule>``); verl's
+  global step in ``verl_steps``, the TRL-next-to-verl check in ``verl_env``.
+- ``bandpo.integrations.skyrl``: every clip rule as a SkyRL policy loss (``bandpo``, ``bandpo_<rule>``); the section
+  ``trainer.algorithm.bandpo`` -> rule in ``skyrl_section``.
 """

@@ -63,11 +63,8 @@ exact global values, not means of per-process ratios.
 
 from __future__ import annotations
 
-import json
-import os
 import warnings
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -75,31 +72,29 @@ from torch import Tensor
 
 try:
     import trl
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
     from trl.models.utils import disable_gradient_checkpointing
 except ImportError as err:  # pragma: no cover - exercised only without trl
     raise ImportError(
         "bandpo.integrations.trl needs TRL 1.16.x: pip install 'bandpo[trl]' (or 'trl>=1.16,<1.17')"
     ) from err
 
+from bandpo.integrations.trl_config import ALLOW_UNSUPPORTED_TRL_ENV, BandPOConfig, check_trl_version
 from bandpo.integrations.trl_spec import (
     REFUSED_LOSS_TYPES,
     SUPPORTED_LOSS_TYPES,
     SUPPORTED_TRL,
-    check_loss_type,
-    check_trl_delta,
 )
 from bandpo.losses.aggregation import masked_mean
-from bandpo.losses.clip_rules import CLIP_RULES, ClipRule
-from bandpo.losses.diagnostics import DIAGNOSTICS, metrics_to_floats
-from bandpo.losses.method import TRL_NAMES, TRL_RULE_SHORTCUTS, ClipMethod, clip_method
+from bandpo.losses.clip_rules import ClipRule
+from bandpo.losses.diagnostics import metrics_to_floats
+from bandpo.losses.method import ClipMethod
 from bandpo.losses.policy_loss import TokenTerms
-from bandpo.losses.schedule import RADIUS_SCHEDULES, RadiusSchedule
+from bandpo.losses.schedule import RadiusSchedule
 
 __all__ = [
+    "ALLOW_UNSUPPORTED_TRL_ENV",
     "REFUSED_LOSS_TYPES",
     "SUPPORTED_LOSS_TYPES",
     "SUPPORTED_TRL",
@@ -109,8 +104,6 @@ __all__ = [
     "OnPolicyClipWarning",
     "check_trl_version",
 ]
-
-ALLOW_UNSUPPORTED_TRL_ENV = "BANDPO_ALLOW_UNSUPPORTED_TRL"
 
 _FORWARD_EXTRAS = (
     "pixel_values",
@@ -126,37 +119,6 @@ _FORWARD_EXTRAS = (
 )
 """The optional inputs ``GRPOTrainer._compute_loss`` passes to its forward (multimodal fields), by name."""
 
-# Band-specific shortcut fields of BandPOConfig -> the clip-rule parameter they set (kept for callers of the old
-# name; the table is bandpo.losses.method.TRL_RULE_SHORTCUTS, which imports no TRL).
-_SHORTCUTS = TRL_RULE_SHORTCUTS
-
-
-def check_trl_version(version: str | None = None) -> None:
-    """Raise ``ImportError`` if ``version`` (default: the installed TRL) is outside ``SUPPORTED_TRL``.
-
-    With the environment variable ``BANDPO_ALLOW_UNSUPPORTED_TRL=1`` it warns instead; the trainer still
-    raises at the first step if TRL's loss path no longer calls the hook this adapter relies on.
-    """
-    version = trl.__version__ if version is None else version
-    try:
-        parsed = Version(version)
-    except InvalidVersion:  # e.g. "unknown": counts as unsupported
-        parsed = None
-    if parsed is not None and SpecifierSet(SUPPORTED_TRL).contains(parsed, prereleases=True):
-        return
-    msg = (
-        f"bandpo.integrations.trl supports trl{SUPPORTED_TRL}, found trl {version}: BandPOTrainer injects its "
-        "bounds into GRPOTrainer._compute_loss, whose internals change between TRL releases. Install "
-        f"'trl{SUPPORTED_TRL}', or set {ALLOW_UNSUPPORTED_TRL_ENV}=1 to try this version anyway."
-    )
-    if os.environ.get(ALLOW_UNSUPPORTED_TRL_ENV, "").lower() in ("1", "true", "yes"):
-        warnings.warn(msg, stacklevel=2)
-        return
-    raise ImportError(msg)
-
-
-check_trl_version()
-
 
 class OnPolicyClipWarning(UserWarning):
     """Every update is on-policy (ratio exactly 1), so no clip rule can bind."""
@@ -164,168 +126,6 @@ class OnPolicyClipWarning(UserWarning):
 
 class BandBoundsNotAppliedError(RuntimeError):
     """A training step's loss was computed without the clip rule's bounds (TRL's fixed clip would be used)."""
-
-
-@dataclass
-class BandPOConfig(GRPOConfig):
-    """``GRPOConfig`` plus the clip rule that replaces GRPO's fixed ``[1 - epsilon, 1 + epsilon_high]``.
-
-    The rule is built by name from the registry (``bandpo.CLIP_RULES``) with ``clip_rule_kwargs``; the
-    ``band_*`` fields are shortcuts for the parameters of the Band rules (``band``, ``adaptive_band``) and
-    apply to any rule that has a parameter of that name. Everything is validated in ``__post_init__``.
-
-    Args:
-        clip_rule: a registered clip rule name (``CLIP_RULES.names()``: grpo, clip_higher, dcpo, band,
-            adaptive_band, ...). Default ``"band"``.
-        clip_rule_kwargs: parameters of the rule, a dict or its JSON string (from the command line), e.g.
-            ``{"divergence": "kl", "delta": 0.05}``; unknown names raise with the valid ones.
-        band_divergence: shortcut for ``clip_rule_kwargs["divergence"]`` (kl, tv, chi2, ...).
-        band_delta: shortcut for the trust-region radius ``clip_rule_kwargs["delta"]`` (not TRL's ``delta``,
-            the INTELLECT-2 two-sided clip, which still works as in TRL).
-        band_cap: shortcut for the upper-bound cap ``clip_rule_kwargs["cap"]``. ``None`` keeps the rule's
-            default (10); to remove the cap pass ``clip_rule_kwargs={"cap": None}``.
-        band_relax: shortcut for ``clip_rule_kwargs["relax"]``: ``[eps_low, eps_high]``, union with the fixed
-            interval ``[1 - eps_low, 1 + eps_high]``.
-        band_delta_schedule: how the radius changes over the run (``bandpo.losses.RADIUS_SCHEDULES``):
-            ``constant`` (default), ``linear``, ``hold_then_linear``, ``cosine``; from the rule's ``delta`` at
-            step 0 to ``band_delta_end`` at ``max_steps`` (the authors' ``use_decaying_clip``: 0.2 -> 0.02).
-        band_delta_end: the radius at the end of the run (> 0); required by every schedule but ``constant``.
-        band_delta_hold_frac: ``hold_then_linear``'s share of the run held at the start radius, in [0, 1)
-            (default 0.25, the authors' effective value).
-
-    TRL's ``epsilon`` / ``epsilon_high`` are not used: leave them at their defaults (for GRPO's fixed interval
-    use ``clip_rule="grpo"`` with ``clip_rule_kwargs={"eps_low": 0.2, "eps_high": 0.28}``).
-    """
-
-    clip_rule: str = field(
-        default="band",
-        metadata={
-            "help": "Clip rule that sets the per-token ratio bounds; a name registered in bandpo.CLIP_RULES "
-            f"({', '.join(CLIP_RULES.names())}, or one registered later)."
-        },
-    )
-    clip_rule_kwargs: dict[str, Any] | str | None = field(
-        default=None,
-        metadata={
-            "help": "Parameters of the clip rule, as a dict or a JSON string, e.g. '{\"delta\": 0.05}'."
-        },
-    )
-    band_divergence: str | None = field(
-        default=None,
-        metadata={"help": "Band's f-divergence (kl, tv, chi2, ...); None keeps the rule's default (kl)."},
-    )
-    band_delta: float | None = field(
-        default=None,
-        metadata={"help": "Band's trust-region radius delta > 0; None keeps the rule's default (0.05)."},
-    )
-    band_cap: float | None = field(
-        default=None,
-        metadata={"help": "Cap (>= 1) on Band's upper ratio bound; None keeps the rule's default (10)."},
-    )
-    band_relax: list[float] | None = field(
-        default=None,
-        metadata={"help": "Two numbers eps_low eps_high: union of Band with [1 - eps_low, 1 + eps_high]."},
-    )
-    band_delta_schedule: str = field(
-        default="constant",
-        metadata={
-            "help": f"Schedule of Band's radius over the run ({', '.join(RADIUS_SCHEDULES.names())}): from the "
-            "rule's delta to band_delta_end."
-        },
-    )
-    band_delta_end: float | None = field(
-        default=None,
-        metadata={
-            "help": "Band's radius at the end of the run (> 0); needed by every schedule but constant."
-        },
-    )
-    band_delta_hold_frac: float | None = field(
-        default=None,
-        metadata={
-            "help": "hold_then_linear: share of the run at the start radius, in [0, 1) (default 0.25)."
-        },
-    )
-    diagnostics: str = field(
-        default="full",
-        metadata={
-            "help": f"Clipping diagnostics logged next to TRL's ({', '.join(DIAGNOSTICS.names())}): full (every "
-            "clip/, band/ and policy/ metric), basic (clip fractions, policy/ppo_kl and policy/entropy), none (TRL's "
-            "own and band/delta only)."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        # Our checks first: they are cheap and need nothing from TrainingArguments' device setup.
-        self._validate_bandpo_fields()
-        super().__post_init__()
-
-    def _validate_bandpo_fields(self) -> None:
-        check_loss_type(self.loss_type)
-        if self.importance_sampling_level != "token":
-            raise ValueError(
-                f"importance_sampling_level={self.importance_sampling_level!r} is not supported: clip rules bound "
-                "the per-token ratio pi(a|s) / pi_old(a|s) using the token's old probability, and a sequence-level "
-                "ratio (GSPO) has no token probability. Allowed: 'token'"
-            )
-        if self.epsilon != 0.2 or self.epsilon_high is not None:
-            raise ValueError(
-                f"epsilon={self.epsilon!r} / epsilon_high={self.epsilon_high!r} are TRL's fixed clip range, which "
-                "BandPOConfig replaces by clip_rule: leave them at their defaults (0.2 / None). For a fixed "
-                "interval use clip_rule='grpo' with clip_rule_kwargs={'eps_low': ..., 'eps_high': ...}; for Band's "
-                "union with one, band_relax=[eps_low, eps_high]"
-            )
-        if isinstance(self.clip_rule_kwargs, str):
-            try:
-                self.clip_rule_kwargs = json.loads(self.clip_rule_kwargs)
-            except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"clip_rule_kwargs must be a dict or a JSON object string, got {self.clip_rule_kwargs!r} ({err})"
-                ) from err
-        if self.clip_rule_kwargs is not None and not isinstance(self.clip_rule_kwargs, dict):
-            raise ValueError(
-                f"clip_rule_kwargs must be a dict or a JSON object string, got {self.clip_rule_kwargs!r}"
-            )
-        if self.band_relax is not None:
-            self.band_relax = list(self.band_relax)
-        method = self.clip_method()
-        self.diagnostics = method.diagnostics
-        check_trl_delta(self.delta, method.rule)
-
-    def clip_method(self) -> ClipMethod:
-        """The clip method these fields describe (``bandpo.losses.method.TRL_NAMES`` translates them), over
-        ``max_steps`` when it is set (``> 0``); a trainer sets the run's length when training starts.
-
-        Raises:
-            ValueError: one line naming the field (``band_delta``, ``band_delta_schedule``, ...), the value and what
-                is allowed.
-        """
-        settings = {key: getattr(self, key) for key in TRL_NAMES}
-        settings["max_steps"] = self.max_steps if self.max_steps > 0 else None
-        return clip_method(settings, TRL_NAMES, where="clip rule configuration")
-
-    def clip_rule_params(self) -> dict[str, Any]:
-        """The parameters passed to the clip rule: ``clip_rule_kwargs`` merged with the ``band_*`` shortcuts."""
-        return dict(self.clip_method().params)
-
-    def build_clip_rule(self) -> ClipRule:
-        """The configured ``ClipRule`` (built through the registry, cached per parameter set)."""
-        return self.clip_method().clip_rule
-
-    def build_radius_schedule(self, rule: ClipRule | None = None) -> RadiusSchedule:
-        """The radius schedule of the configured rule (``rule``: unused, that rule), over ``max_steps`` when it is
-        set (``> 0``); a trainer sets the run's length when training starts (``RadiusSchedule.for_run``)."""
-        return self.clip_method().schedule
-
-    @property
-    def clipping_can_bind(self) -> bool:
-        """False when TRL makes every update on-policy, so the ratio is exactly 1 and no clip rule can bind.
-
-        Mirrors ``GRPOTrainer._generate_and_score_completions``: TRL tracks old log-probs only when
-        ``gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0``; otherwise each generation
-        batch is consumed within one optimizer step by the policy that generated it.
-        """
-        generate_every = self.steps_per_generation * self.num_iterations
-        return self.gradient_accumulation_steps % generate_every != 0
 
 
 class _StepGuard(TrainerCallback):
