@@ -16,8 +16,10 @@ from bandpo.losses.clip_rules import (
     register_clip_rule,
 )
 from bandpo.losses.diagnostics import DIAGNOSTICS, PROB_BINS, basic_clip_metrics, clip_metrics
+from bandpo.losses.method import ClipMethod, clip_method
 from bandpo.losses.policy_loss import (
     KL_ESTIMATORS,
+    TokenTerms,
     group_advantages,
     kl_penalty,
     policy_loss,
@@ -41,15 +43,18 @@ __all__ = [
     "AdaptiveBandClip",
     "BandClip",
     "ClipHigher",
+    "ClipMethod",
     "ClipRule",
     "DCPOClip",
     "DPPOKLClip",
     "DPPOTVClip",
     "FixedClip",
     "RadiusSchedule",
+    "TokenTerms",
     "aggregate",
     "basic_clip_metrics",
     "check_schedulable",
+    "clip_method",
     "clip_metrics",
     "clip_rule_params",
     "group_advantages",

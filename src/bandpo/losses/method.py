@@ -201,11 +201,6 @@ class ClipMethod:
         label = self.label(name)
         return f"clip rule {value!r}" if label == "rule" else f"{label}={value!r}"
 
-    @property
-    def radius(self) -> float | None:
-        """The rule's radius ``delta`` at the schedule's start; ``None`` for a rule without one."""
-        return getattr(self.clip_rule, "delta", None)
-
     def for_run(self, total_steps: int) -> ClipMethod:
         """This method over a run of ``total_steps`` optimizer steps (itself when the length is already that)."""
         if self.total_steps == total_steps:

@@ -1,0 +1,151 @@
+"""``bandpo.losses.method``: the clip method (rule, parameters, radius schedule, diagnostics level) validated once, and
+the one translation from a framework's spelling (:func:`clip_method`), in both of its modes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bandpo.losses import CLIP_RULES, RadiusSchedule, make_clip_rule, rule_at_radius
+from bandpo.losses.method import (
+    METHOD_NAMES,
+    TRL_NAMES,
+    TRL_RULE_SHORTCUTS,
+    ClipMethod,
+    clip_method,
+    loss_names,
+)
+
+VERL_LIKE = {
+    "policy_loss.delta": "delta",
+    "policy_loss.cap": "cap",
+    "policy_loss.delta_schedule": "delta_schedule",
+    "policy_loss.delta_end": "delta_end",
+    "clip_ratio_low": ("eps_low", "clip_divergence_low"),
+}
+
+
+def test_defaults_are_band_kl_constant_full() -> None:
+    method = ClipMethod()
+    assert method.clip_rule == make_clip_rule("band")
+    assert method.schedule == RadiusSchedule("constant", 0.05)
+    assert method.diagnostics == "full"
+    assert method.rule_at_step(7) is method.clip_rule
+
+
+def test_rule_is_cached_per_parameter_set_and_methods_compare_by_value() -> None:
+    a = ClipMethod("band", {"delta": 0.1, "relax": [0.2, 0.28]})
+    b = ClipMethod("band", {"relax": (0.2, 0.28), "delta": 0.1}, spelling={"delta": "band_delta"}, where="x")
+    assert a.clip_rule is b.clip_rule and a == b and hash(a) == hash(b)
+    assert a.clip_rule.relax == (0.2, 0.28)
+    assert a != ClipMethod("band", {"delta": 0.2})
+
+
+def test_scheduled_rule_uses_the_tensor_radius_solver_at_each_step() -> None:
+    method = ClipMethod("band", {"delta": 0.2}, delta_schedule="linear", delta_end=0.02).for_run(10)
+    assert method.for_run(10) is method and method.total_steps == 10
+    for step in (1, 5, 10, 12):
+        rule = method.rule_at_step(step)
+        assert rule == rule_at_radius(method.clip_rule, method.schedule.value(step))
+        assert rule is method.rule_at_step(step)  # cached per radius
+    with pytest.raises(ValueError, match="needs total_steps"):
+        ClipMethod("band", delta_schedule="cosine", delta_end=0.02).rule_at_step(1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"params": {"delta": -1.0}},
+            r"^invalid BandPO settings \(clip rule 'band'\): delta must be a finite number > 0, got -1\.0$",
+        ),
+        ({"rule": "bandd"}, r"\(clip rule 'bandd'\): unknown clip rule 'bandd' \(did you mean 'band'\?\)"),
+        ({"rule": 3}, r"^rule must be a registered name, got 3; valid names: grpo"),
+        ({"params": [0.1]}, r"^params must be a mapping of the rule's parameters, got \[0\.1\]$"),
+        (
+            {"delta_schedule": "linear"},
+            r"delta_end must be set \(a finite number > 0\) for delta_schedule='linear'",
+        ),
+        (
+            {"rule": "grpo", "delta_schedule": "linear", "delta_end": 0.02},
+            r"delta_schedule='linear' sets the radius delta, but clip rule grpo\(.*\) has no delta parameter",
+        ),
+        ({"diagnostics": "al"}, r"^diagnostics must be one of full, basic, none, got 'al'$"),
+    ],
+)
+def test_one_line_errors_name_the_setting(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        ClipMethod(**{"where": "BandPO settings", **kwargs})
+    assert "\n" not in str(err.value)
+
+
+def test_strict_translation_is_trls_band_shortcuts() -> None:
+    """TRL's table: ``band_*`` set a rule parameter, ``None`` is unset, a shortcut the rule lacks or one that
+    ``clip_rule_kwargs`` also sets is refused; messages use TRL's spelling."""
+    settings = {
+        "clip_rule": "band",
+        "band_delta": 0.1,
+        "band_cap": None,
+        "clip_rule_kwargs": {"divergence": "tv"},
+    }
+    method = clip_method(settings, TRL_NAMES, where="clip rule configuration")
+    assert method.clip_rule == make_clip_rule("band", delta=0.1, divergence="tv")
+    assert method.label("delta") == "band_delta" and method.label("total_steps") == "max_steps"
+    with pytest.raises(
+        ValueError, match=r"^band_delta=0\.1 does not apply to clip_rule='grpo', which has no 'delta'"
+    ):
+        clip_method({**settings, "clip_rule": "grpo", "clip_rule_kwargs": None}, TRL_NAMES, where="x")
+    with pytest.raises(
+        ValueError, match=r"^band_delta=0\.1 and clip_rule_kwargs\['delta'\]=0\.2 both set 'delta'"
+    ):
+        clip_method({**settings, "clip_rule_kwargs": {"delta": 0.2}}, TRL_NAMES, where="x")
+    with pytest.raises(
+        ValueError,
+        match=r"^invalid x \(clip_rule='band'\): band_delta_end must be set .* for band_delta_schedule='linear'",
+    ):
+        clip_method({**settings, "band_delta_schedule": "linear"}, TRL_NAMES, where="x")
+    with pytest.raises(ValueError, match=r"^clip_rule: unknown clip rule 'bnad'"):
+        clip_method({"clip_rule": "bnad"}, TRL_NAMES, where="x")
+
+
+def test_lenient_translation_applies_each_setting_where_the_rule_has_it() -> None:
+    """verl's and SkyRL's mode: a setting applies to the rules with that parameter, one spelling may give several
+    parameters, ``None`` passes where the rule takes it (Band's cap) and leaves the default elsewhere (DCPO's)."""
+    settings = {"policy_loss.delta": 0.1, "policy_loss.cap": None, "clip_ratio_low": 0.1}
+
+    def rule(name: str) -> object:
+        return clip_method(settings, VERL_LIKE, where="x", strict=False, rule=name).clip_rule
+
+    assert rule("band") == make_clip_rule("band", delta=0.1, cap=None)
+    assert rule("dcpo") == make_clip_rule("dcpo", eps_low=0.1)  # cap 10 kept
+    assert rule("grpo") == make_clip_rule("grpo", eps_low=0.1)
+    assert rule("dppo_tv") == make_clip_rule("dppo_tv", clip_divergence_low=0.1)
+    replaced = clip_method(settings, VERL_LIKE, where="x", strict=False, params={"delta": 0.3})
+    assert replaced.clip_rule.delta == 0.3
+    with pytest.raises(
+        ValueError, match=r"policy_loss\.delta_end must be set .* policy_loss\.delta_schedule="
+    ):
+        clip_method({**settings, "policy_loss.delta_schedule": "linear"}, VERL_LIKE, where="x", strict=False)
+
+
+def test_tables_and_loss_names() -> None:
+    assert TRL_RULE_SHORTCUTS == {
+        "band_divergence": "divergence",
+        "band_delta": "delta",
+        "band_cap": "cap",
+        "band_relax": "relax",
+    }
+    assert set(TRL_NAMES.values()) - set(TRL_RULE_SHORTCUTS.values()) <= set(METHOD_NAMES)
+    names = loss_names()
+    assert names["bandpo"] == "band" and "bandpo_band" not in names
+    assert {rule for rule in CLIP_RULES.names() if not CLIP_RULES.get(rule).needs_entropy} == set(
+        names.values()
+    )
+
+
+def test_losses_import_no_framework() -> None:
+    code = "import sys, bandpo.losses.method; print(sorted({'trl', 'verl', 'skyrl', 'transformers'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
