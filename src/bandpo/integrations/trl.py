@@ -36,11 +36,14 @@ log-probs the parent reads: a copy of ``inputs`` carries ``old + (1 - s)(logp - 
 with the same values, so TRL's ratio keeps its value and its gradient becomes ``min(r, c) grad logp``. TRL's
 loss value stays its ratio surrogate (verl's DPPO loss is ``-A sg(min(r, c)) log pi``); the gradient is DPPO's.
 
-Settings that cannot work are refused in ``BandPOConfig.__post_init__`` (before any model loads):
+``BandPOConfig`` (``trl_config.py``) translates its fields into a ``bandpo.losses.method.ClipMethod`` with
+``bandpo.losses.method.TRL_NAMES`` (``band_delta`` -> ``delta``, ...; docs/names.md). Settings that cannot work are
+refused in ``BandPOConfig.__post_init__`` (before any model loads):
 ``importance_sampling_level="sequence"`` (GSPO: one ratio per sequence, no token probability to build Band on)
 and the loss types whose ``epsilon`` is not a token-ratio clip (``cispo``, ``sapo``, ``vespo``) or which are
 sequence-level objectives (``luspo``); TRL's own ``epsilon`` / ``epsilon_high`` are refused too (the clip rule
-sets the bounds). When every update is on-policy the ratio is exactly 1 and no clip rule can bind: the trainer
+sets the bounds), and so is TRL's own ``delta`` at or below 1 next to a rule with a radius (``band_delta`` is
+Band's; ``delta: 10``, an upper clamp, stays). When every update is on-policy the ratio is exactly 1 and no clip rule can bind: the trainer
 warns once (``OnPolicyClipWarning``).
 
 The radius schedule (``band_delta_schedule``: ``constant`` by default, ``linear``, ``hold_then_linear``,
