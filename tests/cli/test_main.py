@@ -73,3 +73,20 @@ def test_unknown_arguments_are_still_errors(args: list, extras: str) -> None:
     proc = bandpo(*args)
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[-1] == f"bandpo {args[0]}: error: unrecognized arguments: {extras}"
+
+
+def test_bandpo_warnings_print_as_one_line_naming_the_command(tmp_path: Path) -> None:
+    """A ConfigWarning from ``bandpo train`` reaches stderr as one line, without Python's source echo."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bandpo.cli.main", "train", "--config", str(CONFIGS / "tiny.yaml"),
+         "--dry-run", f"output_dir={out}", "method=grpo"],
+        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(
+        "bandpo train: warning: method='grpo' (from the overrides) switches the method"
+    )

@@ -8,7 +8,8 @@ import importlib
 import os
 import select
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
 from bandpo._optional import MissingDependencyError
 from bandpo.cli._args import HelpFormatter
@@ -87,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(parser, argv)  # --help prints too
         module = importlib.import_module(COMMANDS[args.command][0])
-        status = int(module.run(args) or 0)
+        with warnings.catch_warnings():
+            warnings.formatwarning = _one_line_warnings(args.command, warnings.formatwarning)
+            status = int(module.run(args) or 0)
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at interpreter exit
     except BrokenPipeError:
         if not _stdout_is_closed():
@@ -97,6 +100,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bandpo {args.command}: error: {err}", file=sys.stderr)
         return 2
     return status
+
+
+def _one_line_warnings(command: str, default: Callable[..., str]) -> Callable[..., str]:
+    """``warnings.formatwarning`` for a command: bandpo's own warnings (a category defined in a ``bandpo`` module:
+    ``ConfigWarning``, ``Bf16SlowWarning``, ...) print as one line, ``bandpo train: warning: <message>``, without
+    Python's file, line number and echo of the source line; other libraries' warnings keep ``default``. (The
+    format, not ``showwarning``: a caller recording warnings, such as ``pytest.warns``, still records them.)"""
+
+    def format_(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: object
+    ) -> str:
+        if category.__module__.split(".")[0] == "bandpo":
+            return f"bandpo {command}: warning: {message}\n"
+        return default(message, category, filename, lineno, *rest)
+
+    return format_
 
 
 def _stdout_is_closed() -> bool:
