@@ -30,7 +30,9 @@ reduction mode (``token_mean``, ``sequence_mean``, ``seq_mean_token_sum_norm``, 
 Configuration: :class:`BandPOAlgorithmConfig` (a dataclass subclass of SkyRL's ``AlgorithmConfig``) adds the section
 ``trainer.algorithm.bandpo`` (:class:`BandPOLossConfig`: ``divergence``, ``delta``, ``cap``, ``relax``, ``method``,
 ``dual_clip``, ``anchor``, ``rule_kwargs``, ``diagnostics`` and the radius schedule ``delta_schedule``, ``delta_end``,
-``delta_hold_frac``); it is checked when the config is built, before Ray starts. Run::
+``delta_hold_frac``); it is checked when the config is built, before Ray starts. :data:`SKYRL_NAMES` translates
+SkyRL's settings into bandpo's names (``bandpo.losses.method.ClipMethod``, :func:`clip_method_for`); a setting
+applies to the rules that have that parameter. Run::
 
     python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=bandpo.integrations.skyrl \\
         trainer.algorithm.policy_loss_type=bandpo trainer.algorithm.bandpo.delta=0.05 ...
@@ -78,11 +80,13 @@ from bandpo._optional import MissingDependencyError
 from bandpo.integrations.skyrl_section import (
     _SECTION,
     ANCHORS,
-    _AlgorithmView,
+    SKYRL_NAMES,
     _check_section,
     _LossFields,
     _section,
     _section_values,
+    _step_rule,
+    clip_method_for,
     clip_rule_for,
     rule_params,
     schedule_for,
@@ -99,13 +103,16 @@ __all__ = [
     "RULE_PREFIX",
     "SKYRL_API",
     "SKYRL_METRIC_NAMES",
+    "SKYRL_NAMES",
     "SKYRL_VERSION",
     "SkyRLPolicyLoss",
     "SkyRLUnavailableError",
+    "clip_method_for",
     "clip_rule_for",
     "policy_loss_names",
     "require_skyrl",
     "rule_params",
+    "schedule_for",
     "unknown_loss_note",
 ]  # and, built on first access with SkyRL: SKYRL_API
 
@@ -239,7 +246,8 @@ class SkyRLPolicyLoss:
         from skyrl.backends.skyrl_train.utils.ppo_utils import reduce_loss
 
         section = _section(config)
-        rule = clip_rule_for(self.rule, config, section)
+        method = clip_method_for(self.rule, config, section)
+        rule = _step_rule(method, section)
         anchor = old_log_probs
         if section["anchor"] == "rollout" and rollout_logprobs is not None:
             anchor = rollout_logprobs
@@ -255,7 +263,7 @@ class SkyRLPolicyLoss:
         )
         loss = reduce_loss(loss, mask_after)
         # SkyRL's clip_ratio at every level
-        metrics, ours = framework_metrics(terms, SKYRL_METRIC_NAMES, section["diagnostics"])
+        metrics, ours = framework_metrics(terms, SKYRL_METRIC_NAMES, method.diagnostics)
         metrics.update(ours)
         out = metrics_to_floats(metrics)
         if hasattr(rule, "delta"):
@@ -290,12 +298,12 @@ def _check_loss_type(name: object) -> str | None:
 
 
 def _loss_config_post_init(self: Any) -> None:
-    """BandPOLossConfig's check: the section's fields, and Band's parameters (divergence, delta, cap, method)
-    whatever the policy loss."""
+    """BandPOLossConfig's check: the section's fields, and Band's clip method (divergence, delta, cap, method,
+    the radius schedule, the diagnostics level) whatever the policy loss."""
     values = _section_values(self)
     _check_section(values)
     # rule_kwargs belong to the selected rule (BandPOAlgorithmConfig checks them); Band's own fields here
-    clip_rule_for("band", _AlgorithmView({**values, "rule_kwargs": {}, "step_delta": None}))
+    clip_method_for("band", None, {**values, "rule_kwargs": {}})
 
 
 def _algorithm_config_post_init(self: Any) -> None:
@@ -310,8 +318,7 @@ def _algorithm_config_post_init(self: Any) -> None:
     rule = _check_loss_type(self.policy_loss_type)
     if rule is None:
         return
-    clip_rule_for(rule, self)
-    schedule_for(rule, self)
+    clip_method_for(rule, self)  # the rule's parameters and its radius schedule
     if self.bandpo.dual_clip and not (
         isinstance(self.clip_ratio_c, (int, float))
         and not isinstance(self.clip_ratio_c, bool)

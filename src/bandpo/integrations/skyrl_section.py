@@ -1,6 +1,7 @@
-"""SkyRL's section ``trainer.algorithm.bandpo`` -> clip rule and radius schedule, without SkyRL: the fields and their
-defaults (``_LossFields``), their checks, the parameters of each rule (:func:`rule_params`), the cached rule of a
-config and step (:func:`clip_rule_for`) and its radius schedule (:func:`schedule_for`). ``bandpo.integrations.skyrl``
+"""SkyRL's section ``trainer.algorithm.bandpo`` -> the clip method, without SkyRL: the section's fields and their
+defaults (``_LossFields``), the checks of the fields that are SkyRL's own, and :data:`SKYRL_NAMES`, the one table
+from SkyRL's spelling to bandpo's names, which :func:`clip_method_for` translates a config with
+(``bandpo.losses.method.clip_method``, as verl's ``VERL_NAMES`` and TRL's ``TRL_NAMES``). ``bandpo.integrations.skyrl``
 re-exports the public names; its module docstring describes the section.
 """
 
@@ -11,16 +12,40 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from bandpo.losses.clip_rules import ClipRule, clip_rule_params, make_clip_rule
-from bandpo.losses.diagnostics import check_diagnostics
-from bandpo.losses.method import freeze
-from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
+from bandpo.losses.clip_rules import ClipRule
+from bandpo.losses.method import ClipMethod, clip_method, freeze
+from bandpo.losses.schedule import RadiusSchedule
 
-__all__ = ["ANCHORS", "clip_rule_for", "rule_params", "schedule_for"]
+__all__ = ["ANCHORS", "SKYRL_NAMES", "clip_method_for", "clip_rule_for", "rule_params", "schedule_for"]
 
 #: Where the trust region is centred: SkyRL's recomputed old log-probs, or the rollout engine's log-probs.
 ANCHORS = ("old", "rollout")
 _SECTION = "trainer.algorithm.bandpo"
+
+SKYRL_NAMES: dict[str, str] = {
+    "trainer.algorithm.bandpo.divergence": "divergence",
+    "trainer.algorithm.bandpo.delta": "delta",
+    "trainer.algorithm.bandpo.cap": "cap",
+    "trainer.algorithm.bandpo.relax": "relax",
+    "trainer.algorithm.bandpo.method": "method",
+    "trainer.algorithm.bandpo.rule_kwargs": "params",
+    "trainer.algorithm.bandpo.delta_schedule": "delta_schedule",
+    "trainer.algorithm.bandpo.delta_end": "delta_end",
+    "trainer.algorithm.bandpo.delta_hold_frac": "delta_hold_frac",
+    "trainer.algorithm.bandpo.diagnostics": "diagnostics",
+    "trainer.algorithm.eps_clip_low": "eps_low",
+    "trainer.algorithm.eps_clip_high": "eps_high",
+    "total_training_steps": "total_steps",
+}
+"""SkyRL's spelling (the keys of ``trainer.algorithm``) -> bandpo's name. ``bandpo.relax`` is a bool in SkyRL:
+``true`` is Band's ``relax = (eps_clip_low, eps_clip_high)``; ``bandpo.rule_kwargs`` adds or replaces any
+parameter of the rule (DPPO's thresholds and ``c``); ``total_training_steps`` is the run's length, which SkyRL's
+trainer computes (``RayPPOTrainer.total_training_steps``). The rule comes from ``policy_loss_type``
+(``bandpo.losses.method.loss_names``). Not in the table, as no clip-method setting: ``bandpo.dual_clip`` and
+``bandpo.anchor`` (how the loss uses the rule) and ``bandpo.step_delta`` (the trainer's radius of the step)."""
+
+#: The section's fields in the table, by field name -> SkyRL's spelling.
+_SECTION_KEYS = {key.rsplit(".", 1)[1]: key for key in SKYRL_NAMES if key.startswith(f"{_SECTION}.")}
 
 
 def _section_values(section: Any) -> dict[str, Any]:
@@ -91,7 +116,8 @@ def _section(algorithm: Any) -> dict[str, Any]:
 
 
 def _check_section(values: Mapping[str, Any]) -> None:
-    """The section's own fields that no clip rule checks (one line naming the field and the value)."""
+    """The section's fields that :class:`ClipMethod` does not check (the section's own: its field names, SkyRL's
+    booleans, the anchor, the type of ``rule_kwargs``); one line naming the field, the value and what is allowed."""
     unknown = sorted(set(values) - set(_FIELDS))
     if unknown:
         raise ValueError(
@@ -100,8 +126,6 @@ def _check_section(values: Mapping[str, Any]) -> None:
     for key in ("relax", "dual_clip"):
         if key in values and not isinstance(values[key], bool):
             raise ValueError(f"{_SECTION}.{key} must be true or false, got {values[key]!r}")
-    if "diagnostics" in values:
-        check_diagnostics(f"{_SECTION}.diagnostics", values["diagnostics"])
     if "anchor" in values and values["anchor"] not in ANCHORS:
         raise ValueError(f"{_SECTION}.anchor must be one of {', '.join(ANCHORS)}, got {values['anchor']!r}")
     if not isinstance(values.get("rule_kwargs", {}), Mapping):
@@ -110,81 +134,76 @@ def _check_section(values: Mapping[str, Any]) -> None:
         )
 
 
-def rule_params(rule: str, algorithm: Any, section: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The parameters of clip rule ``rule`` under SkyRL's ``algorithm`` config (``trainer.algorithm``).
+def _settings(section: Mapping[str, Any], algorithm: Any, total_steps: int | None) -> dict[str, Any]:
+    """SkyRL's settings by :data:`SKYRL_NAMES`' spelling but ``rule_kwargs`` (the caller passes those as the
+    rule's parameters): the section's fields, the ``algorithm`` config's ``eps_clip_low`` / ``eps_clip_high``
+    (absent: the rules' defaults), ``relax=true`` as SkyRL's interval (0.2 each without an algorithm config) and the
+    run's length."""
+    settings = {
+        key: section[name] for name, key in _SECTION_KEYS.items() if name not in ("relax", "rule_kwargs")
+    }
+    low, high = (getattr(algorithm, f"eps_clip_{side}", None) for side in ("low", "high"))
+    settings.update({"trainer.algorithm.eps_clip_low": low, "trainer.algorithm.eps_clip_high": high})
+    if section["relax"]:
+        settings[f"{_SECTION}.relax"] = (0.2 if low is None else low, 0.2 if high is None else high)
+    settings["total_training_steps"] = total_steps
+    return settings
 
-    A rule's ``divergence`` / ``delta`` / ``cap`` / ``method`` come from the section ``trainer.algorithm.bandpo``
-    (its dataclass defaults where the config has no section), its ``eps_low`` / ``eps_high`` from SkyRL's
-    ``eps_clip_low`` / ``eps_clip_high``, Band's ``relax`` (when ``relax=true``) is SkyRL's fixed interval, and
-    ``rule_kwargs`` adds or replaces any parameter. ``cap=None`` means no cap for Band; DCPO keeps its cap 10.
-    ``section``: the section as :func:`_section` reads it, if the caller has it already.
+
+def clip_method_for(
+    rule: str, algorithm: Any, section: dict[str, Any] | None = None, total_steps: int | None = None
+) -> ClipMethod:
+    """The clip method of clip rule ``rule`` under SkyRL's ``algorithm`` config (``trainer.algorithm``):
+    :data:`SKYRL_NAMES` translates the section ``trainer.algorithm.bandpo`` (its dataclass defaults where the
+    config has no section), SkyRL's ``eps_clip_low`` / ``eps_clip_high`` and the run's length ``total_steps``;
+    a setting applies to the rules that have that parameter, ``rule_kwargs`` adds or replaces any parameter
+    (``bandpo.losses.method.clip_method`` with ``strict=False``). ``cap=None`` means no cap for Band; DCPO keeps
+    its cap 10. ``section``: the section as :func:`_section` reads it, if the caller has it already. Cached per
+    parameter set.
+
+    Raises:
+        ValueError: one line ``invalid trainer.algorithm.bandpo config (clip rule '<rule>'): ...`` naming the
+            setting in SkyRL's spelling (or the rule's parameter), the value and what is allowed.
     """
     section = _section(algorithm) if section is None else section
-    valid = clip_rule_params(rule)
-    params: dict[str, Any] = {
-        key: section[key] for key in ("divergence", "delta", "cap", "method") if key in valid
-    }
-    if rule == "dcpo" and params.get("cap") is None:
-        params["cap"] = valid["cap"]
-    for ours, skyrl in (("eps_low", "eps_clip_low"), ("eps_high", "eps_clip_high")):
-        if ours in valid:
-            params[ours] = getattr(algorithm, skyrl, valid[ours])
-    if "relax" in valid and section["relax"]:
-        params["relax"] = (getattr(algorithm, "eps_clip_low", 0.2), getattr(algorithm, "eps_clip_high", 0.2))
-    params.update(section["rule_kwargs"] or {})
-    return params
-
-
-class _AlgorithmView:
-    """An algorithm config with another section ``bandpo`` (the other fields from ``algorithm``; without one,
-    SkyRL's eps fields are absent and their defaults apply)."""
-
-    def __init__(self, bandpo: Any, algorithm: Any = None) -> None:
-        self.bandpo = bandpo
-        self._algorithm = algorithm
-
-    def __getattr__(self, name: str) -> Any:
-        if self._algorithm is None:
-            raise AttributeError(name)
-        return getattr(self._algorithm, name)
+    settings = _settings(section, algorithm, total_steps)
+    try:
+        return _cached_method(rule, freeze(settings), freeze(section["rule_kwargs"] or {}))
+    except TypeError as err:  # an unhashable value
+        raise ValueError(f"invalid {_SECTION} config (clip rule {rule!r}): {err}") from err
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_rule(rule: str, frozen: tuple[tuple[str, Any], ...]) -> ClipRule:
-    return make_clip_rule(rule, **dict(frozen))
+def _cached_method(rule: str, settings: Any, params: Any) -> ClipMethod:
+    return clip_method(
+        dict(settings), SKYRL_NAMES, where=f"{_SECTION} config", strict=False, rule=rule, params=dict(params)
+    )
+
+
+def rule_params(rule: str, algorithm: Any, section: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The parameters of clip rule ``rule`` under SkyRL's ``algorithm`` config (:func:`clip_method_for`'s): a
+    rule's ``divergence`` / ``delta`` / ``cap`` / ``method`` from the section, its ``eps_low`` / ``eps_high`` from
+    SkyRL's ``eps_clip_low`` / ``eps_clip_high``, Band's ``relax`` (when ``relax=true``) SkyRL's fixed interval,
+    and ``rule_kwargs``; parameters not set keep the rule's defaults."""
+    return dict(clip_method_for(rule, algorithm, section).params)
 
 
 def clip_rule_for(rule: str, algorithm: Any, section: dict[str, Any] | None = None) -> ClipRule:
-    """The (cached) clip rule ``rule`` with :func:`rule_params` from SkyRL's ``algorithm`` config, at the radius
-    of the current step when the trainer has set one (``step_delta``: the radius schedule's value; the rule then
-    uses the tensor-radius solver, so no KL table is built per radius: ``bandpo.losses.rule_at_radius``).
+    """The (cached) clip rule ``rule`` of :func:`clip_method_for`, at the radius of the current step when the
+    trainer has set one (``step_delta``: the radius schedule's value; the rule then uses the tensor-radius solver,
+    so no KL table is built per radius: ``ClipMethod.rule_at_radius``).
 
     Raises:
-        ValueError: one line naming ``trainer.algorithm.bandpo`` and the bad parameter and value.
+        ValueError: one line naming ``trainer.algorithm.bandpo`` and the bad setting and value.
     """
     section = _section(algorithm) if section is None else section
-    params = rule_params(rule, algorithm, section)
-    try:
-        base = _cached_rule(rule, freeze(params))
-    except (TypeError, ValueError) as err:  # TypeError: an unhashable parameter value
-        raise ValueError(f"invalid {_SECTION} config for clip rule {rule!r}: {err}") from err
+    return _step_rule(clip_method_for(rule, algorithm, section), section)
+
+
+def _step_rule(method: ClipMethod, section: Mapping[str, Any]) -> ClipRule:
+    """``method``'s rule at the radius of the step the trainer set (``step_delta``), else at its start radius."""
     step_delta = section["step_delta"]
-    return base if step_delta is None else _rule_at_radius(base, float(step_delta))
-
-
-@functools.lru_cache(maxsize=16)
-def _rule_at_radius(rule: ClipRule, delta: float) -> ClipRule:
-    return rule_at_radius(rule, delta)
-
-
-#: The radius-schedule fields of the section, by RadiusSchedule field (for the messages).
-_SCHEDULE_LABELS = {
-    "kind": f"{_SECTION}.delta_schedule",
-    "start": f"{_SECTION}.delta",
-    "end": f"{_SECTION}.delta_end",
-    "hold_frac": f"{_SECTION}.delta_hold_frac",
-    "total_steps": "the run's total training steps",
-}
+    return method.clip_rule if step_delta is None else method.rule_at_radius(step_delta)
 
 
 def schedule_for(rule: str, algorithm: Any, total_steps: int | None = None) -> RadiusSchedule:
@@ -195,16 +214,4 @@ def schedule_for(rule: str, algorithm: Any, total_steps: int | None = None) -> R
         ValueError: one line naming the field and the value (a radius <= 0, an unknown kind, a hold fraction
             outside [0, 1), a schedule on a rule without a radius).
     """
-    section = _section(algorithm)
-    base = clip_rule_for(rule, _AlgorithmView({**section, "step_delta": None}, algorithm))
-    try:
-        return radius_schedule(
-            base,
-            section["delta_schedule"],
-            end=section["delta_end"],
-            hold_frac=section["delta_hold_frac"],
-            total_steps=total_steps,
-            labels=_SCHEDULE_LABELS,
-        )
-    except ValueError as err:
-        raise ValueError(f"invalid {_SECTION} radius schedule for clip rule {rule!r}: {err}") from err
+    return clip_method_for(rule, algorithm, total_steps=total_steps).schedule
