@@ -229,3 +229,42 @@ def test_compare_end_to_end_and_resume(tmp_path: Path, warm_cache: Path) -> None
         return md.split("## Provenance")[1].split("## Outcome")[0]
 
     assert provenance_section((export / "report" / "report.md").read_text()) == provenance_section(text)
+
+
+@pytest.mark.slow
+def test_evaluations_at_steps_give_the_late_mean_and_leave_training_unchanged(
+    tmp_path: Path, warm_cache: Path
+) -> None:
+    """``eval.at_steps``: the final evaluation's settings also at those steps, during training, recorded in
+    ``evals_at_steps.jsonl`` and in results.json with their late mean; the report's main metric is the late mean;
+    sampling forks the RNG, so the training is the same as without them."""
+    args = [
+        "methods=[{label: grpo, clip_rule: grpo}]",
+        "curves.every=0",
+        "train.overrides.max_steps=3",
+        "--no-progress",
+    ]
+    runs = {}
+    for name, extra in (("with", ["eval.at_steps=[1,2]"]), ("without", [])):
+        out = bandpo(
+            "compare", "--config", str(PRESET), *_overrides(tmp_path / name, warm_cache), *args, *extra
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        runs[name] = tmp_path / name / "runs" / "grpo" / "seed0"
+    results = json.loads((runs["with"] / "results.json").read_text())
+    rows = [json.loads(line) for line in (runs["with"] / "evals_at_steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and results["at_steps"] == rows
+    assert all(
+        r["n_problems"] == 16 and r["n_samples"] == 64 for r in rows
+    )  # eval's settings: 16 problems x 4
+    expected = (rows[0]["mean@4"] + rows[1]["mean@4"] + results["metrics"]["mean@4"]) / 3
+    assert results["late"]["mean@4"] == pytest.approx(expected)
+    assert "late" not in json.loads((runs["without"] / "results.json").read_text())
+
+    def training(run_dir: Path) -> list[tuple]:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return [(r["step"], r.get("loss"), r.get("reward")) for r in map(json.loads, lines) if "loss" in r]
+
+    assert training(runs["with"]) == training(runs["without"]) and len(training(runs["without"])) == 3
+    report = (tmp_path / "with" / "report" / "report.md").read_text()
+    assert "Late mean@4: mean@4 averaged over the evaluations at steps 1, 2 and the final one" in report

@@ -73,6 +73,9 @@ def test_overrides() -> None:
         (["seeds.0=3"], r"seeds must be a non-empty list of integers >= 0, got \{'0': 3\}"),
         (["train.config=nope.yaml"], r"train.config 'nope.yaml' does not exist"),
         (["methods=[{label: 'a b', clip_rule: grpo}]"], r"label must be letters"),
+        (["eval.at_steps=5"], r"eval.at_steps \(from the overrides\) must be a list, got 5"),
+        (["eval.at_steps=[0, 4]"], r"eval.at_steps entries must be an integer >= 1, got 0"),
+        (["eval.at_steps=[4, 2]"], r"eval.at_steps must be increasing and distinct, got \[4, 2\]"),
     ],
 )
 def test_config_errors_name_the_key_and_value(overrides: list[str], message: str) -> None:
@@ -167,3 +170,21 @@ def test_full_preset_plans_every_method() -> None:
         "sapo": "sapo",
         "gspo": "gspo",
     }
+
+
+def test_evaluations_at_steps_must_come_before_the_last_step() -> None:
+    """The final evaluation is at the end of training: an ``eval.at_steps`` entry at or beyond ``max_steps`` is
+    refused when the runs are planned (before any training), naming the setting and the step count."""
+    from bandpo.experiments.compare import plan_runs
+
+    config = load_compare_config(
+        CONFIGS / "compare-tiny.yaml", ["eval.at_steps=[10, 60]", "train.overrides.max_steps=60"]
+    )
+    with pytest.raises(
+        CompareError, match=r"eval.at_steps must be below the last optimizer step \(max_steps 60"
+    ):
+        plan_runs(config)
+    ok = load_compare_config(
+        CONFIGS / "compare-tiny.yaml", ["eval.at_steps=[10, 59]", "train.overrides.max_steps=60"]
+    )
+    assert len(plan_runs(ok)) == len(ok.methods) * len(ok.seeds)

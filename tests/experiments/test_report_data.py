@@ -107,3 +107,37 @@ def test_a_missing_baseline_is_null_in_results_json(tmp_path: Path) -> None:
     report = build_report(root, figures=False)
     assert json.loads((report / "results.json").read_text())["baseline"] is None
     assert "Starting policy" not in (report / "report.md").read_text()
+
+
+def test_evaluations_at_steps_make_the_late_mean_the_main_metric(tmp_path: Path) -> None:
+    """Runs that evaluated at ``eval.at_steps`` carry ``late`` in results.json: the report compares on
+    ``late/mean@8`` (the outcome), still compares the final ``mean@8``, and the starting policy's late mean is its
+    one evaluation."""
+    root = tmp_path / "cmp"
+    late = {"grpo": (0.10, 0.14, 0.12), "band-kl": (0.20, 0.21, 0.25)}
+    for index, label in enumerate(late):
+        for seed in range(3):
+            run_dir = make_run(root, label, "grpo" if label == "grpo" else "band", {}, seed, index, 0.3, 0.0)
+            results = json.loads((run_dir / "results.json").read_text())
+            results["at_steps"] = [{"step": 10, "mean@8": 0.0}, {"step": 15, "mean@8": 0.0}]
+            results["late"] = {"mean@8": late[label][seed], "entropy": 0.4}
+            (run_dir / "results.json").write_text(json.dumps(results))
+    (root / "baseline").mkdir()
+    (root / "baseline" / "results.json").write_text(json.dumps({"metrics": {"mean@8": 0.05}}))
+    data = ReportData.load(root)
+    assert (data.main_key, data.final_key, data.late_steps) == ("late/mean@8", "mean@8", [10, 15])
+    assert data.summaries[("band-kl", 2)]["late/mean@8"] == 0.25
+    assert data.columns[0].key == "late/mean@8" and data.columns[1].key == "mean@8"
+    (main,) = data.outcome.main
+    diffs = [a - b for a, b in zip(late["band-kl"], late["grpo"], strict=True)]
+    assert main["diff"] == pytest.approx(statistics.fmean(diffs))
+    assert {c["metric"] for c in data.comparisons} == {"late/mean@8", "mean@8", "pass@8", "entropy"}
+    final = next(c for c in data.comparisons if c["metric"] == "mean@8")
+    assert final["diff"] == pytest.approx(0.0)  # make_run's final mean@8 is 0.3 for every run
+    assert data.baseline_metric(data.main_key) == 0.05
+    report = build_report(root, figures=False)
+    assert (
+        "Late mean@8: mean@8 averaged over the evaluations at steps 10, 15"
+        in (report / "report.md").read_text()
+    )
+    assert "late mean@8 %" in (report / "results.md").read_text()

@@ -21,7 +21,9 @@ compare config keys (YAML; KEY=VALUE overrides with dotted keys):
   seeds               e.g. [0, 1, 2]
   reference           the label the others are compared against (default grpo)
   eval.               k, ks, temperature, dataset, split, max_problems, verifier, prompt_column, answer_column,
-                      batch_size, seed, max_new_tokens
+                      batch_size, seed, max_new_tokens, precision, at_steps (also evaluate at these
+                      optimizer steps with the same settings; the report's main metric becomes the late mean:
+                      mean@k averaged over them and the final evaluation)
   curves.             every (held-out eval every N steps during training; 0: off), k, max_problems
   baseline            evaluate the starting policy (default true)
   num_threads         OMP_NUM_THREADS of the training processes

@@ -19,6 +19,8 @@ A compare config (YAML; ``key=value`` overrides with dotted keys apply on top, e
     seeds: [0, 1, 2]
     reference: grpo                        # the label the others are compared against (default: the first)
     eval: {k: 16, ks: [1, 4, 16], temperature: 1.0, max_problems: 200}   # final evaluation of every run
+    #   eval.at_steps: [120, 140]          # also at these steps, during training: the report's main metric is then
+    #                                      # the late mean (late/mean@k: these and the final evaluation averaged)
     curves: {every: 20, k: 4, max_problems: 100}   # held-out accuracy during training (every: 0 turns it off)
     baseline: true                         # evaluate the starting policy once
     num_threads: 1                         # OMP_NUM_THREADS of the training processes (null: inherit)
@@ -33,7 +35,8 @@ not our clip diagnostics, which the report shows as ``-``.
 Every run (method x seed) trains in its own process (``python -m bandpo.experiments.compare.worker RUN_SPEC``, log in the run's
 ``train.log``), in sequence, into ``<output_dir>/runs/<label>/seed<seed>/``: the model, checkpoints, ``metrics.jsonl``
 (training logs), ``heldout.jsonl`` (the held-out curve), ``run_spec.json`` (what was run) and, once finished,
-``results.json`` (the final evaluation: the marker of a finished run). A second ``bandpo compare`` with the same
+``results.json`` (the final evaluation: the marker of a finished run; with ``eval.at_steps`` also those
+evaluations, from ``evals_at_steps.jsonl``, and their late mean). A second ``bandpo compare`` with the same
 config skips finished runs and resumes an interrupted one from its last checkpoint; a finished run whose config
 differs from the current one is refused (``--redo`` retrains it). The starting policy's evaluation goes to
 ``<output_dir>/baseline/results.json``; the report (:func:`bandpo.experiments.report.build_report`) to

@@ -141,6 +141,10 @@ class EvalSpec:
         batch_size: prompts per generate call. seed: sampling seed. max_new_tokens: ``None``: the model's default.
         precision: how a CPU samples (:mod:`bandpo.runtime`): ``auto``, ``float32`` or ``bf16``; a study pins
             it so that machines with and without native bf16 sample alike.
+        at_steps: optimizer steps (each below the last) at which each run's policy is also evaluated, during its
+            training, with these same settings; the report's main metric is then the late mean: the mean of
+            these evaluations and the final one (``late/mean@k``), less sensitive to where a trajectory happens
+            to be at its last step. Empty: the final evaluation alone.
     """
 
     k: int = 16
@@ -156,6 +160,7 @@ class EvalSpec:
     seed: int = 0
     max_new_tokens: int | None = None
     precision: str = "auto"
+    at_steps: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from bandpo.eval.errors import EvalError
@@ -167,6 +172,12 @@ class EvalSpec:
         self.ks = list(settings.ks or ())
         if self.max_problems is not None:
             check_int_in("eval.max_problems", self.max_problems, 1, error=CompareError)
+        if not isinstance(self.at_steps, list):
+            raise CompareError(f"eval.at_steps must be a list of optimizer steps >= 1, got {self.at_steps!r}")
+        for step in self.at_steps:
+            check_int_in("eval.at_steps entries", step, 1, error=CompareError)
+        if self.at_steps != sorted(set(self.at_steps)):
+            raise CompareError(f"eval.at_steps must be increasing and distinct, got {self.at_steps}")
 
     def settings(self, progress: bool = False) -> Any:
         """The :class:`bandpo.eval.settings.EvalSettings`."""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bandpo.experiments.compare.config import CompareError
 from bandpo.experiments.compare.layout import (
+    AT_STEPS_FILE,
     BASELINE_DIR,
     HELDOUT_FILE,
     PLAN_FILE,
@@ -39,7 +40,15 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
     from bandpo.training.layout import CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE
 
     # what is kept of a run directory besides its training log (no weights, no checkpoints)
-    run_files = (RUN_SPEC_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, CONFIG_FILE, RUN_INFO_FILE)
+    run_files = (
+        RUN_SPEC_FILE,
+        RESULTS_FILE,
+        TRAIN_DONE_FILE,
+        HELDOUT_FILE,
+        AT_STEPS_FILE,
+        CONFIG_FILE,
+        RUN_INFO_FILE,
+    )
     src, out = Path(output_dir).resolve(), Path(dest).resolve()
     if out == src or src in out.parents:
         raise CompareError(

@@ -15,6 +15,7 @@ from typing import Any
 RUN_SPEC_FILE = "run_spec.json"
 RESULTS_FILE = "results.json"
 HELDOUT_FILE = "heldout.jsonl"
+AT_STEPS_FILE = "evals_at_steps.jsonl"
 TRAIN_DONE_FILE = "train_done.json"
 LOG_FILE = "train.log"
 PLAN_FILE = "compare_plan.json"
@@ -30,11 +31,11 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-LATER_SETTINGS = {"precision": ("float32", "auto")}
+LATER_SETTINGS = {"precision": ("float32", "auto"), "at_steps": ([],)}
 """Settings added after runs were exported, by key (at any depth), with the values that reproduce what those runs
 did: left out of the fingerprint at these values, so exports made before the setting existed still match (every
 run before ``precision`` computed in float32, and ``auto`` is float32 for the task model; a study that ran a
-large model before it existed pins ``float32``)."""
+large model before it existed pins ``float32``; before ``eval.at_steps``, no evaluation during training)."""
 
 
 def without_later_settings(payload: Any) -> Any:

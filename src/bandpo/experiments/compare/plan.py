@@ -112,6 +112,17 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
                 train_config = TrainConfig.from_dict(d, source=base.source)
             except ConfigError as err:
                 raise CompareError(f"methods[{method.label}] seed {seed}: {err}") from err
+            last = train_config.trainer.get("max_steps")
+            if (
+                config.eval.at_steps
+                and isinstance(last, int)
+                and last > 0
+                and config.eval.at_steps[-1] >= last
+            ):
+                raise CompareError(
+                    f"eval.at_steps must be below the last optimizer step (max_steps {last}: the final "
+                    f"evaluation is at the end), got {config.eval.at_steps}"
+                )
             train_dict = json.loads(json.dumps(train_config.to_dict(), default=str))
             payload = {
                 "train": {k: v for k, v in train_dict.items() if k != "output_dir"},

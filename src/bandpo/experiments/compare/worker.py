@@ -10,12 +10,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bandpo.experiments.compare.config import CompareError
 from bandpo.experiments.compare.layout import (
+    AT_STEPS_FILE,
     HELDOUT_FILE,
     RESULTS_FILE,
     TRAIN_DONE_FILE,
@@ -72,13 +73,23 @@ def eval_settings(spec: Mapping[str, Any], k: int | None = None, progress: bool 
 
 
 # ------------------------------------------------------------------------------------------- held-out curve
-def _heldout_callback(path: Path, dataset: Any, settings: Any, every: int) -> Any:
-    """A ``TrainerCallback`` that evaluates the policy being trained at step 0, every ``every`` optimizer steps and
-    at the last step, appending ``{"step", **overall metrics}`` rows to ``path`` (rows after the step a resumed run
-    restarts from are dropped first)."""
+def _heldout_callback(
+    path: Path,
+    dataset: Any,
+    settings: Any,
+    every: int = 0,
+    steps: Sequence[int] = (),
+    ends: bool = True,
+) -> Any:
+    """A ``TrainerCallback`` that evaluates the policy being trained at the optimizer steps in ``steps``, every
+    ``every`` steps and (``ends``) at step 0 and the last step, appending ``{"step", **overall metrics}`` rows to
+    ``path`` (rows after the step a resumed run restarts from are dropped first). Sampling forks the RNG, so the
+    training that follows is the same with or without these evaluations."""
     from transformers import TrainerCallback
 
     from bandpo.eval.evaluate import evaluate_model
+
+    wanted = set(steps)
 
     class HeldoutCallback(TrainerCallback):
         def __init__(self) -> None:
@@ -105,15 +116,33 @@ def _heldout_callback(path: Path, dataset: Any, settings: Any, every: int) -> An
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
             os.replace(tmp, path)
-            if state.global_step == 0:
+            if state.global_step == 0 and ends:
                 self._evaluate(0, kwargs.get("model"), kwargs.get("processing_class"))
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             step = state.global_step
-            if (every and step % every == 0) or step >= state.max_steps:
+            if step in wanted or (every and step % every == 0) or (ends and step >= state.max_steps):
                 self._evaluate(step, kwargs.get("model"), kwargs.get("processing_class"))
 
     return HeldoutCallback()
+
+
+def late_metrics(
+    at_steps: Sequence[int], rows: Sequence[Mapping[str, Any]], final: Mapping[str, Any]
+) -> dict[str, float] | None:
+    """The late mean: each numeric metric averaged over the evaluations at ``at_steps`` (``rows``, one per step)
+    and the final one (``final``); only metrics that every one of them has. ``None`` when a step in ``at_steps``
+    has no row (the run did not evaluate there: no late mean, rather than one over fewer points)."""
+    by_step = {int(r["step"]): r for r in rows if r.get("step") is not None}
+    if not at_steps or any(step not in by_step for step in at_steps):
+        return None
+    points = [by_step[step] for step in at_steps] + [final]
+    out = {}
+    for key in final:
+        values = [p.get(key) for p in points]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = sum(float(v) for v in values) / len(values)
+    return out
 
 
 # ------------------------------------------------------------------------------------------- one run (child)
@@ -135,6 +164,7 @@ def run_one(spec_path: str | Path) -> int:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     config = TrainConfig.from_dict(spec["train_config"], source=spec.get("train_source"))
     curves = spec["curves"]
+    at_steps = [int(step) for step in spec["eval"].get("at_steps") or []]
     start = time.time()
     done_marker = run_dir / TRAIN_DONE_FILE
     if not (done_marker.is_file() and (run_dir / MODEL_CONFIG_FILE).is_file()):
@@ -143,7 +173,14 @@ def run_one(spec_path: str | Path) -> int:
             data = eval_dataset(spec["eval"], spec["train_config"], curves.get("max_problems"))
             settings = eval_settings(spec["eval"], k=curves["k"])
             callbacks.append(
-                _heldout_callback(run_dir / HELDOUT_FILE, data, settings, curves.get("every", 0))
+                _heldout_callback(run_dir / HELDOUT_FILE, data, settings, every=curves.get("every", 0))
+            )
+        if at_steps:  # the final evaluation's settings, during training
+            data = eval_dataset(spec["eval"], spec["train_config"], spec["eval"].get("max_problems"))
+            callbacks.append(
+                _heldout_callback(
+                    run_dir / AT_STEPS_FILE, data, eval_settings(spec["eval"]), steps=at_steps, ends=False
+                )
             )
         train(config, resume=True, callbacks=callbacks)
         write_json(done_marker, {"wall_time_s": round(time.time() - start, 2), "finished": time.time()})
@@ -153,6 +190,12 @@ def run_one(spec_path: str | Path) -> int:
     data = eval_dataset(spec["eval"], spec["train_config"], spec["eval"].get("max_problems"))
     result = evaluate_model_dir(run_dir, [data], eval_settings(spec["eval"], progress=True))
     metrics = result["overall"]
+    extra: dict[str, Any] = {}
+    if at_steps:
+        from bandpo.training.callbacks import read_metrics
+
+        rows = [r for r in read_metrics(run_dir / AT_STEPS_FILE) if r.get("step") in at_steps]
+        extra = {"at_steps": rows, "late": late_metrics(at_steps, rows, metrics)}
     write_json(
         run_dir / RESULTS_FILE,
         {
@@ -165,6 +208,7 @@ def run_one(spec_path: str | Path) -> int:
             "dataset": data.name,
             "settings": result["settings"],
             "metrics": metrics,
+            **extra,
             "train_wall_s": train_info.get("wall_time_s"),
             "eval_wall_s": round(time.time() - eval_start, 2),
             "provenance": code,

@@ -25,7 +25,7 @@ from bandpo.experiments.compare.layout import (
 )
 from bandpo.experiments.report.outcome import Outcome, outcome_of
 from bandpo.experiments.report.provenance import CodeProvenance, collect_provenance
-from bandpo.experiments.report.runs import RunData, load_runs, run_summary
+from bandpo.experiments.report.runs import LATE, RunData, load_runs, run_summary
 from bandpo.experiments.report.series import BinBars, Curve, clip_bin_bars, curve
 from bandpo.experiments.report.stats import compare_methods, mean_ci
 
@@ -47,8 +47,9 @@ class Column:
     digits: int
 
 
-def _columns(k: int, ks: Sequence[int]) -> list[Column]:
-    cols = [Column(f"mean@{k}", f"mean@{k} %", True, 1)]
+def _columns(k: int, ks: Sequence[int], late: bool) -> list[Column]:
+    cols = [Column(f"{LATE}mean@{k}", f"late mean@{k} %", True, 1)] if late else []
+    cols += [Column(f"mean@{k}", f"mean@{k} %", True, 1)]
     cols += [Column(f"pass@{j}", f"pass@{j} %", True, 1) for j in ks]
     cols += [
         Column(f"best@{k}", f"best@{k} %", True, 1),
@@ -88,7 +89,9 @@ class ReportData:
     baseline: dict[str, Any] | None  # baseline/results.json (None: none, or unreadable)
     k: int
     ks: list[int]
-    main_key: str  # mean@k
+    main_key: str  # mean@k, or late/mean@k when the runs evaluated at eval.at_steps
+    final_key: str  # mean@k (the final evaluation's)
+    late_steps: list[int]  # the steps of eval.at_steps the late mean averages with the final evaluation
     columns: list[Column]
     run_keys: list[str]  # the columns' keys, then every other key a finished run has a number for
     per_method: dict[str, dict[str, dict[str, Any]]]
@@ -151,7 +154,13 @@ class ReportData:
         settings = settings or (baseline or {}).get("settings") or {}
         k = int(settings.get("k") or _guess_k(summaries))
         ks = list(settings.get("ks") or [1, k])
-        columns, main_key = _columns(k, ks), f"mean@{k}"
+        late_steps = next(
+            ([int(row["step"]) for row in r.results["at_steps"]] for r in finished if r.results.get("late")),
+            [],
+        )
+        final_key = f"mean@{k}"
+        main_key = f"{LATE}{final_key}" if late_steps else final_key
+        columns = _columns(k, ks, bool(late_steps))
         done = {label: [summaries[(r.label, r.seed)] for r in done_groups[label]] for label in labels}
         stat_keys = sorted(
             {key for rows in done.values() for row in rows for key, v in row.items() if v is not None}
@@ -161,6 +170,8 @@ class ReportData:
             for label in labels
         }
         compared = ((main_key, True), (f"pass@{max(ks)}", True), ("entropy", False))
+        if late_steps:
+            compared = (compared[0], (final_key, True), *compared[1:])
         comparisons = [
             {"method": label, "reference": reference, "metric": key, "percent": percent}
             | compare_methods(
@@ -190,6 +201,8 @@ class ReportData:
             k=k,
             ks=ks,
             main_key=main_key,
+            final_key=final_key,
+            late_steps=late_steps,
             columns=columns,
             run_keys=[c.key for c in columns]
             + [key for key in stat_keys if key not in {c.key for c in columns}],
@@ -204,7 +217,7 @@ class ReportData:
             ],
             colors={label: _PALETTE[i % len(_PALETTE)] for i, label in enumerate(labels)},
             heldout_key=_heldout_key(runs),
-            final_points=_final_points(groups, baseline, main_key),
+            final_points=_final_points(groups, baseline, final_key),
             max_steps=max((s for s in steps if s is not None), default=None),
             dataset=first.get("dataset"),
             temperature=(first.get("settings") or {}).get("temperature"),
@@ -218,8 +231,9 @@ class ReportData:
         return (self.per_method.get(label, {}).get(key) or {}).get("mean")
 
     def baseline_metric(self, key: str) -> Any:
-        """The starting policy's ``key`` (``None`` without a baseline)."""
-        return (self.baseline or {}).get("metrics", {}).get(key)
+        """The starting policy's ``key`` (``None`` without a baseline); its late mean is its one evaluation (the
+        starting policy does not move)."""
+        return (self.baseline or {}).get("metrics", {}).get(key.removeprefix(LATE))
 
     @property
     def train_wall_mean(self) -> float:

@@ -81,6 +81,12 @@ def report_blocks(data: ReportData, figures: Sequence[Figure]) -> list[Block]:
             f"Final evaluation in % ({data.main_key}, pass@j: unbiased estimator, best@{k}: the authors' bootstrap, "
             f"maj@{k}: majority vote); entropy in nats per token; training clip fractions in % of response tokens. "
             "Mean ± 95% t-interval half-width over seeds (no interval with one seed)."
+            + (
+                f" Late mean@{k}: mean@{k} averaged over the evaluations at steps "
+                f"{', '.join(map(str, data.late_steps))} and the final one (same settings)."
+                if data.late_steps
+                else ""
+            )
         ),
         results_table(data),
     ]

@@ -82,7 +82,7 @@ def draw_figures(data: ReportData, fig_dir: Path) -> list[Figure]:
 
 
 def _heldout(data: ReportData, fig_dir: Path) -> Figure | None:
-    key, main = data.heldout_key, data.main_key
+    key, main = data.heldout_key, data.final_key
     panels = [(f"held-out {key} during training", key, "accuracy %")] if key else []
     if key and _plot_curves(fig_dir / "heldout.png", panels, data, 1, heldout=True, scale=100.0):
         return Figure(

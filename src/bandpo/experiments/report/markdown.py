@@ -42,5 +42,13 @@ def results_markdown(data: ReportData) -> str:
     """``results.md``: one line saying what the numbers are, then the results table."""
     return (
         f"Final evaluation: {data.main_key} etc. in % on the held-out set (k={data.k} samples per problem); mean ± "
-        f"95% t-interval half-width over seeds.\n\n" + render_markdown([results_table(data)])
+        f"95% t-interval half-width over seeds."
+        + (
+            f" Late mean@{data.k}: mean@{data.k} averaged over the evaluations at steps "
+            f"{', '.join(map(str, data.late_steps))} and the final one."
+            if data.late_steps
+            else ""
+        )
+        + "\n\n"
+        + render_markdown([results_table(data)])
     )

@@ -27,9 +27,13 @@ from bandpo.experiments.compare.layout import HELDOUT_FILE, RESULTS_FILE, RUN_SP
 from bandpo.experiments.report.series import bin_names
 from bandpo.training.layout import METRICS_FILE, RUN_INFO_FILE
 
-__all__ = ["TAIL_BIN", "RunData", "load_runs", "run_summary"]
+__all__ = ["LATE", "TAIL_BIN", "RunData", "load_runs", "run_summary"]
 
 TAIL_BIN = "p0.0-0.2"
+
+LATE = "late/"
+"""Prefix of the late means (``results.json``'s ``late``: each metric averaged over the evaluations at
+``eval.at_steps`` and the final one)."""
 
 
 @dataclass
@@ -85,7 +89,8 @@ def _mean(xs: Sequence[float]) -> float | None:
 
 
 def run_summary(run: RunData) -> dict[str, Any]:
-    """One run's numbers: the final evaluation's metrics (``results.json``) and the training numbers of the module
+    """One run's numbers: the final evaluation's metrics (``results.json``), its late means (``late/<metric>``, when
+    the run evaluated at ``eval.at_steps``) and the training numbers of the module
     docstring (``train/...``), plus per-bin clip rates ``bins/up/<bin>``, ``bins/down/<bin>``, ``bins/share/<bin>``
     (the mean over logged steps of ``clip/frac_up/<bin>``, ``clip/frac_down/<bin>``, ``tokens/share/<bin>``)."""
     out: dict[str, Any] = {}
@@ -93,6 +98,9 @@ def run_summary(run: RunData) -> dict[str, Any]:
         for key, value in (run.results.get("metrics") or {}).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[key] = value
+        for key, value in (run.results.get("late") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[f"{LATE}{key}"] = value
         for key in ("train_wall_s", "eval_wall_s"):
             if run.results.get(key) is not None:
                 out[key] = run.results[key]
