@@ -18,6 +18,7 @@ from bandpo.runtime import (
     completion_tokens_only,
     cpu_bf16_flags,
     freed_memory_kept,
+    freed_memory_returned,
     precision_for,
     resolve_precision,
 )
@@ -141,6 +142,33 @@ def test_freed_memory_kept_applies_inside_and_returns_memory_after() -> None:
         assert rss_mb() > before_free - 50  # kept
     after = rss_mb()
     assert after < before_free - 100  # returned at the end of the block
+
+
+def test_freed_memory_returned_inside_a_kept_block_returns_it_and_keeps_again_after() -> None:
+    """An evaluation during training: inside ``freed_memory_returned`` (itself inside ``freed_memory_kept``) a freed
+    160 MB buffer goes back to the kernel; after it, the training's setting holds again (a freed buffer stays)."""
+    import resource
+
+    def rss_mb() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 1e6
+
+    with freed_memory_kept() as applied:
+        if not applied:
+            pytest.skip("not glibc")
+        with freed_memory_returned():
+            big = torch.ones(40_000_000)
+            assert float(big[-1]) == 1.0
+            before_free = rss_mb()
+            del big
+            assert rss_mb() < before_free - 100  # returned at once
+        big = torch.ones(40_000_000)
+        assert float(big[-1]) == 1.0
+        before_free = rss_mb()
+        del big
+        assert rss_mb() > before_free - 50  # kept again
+    with freed_memory_returned():  # outside a kept block: nothing to change
+        pass
 
 
 def test_completion_tokens_only_gives_the_same_log_probs(tmp_path: Path) -> None:

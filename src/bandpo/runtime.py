@@ -39,7 +39,7 @@ import ctypes
 import ctypes.util
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ __all__ = [
     "completion_tokens_only",
     "cpu_bf16_flags",
     "freed_memory_kept",
+    "freed_memory_returned",
     "matmul_precision",
     "precision_for",
     "resolve_precision",
@@ -284,26 +285,50 @@ def _libc() -> ctypes.CDLL | None:
     return libc
 
 
+_KEEP = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 1 << 30), (_M_TOP_PAD, 256 << 20))
+"""The settings of :func:`freed_memory_kept`."""
+
+_kept_depth = 0  # how many freed_memory_kept blocks are open in this process
+
+
+def _set(libc: ctypes.CDLL, settings: Iterable[tuple[int, int]]) -> bool:
+    return all([libc.mallopt(option, value) == 1 for option, value in settings])
+
+
 @contextlib.contextmanager
 def freed_memory_kept() -> Iterator[bool]:
     """Inside the block, keep freed memory in this process's heap instead of returning it to the kernel (glibc
     ``mallopt``: no mmap for large blocks, trim threshold and top pad 1 GiB / 256 MiB; module docstring for why);
     at its end, glibc's defaults come back and the free heap is returned (``malloc_trim``), so that what runs next
     (an evaluation in the same process, say) does not grow on a heap the training fragmented. Measured: an
-    evaluation after training with the setting left on reached 12 GB and was killed for memory. Yields whether the
-    setting applied (False off Linux/glibc)."""
+    evaluation after training with the setting left on reached 12 GB and was killed for memory. An evaluation
+    inside the block (during training) runs under :func:`freed_memory_returned`. Yields whether the setting
+    applied (False off Linux/glibc)."""
+    global _kept_depth
     libc = _libc()
-    applied = False
-    if libc is not None:
-        applied = (
-            libc.mallopt(_M_MMAP_MAX, 0) == 1
-            and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1
-            and libc.mallopt(_M_TOP_PAD, 256 << 20) == 1
-        )
+    applied = libc is not None and _set(libc, _KEEP)
+    _kept_depth += 1
     try:
         yield applied
     finally:
-        if libc is not None:
-            for option, value in _GLIBC_DEFAULTS:
-                libc.mallopt(option, value)
+        _kept_depth -= 1
+        if libc is not None and _kept_depth == 0:
+            _set(libc, _GLIBC_DEFAULTS)
             libc.malloc_trim(0)
+
+
+@contextlib.contextmanager
+def freed_memory_returned() -> Iterator[None]:
+    """Inside a :func:`freed_memory_kept` block, glibc's defaults for the duration of this block (the free heap
+    returned first), then the training's setting again: for work of another shape, such as an evaluation during
+    training, that would otherwise grow the heap the training keeps. Outside such a block: nothing changes."""
+    libc = _libc()
+    if libc is None or _kept_depth == 0:
+        yield
+        return
+    _set(libc, _GLIBC_DEFAULTS)
+    libc.malloc_trim(0)
+    try:
+        yield
+    finally:
+        _set(libc, _KEEP)

@@ -88,6 +88,7 @@ def _heldout_callback(
     from transformers import TrainerCallback
 
     from bandpo.eval.evaluate import evaluate_model
+    from bandpo.runtime import freed_memory_returned
 
     wanted = set(steps)
 
@@ -99,7 +100,8 @@ def _heldout_callback(
             if step in self.done or model is None or tokenizer is None:
                 return
             self.done.add(step)
-            out = evaluate_model(model, tokenizer, [dataset], settings)
+            with freed_memory_returned():  # not on the heap the training keeps (bandpo.runtime)
+                out = evaluate_model(model, tokenizer, [dataset], settings)
             row = {"step": step, "time": round(time.time(), 3), **out["overall"]}
             with path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
