@@ -56,7 +56,7 @@ $(SKYRL_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-skyrl: $(SKYRL_VENV)/.installed
-	HF_HUB_OFFLINE=1 $(SKYRL_VENV)/bin/python -m pytest -q tests/integrations/test_skyrl.py
+	HF_HUB_OFFLINE=1 $(SKYRL_VENV)/bin/python -m pytest -q tests/integrations/test_skyrl*.py
 
 # The SkyRL adapter's loss time against SkyRL's own regular loss, measured in the same run (in .venv-skyrl).
 bench-skyrl: $(SKYRL_VENV)/.installed

@@ -5,6 +5,7 @@
   overrides of ``configs/tiny.yaml``.
 - :mod:`helpers.launch`: a two-process CPU (gloo) ``accelerate launch``.
 - :mod:`helpers.numerics`: ``rel_err``, the error in units of a tolerance.
+- :mod:`helpers.skyrl`: whether SkyRL can run here (``needs_skyrl``) and a SkyRL algorithm config (``algorithm``).
 """
 
 from pathlib import Path

@@ -1,15 +1,15 @@
 """bandpo.integrations.skyrl against the real SkyRL 0.4.0 (``make test-skyrl``, Python 3.12): registration, config,
-loss, gradient, metrics, the registry round trip through Ray, the override entrypoint.
+loss, gradient, metrics, the registry round trip through Ray, the override entrypoint, the radius of a step in the
+loss (the config's checks: test_skyrl_section.py).
 
 SkyRL needs Python >= 3.12; in the main environment (Python 3.11) the SkyRL tests skip with that reason and only
-the tests of the SkyRL-free part (names, the one-line error) run. Independent reference: with the fixed clip rule
+the tests of the SkyRL-free part (names, the one-line error) run, in test_skyrl_names.py. Independent reference: with the fixed clip rule
 ``grpo`` the adapter reproduces SkyRL's own ``dual_clip`` (and, without the dual clip, ``regular``) loss token by
 token, and the tokens where ``regular`` and bandpo's ``grpo`` differ are named.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -23,16 +23,9 @@ import bandpo
 import bandpo.integrations.skyrl as bskyrl
 from bandpo.losses.clip_rules import make_clip_rule
 from bandpo.losses.schedule import RadiusSchedule, rule_at_radius
+from helpers import REPO
+from helpers.skyrl import algorithm, needs_skyrl
 
-REPO = Path(__file__).resolve().parents[2]
-HAVE_SKYRL = sys.version_info >= (3, 12) and importlib.util.find_spec("skyrl") is not None
-needs_skyrl = pytest.mark.skipif(
-    not HAVE_SKYRL,
-    reason=(
-        f"SkyRL {bskyrl.SKYRL_VERSION} needs Python >= 3.12 and skyrl installed; this is Python "
-        f"{sys.version_info.major}.{sys.version_info.minor}: run `make test-skyrl` (builds .venv-skyrl)"
-    ),
-)
 #: SkyRL 0.4.0's loss reductions (AlgorithmConfig.loss_reduction; apply_loss_reduction_to_advantages_minibatch).
 SKYRL_REDUCTIONS = [
     "token_mean",
@@ -44,47 +37,6 @@ SKYRL_REDUCTIONS = [
 TOL64 = {"rtol": 1e-10, "atol": 1e-12}
 #: SkyRL's safe_exp_delta computes the ratio in float32 even for float64 inputs: agreement to float32 rounding.
 TOL_SKYRL_RATIO = {"rtol": 1e-6, "atol": 1e-9}
-
-
-# ---- without SkyRL (every environment) -------------------------------------------------------------------------
-
-
-def test_every_rule_skyrl_can_run_has_a_loss_name() -> None:
-    names = bskyrl.policy_loss_names()
-    assert names[bskyrl.LOSS_NAME] == "band"
-    expected = {rule for rule in bandpo.CLIP_RULES.names() if not bandpo.CLIP_RULES.get(rule).needs_entropy}
-    assert set(names.values()) == expected
-    assert all(name == "bandpo" or name == "bandpo_" + rule for name, rule in names.items())
-    assert "adaptive_band" in bandpo.CLIP_RULES  # the one rule SkyRL cannot run (no entropy in its loss call)
-    assert "bandpo_adaptive_band" not in names
-
-
-def test_unknown_loss_note_lists_bandpo_names_only_when_meant() -> None:
-    note = bskyrl.unknown_loss_note("dcpo")
-    assert note is not None and "did you mean 'bandpo_dcpo'?" in note and "bandpo_dppo_kl" in note
-    assert "did you mean 'bandpo'?" in (bskyrl.unknown_loss_note("band") or "")
-    assert "did you mean 'bandpo'?" in (bskyrl.unknown_loss_note("BandPO") or "")
-    assert bskyrl.unknown_loss_note("regularr") is None
-    assert bskyrl.unknown_loss_note("my_custom_loss") is None
-
-
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the Python 3.11 message; SkyRL imports on 3.12")
-@pytest.mark.parametrize("name", bskyrl.SKYRL_API)
-def test_skyrl_facing_names_raise_one_line_on_python_311(name: str) -> None:
-    code = f"from bandpo.integrations.skyrl import {name}"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    assert out.returncode != 0
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("bandpo.integrations.skyrl.SkyRLUnavailableError: ")
-    assert "needs Python >= 3.12" in last and "make test-skyrl" in last
-    with pytest.raises(bskyrl.SkyRLUnavailableError, match=r"^[^\n]*make test-skyrl[^\n]*$"):
-        getattr(bskyrl, name)
-
-
-def test_import_bandpo_does_not_import_skyrl() -> None:
-    code = "import bandpo, bandpo.integrations.skyrl, sys; print('skyrl' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
-    assert out.stdout.strip() == "False"
 
 
 # ---- with SkyRL ---------------------------------------------------------------------------------------------------
@@ -102,12 +54,6 @@ def registry() -> Any:
     ppo = _skyrl()
     bskyrl.register()
     return ppo.PolicyLossRegistry
-
-
-def algorithm(**overrides: Any) -> Any:
-    """A BandPOAlgorithmConfig built the way SkyRL builds it: from ``key=value`` overrides (YAML-typed values)."""
-    args = [f"trainer.algorithm.{k}={v}" for k, v in overrides.items()]
-    return bskyrl.BandPOSkyRLConfig.from_cli_overrides(args).trainer.algorithm
 
 
 def batch(
@@ -412,110 +358,6 @@ def test_register_is_idempotent_and_refuses_a_taken_name(registry: Any) -> None:
         bskyrl.register(overwrite=True)
 
 
-# ---- config: checked at construction -----------------------------------------------------------------------------
-
-
-@needs_skyrl
-def test_config_defaults_select_band_and_build_from_cli() -> None:
-    cfg = bskyrl.BandPOSkyRLConfig.from_cli_overrides(
-        ["trainer.algorithm.bandpo.delta=0.02", "trainer.algorithm.bandpo.divergence=chi2"]
-    )
-    alg = cfg.trainer.algorithm
-    assert type(alg).__name__ == "BandPOAlgorithmConfig" and isinstance(alg, bskyrl.BandPOAlgorithmConfig)
-    assert isinstance(alg.bandpo, bskyrl.BandPOLossConfig)
-    assert alg.policy_loss_type == "bandpo"
-    assert bskyrl.clip_rule_for("band", alg) == make_clip_rule("band", delta=0.02, divergence="chi2")
-    from skyrl.train.config.config import AlgorithmConfig, SkyRLTrainConfig
-
-    assert isinstance(alg, AlgorithmConfig) and isinstance(cfg, SkyRLTrainConfig)
-
-
-@needs_skyrl
-@pytest.mark.parametrize(
-    ("override", "message"),
-    [
-        ("bandpo.delta=-0.1", r"trainer\.algorithm\.bandpo.*delta must be a finite number > 0, got -0\.1"),
-        ("bandpo.delta=abc", r"delta must be a finite number > 0, got 'abc'"),
-        ("bandpo.divergence=kll", r"trainer\.algorithm\.bandpo.*unknown divergence 'kll'.*did you mean 'kl'"),
-        ("bandpo.cap=0.5", r"cap must be a finite number >= 1 .*got 0\.5"),
-        ("bandpo.method=fast", r"trainer\.algorithm\.bandpo.*'fast'"),
-        ("bandpo.relax=maybe", r"trainer\.algorithm\.bandpo\.relax must be true or false, got 'maybe'"),
-        (
-            "bandpo.anchor=behaviour",
-            r"trainer\.algorithm\.bandpo\.anchor must be one of old, rollout, got 'behaviour'",
-        ),
-        ("bandpo.rule_kwargs={eps: 0.1}", r"unknown parameter\(s\) 'eps' for clip rule 'band'"),
-        (
-            "bandpo.diagnostics=all",
-            r"trainer\.algorithm\.bandpo\.diagnostics must be one of full, basic, none, got 'all'",
-        ),
-        ("bandpo.bogus=1", r"(Invalid fields \{'bogus'\} for BandPOLossConfig|unknown field)"),
-        (
-            "policy_loss_type=bandpo_dcpp",
-            r"'bandpo_dcpp' is not one of bandpo's policy losses \(did you mean 'bandpo_dcpo'\?\)",
-        ),
-        ("policy_loss_type=bandpo_adaptive_band", r"'adaptive_band' needs the per-token entropy"),
-        ("clip_ratio_c=1.0", r"trainer\.algorithm\.clip_ratio_c must be a number > 1 .*got 1\.0"),
-        ("eps_clip_low=1.5", r"eps_low must be a finite number in \[0\.0, 1\.0\], got 1\.5"),
-    ],
-)
-def test_bad_config_is_refused_at_construction_in_one_line(override: str, message: str) -> None:
-    args = [f"trainer.algorithm.{override}"]
-    if override.startswith("eps_clip_low"):
-        args.append("trainer.algorithm.policy_loss_type=bandpo_grpo")
-    with pytest.raises(ValueError, match=message) as info:
-        bskyrl.BandPOSkyRLConfig.from_cli_overrides(args)
-    assert "\n" not in str(info.value)
-
-
-@needs_skyrl
-def test_unknown_policy_loss_type_gets_skyrl_error_with_bandpo_names() -> None:
-    """SkyRL's own check (validate_cfg) refuses an unknown name; when it looks meant as bandpo's, the error
-    carries a note listing bandpo's names; for any other name it is SkyRL's error alone."""
-    bskyrl.register()
-    console = "trainer.logger=console"  # SkyRL's default logger, wandb, needs WANDB_API_KEY
-    cfg = bskyrl.BandPOSkyRLConfig.from_cli_overrides([console, "trainer.algorithm.policy_loss_type=dcpo"])
-    with pytest.raises(AssertionError, match=r"invalid policy_loss_type: dcpo\. Must be one of") as info:
-        bskyrl.validate_config(cfg)
-    notes = getattr(info.value, "__notes__", [])
-    assert len(notes) == 1 and "did you mean 'bandpo_dcpo'?" in notes[0] and "bandpo_dppo_tv" in notes[0]
-    assert "bandpo_dcpo" in str(info.value)  # SkyRL's list of registered names holds ours too
-
-    other = bskyrl.BandPOSkyRLConfig.from_cli_overrides(
-        [console, "trainer.algorithm.policy_loss_type=mystery"]
-    )
-    with pytest.raises(AssertionError, match=r"invalid policy_loss_type: mystery") as info:
-        bskyrl.validate_config(other)
-    assert not getattr(info.value, "__notes__", [])
-
-
-def _docs_recipe() -> list[str]:
-    """The overrides of docs/skyrl.md's recipe (the first bash block under "The authors' recipe")."""
-    text = (REPO / "docs" / "skyrl.md").read_text()
-    section = text.split("\n## The authors' recipe\n", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```bash", 1)[1].split("```", 1)[0]
-    return [
-        tok
-        for tok in block.split()
-        if "=" in tok and tok.split("=", 1)[0].startswith(("trainer.", "generator."))
-    ]
-
-
-@needs_skyrl
-def test_docs_recipe_builds_and_validates() -> None:
-    """docs/skyrl.md's recipe in SkyRL's names is a config SkyRL accepts (every key exists, validate_cfg passes)."""
-    args = _docs_recipe()
-    assert "trainer.override_entrypoint=bandpo.integrations.skyrl" in args and len(args) > 15
-    bskyrl.register()
-    cfg = bskyrl.BandPOSkyRLConfig.from_cli_overrides(
-        [a for a in args if not a.startswith("trainer.override_entrypoint=")] + ["trainer.logger=console"]
-    )
-    bskyrl.validate_config(cfg)
-    alg = cfg.trainer.algorithm
-    assert (alg.policy_loss_type, alg.bandpo.delta, alg.clip_ratio_c) == ("bandpo", 0.05, 10)
-    assert cfg.generator.n_samples_per_prompt == 16 and cfg.trainer.train_batch_size == 256
-
-
 # ---- entrypoint and Ray ----------------------------------------------------------------------------------------
 
 
@@ -575,46 +417,7 @@ def test_main_parses_validates_and_hands_the_config_to_skyrl(monkeypatch: pytest
     assert issubclass(bskyrl.BandPOExp, BasePPOExp)
 
 
-# ---- the radius schedule -------------------------------------------------------------------------------------
-
-
-@needs_skyrl
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        (["bandpo.delta_schedule=linear"], r"trainer\.algorithm\.bandpo\.delta_end must be set"),
-        (
-            ["bandpo.delta_schedule=exponential", "bandpo.delta_end=0.02"],
-            r"delta_schedule: unknown radius schedule 'exponential'",
-        ),
-        (
-            ["bandpo.delta_schedule=linear", "bandpo.delta_end=-0.02"],
-            r"bandpo\.delta_end must be a finite number > 0, got -0\.02",
-        ),
-        (
-            ["bandpo.delta_schedule=linear", "bandpo.delta_end=0.02", "bandpo.delta=0"],
-            r"delta must be a finite number > 0, got 0",
-        ),
-        (
-            ["bandpo.delta_schedule=hold_then_linear", "bandpo.delta_end=0.02", "bandpo.delta_hold_frac=1.0"],
-            r"bandpo\.delta_hold_frac must be a finite number in \[0, 1\), got 1\.0",
-        ),
-        (
-            ["policy_loss_type=bandpo_dcpo", "bandpo.delta_schedule=cosine", "bandpo.delta_end=0.02"],
-            r"clip rule dcpo\(.*\) has no delta parameter",
-        ),
-    ],
-)
-def test_bad_radius_schedule_is_refused_at_construction(overrides: list[str], message: str) -> None:
-    with pytest.raises(ValueError, match=message) as info:
-        bskyrl.BandPOSkyRLConfig.from_cli_overrides([f"trainer.algorithm.{o}" for o in overrides])
-    assert "\n" not in str(info.value)
-
-
-@needs_skyrl
-def test_increasing_radius_schedule_is_allowed() -> None:
-    alg = algorithm(**{"bandpo.delta": 0.02, "bandpo.delta_schedule": "linear", "bandpo.delta_end": 0.2})
-    assert bskyrl.schedule_for("band", alg, 10).value(10) == 0.2
+# ---- the radius schedule (its config checks: test_skyrl_section.py) ----------------------------------------
 
 
 @needs_skyrl

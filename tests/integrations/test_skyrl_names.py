@@ -1,17 +1,22 @@
-"""bandpo.integrations.skyrl's translation of SkyRL's config into a ``ClipMethod`` with its one table, ``SKYRL_NAMES``:
-SkyRL-free (a plain namespace stands for SkyRL's ``trainer.algorithm``), so it runs in every environment; the
-configs SkyRL builds itself are tested in tests/integrations/test_skyrl.py (``make test-skyrl``)."""
+"""bandpo.integrations.skyrl without SkyRL, so in every environment: its translation of SkyRL's config into a
+``ClipMethod`` with its one table, ``SKYRL_NAMES`` (a plain namespace stands for SkyRL's ``trainer.algorithm``), the
+loss names, and the one-line error of the SkyRL-facing names on Python 3.11; the configs SkyRL builds itself are
+tested in test_skyrl.py and test_skyrl_section.py (``make test-skyrl``)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 
+import bandpo
 import bandpo.integrations.skyrl as bskyrl
 from bandpo.losses.clip_rules import make_clip_rule
 from bandpo.losses.method import METHOD_NAMES
 from bandpo.losses.schedule import RadiusSchedule, rule_at_radius
+from helpers import REPO
 
 
 def test_skyrl_names_translate_the_section_into_a_clip_method() -> None:
@@ -45,3 +50,44 @@ def test_skyrl_names_translate_the_section_into_a_clip_method() -> None:
     with pytest.raises(ValueError, match=r"^invalid trainer\.algorithm\.bandpo config \(clip rule 'band'\): "
                        r"trainer\.algorithm\.bandpo\.delta_end must be a finite number > 0, got -1"):  # fmt: skip
         bskyrl.clip_method_for("band", SimpleNamespace(bandpo={"delta_schedule": "cosine", "delta_end": -1}))
+
+
+# ---- without SkyRL (every environment) -------------------------------------------------------------------------
+
+
+def test_every_rule_skyrl_can_run_has_a_loss_name() -> None:
+    names = bskyrl.policy_loss_names()
+    assert names[bskyrl.LOSS_NAME] == "band"
+    expected = {rule for rule in bandpo.CLIP_RULES.names() if not bandpo.CLIP_RULES.get(rule).needs_entropy}
+    assert set(names.values()) == expected
+    assert all(name == "bandpo" or name == "bandpo_" + rule for name, rule in names.items())
+    assert "adaptive_band" in bandpo.CLIP_RULES  # the one rule SkyRL cannot run (no entropy in its loss call)
+    assert "bandpo_adaptive_band" not in names
+
+
+def test_unknown_loss_note_lists_bandpo_names_only_when_meant() -> None:
+    note = bskyrl.unknown_loss_note("dcpo")
+    assert note is not None and "did you mean 'bandpo_dcpo'?" in note and "bandpo_dppo_kl" in note
+    assert "did you mean 'bandpo'?" in (bskyrl.unknown_loss_note("band") or "")
+    assert "did you mean 'bandpo'?" in (bskyrl.unknown_loss_note("BandPO") or "")
+    assert bskyrl.unknown_loss_note("regularr") is None
+    assert bskyrl.unknown_loss_note("my_custom_loss") is None
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the Python 3.11 message; SkyRL imports on 3.12")
+@pytest.mark.parametrize("name", bskyrl.SKYRL_API)
+def test_skyrl_facing_names_raise_one_line_on_python_311(name: str) -> None:
+    code = f"from bandpo.integrations.skyrl import {name}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("bandpo.integrations.skyrl.SkyRLUnavailableError: ")
+    assert "needs Python >= 3.12" in last and "make test-skyrl" in last
+    with pytest.raises(bskyrl.SkyRLUnavailableError, match=r"^[^\n]*make test-skyrl[^\n]*$"):
+        getattr(bskyrl, name)
+
+
+def test_import_bandpo_does_not_import_skyrl() -> None:
+    code = "import bandpo, bandpo.integrations.skyrl, sys; print('skyrl' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "False"

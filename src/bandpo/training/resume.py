@@ -18,8 +18,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +26,6 @@ from typing import Any
 import yaml
 
 from bandpo._files import read_json_object
-from bandpo.provenance import code_changed, provenance
 from bandpo.training.checkpoints import CheckpointScan, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE, RUN_INFO_FILE
@@ -41,7 +38,6 @@ __all__ = [
     "ConfigChanges",
     "ResumePlan",
     "config_changes",
-    "mark_finished",
     "plan_resume",
     "trainer_default",
 ]
@@ -177,21 +173,6 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> Conf
         harmless = key in HARMLESS_KEYS or (key in LENGTH_KEYS and length_ok)
         (changes.harmless if harmless else changes.altering)[key] = (old, new)
     return changes
-
-
-def mark_finished(output_dir: Path, global_step: int, args: Any) -> None:
-    """Record in ``run_info.json`` that training ended at ``global_step`` and the final model was saved."""
-    path = output_dir / RUN_INFO_FILE
-    info = read_json_object(path)
-    info["finished"] = {
-        "global_step": global_step,
-        "max_steps": args.max_steps,
-        "num_train_epochs": args.num_train_epochs,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    if isinstance(info.get("provenance"), dict):  # the code recorded when this call started training
-        info["finished"]["checkout_changed_during_run"] = code_changed(info["provenance"], provenance())
-    path.write_text(json.dumps(info, indent=2) + "\n")
 
 
 def _finished_at(output_dir: Path, args: Any) -> int | None:

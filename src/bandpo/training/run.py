@@ -28,36 +28,27 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
-import os
 import shutil
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bandpo._files import read_json_object
-from bandpo.models import MODELS, ModelUnavailableError, builtin_model_dir, is_builtin_model
-from bandpo.provenance import provenance
+from bandpo.models import builtin_model_dir, is_builtin_model
 from bandpo.rewards import SafeRewardFunc
 from bandpo.runtime import FLOAT32, Precision, completion_tokens_only, freed_memory_kept, precision_for
+from bandpo.training import preflight
 from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.data import build_prompt_dataset, load_problems
 from bandpo.training.expected_warnings import silence_expected_warnings, tied_weight_keys
-from bandpo.training.layout import CONFIG_FILE, METRICS_FILE, MODEL_CONFIG_FILE, RUN_INFO_FILE
+from bandpo.training.layout import CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE
 from bandpo.training.lock import OutputDirLock, check_unlocked
-from bandpo.training.resume import (
-    ConfigChanges,
-    ResumePlan,
-    mark_finished,
-    plan_resume,
-    trainer_default,
-)
+from bandpo.training.resume import ConfigChanges, ResumePlan, plan_resume
 from bandpo.training.rewards import answer_columns, build_rewards, check_rewards_on
-from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
+from bandpo.training.run_info import mark_finished, record_run_info, start_run_info
+from bandpo.training.tasks import build_task_model
 from bandpo.training.trainer_checks import (
     check_trainer_components,
     check_trainer_values,
@@ -106,147 +97,6 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
     return scan_checkpoints(output_dir).latest
 
 
-# ------------------------------------------------------------------------------------------------- checks
-def _world_size() -> int:
-    return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-
-
-def _is_main_rank() -> bool:
-    """Whether this process writes the run's files (rank 0 under accelerate / torchrun, or the only process)."""
-    return os.environ.get("RANK", "0") == "0"
-
-
-def _trainer_value(config: TrainConfig, name: str) -> Any:
-    """The value of trainer field ``name`` the run uses: the config's, or the ``BandPOConfig`` default."""
-    return config.trainer.get(name, trainer_default(name))
-
-
-def _check_batch(config: TrainConfig, world_size: int) -> None:
-    """TRL's rule, with the arithmetic spelled out: the generation batch holds whole groups."""
-
-    def get(name: str) -> Any:
-        return _trainer_value(config, name)
-
-    n = get("num_generations")
-    if n is None or n < 2:
-        raise ConfigError(
-            f"num_generations must be an integer >= 2 (GRPO standardises rewards within each group of completions "
-            f"of one prompt), got {n!r}"
-        )
-    per_device = get("per_device_train_batch_size")
-    accumulation = get("gradient_accumulation_steps")
-    steps = get("steps_per_generation")
-    generation_batch = get("generation_batch_size")
-    if steps is not None and generation_batch is not None:
-        raise ConfigError(
-            f"steps_per_generation={steps} and generation_batch_size={generation_batch} are both set; set one"
-        )
-    if generation_batch is None:
-        steps = accumulation if steps is None else steps
-        generation_batch = per_device * world_size * steps
-        how = (
-            f"per_device_train_batch_size ({per_device}) x processes ({world_size}) x steps_per_generation "
-            f"({steps}{' = gradient_accumulation_steps' if get('steps_per_generation') is None else ''})"
-        )
-    else:
-        how = "generation_batch_size"
-        if generation_batch % (per_device * world_size):
-            raise ConfigError(
-                f"generation_batch_size ({generation_batch}) must be a multiple of per_device_train_batch_size "
-                f"({per_device}) x processes ({world_size})"
-            )
-    if generation_batch % n:
-        raise ConfigError(
-            f"num_generations={n} must divide the generation batch: {how} = {generation_batch} completions, which "
-            f"is not a whole number of groups of {n}. Make per_device_train_batch_size x processes x "
-            "steps_per_generation a multiple of num_generations (e.g. per_device_train_batch_size="
-            f"{_suggest_batch(per_device, n)}), or change num_generations"
-        )
-
-
-def _suggest_batch(per_device: int, n: int) -> int:
-    return max(n, ((per_device + n - 1) // n) * n)
-
-
-def _looks_like_hub_id(path: str) -> bool:
-    parts = path.split("/")
-    return len(parts) == 2 and all(parts) and not path.startswith((".", "~")) and "\\" not in path
-
-
-def _check_model(config: TrainConfig) -> str | None:
-    """The model path to load (``None``: the task model, built later). Raises ``ConfigError`` if it is missing."""
-    model = config.model
-    if model.uses_task_model:
-        if config.data.task is None:
-            raise ConfigError(
-                f"model.path={model.path!r} means the built-in task's own model, but data.task is not set; set "
-                "model.path to a model directory (or a Hugging Face id), or data.task to "
-                f"{', '.join(TASKS.names())}"
-            )
-        spec = TASKS.get(config.data.task)
-        if spec.build_model is None:
-            raise ConfigError(f"task {spec.name!r} has no built-in model: set model.path")
-        if spec.check_model_options is not None:
-            try:
-                spec.check_model_options(model.warm_start)
-            except ValueError as err:
-                raise ConfigError(str(err)) from err
-        return None
-    if model.warm_start:
-        raise ConfigError(
-            f"model.warm_start={model.warm_start!r} applies to the task model only (model.path absent or 'tiny'), "
-            f"but model.path={model.path!r}"
-        )
-    if is_builtin_model(model.path):
-        try:
-            MODELS.get(str(model.path)).check()
-        except ModelUnavailableError as err:
-            raise ConfigError(f"model.path={model.path!r}: {err}") from err
-        cached = MODELS.get(str(model.path)).cached(_cache_dir(config))
-        return None if cached is None else str(cached)  # None: converted by the main process before training
-    path = Path(os.path.expandvars(str(model.path))).expanduser()
-    if path.is_dir():
-        if not (path / MODEL_CONFIG_FILE).is_file():
-            raise ConfigError(
-                f"model.path {str(model.path)!r} is a directory without config.json: not a transformers model "
-                f"directory (it holds: {', '.join(sorted(p.name for p in path.iterdir())[:20]) or 'nothing'})"
-            )
-        return str(path)
-    if path.exists():
-        raise ConfigError(f"model.path {str(model.path)!r} is a file; it must be a model directory")
-    if _looks_like_hub_id(str(model.path)):
-        from huggingface_hub import constants, try_to_load_from_cache
-
-        if constants.HF_HUB_OFFLINE:
-            cached = try_to_load_from_cache(str(model.path), MODEL_CONFIG_FILE)
-            if not isinstance(cached, str):
-                raise ConfigError(
-                    f"model.path {str(model.path)!r} is not a local directory and not in the Hugging Face cache, "
-                    "and HF_HUB_OFFLINE=1 forbids downloading it: download it first or point model.path at a "
-                    "local model directory"
-                )
-        return str(model.path)
-    raise ConfigError(
-        f"model.path {str(model.path)!r} does not exist (relative paths are relative to {Path.cwd()}); it must be "
-        f"a model directory, a Hugging Face id (org/name), a built-in model ({', '.join(MODELS.names())}) or 'tiny' "
-        "with data.task"
-    )
-
-
-def _cache_dir(config: TrainConfig) -> Path:
-    """Where task and built-in models are cached: ``model.cache_dir``, else the default cache directory."""
-    return Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
-
-
-def _load_tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
 def prepare(
     config: TrainConfig, resume: bool = False, overwrite: bool = False, allow_config_change: bool = False
 ) -> PreparedRun:
@@ -273,11 +123,11 @@ def prepare(
     if allow_config_change and not resume:
         raise ConfigError("allow_config_change applies to a resume only (--resume)")
     output_dir = config.output_dir
-    if _is_main_rank():
+    if preflight.is_main_rank():
         check_unlocked(output_dir)
-    world_size = _world_size()
-    check_trainer_values(lambda name: _trainer_value(config, name))
-    _check_batch(config, world_size)
+    world_size = preflight.world_size()
+    check_trainer_values(lambda name: preflight.trainer_value(config, name))
+    preflight.check_batch(config, world_size)
     method = config.training_method()
     try:
         args = method.config_class()(**config.trainer_kwargs())
@@ -287,7 +137,7 @@ def prepare(
         raise ConfigError(str(err)) from err
     check_trainer_components(args)
     rewards = build_rewards(config, args.reward_weights)
-    model_path = _check_model(config)
+    model_path = preflight.check_model(config)
     keys = answer_columns(rewards)
     problems = load_problems(
         config.data, need_answer="answer" in keys, answer_columns=sorted(keys - {"answer"})
@@ -317,7 +167,7 @@ def prepare(
         method=method,
     )
     if model_path is not None:  # the tokenizer is small: check the prompts against it now
-        prepared.tokenizer = _load_tokenizer(model_path)
+        prepared.tokenizer = preflight.load_tokenizer(model_path)
         prepared.dataset = build_prompt_dataset(problems, config.data, prepared.tokenizer)
     return prepared
 
@@ -396,20 +246,9 @@ def _data_source(config: TrainConfig) -> str:
     return ", ".join(config.data.paths)
 
 
-def _earlier_provenance(prepared: PreparedRun, output_dir: Path) -> list[dict[str, Any]]:
-    """When resuming, the code records of the earlier calls that trained this run (from the ``run_info.json``
-    about to be replaced), oldest first, each with the time it started; empty for a fresh run."""
-    if prepared.resume_from is None:
-        return []
-    old = read_json_object(output_dir / RUN_INFO_FILE)
-    earlier = [r for r in old.get("provenance_earlier") or [] if isinstance(r, dict)]
-    if isinstance(old.get("provenance"), dict):
-        earlier.append({"started": old.get("started"), **old["provenance"]})
-    return earlier
-
-
 def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output_dir: Path) -> None:
-    output_dir.mkdir(parents=True, exist_ok=True)
+    """``train_config.yaml`` and ``run_info.json`` at the start of training (:mod:`bandpo.training.run_info`),
+    after a note naming the settings changed since a resumed run started."""
     changes = prepared.resume_plan.changes if prepared.resume_plan else None
     changed = {**changes.altering, **changes.harmless} if changes else {}
     if changed:
@@ -418,28 +257,15 @@ def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output
             f"{ConfigChanges.describe(changed)}",
             file=sys.stderr,
         )
-    (output_dir / CONFIG_FILE).write_text(prepared.config.to_yaml())
-    info = {
-        "model_path": model_path,
-        "config_source": prepared.config.source,
-        "n_prompts": n_rows,
-        "world_size": prepared.world_size,
-        "resumed_from": str(prepared.resume_from) if prepared.resume_from else None,
-        "config_changed_on_resume": {k: list(v) for k, v in changed.items()} or None,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "argv": sys.argv,
-        "provenance": provenance(),
-        "provenance_earlier": _earlier_provenance(prepared, output_dir),
-    }
-    (output_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
-
-
-def _record_run_info(output_dir: Path, **values: Any) -> None:
-    """Add ``values`` to ``run_info.json`` (written by :func:`_write_run_files`)."""
-    path = output_dir / RUN_INFO_FILE
-    info = read_json_object(path)
-    info.update(values)
-    path.write_text(json.dumps(info, indent=2) + "\n")
+    start_run_info(
+        output_dir,
+        prepared.config,
+        model_path=model_path,
+        n_prompts=n_rows,
+        world_size=prepared.world_size,
+        resumed_from=prepared.resume_from,
+        changed=changed,
+    )
 
 
 def _cuda_available() -> bool:
@@ -561,7 +387,7 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
     if (
         model_path is None
     ):  # the task's or a built-in model: the main process builds it, the others read the cache
-        cache_dir = _cache_dir(config)
+        cache_dir = preflight.cache_dir(config)
         with args.main_process_first(desc="building the model"):
             if is_builtin_model(config.model.path):
                 built = builtin_model_dir(str(config.model.path), cache_dir, progress=is_main)
@@ -575,7 +401,7 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
                 )
         model_path = str(built)
     if prepared.tokenizer is None:
-        prepared.tokenizer = _load_tokenizer(model_path)
+        prepared.tokenizer = preflight.load_tokenizer(model_path)
         prepared.dataset = build_prompt_dataset(prepared.problems, config.data, prepared.tokenizer)
     n_rows = len(prepared.dataset)
     if is_main:
@@ -619,7 +445,7 @@ def _run_trainer(
     trainer.precision = precision_for(config.model.precision, trainer.model, on_gpu=on_gpu)
     if is_main:
         print(f"  precision  {trainer.precision.describe()}", flush=True)
-        _record_run_info(output_dir, precision=trainer.precision.record())
+        record_run_info(output_dir, precision=trainer.precision.record())
     if not args.disable_tqdm:  # same bar and ETA, one summary line per log instead of ~70 metrics
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(CompactProgressCallback())
