@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from bandpo.losses.clip_rules import clip_rule_params
+from bandpo.registry import did_you_mean
 
 __all__ = [
     "REFUSED_LOSS_TYPES",
@@ -19,6 +20,7 @@ __all__ = [
     "SUPPORTED_TRL",
     "check_loss_type",
     "check_trl_delta",
+    "loss_type_problem",
 ]
 
 SUPPORTED_TRL = ">=1.16,<1.17"
@@ -37,15 +39,32 @@ REFUSED_LOSS_TYPES = {
 """TRL loss types that cannot take per-token bounds, with the reason (shown in the error message)."""
 
 
-def check_loss_type(loss_type: object) -> None:
-    """``ValueError`` (one line: the value, why, the allowed ones) unless ``loss_type`` is one of
-    :data:`SUPPORTED_LOSS_TYPES`."""
-    if loss_type not in SUPPORTED_LOSS_TYPES:
-        reason = REFUSED_LOSS_TYPES.get(str(loss_type), "it is not a TRL 1.16 loss type")
-        raise ValueError(
-            f"loss_type={loss_type!r} cannot be used with a clip rule: {reason}. "
-            f"Allowed: {', '.join(SUPPORTED_LOSS_TYPES)}"
+def loss_type_problem(loss_type: object, where: str = "", how: str | None = None) -> str | None:
+    """The one-line message refusing TRL's ``loss_type`` next to a clip rule (``None``: one of
+    :data:`SUPPORTED_LOSS_TYPES`, allowed): an unknown name with a did-you-mean and TRL's loss types; a known one
+    with ``how`` (what to do instead; default: the reason of :data:`REFUSED_LOSS_TYPES`) and the allowed ones.
+    ``where``: appended to the name of the setting (e.g. `` (from the overrides)``)."""
+    if loss_type in SUPPORTED_LOSS_TYPES:
+        return None
+    known = [*SUPPORTED_LOSS_TYPES, *REFUSED_LOSS_TYPES]
+    if loss_type not in known:
+        return (
+            f"unknown loss_type {loss_type!r}{where}{did_you_mean(str(loss_type), known)}; TRL 1.16 loss types: "
+            f"{', '.join(known)}"
         )
+    how = how or REFUSED_LOSS_TYPES[str(loss_type)]
+    return (
+        f"loss_type={loss_type!r}{where} cannot be used with a clip rule: {how}. With a clip rule: "
+        f"{', '.join(SUPPORTED_LOSS_TYPES)}"
+    )
+
+
+def check_loss_type(loss_type: object) -> None:
+    """``ValueError`` with :func:`loss_type_problem`'s line unless ``loss_type`` is one of
+    :data:`SUPPORTED_LOSS_TYPES`."""
+    problem = loss_type_problem(loss_type)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def check_trl_delta(delta: Any, rule: str, where: str = "") -> None:

@@ -89,9 +89,8 @@ from bandpo.config import (
     unknown_key,
     where,
 )
-from bandpo.integrations.trl_spec import REFUSED_LOSS_TYPES, SUPPORTED_LOSS_TYPES, check_trl_delta
+from bandpo.integrations.trl_spec import REFUSED_LOSS_TYPES, check_trl_delta, loss_type_problem
 from bandpo.losses.method import TRL_RULE_SHORTCUTS
-from bandpo.registry import did_you_mean
 from bandpo.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
 from bandpo.training.sections import (
     DTYPES,
@@ -466,21 +465,17 @@ def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
         return [n for n in METHODS.trl_names() if TRL_METHODS.get(n).fixed.get(key) == value]
 
     loss_type = trainer.get("loss_type")
-    if loss_type is not None and loss_type not in SUPPORTED_LOSS_TYPES:
-        known = [*SUPPORTED_LOSS_TYPES, *REFUSED_LOSS_TYPES]
+    if loss_type is not None:
         methods = runs_it("loss_type", loss_type)
         if methods:
             how = f"select it with method: {methods[0]} (plain GRPOTrainer) instead of a clip rule"
-        elif loss_type in known:
+        elif loss_type in REFUSED_LOSS_TYPES:
             how = f"{REFUSED_LOSS_TYPES[loss_type]}; bandpo runs TRL's {', '.join(METHODS.trl_names())} as methods"
         else:
-            raise ConfigError(
-                f"unknown loss_type {loss_type!r}{where('loss_type')}{did_you_mean(loss_type, known)}; TRL 1.16 loss types: {', '.join(known)}"
-            )
-        raise ConfigError(
-            f"loss_type={loss_type!r}{where('loss_type')} cannot be used with a clip rule: {how}. With a clip rule: "
-            f"{', '.join(SUPPORTED_LOSS_TYPES)}"
-        )
+            how = None
+        problem = loss_type_problem(loss_type, where("loss_type"), how)
+        if problem is not None:
+            raise ConfigError(problem)
     level = trainer.get("importance_sampling_level")
     if level is not None and level != "token":
         methods = runs_it("importance_sampling_level", level)
