@@ -9,6 +9,8 @@ works without any of them installed:
   lives in ``trl_config``, what bandpo knows about TRL without importing it in ``trl_spec``.
 - ``bandpo.integrations.verl``: the verl policy-loss plugin (modes ``bandpo``, ``dcpo``, ``bandpo_<rule>``); verl's
   global step in ``verl_steps``, the TRL-next-to-verl check in ``verl_env``.
-- ``bandpo.integrations.skyrl``: every clip rule as a SkyRL policy loss (``bandpo``, ``bandpo_<rule>``); the section
-  ``trainer.algorithm.bandpo`` -> rule in ``skyrl_section``.
+- ``bandpo.integrations.skyrl``: every clip rule as a SkyRL policy loss (``bandpo``, ``bandpo_<rule>``) but
+  ``adaptive_band`` (SkyRL's loss call has no entropy); ``skyrl_section`` translates SkyRL's
+  ``trainer.algorithm`` (the section ``trainer.algorithm.bandpo`` and SkyRL's own ``eps_clip_low`` /
+  ``eps_clip_high``) into the ``ClipMethod`` with ``SKYRL_NAMES``, without importing SkyRL.
 """
