@@ -1,0 +1,52 @@
+"""Study 4's scripts against the pilot's exports, and the numbers docs/study.md quotes from them (the
+registration's power input and the pilot's token counts must be what the exports give)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from helpers import REPO
+
+PILOT = REPO / "docs" / "results" / "study4-pilot"
+STUDY_MD = (REPO / "docs" / "study.md").read_text()
+
+
+def _run(script: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / script), *args], capture_output=True, text=True, cwd=REPO
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_pilot_outcomes_give_the_spreads_the_registration_uses() -> None:
+    out = _run("pilot_outcomes.py")
+    assert "final: differences +3.12, -17.25, +10.56; mean -1.19, sd 14.40 points" in out
+    assert "curve 120 + final: differences -5.44, -6.38, +10.28; mean -0.51, sd 9.36 points" in out
+    assert "curve 120+160: differences -3.00, -4.75, +8.25; mean +0.17, sd 7.05 points" in out
+    for quoted in ("standard deviation 9.36 points", "gives 7.05", "mean@8 alone 14.40", "--sd 9.36"):
+        assert quoted in STUDY_MD, quoted
+
+
+def test_analysis_of_the_pilot_counts_the_tokens_study_md_quotes(tmp_path) -> None:
+    out = _run(
+        "study4_analysis.py",
+        *(str(PILOT / p) for p in ("p4", "p5", "p6")),
+        "--json",
+        str(tmp_path / "a.json"),
+    )
+    assert "primary, late mean@8: no pairs" in out  # the pilot did not evaluate at steps 120 / 140
+    assert "final mean@8: -1.19 points" in out and "sd 14.40" in out
+    rows = {tuple(line.split(" | ")[:2]): line for line in out.splitlines() if line.startswith("| ")}
+    for label, seed, clipped, tail in [
+        ("grpo", "403", "2,089 / 30,870", "1,325"),
+        ("grpo", "404", "2,127 / 32,416", "1,571"),
+        ("band-kl", "403", "684 / 25,356", "147"),
+        ("band-kl", "404", "777 / 26,632", "130"),
+        ("grpo", "402", "1,631 / 27,470", "1,104"),
+        ("band-kl", "402", "626 / 29,438", "122"),
+    ]:
+        row = rows[(f"| {label}", seed)]
+        assert clipped in row and f"| {tail} (" in row, row
+        assert clipped.replace(" / ", " of ") in STUDY_MD  # the pilot table quotes "N of M"
