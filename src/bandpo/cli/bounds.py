@@ -10,6 +10,7 @@ from typing import NoReturn
 import torch
 
 from bandpo.core import DIVERGENCES, band_bounds
+from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
 
 DEFAULT_P = (0.001, 0.01, 0.08, 0.2, 0.5, 0.9, 0.99)
 
@@ -22,9 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--divergence", nargs="+", default=DIVERGENCES.names(), choices=DIVERGENCES.names(), metavar="NAME",
         help=f"divergences (default: all): {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
-    parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius > 0 (default 0.05)")
     parser.add_argument(
-        "--cap", default="10", help="upper cap on hi, a number >= 1, or none for no cap (default 10)"
+        "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default {PAPER_DELTA})"
+    )
+    parser.add_argument(
+        "--cap",
+        default=f"{PAPER_CAP:g}",
+        help=f"upper cap on hi, a number >= 1, or none for no cap (default {PAPER_CAP:g})",
     )
 
 

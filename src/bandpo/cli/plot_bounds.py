@@ -7,6 +7,7 @@ import argparse
 from bandpo.cli._args import add_deprecated_spelling
 from bandpo.cli.bounds import check_delta_and_cap, usage_error
 from bandpo.core import DIVERGENCES
+from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,9 +17,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--divergence", nargs="+", default=["kl", "tv", "chi2", "hellinger"], choices=DIVERGENCES.names(),
         metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
-    parser.add_argument("--delta", type=float, default=0.05, help="trust-region radius > 0 (default 0.05)")
     parser.add_argument(
-        "--cap", default="10", help="upper cap, a number >= 1, or none for no cap (default 10)"
+        "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default {PAPER_DELTA})"
+    )
+    parser.add_argument(
+        "--cap",
+        default=f"{PAPER_CAP:g}",
+        help=f"upper cap, a number >= 1, or none for no cap (default {PAPER_CAP:g})",
     )
 
 

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from bandpo.losses.clip_rules import ClipRule
+from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA, ClipRule
 from bandpo.losses.method import ClipMethod, clip_method, freeze
 from bandpo.losses.schedule import RadiusSchedule
 
@@ -66,9 +66,9 @@ class _LossFields:
 
     divergence: str = "kl"
     """Band's divergence (``bandpo.DIVERGENCES.names()``), for the rules that have one (band)."""
-    delta: float = 0.05
+    delta: float = PAPER_DELTA
     """Band's trust-region radius, > 0 (the authors' 0.05)."""
-    cap: float | None = 10.0
+    cap: float | None = PAPER_CAP
     """Maximum of the upper bound, >= 1 (the authors' 10); ``None``: Band capped by ``1/p`` only (DCPO keeps 10)."""
     relax: bool = False
     """Band only: join SkyRL's fixed interval ``[1 - eps_clip_low, 1 + eps_clip_high]`` (an ablation: it hurts)."""

@@ -96,7 +96,7 @@ from torch import Tensor
 
 from bandpo.integrations.verl_env import TrlConflictWarning, trl_conflict
 from bandpo.integrations.verl_steps import record_global_steps, set_global_step, update_step
-from bandpo.losses.clip_rules import ClipRule, clip_rule_params
+from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA, ClipRule, clip_rule_params
 from bandpo.losses.diagnostics import check_diagnostics, metrics_to_floats
 from bandpo.losses.method import ClipMethod, clip_method, freeze, loss_names
 from bandpo.losses.policy_loss import TokenTerms, framework_metrics, per_token_policy_loss
@@ -177,8 +177,8 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
 
     loss_mode: str = "bandpo"
     divergence: str = "kl"
-    delta: float = 0.05
-    cap: float | None = 10.0
+    delta: float = PAPER_DELTA
+    cap: float | None = PAPER_CAP
     relax: bool = False
     method: str = "auto"
     delta_schedule: str = "constant"

@@ -33,6 +33,12 @@ from bandpo.core.divergences import Divergence
 from bandpo.registry import Registry
 from bandpo.validation import check_number_above, check_number_in, check_positive_number
 
+PAPER_DELTA = 0.05
+"""The authors' trust-region radius (BandPO's default and best value): the default of every Band radius."""
+
+PAPER_CAP = 10.0
+"""The authors' cap on the upper bound: the default of Band's and DCPO's ``cap``."""
+
 
 class ClipRule:
     """Base class: ``bounds(old_log_prob, entropy=None) -> (lo, hi)``, same shape and dtype as the input."""
@@ -134,7 +140,7 @@ class DCPOClip(ClipRule):
 
     eps_low: float = 0.16
     eps_high: float = 0.20
-    cap: float = 10.0
+    cap: float = PAPER_CAP
 
     def __post_init__(self) -> None:
         check_positive_number("eps_low", self.eps_low, allow_zero=True)
@@ -169,8 +175,8 @@ class BandClip(ClipRule):
     """
 
     divergence: str = "kl"
-    delta: float = 0.05
-    cap: float | None = 10.0
+    delta: float = PAPER_DELTA
+    cap: float | None = PAPER_CAP
     relax: tuple[float, float] | None = None
     method: str = "auto"
     check_values: bool = False
@@ -210,12 +216,12 @@ class AdaptiveBandClip(ClipRule):
     needs_entropy: ClassVar[bool] = True
 
     divergence: str = "kl"
-    delta: float = 0.05
+    delta: float = PAPER_DELTA
     entropy_ref: float = 1.0
     power: float = 0.5
     min_scale: float = 0.25
     max_scale: float = 4.0
-    cap: float | None = 10.0
+    cap: float | None = PAPER_CAP
     check_values: bool = False
 
     def __post_init__(self) -> None:
