@@ -73,6 +73,14 @@ def test_overrides() -> None:
         (["seeds.0=3"], r"seeds must be a non-empty list of integers >= 0, got \{'0': 3\}"),
         (["train.config=nope.yaml"], r"train.config 'nope.yaml' does not exist"),
         (["methods=[{label: 'a b', clip_rule: grpo}]"], r"label must be letters"),
+        (
+            ["methods=[{clip_rule: grpo, seeds: []}]"],
+            r"methods\[grpo\].seeds must be a non-empty list of integers",
+        ),
+        (
+            ["methods=[{clip_rule: grpo, seeds: [-1]}]"],
+            r"methods\[grpo\].seeds entries must be an integer >= 0, got -1",
+        ),
         (["eval.at_steps=5"], r"eval.at_steps \(from the overrides\) must be a list, got 5"),
         (["eval.at_steps=[0, 4]"], r"eval.at_steps entries must be an integer >= 1, got 0"),
         (["eval.at_steps=[4, 2]"], r"eval.at_steps must be increasing and distinct, got \[4, 2\]"),
@@ -188,3 +196,27 @@ def test_evaluations_at_steps_must_come_before_the_last_step() -> None:
         CONFIGS / "compare-tiny.yaml", ["eval.at_steps=[10, 59]", "train.overrides.max_steps=60"]
     )
     assert len(plan_runs(ok)) == len(ok.methods) * len(ok.seeds)
+
+
+def test_a_method_on_fewer_seeds_plans_only_those_the_config_also_lists() -> None:
+    """``methods[i].seeds``: the method runs on its own seeds that are also in the config's ``seeds`` (a ``seeds=``
+    override narrows every method), the others on all of them; the plan file records each method's seeds."""
+    from bandpo.experiments.compare import plan_runs
+
+    methods = (
+        "methods=[{label: grpo, clip_rule: grpo}, {label: ch, clip_rule: clip_higher, seeds: [1, 2, 9]}]"
+    )
+    config = load_compare_config(CONFIGS / "compare-tiny.yaml", [methods, "seeds=[0, 1, 2]"])
+    assert config.seeds_of(config.method("ch")) == [1, 2] and config.seeds_of(config.method("grpo")) == [
+        0,
+        1,
+        2,
+    ]
+    assert [(p.method.label, p.seed) for p in plan_runs(config)] == [
+        ("grpo", 0), ("grpo", 1), ("grpo", 2), ("ch", 1), ("ch", 2),
+    ]  # fmt: skip
+    assert (
+        config.method("ch").to_dict()["seeds"] == [1, 2, 9] and "seeds" not in config.method("grpo").to_dict()
+    )
+    narrowed = load_compare_config(CONFIGS / "compare-tiny.yaml", [methods, "seeds=[0]"])
+    assert [(p.method.label, p.seed) for p in plan_runs(narrowed)] == [("grpo", 0)]

@@ -141,3 +141,17 @@ def test_evaluations_at_steps_make_the_late_mean_the_main_metric(tmp_path: Path)
         in (report / "report.md").read_text()
     )
     assert "late mean@8 %" in (report / "results.md").read_text()
+
+
+def test_a_method_planned_on_fewer_seeds_is_not_missing_the_others(tmp_path: Path) -> None:
+    root = tmp_path / "cmp"
+    for seed in (0, 1, 2):
+        make_run(root, "grpo", "grpo", {}, seed, 0, 0.1, 0.0, heldout=False)
+    make_run(root, "ch", "clip_higher", {}, 0, 1, 0.1, 0.0, heldout=False)
+    data = ReportData.load(root, seeds=[0, 1, 2], method_seeds={"ch": [0, 1]})
+    assert data.missing == ["ch seed 1"]
+    assert ReportData.load(root, seeds=[0, 1, 2]).missing == ["ch seed 1", "ch seed 2"]
+    (root / "compare_plan.json").write_text(
+        json.dumps({"methods": [{"label": "ch", "seeds": [0]}], "seeds": [0, 1, 2]})
+    )
+    assert ReportData.load(root).missing == []  # the plan's seeds of the method

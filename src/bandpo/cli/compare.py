@@ -14,10 +14,10 @@ compare config keys (YAML; KEY=VALUE overrides with dotted keys):
   output_dir          where runs and the report go (runs/<label>/seed<seed>/, baseline/, report/)
   train.config        the training recipe (relative to the compare config), e.g. tiny.yaml
   train.overrides     training keys for every run, e.g. {max_steps: 60}; override one: train.overrides.max_steps=8
-  methods             list of {label, method, params}: a clip rule (method or clip_rule: band, params: its
+  methods             list of {label, method, params, seeds}: a clip rule (method or clip_rule: band, params: its
                       parameters) or a TRL-native method (method: cispo / sapo / gspo, params: the GRPOConfig
                       fields it takes, e.g. {epsilon_high: 5.0}); default: grpo, clip_higher, dcpo, band-kl,
-                      band-tv, band-chi2, adaptive_band
+                      band-tv, band-chi2, adaptive_band; seeds: a method's own seeds, when it runs on fewer
   seeds               e.g. [0, 1, 2]
   reference           the label the others are compared against (default grpo)
   eval.               k, ks, temperature, dataset, split, max_problems, verifier, prompt_column, answer_column,

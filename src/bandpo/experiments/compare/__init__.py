@@ -16,6 +16,7 @@ A compare config (YAML; ``key=value`` overrides with dotted keys apply on top, e
       - {label: grpo, clip_rule: grpo}
       - {label: band-kl, clip_rule: band, params: {divergence: kl, delta: 0.05}}
       - {label: cispo, method: cispo, params: {epsilon_high: 5.0}}   # TRL-native: plain GRPOTrainer
+      - {label: clip-higher, clip_rule: clip_higher, seeds: [0, 1]}  # on fewer seeds than the others
     seeds: [0, 1, 2]
     reference: grpo                        # the label the others are compared against (default: the first)
     eval: {k: 16, ks: [1, 4, 16], temperature: 1.0, max_problems: 200}   # final evaluation of every run

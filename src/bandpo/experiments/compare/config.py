@@ -47,12 +47,15 @@ class MethodSpec:
             TRL-native method takes (``{epsilon_high: 5.0}`` for cispo); empty: its defaults.
         method: any name of :data:`bandpo.training.methods.METHODS`: a clip rule or a TRL-native method (cispo,
             sapo, gspo). After construction: the method's name, whichever key named it.
+        seeds: this method's seeds, when it runs on fewer than the others (``None``: the config's ``seeds``); it
+            runs on those of them that are also in the config's ``seeds`` (:meth:`CompareConfig.seeds_of`).
     """
 
     label: str
     clip_rule: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     method: str | None = None
+    seeds: list[int] | None = None
 
     def __post_init__(self) -> None:
         from bandpo.training.methods import METHODS
@@ -64,6 +67,13 @@ class MethodSpec:
         if not isinstance(self.params, Mapping):
             raise CompareError(f"methods[{self.label}].params must be a mapping, got {self.params!r}")
         self.params = dict(self.params)
+        if self.seeds is not None:
+            if not isinstance(self.seeds, list) or not self.seeds:
+                raise CompareError(
+                    f"methods[{self.label}].seeds must be a non-empty list of integers >= 0, got {self.seeds!r}"
+                )
+            for seed in self.seeds:
+                check_int_in(f"methods[{self.label}].seeds entries", seed, 0, error=CompareError)
         if self.method is None and self.clip_rule is None:
             raise CompareError(
                 f"methods[{self.label}] needs method (a method name: {', '.join(METHODS.names())}) or clip_rule"
@@ -113,7 +123,8 @@ class MethodSpec:
     def to_dict(self) -> dict[str, Any]:
         """``{label, clip_rule | method, params}`` as a compare config lists it (``clip_rule`` for a clip rule)."""
         key = "clip_rule" if self.clip_rule is not None else "method"
-        return {"label": self.label, key: self.method, "params": copy.deepcopy(self.params)}
+        out = {"label": self.label, key: self.method, "params": copy.deepcopy(self.params)}
+        return out if self.seeds is None else {**out, "seeds": list(self.seeds)}
 
 
 DEFAULT_METHODS: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -253,6 +264,10 @@ class CompareConfig:
         if not isinstance(self.output_dir, str) or not self.output_dir.strip():
             raise CompareError(f"output_dir must be a directory path, got {self.output_dir!r}")
 
+    def seeds_of(self, method: MethodSpec) -> list[int]:
+        """The seeds ``method`` runs on: the config's ``seeds``, or those of them in the method's own ``seeds``."""
+        return [s for s in self.seeds if method.seeds is None or s in method.seeds]
+
     def method(self, label: str) -> MethodSpec:
         for m in self.methods:
             if m.label == label:
@@ -378,7 +393,7 @@ def load_compare_config(
     if not isinstance(methods_raw, list):
         raise CompareError(f"methods must be a list of {{label, method, params}}, got {methods_raw!r}")
     methods = []
-    keys = ("label", "method", "clip_rule", "params")
+    keys = ("label", "method", "clip_rule", "params", "seeds")
     for i, item in enumerate(methods_raw):
         if isinstance(item, str):
             item = {"method": item}
@@ -402,7 +417,13 @@ def load_compare_config(
         params = item.get("params") or {}
         label = item.get("label") or _default_label(str(name), params)
         methods.append(
-            MethodSpec(label=label, clip_rule=item.get("clip_rule"), params=params, method=item.get("method"))
+            MethodSpec(
+                label=label,
+                clip_rule=item.get("clip_rule"),
+                params=params,
+                method=item.get("method"),
+                seeds=item.get("seeds"),
+            )
         )
 
     seeds = data.get("seeds", [0])

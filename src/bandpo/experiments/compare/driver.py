@@ -151,6 +151,7 @@ def run_compare(
         smooth=config.smooth,
         methods=[m.label for m in config.methods],
         seeds=list(config.seeds),
+        method_seeds={m.label: config.seeds_of(m) for m in config.methods if m.seeds is not None},
         rules={m.label: (m.method, m.params) for m in config.methods},
     )
     say(f"bandpo compare: report in {report_dir / 'report.md'} and {report_dir / 'report.html'}")

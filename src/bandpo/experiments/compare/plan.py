@@ -99,7 +99,7 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
     plans = []
     for index, method in enumerate(config.methods):
         chosen = method.training_method()
-        for seed in config.seeds:
+        for seed in config.seeds_of(method):
             run_dir = out_root / "runs" / method.label / f"seed{seed}"
             d = copy.deepcopy(base_dict)
             # the recipe's method settings go, as when a config layer switches method
@@ -207,6 +207,7 @@ def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
         "reference": config.reference,
         "methods": [
             {"label": m.label, "method": m.method, "clip_rule": m.clip_rule, "params": m.params}
+            | ({} if m.seeds is None else {"seeds": config.seeds_of(m)})
             for m in config.methods
         ],
         "seeds": list(config.seeds),

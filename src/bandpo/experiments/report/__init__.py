@@ -74,6 +74,7 @@ def build_report(
     smooth: int = 1,
     methods: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
+    method_seeds: Mapping[str, Sequence[int]] | None = None,
     rules: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
     report_dir: str | Path | None = None,
     figures: bool = True,
@@ -86,6 +87,8 @@ def build_report(
         smooth: rolling-mean window (in logged points) of the training curves.
         methods: method labels in display order (default: the plan's, else the run specs' ``method_index``).
         seeds: the planned seeds (runs of these seeds that are missing are reported as missing).
+        method_seeds: ``label -> seeds`` of the methods planned on other seeds than ``seeds`` (default: the
+            plan's, for methods that name their own seeds).
         rules: ``label -> (clip_rule, params)`` for the bounds figure (default: from the run specs).
         report_dir: where to write (default ``<output_dir>/report``).
         figures: draw the PNGs (``False``: tables and text only, e.g. for a quick look).
@@ -94,7 +97,13 @@ def build_report(
         ValueError: no run directory in ``output_dir``.
     """
     data = ReportData.load(
-        output_dir, reference=reference, smooth=smooth, methods=methods, seeds=seeds, rules=rules
+        output_dir,
+        reference=reference,
+        smooth=smooth,
+        methods=methods,
+        seeds=seeds,
+        method_seeds=method_seeds,
+        rules=rules,
     )
     report_dir = Path(report_dir) if report_dir else data.output_dir / REPORT_DIR
     fig_dir = report_dir / "figures"

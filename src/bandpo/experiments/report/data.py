@@ -121,6 +121,7 @@ class ReportData:
         smooth: int = 1,
         methods: Sequence[str] | None = None,
         seeds: Sequence[int] | None = None,
+        method_seeds: Mapping[str, Sequence[int]] | None = None,
         rules: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
     ) -> ReportData:
         """Read ``output_dir`` (arguments as :func:`bandpo.experiments.report.build_report`'s).
@@ -139,6 +140,11 @@ class ReportData:
         order += [label for label in dict.fromkeys(r.label for r in runs) if label not in order]
         labels = [label for label in order if any(r.label == label for r in runs)]
         seeds = list(seeds or plan.get("seeds") or sorted({r.seed for r in runs}))
+        if method_seeds is None:
+            method_seeds = {
+                m["label"]: m["seeds"] for m in plan.get("methods", []) if isinstance(m.get("seeds"), list)
+            }
+        planned = {label: list(method_seeds.get(label, seeds)) for label in labels}
         reference = reference or plan.get("reference") or ("grpo" if "grpo" in labels else labels[0])
         if reference not in labels:
             reference = labels[0]
@@ -212,7 +218,7 @@ class ReportData:
             missing=[
                 f"{label} seed {seed}"
                 for label in labels
-                for seed in seeds
+                for seed in planned[label]
                 if not any(r.seed == seed for r in done_groups[label])
             ],
             colors={label: _PALETTE[i % len(_PALETTE)] for i, label in enumerate(labels)},
