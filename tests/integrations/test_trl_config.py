@@ -169,7 +169,10 @@ def test_config_from_command_line(tmp_path: Path) -> None:
         ({"loss_type": "sapo"}, r"loss_type='sapo' cannot be used.*soft sigmoid gate"),
         ({"loss_type": "vespo"}, r"loss_type='vespo' cannot be used.*Gamma"),
         ({"loss_type": "luspo"}, r"loss_type='luspo' cannot be used.*sequence-level"),
-        ({"loss_type": "not_a_loss"}, r"unknown loss_type 'not_a_loss'; TRL 1\.16 loss types: grpo, bnpo, dr_grpo, dapo, cispo"),
+        (
+            {"loss_type": "not_a_loss"},
+            r"unknown loss_type 'not_a_loss'; TRL 1\.16 loss types: grpo, bnpo, dr_grpo, dapo, cispo",
+        ),
         ({"epsilon": 0.3}, r"epsilon=0\.3 / epsilon_high=None are TRL's fixed clip range"),
         ({"epsilon_high": 0.28}, r"epsilon_high=0\.28 are TRL's fixed clip range.*clip_rule='grpo'"),
         ({"diagnostics": "all"}, r"diagnostics must be one of full, basic, none, got 'all'"),
@@ -186,8 +189,8 @@ def test_trl_delta_at_or_below_one_is_refused_next_to_a_band_rule(
     tmp_path: Path, rule: str, delta: float
 ) -> None:
     """TRL's own ``delta`` (its two-sided clamp) at or below 1 next to a rule with a radius is Band's radius under
-    TRL's name: ``BandPOConfig`` refuses it in one line naming ``band_delta``; an upper clamp > 1 stays, and rules
-    without a radius keep TRL's ``delta`` as it is."""
+    TRL's name: ``BandPOConfig`` refuses it in one line naming ``band_delta``; an upper clamp > 1 stays. Rules
+    without a radius refuse it too (TRL does not check it), with the other message."""
     kwargs: dict[str, Any] = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, clip_rule=rule)
     with pytest.raises(
         ValueError, match=r"^delta=.* is TRL's two-sided clamp.*takes its radius from band_delta"
@@ -195,7 +198,11 @@ def test_trl_delta_at_or_below_one_is_refused_next_to_a_band_rule(
         BandPOConfig(**kwargs, delta=delta)
     assert "\n" not in str(err.value)
     assert BandPOConfig(**kwargs, delta=10.0).delta == 10.0
-    assert BandPOConfig(**{**kwargs, "clip_rule": "grpo"}, delta=delta).clip_rule == "grpo"
+    with pytest.raises(
+        ValueError, match=r"^delta=.* is TRL's two-sided clamp.*: it must be a finite number > 1"
+    ):
+        BandPOConfig(**{**kwargs, "clip_rule": "grpo"}, delta=delta)
+    assert BandPOConfig(**{**kwargs, "clip_rule": "grpo"}, delta=1.5).delta == 1.5
 
 
 @pytest.mark.parametrize("loss_type", bandpo_trl.SUPPORTED_LOSS_TYPES)

@@ -226,6 +226,22 @@ def test_trl_delta_as_a_radius_is_refused_next_to_a_band_rule(rule: str, value: 
     assert load_train_config(TINY, [f"clip_rule={rule}", "delta=10"]).trainer["delta"] == 10.0
 
 
+@pytest.mark.parametrize(
+    "overrides", [["clip_rule=grpo"], ["clip_rule=dcpo"], ["clip_rule=dppo_kl"], ["method=gspo"]]
+)
+@pytest.mark.parametrize("value", ["-1", "0.5", "1", "nan"])
+def test_trl_delta_at_or_below_one_is_refused_for_every_method(overrides: list[str], value: str) -> None:
+    """TRL does not check its ``delta``: a clamp of the ratio at or below 1 would silently change the objective of
+    any rule or TRL-native method. Refused at load time in one line; the radius's name is given."""
+    with pytest.raises(ConfigError) as err:
+        load_train_config(TINY, [*overrides, f"delta={value}"])
+    assert str(err.value) == (
+        f"delta={float(value)!r} (from the overrides) is TRL's two-sided clamp of the ratio (GRPOConfig.delta, "
+        "INTELLECT-2's): it must be a finite number > 1 (an upper clamp of the ratio, e.g. 10) or null; Band's radius "
+        "is band_delta, with clip_rule: band"
+    )
+
+
 @pytest.mark.parametrize("overrides", [["clip_rule=grpo", "delta=1.5"], ["method=gspo", "delta=1.5"]])
 def test_trl_delta_stays_available_to_methods_without_a_radius(overrides: list[str]) -> None:
     config = load_train_config(TINY, overrides)

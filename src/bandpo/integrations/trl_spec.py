@@ -67,22 +67,29 @@ def check_loss_type(loss_type: object) -> None:
         raise ValueError(problem)
 
 
-def check_trl_delta(delta: Any, rule: str, where: str = "") -> None:
-    """TRL's own ``delta`` (``GRPOConfig.delta``, INTELLECT-2's two-sided clamp of the ratio) next to clip rule
-    ``rule``: refused at or below 1 (or not finite) when the rule has a radius ``delta`` (``band``,
-    ``adaptive_band``), since that is Band's radius written under TRL's name; ``None`` and an upper clamp > 1
-    (the real-scale recipes' ``delta: 10``, verl's dual clip c) pass. ``where``: appended to ``delta=...`` in the
-    message (e.g. `` (from the overrides)``).
+def check_trl_delta(delta: Any, rule: str | None, where: str = "") -> None:
+    """TRL's own ``delta`` (``GRPOConfig.delta``, INTELLECT-2's two-sided clamp: the ratio of a token with negative
+    advantage is clamped at ``delta`` from above) must be ``None`` or a finite number > 1: TRL does not check it, and
+    a clamp at or below 1 silently changes the objective of every rule. Next to a rule with a radius ``delta``
+    (``band``, ``adaptive_band``) such a value is Band's radius written under TRL's name, and the message says where
+    the radius goes. ``rule``: the clip rule, or ``None`` for a TRL-native method (``method: gspo``). ``where``:
+    appended to ``delta=...`` in the message (e.g. `` (from the overrides)``).
 
     Raises:
-        ValueError: one line naming ``delta``, the value, ``band_delta`` and what TRL's ``delta`` may be.
+        ValueError: one line naming ``delta``, the value, what TRL's ``delta`` may be and ``band_delta``.
     """
-    if delta is None or "delta" not in clip_rule_params(rule):
+    if delta is None:
         return
     if isinstance(delta, (int, float)) and not isinstance(delta, bool) and math.isfinite(delta) and delta > 1:
         return
+    head = f"delta={delta!r}{where} is TRL's two-sided clamp of the ratio (GRPOConfig.delta, INTELLECT-2's)"
+    if rule is not None and "delta" in clip_rule_params(rule):
+        raise ValueError(
+            f"{head}, not Band's radius: clip_rule={rule!r} takes its radius from band_delta (or "
+            "clip_rule_kwargs.delta); next to a Band rule TRL's delta must be a finite number > 1 (an upper clamp of "
+            "the ratio, e.g. 10) or null"
+        )
     raise ValueError(
-        f"delta={delta!r}{where} is TRL's two-sided clamp of the ratio (GRPOConfig.delta, INTELLECT-2's), not "
-        f"Band's radius: clip_rule={rule!r} takes its radius from band_delta (or clip_rule_kwargs.delta); next to a "
-        "Band rule TRL's delta must be a finite number > 1 (an upper clamp of the ratio, e.g. 10) or null"
+        f"{head}: it must be a finite number > 1 (an upper clamp of the ratio, e.g. 10) or null; Band's radius is "
+        "band_delta, with clip_rule: band"
     )

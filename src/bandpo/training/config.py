@@ -46,9 +46,10 @@ old one has no effect when the config sets the new one too); the old name of a f
 
 A clip rule's parameters are set once: a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets are refused
 together (``configs/tiny.yaml`` sets ``band_delta``, so its radius is overridden with ``band_delta=0.1``), and TRL's
-own ``delta`` (GRPOConfig's two-sided clamp of the ratio, INTELLECT-2's) at or below 1, a radius set under TRL's
-name, is refused with a rule that has a radius ``delta`` (``band``, ``adaptive_band``; ``delta: 10``, an upper clamp
-as verl's dual clip, stays allowed); other methods keep TRL's behaviour.
+own ``delta`` (GRPOConfig's two-sided clamp of the ratio, INTELLECT-2's) at or below 1 is refused with every method
+(TRL does not check it); next to a rule with a radius ``delta`` (``band``, ``adaptive_band``) the message names
+``band_delta``, since such a value is a radius set under TRL's name (``delta: 10``, an upper clamp as verl's dual
+clip, stays allowed).
 
 An unknown key raises :class:`ConfigError` naming the closest valid key; every check here is on the config
 alone (no file other than the config is read; ``output_dir`` is only looked at: it must be a directory or not exist
@@ -290,6 +291,7 @@ class TrainConfig:
         if self.method is not None:
             try:
                 TRL_METHODS.get(self.method).check_trainer(self.trainer, at)
+                check_trl_delta(self.trainer.get("delta"), None, at("delta"))
             except ValueError as err:
                 raise ConfigError(str(err)) from err
         else:
@@ -487,10 +489,10 @@ def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
 
 
 def _check_rule_params(trainer: Mapping[str, Any], rule: str, where: Any) -> None:
-    """The rule's parameters set once: TRL's ``delta`` (its two-sided clamp) at or below 1 is refused next to a Band
-    rule, whose radius is also called ``delta``; a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets
+    """The rule's parameters set once: TRL's ``delta`` (its two-sided clamp) at or below 1 is refused (next to a Band
+    rule, whose radius is also called ``delta``, naming band_delta); a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets
     are refused together (naming the shortcut, which the recipes use)."""
-    try:  # a clamp of the ratio at or below 1 is a radius set under TRL's name; delta: 10 (dual clip) stays allowed
+    try:  # a clamp of the ratio at or below 1 (a radius set under TRL's name?); delta: 10 (dual clip) stays allowed
         check_trl_delta(trainer.get("delta"), rule, where("delta"))
     except ValueError as err:
         raise ConfigError(str(err)) from None
