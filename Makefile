@@ -66,7 +66,7 @@ bench-skyrl: $(SKYRL_VENV)/.installed
 gpu-check: setup
 	mkdir -p runs/gpu-check
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m gpu --junitxml=runs/gpu-check/pytest.xml
-	$(BIN)/bandpo bench --json runs/gpu-check/bench.json
+	$(BIN)/bandpo bench --output runs/gpu-check/bench.json
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(BIN)/bandpo demo
@@ -76,7 +76,7 @@ demo-llm: setup
 	HF_HUB_OFFLINE=1 $(BIN)/bandpo demo --model smollm2-135m
 
 bench: setup
-	$(BIN)/bandpo bench --json runs/bench.json
+	$(BIN)/bandpo bench --output runs/bench.json
 
 compare: setup
 	$(BIN)/bandpo compare --config configs/compare-tiny.yaml

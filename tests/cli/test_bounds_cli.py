@@ -146,7 +146,7 @@ def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
 def test_bench_smoke(tmp_path: Path) -> None:
     out = bandpo(
         "bench", "--sizes", "4096", "--repeats", "1", "--accuracy-points", "2000", "--loss-shape", "4", "64",
-        "--verl-shape", "4", "32", "--skip-train", "--json", str(tmp_path / "b.json"),
+        "--verl-shape", "4", "32", "--skip-train", "--output", str(tmp_path / "b.json"),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads((tmp_path / "b.json").read_text())

@@ -83,6 +83,19 @@ def test_eval_file_with_unparsable_answers(model_dir: Path, tmp_path: Path) -> N
             "ks entry 16 is larger than k=8, the number of samples",
         ),
         (["--model", "{model}", "--dataset", "{tmp}/d.jsonl"], "answer_column='answer' is not a column of"),
+        # output paths are checked before the evaluation, which writes only at its end
+        (
+            ["--model", "{model}", "--output", "{tmp}"],
+            "--output '{tmp}' is a directory; it must be a file path",
+        ),
+        (
+            ["--model", "{model}", "--output", "{tmp}/d.jsonl/r.json"],
+            "--output '{tmp}/d.jsonl/r.json' is inside '{tmp}/d.jsonl', which is a file; its folder must be a",
+        ),
+        (
+            ["--model", "{model}", "--output", "{tmp}/r.json", "--save-samples", "{tmp}/d.jsonl/s.jsonl"],
+            "--save-samples '{tmp}/d.jsonl/s.jsonl' is inside '{tmp}/d.jsonl', which is a file",
+        ),
     ],
 )
 def test_eval_errors_name_the_problem(model_dir: Path, tmp_path: Path, args: list[str], message: str) -> None:

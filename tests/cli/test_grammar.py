@@ -62,6 +62,7 @@ def test_help_shows_defaults_and_keeps_the_epilog_layout(capsys: pytest.CaptureF
         ("probe", "--output", "--output-dir", "output_dir"),
         ("mechanism", "--output", "--output-dir", "output_dir"),
         ("plot-bounds", "--out", "--output", "output"),
+        ("bench", "--json", "--output", "output"),
     ],
 )
 def test_old_output_spellings_still_work(
@@ -72,12 +73,13 @@ def test_old_output_spellings_still_work(
     base = ["--model", "m"] if command == "probe" else []
     parser = build_parser([command])
     args = parse_args(parser, [command, *base, old, "x/y"])
-    assert getattr(args, dest) == "x/y"
+    assert str(getattr(args, dest)) == "x/y"
     assert capsys.readouterr().err == f"bandpo {command}: {old} is now {new}\n"
     args = parse_args(parser, [command, *base, new, "x/z"])
-    assert getattr(args, dest) == "x/z" and capsys.readouterr().err == ""
+    assert str(getattr(args, dest)) == "x/z" and capsys.readouterr().err == ""
     default = parse_args(parser, [command, *base])
-    assert getattr(default, dest) == parser._subparsers._group_actions[0].choices[command].get_default(dest)
+    sub = parser._subparsers._group_actions[0].choices[command]
+    assert getattr(default, dest) == sub._option_string_actions[new].default
 
 
 def test_plot_bounds_old_out_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,3 +115,39 @@ def test_task_options_read_json_too() -> None:
     from bandpo.cli._args import yaml_mapping
 
     assert yaml_mapping("--x", '{"digits": [1, 2]}', "{}") == yaml_mapping("--x", "{digits: [1, 2]}", "{}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["probe", "--model", "m", "--output-dir", "{file}"],
+            "--output-dir '{file}' is a file; it must be a directory",
+        ),
+        (
+            ["probe", "--model", "m", "--output-dir", "{file}/sub"],
+            "--output-dir '{file}/sub' is inside '{file}', which is a file",
+        ),
+        (["bench", "--output", "{tmp}"], "--output '{tmp}' is a directory; it must be a file path"),
+        (
+            ["bench", "--output", "{file}/b.json"],
+            "--output '{file}/b.json' is inside '{file}', which is a file",
+        ),
+    ],
+)
+def test_output_paths_are_checked_before_the_work(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output path that cannot be written is refused in one line before minutes of work (the probe loads a
+    model, the bench times for minutes); nothing is written."""
+    file = tmp_path / "a_file"
+    file.write_text("x")
+    fill = {"tmp": str(tmp_path), "file": str(file)}
+    try:
+        code = main([a.format(**fill) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"bandpo {argv[0]}: error: {message.format(**fill)}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]

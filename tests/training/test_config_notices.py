@@ -106,15 +106,41 @@ def test_every_renamed_field_is_tested() -> None:
         (
             "gradient_checkpointing_kwargs={use_reentrant: false}",
             "gradient_checkpointing_kwargs={'use_reentrant': False} (from the overrides) is the old name of "
-            "activation_checkpointing_kwargs (renamed in transformers 5; the old name still works for now): write "
-            "activation_checkpointing_kwargs={'use_reentrant': False}",
+            "activation_checkpointing_kwargs (renamed in transformers 5; read as activation_checkpointing_kwargs): "
+            "write activation_checkpointing_kwargs={'use_reentrant': False}",
         ),
     ],
 )
 def test_old_names_transformers_still_reads_warn(override: str, message: str) -> None:
     config, lines = notices(lambda: load_train_config(TINY, [override]))
     assert lines == [message]
-    assert override.split("=")[0] in config.trainer  # kept: transformers still reads it
+    old = override.split("=")[0]
+    assert old not in config.trainer  # one name: the new one, with the value transformers would resolve
+    new = RENAMED_FIELDS[old].new
+    expected = {
+        "activation_checkpointing": False,
+        "activation_checkpointing_kwargs": {"use_reentrant": False},
+    }
+    assert config.trainer[new] == expected[new]  # tiny.yaml's False wins over the old name's True
+
+
+def test_the_old_checkpointing_name_is_used_when_the_new_one_is_null() -> None:
+    """transformers reads the old name when the new one is None: so does the config, and the warning says so
+    (it once said the old name had no effect, while the run got True); the trainer sees only the new name (no
+    FutureWarning from transformers), and the config printout lists only it."""
+    config, lines = notices(
+        lambda: load_train_config(TINY, ["activation_checkpointing=null", "gradient_checkpointing=true"])
+    )
+    assert lines == [
+        "gradient_checkpointing=True (from the overrides) is used: it is the old name of activation_checkpointing "
+        "(renamed in transformers 5), which the config sets to null (from the overrides), and null leaves it to "
+        "the old name; write activation_checkpointing=True only"
+    ]
+    assert (
+        "gradient_checkpointing" not in config.trainer and config.trainer["activation_checkpointing"] is True
+    )
+    kwargs = config.trainer_kwargs()
+    assert "gradient_checkpointing" not in kwargs and kwargs["activation_checkpointing"] is True
 
 
 def test_the_old_checkpointing_name_alone_still_works(tmp_path: Path) -> None:
@@ -122,7 +148,7 @@ def test_the_old_checkpointing_name_alone_still_works(tmp_path: Path) -> None:
     config, lines = notices(lambda: load_train_config(path))
     assert lines == [
         f"gradient_checkpointing=False (in {path}:2) is the old name of activation_checkpointing (renamed in "
-        "transformers 5; the old name still works for now): write activation_checkpointing=False"
+        "transformers 5; read as activation_checkpointing): write activation_checkpointing=False"
     ]
     assert config.trainer_kwargs()["activation_checkpointing"] is False
 

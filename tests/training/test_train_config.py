@@ -97,7 +97,7 @@ def test_real_scale_recipes_mirror_the_authors(name: str) -> None:
         ("learning_rate=1e-5", lambda c: c.trainer["learning_rate"], 1e-5),
         ("max_steps=7", lambda c: c.trainer["max_steps"], 7),
         ("logging_steps=2", lambda c: c.trainer["logging_steps"], 2.0),
-        ("gradient_checkpointing=true", lambda c: c.trainer["gradient_checkpointing"], True),
+        ("activation_checkpointing=true", lambda c: c.trainer["activation_checkpointing"], True),
         ("band_relax=[0.2, 0.28]", lambda c: c.trainer["band_relax"], [0.2, 0.28]),
         ("max_completion_length=null", lambda c: c.trainer["max_completion_length"], None),
         ("report_to=[tensorboard, wandb]", lambda c: c.trainer["report_to"], ["tensorboard", "wandb"]),

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from bandpo.cli._args import add_deprecated_spelling
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24], help="token counts")
@@ -51,7 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "configs/smollm2-arith.yaml part by part against the matmul floor, float32 vs bf16, and two processes at "
         "one thread against one at two",
     )
-    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        default=None,
+        help="also write the rows as JSON to this file (default: none)",
+    )
+    add_deprecated_spelling(parser, "--json", "--output")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,9 +68,14 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from bandpo._files import output_file_problem
+    from bandpo.cli.bounds import usage_error
     from bandpo.experiments import bench
 
     sys.stdout.reconfigure(line_buffering=True)  # progress shows even when redirected to a file
+    problem = None if args.output is None else output_file_problem(args.output, "--output")
+    if problem is not None:  # before minutes of timing, which write only at the end
+        usage_error("bench", problem)
 
     from bandpo.provenance import provenance
 
@@ -117,9 +131,9 @@ def run(args: argparse.Namespace) -> int:
         )
         for r in train_rows:
             print(f"{r['case']:<30} {r['ms']:>10.1f} {r['x_grpo']:>8.3f}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(
             json.dumps(
                 {
                     "provenance": code,
@@ -219,7 +233,7 @@ def _run_real_model(args: argparse.Namespace, code: dict) -> int:
         f"{pair['two_processes_one_thread']:.3f}, one process at two threads {pair['one_process_two_threads']:.3f} "
         f"({pair['ratio']:.2f}x)"
     )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"provenance": code, **out, "side_by_side": pair}, indent=1))
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps({"provenance": code, **out, "side_by_side": pair}, indent=1))
     return 0

@@ -131,6 +131,18 @@ def _task_options(text: str | None) -> dict[str, Any] | None:
         raise EvalError(str(err)) from None
 
 
+def _check_outputs(output: Path, samples: str | None) -> None:
+    """The results file (``--output``) and the samples file (``--save-samples``) can be written: neither is a
+    directory nor below a file. Raises ``EvalError`` naming the flag."""
+    from bandpo._files import output_file_problem
+    from bandpo.eval.errors import EvalError
+
+    for flag, path in (("--output", output), ("--save-samples", samples)):
+        problem = None if path is None else output_file_problem(path, flag)
+        if problem is not None:
+            raise EvalError(problem)
+
+
 def run(args: argparse.Namespace) -> int:
     from bandpo.eval.datasets import resolve_eval_datasets
     from bandpo.eval.errors import EvalError
@@ -155,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
         )
         options = _task_options(args.task_options)
         model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
+        output = Path(args.output) if args.output else model / "eval_results.json"
+        _check_outputs(output, args.save_samples)  # before the work, which writes only at its end
         if args.threads is not None:
             check_int_in("--threads", args.threads, 1, error=EvalError)
             import torch
@@ -186,7 +200,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"bandpo eval: error: {err}", file=sys.stderr)
         return 2
     samples = results.pop("samples", None)
-    output = Path(args.output) if args.output else model / "eval_results.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2) + "\n")
     if samples is not None:

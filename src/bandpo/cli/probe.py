@@ -68,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bandpo._files import output_dir_problem
     from bandpo.eval.errors import EvalError
     from bandpo.experiments.llm_probe import ProbeConfig
 
@@ -92,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             split=args.split,
         )
+        problem = output_dir_problem(
+            args.output_dir, "--output-dir"
+        )  # before the work, which writes at its end
+        if problem is not None:
+            raise ValueError(problem)
     except ValueError as err:
         return fail(str(err))
     try:

@@ -219,30 +219,34 @@ def _merge_overrides(values: dict[str, Any], origins: dict[str, str], layer: Lay
         _warn(_switch_notice(layer, old, dropped))
 
 
-def _check_renamed(trainer: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+def _check_renamed(trainer: dict[str, Any], origins: Mapping[str, str]) -> None:
     """Old names of renamed TRL / transformers fields (:data:`bandpo.training.trl_fields.RENAMED_FIELDS`): one line
-    naming the new one, a :class:`ConfigError` for a refused name, else a :class:`ConfigWarning` (which says the old
-    name has no effect when the config sets the new one too: the new one wins)."""
+    naming the new one, a :class:`ConfigError` for a refused name, else a :class:`ConfigWarning`, and the old key is
+    replaced by the new one in ``trainer`` (so the printout and the trainer see one name). The value is resolved as
+    transformers does: the new name's, unless it is unset or null, when the old name's value is used."""
     for old, renamed in RENAMED_FIELDS.items():
         if old not in trainer:
             continue
-        value, at = trainer[old], where(origins, old)
+        value, at = trainer.pop(old), where(origins, old)
+        new, was = renamed.new, f"it is the old name of {renamed.new} (renamed in {renamed.renamed_in})"
         if renamed.refused:
-            raise ConfigError(
-                f"{old}={value!r} ({at}) is the old name of {renamed.new} (renamed in {renamed.renamed_in}): "
-                f"write {renamed.new}={value!r}"
-            )
-        if renamed.new in trainer:
+            raise ConfigError(f"{old}={value!r} ({at}) is the old name of {new} (renamed in {renamed.renamed_in}): "
+                              f"write {new}={value!r}")  # fmt: skip
+        if trainer.get(new) is not None:
             _warn(
-                f"{old}={value!r} ({at}) has no effect: it is the old name of {renamed.new} (renamed in "
-                f"{renamed.renamed_in}), which the config also sets ({renamed.new}={trainer[renamed.new]!r}, "
-                f"{where(origins, renamed.new)}) and which wins; set {renamed.new} only"
+                f"{old}={value!r} ({at}) has no effect: {was}, which the config also sets ({new}={trainer[new]!r}, "
+                f"{where(origins, new)}) and which wins; set {new} only"
+            )
+            continue
+        if new in trainer:  # set to null: transformers then reads the old name
+            _warn(
+                f"{old}={value!r} ({at}) is used: {was}, which the config sets to null ({where(origins, new)}), "
+                f"and null leaves it to the old name; write {new}={value!r} only"
             )
         else:
-            _warn(
-                f"{old}={value!r} ({at}) is the old name of {renamed.new} (renamed in {renamed.renamed_in}; the "
-                f"old name still works for now): write {renamed.new}={value!r}"
-            )
+            _warn(f"{old}={value!r} ({at}) is the old name of {new} (renamed in {renamed.renamed_in}; read as "
+                  f"{new}): write {new}={value!r}")  # fmt: skip
+        trainer[new] = value
 
 
 # ---------------------------------------------------------------------------------------------- the config

@@ -12,7 +12,7 @@ values, and a class of another library is a stand-in of the same name that no co
 lines to paste when TRL changes.
 
 :data:`RENAMED_FIELDS`: fields TRL or transformers renamed, still fields under the old name; a config that writes
-the old name gets a one-line warning (the old name still works) or error (it no longer should) naming the new one.
+the old name gets a one-line warning (it is read as the new one) or error (it no longer should) naming the new one.
 """
 
 from __future__ import annotations
