@@ -51,7 +51,7 @@ def test_help_shows_defaults_and_keeps_the_epilog_layout(capsys: pytest.CaptureF
         main(["probe", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert "--output-dir OUTPUT_DIR" in out and "(default runs/probe)" in out
+    assert "--output-dir OUTPUT_DIR" in out and "(default: runs/probe)" in out
     assert "--output OUTPUT" not in out  # the old spelling is hidden
     assert "\nexamples:\n  bandpo probe --model" in out  # the epilog is printed as written
 
@@ -151,3 +151,24 @@ def test_output_paths_are_checked_before_the_work(
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"bandpo {argv[0]}: error: {message.format(**fill)}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+@pytest.mark.parametrize("command", ["probe", "eval"])
+def test_unknown_task_option_is_named_as_the_command_spells_it(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown key of ``--task-options`` is named ``task_options.KEY`` (not the train config's
+    ``data.task_options.KEY``), with the closest valid key, in one line."""
+    from helpers.tiny import save_countdown_model_dir
+
+    # probe reads the task before the model; eval checks the model directory first
+    model = "smollm2-135m" if command == "probe" else str(save_countdown_model_dir(tmp_path))
+    capsys.readouterr()  # saving the model writes a progress bar
+    argv = [command, "--model", model, "--dataset", "arith", "--task-options", "{digitz: [1]}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"bandpo {command}: error: task_options for task 'arith': unknown config key 'task_options.digitz' (did "
+        "you mean 'task_options.digits'?). Keys of task_options: digits, second_digits, operators, nonnegative, "
+        "n_train, n_test, seed"
+    ]

@@ -55,5 +55,16 @@ def test_resolve_model_dir(tmp_path: Path, model_dir: Path) -> None:
     assert resolve_model_dir(str(model_dir)) == model_dir
     with pytest.raises(EvalError, match=r"model directory '.*nope' does not exist"):
         resolve_model_dir(tmp_path / "nope")
-    with pytest.raises(EvalError, match=r"--model tiny needs a built-in task among --dataset \(countdown"):
+    with pytest.raises(
+        EvalError,
+        match=r"--model tiny needs a built-in task with its own tiny model among --dataset \(countdown\)$",
+    ):
         resolve_model_dir("tiny", [str(tmp_path / "d.jsonl")])
+    with pytest.raises(
+        EvalError
+    ) as err:  # arith has no tiny model (it once raised ValueError from deep inside)
+        resolve_model_dir("tiny", ["arith"])
+    assert str(err.value) == (
+        "--model tiny needs a built-in task with its own tiny model among --dataset (countdown); 'arith' has none "
+        "(use a model directory or a built-in model)"
+    )

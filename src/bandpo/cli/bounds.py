@@ -24,12 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"divergences (default: all): {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
     parser.add_argument(
-        "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default {PAPER_DELTA})"
+        "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default: {PAPER_DELTA})"
     )
     parser.add_argument(
         "--cap",
         default=f"{PAPER_CAP:g}",
-        help=f"upper cap on hi, a number >= 1, or none for no cap (default {PAPER_CAP:g})",
+        help=f"upper cap on hi, a number >= 1, or none for no cap (default: {PAPER_CAP:g})",
     )
 
 

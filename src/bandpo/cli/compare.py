@@ -19,13 +19,13 @@ compare config keys (YAML; KEY=VALUE overrides with dotted keys):
                       fields it takes, e.g. {epsilon_high: 5.0}); default: grpo, clip_higher, dcpo, band-kl,
                       band-tv, band-chi2, adaptive_band; seeds: a method's own seeds, when it runs on fewer
   seeds               e.g. [0, 1, 2]
-  reference           the label the others are compared against (default grpo)
+  reference           the label the others are compared against (default: grpo)
   eval.               k, ks, temperature, dataset, split, max_problems, verifier, prompt_column, answer_column,
                       batch_size, seed, max_new_tokens, precision, at_steps (also evaluate at these
                       optimizer steps with the same settings; the report's main metric becomes the late mean:
                       mean@k averaged over them and the final evaluation)
   curves.             every (held-out eval every N steps during training; 0: off), k, max_problems
-  baseline            evaluate the starting policy (default true)
+  baseline            evaluate the starting policy (default: true)
   num_threads         OMP_NUM_THREADS of the training processes
   report.smooth       rolling-mean window of the training curves
 
@@ -51,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="config overrides (dotted keys: eval.k=8, seeds=[0])",
     )
     parser.add_argument(
-        "--methods", default=None, help="comma-separated labels: run and report only these methods"
+        "--methods",
+        default=None,
+        help="comma-separated labels: run and report only these methods (default: all the config's)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(

@@ -39,19 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--steps",
         type=int,
         default=None,
-        help=f"RL steps with --model (default {LLM_STEPS}; else the config's)",
+        help=f"RL steps with --model (default: {LLM_STEPS}; else the config's)",
     )
     parser.add_argument(
-        "--k", type=int, default=None, help="samples per held-out problem (default 8; --model: 4)"
+        "--k", type=int, default=None, help="samples per held-out problem (default: 8; --model: 4)"
     )
     parser.add_argument(
         "--eval-problems",
         type=int,
         default=None,
-        help=f"held-out problems to score (default 200; --model: {LLM_EVAL_PROBLEMS})",
+        help=f"held-out problems to score (default: 200; --model: {LLM_EVAL_PROBLEMS})",
     )
     parser.add_argument(
-        "--output-dir", default=None, help="where the run goes (default runs/demo; --model: runs/demo-llm)"
+        "--output-dir", default=None, help="where the run goes (default: runs/demo; --model: runs/demo-llm)"
     )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="training config overrides")
 

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: countdown)",
     )
     parser.add_argument(
-        "--split", default="test", help="task split, or file prefix in a directory (default test)"
+        "--split", default="test", help="task split, or file prefix in a directory (default: test)"
     )
     parser.add_argument(
         "--verifier",
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="answer checker (default: the task's own, dapo for files)",
     )
     parser.add_argument(
-        "--prompt-column", default="prompt", help="prompt column of the files (default prompt)"
+        "--prompt-column", default="prompt", help="prompt column of the files (default: prompt)"
     )
     parser.add_argument(
         "--answer-column", default="answer", help="ground-truth column (dots for nested keys)"
@@ -78,22 +78,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task-options",
         default=None,
-        help="YAML mapping of task options, e.g. '{n_test: 100}' (default: the run's, else the task's defaults)",
+        help="the task's options as YAML (JSON reads too), e.g. '{n_test: 100}' (default: the run's, else the "
+        "task's defaults)",
     )
-    parser.add_argument("--max-problems", type=int, default=None, help="first N problems of each dataset")
-    parser.add_argument("--k", type=int, default=32, help="samples per problem (default 32)")
     parser.add_argument(
-        "--ks", default=None, help="pass@j values, comma-separated, each <= k ('k' for k); default 1,4,k"
+        "--max-problems", type=int, default=None, help="first N problems of each dataset (default: all)"
     )
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument("--k", type=int, default=32, help="samples per problem (default: 32)")
+    parser.add_argument(
+        "--ks", default=None, help="pass@j values, comma-separated, each <= k ('k' for k) (default: 1,4,k)"
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     parser.add_argument(
         "--max-new-tokens", type=int, default=None, help="default: the model's generation config"
     )
-    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call (default 64)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    parser.add_argument("--n-bootstrap", type=int, default=1000, help="best@k resamples (default 1000)")
+    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call (default: 64)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    parser.add_argument("--n-bootstrap", type=int, default=1000, help="best@k resamples (default: 1000)")
     parser.add_argument("--vllm", action="store_true", help="sample with vLLM (must be installed)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default auto)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default: auto)")
     parser.add_argument(
         "--threads",
         type=int,
@@ -110,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         default="auto",
         help="CPU sampling precision: auto (bf16 where the CPU has native bf16 and the model is large enough), "
-        "float32 or bf16 (default auto)",
+        "float32 or bf16 (default: auto)",
     )
     parser.add_argument(
         "--output", "-o", default=None, help="JSON results file (default: <model>/eval_results.json)"

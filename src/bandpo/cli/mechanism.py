@@ -31,14 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.epilog = EPILOG
     parser.add_argument(
-        "--output-dir", default="runs/mechanism", help="output directory (default runs/mechanism)"
+        "--output-dir", default="runs/mechanism", help="output directory (default: runs/mechanism)"
     )
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument(
-        "--seeds", type=int, default=None, help="seeds per cell, >= 2 (default 30; --quick: 8)"
+        "--seeds", type=int, default=None, help="seeds per cell, >= 2 (default: 30; --quick: 8)"
     )
     parser.add_argument(
-        "--vocab", type=int, default=None, help="number of actions, >= 16 (default 1024; --quick: 256)"
+        "--vocab", type=int, default=None, help="number of actions, >= 16 (default: 1024; --quick: 256)"
     )
     parser.add_argument(
         "--steps", type=int, default=None, help="sampled batches per run (default: per scenario)"

@@ -11,19 +11,19 @@ from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", default="bounds.png", help="PNG file to write (default bounds.png)")
+    parser.add_argument("--output", default="bounds.png", help="PNG file to write (default: bounds.png)")
     add_deprecated_spelling(parser, "--out", "--output")
     parser.add_argument(
         "--divergence", nargs="+", default=["kl", "tv", "chi2", "hellinger"], choices=DIVERGENCES.names(),
         metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
     parser.add_argument(
-        "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default {PAPER_DELTA})"
+        "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default: {PAPER_DELTA})"
     )
     parser.add_argument(
         "--cap",
         default=f"{PAPER_CAP:g}",
-        help=f"upper cap, a number >= 1, or none for no cap (default {PAPER_CAP:g})",
+        help=f"upper cap, a number >= 1, or none for no cap (default: {PAPER_CAP:g})",
     )
 
 

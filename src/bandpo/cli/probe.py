@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument("--model", required=True, help="a model directory or a built-in model (smollm2-135m)")
     parser.add_argument(
-        "--dataset", default="arith", help="a built-in task or a data file/directory (default arith)"
+        "--dataset", default="arith", help="a built-in task or a data file/directory (default: arith)"
     )
     parser.add_argument(
         "--task-options",
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rules",
         default=",".join(DEFAULT_RULES),
-        help=f"comma-separated clip rules, each at its default settings (default {','.join(DEFAULT_RULES)})",
+        help=f"comma-separated clip rules, each at its default settings (default: {','.join(DEFAULT_RULES)})",
     )
     parser.add_argument("--batches", type=int, default=defaults.batches, help="batches (seeds)")
     parser.add_argument("--prompts", type=int, default=defaults.prompts, help="prompts per batch")
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--temperature", type=float, default=defaults.temperature, help="sampling temperature"
     )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="first batch's seed")
-    parser.add_argument("--output-dir", default="runs/probe", help="output directory (default runs/probe)")
+    parser.add_argument("--output-dir", default="runs/probe", help="output directory (default: runs/probe)")
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -109,7 +109,7 @@ def load_eval_dataset(
         if split not in task.splits:
             raise EvalError(f"split must be one of {', '.join(task.splits)} for task {spec!r}, got {split!r}")
         try:
-            options = task.options(dict(task_options or {}))
+            options = task.options(dict(task_options or {}), "task_options")
         except (TypeError, ValueError) as err:
             raise EvalError(f"task_options for task {spec!r}: {err}") from err
         rows = task.build_split(options, split)

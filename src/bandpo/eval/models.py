@@ -113,7 +113,7 @@ def resolve_model_dir(
     ``task_options`` now when it is not cached yet (:func:`bandpo.training.tasks.build_task_model`).
 
     Raises:
-        EvalError: ``tiny`` without a built-in task among ``datasets``; a path :func:`check_model_dir` rejects.
+        EvalError: ``tiny`` without a built-in task that has a tiny model among ``datasets``; a path :func:`check_model_dir` rejects.
     """
     from bandpo.models import ModelUnavailableError, builtin_model_dir, is_builtin_model
 
@@ -129,10 +129,14 @@ def resolve_model_dir(
     if model == "tiny":
         from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
 
-        task = next((d for d in datasets if d in TASKS), None)
+        with_model = [name for name in TASKS.names() if TASKS.get(name).build_model is not None]
+        task = next((d for d in datasets if d in with_model), None)
         if task is None:
+            without = [d for d in datasets if d in TASKS]
+            none = f"; {', '.join(map(repr, without))} has none (use a model directory or a built-in model)"
             raise EvalError(
-                f"--model tiny needs a built-in task among --dataset ({', '.join(TASKS.names())})"
+                f"--model tiny needs a built-in task with its own tiny model among --dataset "
+                f"({', '.join(with_model)}){none if without else ''}"
             )
         path = Path(build_task_model(task, task_options or {}, {}, default_cache_dir()))
     else:

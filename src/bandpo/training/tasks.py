@@ -59,9 +59,11 @@ class TaskSpec:
     check_model_options: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
 
-    def options(self, options: Mapping[str, Any]) -> Any:
-        """The task's options object from ``data.task_options`` (``ValueError`` on a bad key or value)."""
-        return build_dataclass(self.options_type, options, "data.task_options")
+    def options(self, options: Mapping[str, Any], name: str = "data.task_options") -> Any:
+        """The task's options object from ``data.task_options`` (``ValueError`` on a bad key or value, naming the
+        key under ``name``: the config's ``data.task_options``, or ``task_options`` for ``bandpo eval`` / ``probe``,
+        whose flag is ``--task-options``)."""
+        return build_dataclass(self.options_type, options, name)
 
 
 TASKS: Registry[TaskSpec] = Registry("task")
