@@ -38,6 +38,25 @@ def build_tiny_tokenizer() -> Any:
     )
 
 
+def tiny_lm_config(vocab_size: int, pad_token_id: int, eos_token_id: int, **overrides: Any) -> dict[str, Any]:
+    """The keyword arguments of a tiny Llama-family config (Qwen2, Llama): 2 layers, hidden size 32, 4 heads of
+    which 2 key/value heads, init std 0.2 (peaked enough that some tokens have ``p_old > 0.2``)."""
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+        "initializer_range": 0.2,
+        "pad_token_id": pad_token_id,
+        "eos_token_id": eos_token_id,
+        "bos_token_id": None,
+        **overrides,
+    }
+
+
 def build_tiny_model_dir(path: str | Path, seed: int = 0) -> Path:
     """Save a tiny random Qwen2 causal LM and :func:`build_tiny_tokenizer`'s tokenizer to ``path``; returns it."""
     import torch
@@ -46,18 +65,9 @@ def build_tiny_model_dir(path: str | Path, seed: int = 0) -> Path:
     path = Path(path)
     tokenizer = build_tiny_tokenizer()
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        initializer_range=0.2,  # peaked enough that some tokens have p_old > 0.2
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
+        **tiny_lm_config(
+            len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, tie_word_embeddings=True
+        )
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)

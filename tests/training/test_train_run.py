@@ -37,7 +37,19 @@ if "test_flaky" not in REWARDS:
     register_reward("test_flaky", flaky_reward)
 
 
-def test_train_from_files_survives_a_failing_reward(tmp_path: Path, warm_model_dir: Path) -> None:
+def test_train_from_files_survives_a_failing_reward(
+    tmp_path: Path, warm_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bandpo.decode
+
+    sampled: list[int] = []  # rows of each sampling call: TRL's generate runs bandpo.decode.sample
+    real_sample = bandpo.decode.sample
+
+    def counting_sample(model: Any, input_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        sampled.append(input_ids.shape[0])
+        return real_sample(model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(bandpo.decode, "sample", counting_sample)
     train_rows, _ = make_splits(CountdownConfig(n_train=40, n_test=5))
     data = tmp_path / "puzzles.jsonl"
     data.write_text("".join(json.dumps({"q": r["prompt"], "gt": r["answer"]}) + "\n" for r in train_rows))
@@ -64,6 +76,7 @@ def test_train_from_files_survives_a_failing_reward(tmp_path: Path, warm_model_d
         first["rewards/test_flaky/failures"] / 16
     )
     assert all(k in first for k in ("clip/frac", "band/hi_mean", "policy/entropy"))
+    assert sampled == [16]  # one generation round of 16 completions, by the shared-prefill sampler
     assert (out / "config.json").is_file() and (out / "checkpoint-2").is_dir()
     assert load_train_config(out / CONFIG_FILE).to_dict() == config.to_dict()  # the config as run
     info = json.loads((out / RUN_INFO_FILE).read_text())

@@ -222,6 +222,11 @@ def _run_real_model(args: argparse.Namespace, code: dict) -> int:
             f"{x:>8} {100 * r['share']:>6.2f}%"
         )
     steps = out["steps"]
+    for name, step in steps.items():
+        print(
+            f"{name}: transformers' generate takes {step['generate_ms']:.0f} ms per step for the same completions, "
+            f"{step['generate_x_sampler']:.2f}x the sampler's (one prefill per distinct prompt)"
+        )
     if "float32" in steps and "bf16" in steps:
         print(
             f"steps per hour: float32 {steps['float32']['steps_per_hour']:.0f}, bf16 {steps['bf16']['steps_per_hour']:.0f} "

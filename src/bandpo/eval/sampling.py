@@ -1,10 +1,11 @@
-"""Batched sampling of ``k`` completions per prompt with plain transformers ``generate``, and pass rates.
+"""Batched sampling of ``k`` completions per prompt, and pass rates.
 
 Works with any local causal LM and its tokenizer (transformers only, no TRL): prompts are tokenized as given
-(no chat template), left-padded, and sampled at a chosen temperature with no other warper (``top_k=0``,
-``top_p=1``). Completions come back as strings without the prompt, cut at the first eos and stripped of
-special tokens. The entropy of the sampling distribution is accumulated on the fly by a logits processor, so
-it costs one softmax per step and no stored logits.
+(no chat template), left-padded, and sampled at a chosen temperature with no other warper by
+:func:`bandpo.decode.sample` (``generate``'s distribution; each prompt is encoded once for its ``k`` samples).
+Completions come back as strings without the prompt, cut at the first eos and stripped of special tokens. The
+entropy of the sampling distribution is accumulated on the fly from each step's logits, so it costs one softmax
+per step and no stored logits.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from bandpo.decode import sample
 from bandpo.eval.metrics import pass_at_k
 from bandpo.runtime import Precision
 from bandpo.validation import check_int_in
@@ -46,22 +48,18 @@ class Samples:
     entropy: float | None
 
 
-class _EntropyRecorder(LogitsProcessor):
-    """Records, at each step, the entropy of ``softmax(scores / temperature)`` and returns scores unchanged.
-
-    Custom processors run before transformers' temperature and top-k/top-p warpers, so ``scores`` are the
-    model's logits; ``temperature`` turns them into the distribution that is actually sampled from.
-    """
+class _EntropyRecorder:
+    """Records, at each step, the entropy of ``softmax(scores / temperature)``: ``scores`` are the model's
+    logits, and ``temperature`` turns them into the distribution that is actually sampled from."""
 
     def __init__(self, temperature: float) -> None:
         self.temperature = temperature
         self.steps: list[Tensor] = []
 
-    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+    def __call__(self, scores: Tensor) -> None:
         """scores: (B, V) float logits; records a (B,) float32 entropy."""
         logp = torch.log_softmax(scores.float() / self.temperature, dim=-1)  # (B, V)
         self.steps.append(-(logp.exp() * logp).nan_to_num().sum(dim=-1))  # (B,); 0 * -inf -> 0
-        return scores
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -87,7 +85,7 @@ def generate_samples(
     precision: Precision | None = None,
 ) -> Samples:
     """Sample ``k`` completions for every prompt, ``batch_size`` prompts (``batch_size * k`` sequences) per
-    ``generate`` call.
+    call of :func:`bandpo.decode.sample`.
 
     Args:
         model: a causal LM; it is put in eval mode for the call and its mode restored afterwards.
@@ -97,7 +95,7 @@ def generate_samples(
         temperature: > 0 samples from ``softmax(logits / temperature)``; 0 decodes greedily (then the ``k``
             completions are identical and ``entropy`` is that of the temperature-1 distribution).
         max_new_tokens: generation budget per completion, >= 1.
-        batch_size: prompts per ``generate`` call, >= 1.
+        batch_size: prompts per sampling call, >= 1.
         seed: seeds torch for the call (the global RNG state is restored afterwards); ``None`` uses and
             advances the global RNG.
         add_special_tokens: passed to the tokenizer (e.g. to add a BOS).
@@ -120,14 +118,6 @@ def generate_samples(
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     greedy = temperature == 0
-    gen_kwargs: dict[str, Any] = {
-        "max_new_tokens": max_new_tokens,
-        "do_sample": not greedy,
-        "pad_token_id": pad_id,
-        "eos_token_id": eos_ids,
-    }
-    if not greedy:
-        gen_kwargs.update(temperature=float(temperature), top_k=0, top_p=1.0)
 
     completions: list[list[str]] = []
     token_ids: list[list[list[int]]] = []
@@ -152,17 +142,20 @@ def generate_samples(
                     add_special_tokens=add_special_tokens,
                 ).to(device)
                 recorder = _EntropyRecorder(1.0 if greedy else float(temperature))
-                processors = LogitsProcessorList([recorder] if compute_entropy else [])
-                # Each prompt repeated k times, prompt-major (greedy generate refuses num_return_sequences > 1).
+                # Each prompt repeated k times, prompt-major; bandpo.decode.sample encodes each prompt once.
                 input_ids = enc["input_ids"].repeat_interleave(k, dim=0)  # (len(chunk) * k, T_prompt)
                 # (len(chunk) * k, T_prompt)
                 attention_mask = enc["attention_mask"].repeat_interleave(k, dim=0)
                 with torch.no_grad(), precision.sampling() if precision else contextlib.nullcontext():
-                    out = model.generate(
-                        input_ids=input_ids,
-                        attention_mask=attention_mask,
-                        logits_processor=processors,
-                        **gen_kwargs,
+                    out = sample(
+                        model,
+                        input_ids,
+                        attention_mask,
+                        max_new_tokens=max_new_tokens,
+                        eos_token_id=eos_ids,
+                        pad_token_id=pad_id,
+                        temperature=float(temperature),
+                        on_scores=recorder if compute_entropy else None,
                     )
                 new = out[:, input_ids.shape[1] :].cpu()  # (len(chunk) * k, T_new), prompt-major
                 is_eos = torch.isin(new, torch.tensor(eos_ids))  # (B*k, T_new)

@@ -5,7 +5,9 @@ completions of at most 16 new tokens, 2 optimizer steps of 16 completions per ro
 parts the trainer runs (TRL's fused LM head, :mod:`bandpo.runtime`'s precision contexts):
 
 ``generation``
-    ``generate`` of the round's 32 completions, per optimizer step (divided by the 2 steps of a round).
+    the round's 32 completions by the harness's sampler (:func:`bandpo.decode.sample`: one prefill per distinct
+    prompt), per optimizer step (divided by the 2 steps of a round); transformers' ``generate`` of the same
+    completions is timed beside it (``generate_ms``, ``generate_x_sampler``).
 ``old log-probs``
     the no-grad forward of the round's micro-batches, per optimizer step.
 ``forward + backward``
@@ -32,6 +34,7 @@ from typing import Any
 
 import torch
 
+from bandpo.decode import sample
 from bandpo.experiments.bench import time_call
 from bandpo.runtime import Precision, completion_tokens_only, freed_memory_kept, matmul_precision
 
@@ -144,7 +147,8 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
         n_seq, spg = ids.shape[0], RECIPE["steps_per_generation"]
         tokens_mb = int(att[:mb].sum())
         scored_mb = mb * t_new
-        gen_flops = _flops(model, int(prompt_mask.sum()), n_seq, False) + _flops(
+        g = RECIPE["generations"]  # the sampler encodes each distinct prompt once (its last position scored)
+        gen_flops = _flops(model, int(prompt_mask[::g].sum()), n_seq // g, False) + _flops(
             model, n_seq * t_new, n_seq * t_new, False
         )
         flops = {
@@ -196,7 +200,14 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
                 "share": 1.0,
             }
         )
-        steps[precision.name] = {"seconds": total, "floor": total_floor, "steps_per_hour": 3600 / total}
+        steps[precision.name] = {
+            "seconds": total,
+            "floor": total_floor,
+            "steps_per_hour": 3600 / total,
+            # transformers' generate in the same run: its time per step, and how much longer than the sampler's
+            "generate_ms": 1e3 * parts["generation by generate"] / spg,
+            "generate_x_sampler": parts["generation by generate"] / parts["generation"],
+        }
         del model, optimizer
     return {"rates": rates, "rows": rows, "steps": steps, "recipe": RECIPE}
 
@@ -220,7 +231,19 @@ def _time_parts(
     t_new = ids.shape[1] - prompt_ids.shape[1]
     compact = precision.bf16
 
-    def generation() -> None:
+    def generation() -> None:  # the harness's sampler (bandpo.decode), every completion t_new tokens long
+        with precision.sampling(), torch.no_grad():
+            sample(
+                model,
+                prompt_ids,
+                prompt_mask,
+                max_new_tokens=t_new,
+                eos_token_id=-1,  # no token ends a row
+                pad_token_id=0,
+                temperature=RECIPE["sampling"]["temperature"],
+            )
+
+    def generation_by_generate() -> None:  # transformers' generate, the reference
         with precision.sampling(), torch.no_grad():
             model.generate(
                 input_ids=prompt_ids,
@@ -271,6 +294,7 @@ def _time_parts(
 
     parts = {
         "generation": _best(generation, rounds),
+        "generation by generate": _best(generation_by_generate, rounds),
         "old log-probs": _best(old_log_probs, rounds),
         "forward + backward": _best(forward_backward, rounds),
         "loss + diagnostics": _best(loss_and_diagnostics, max(rounds, 5)),

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bandpo.decode import sampling_generate
 from bandpo.models import builtin_model_dir, is_builtin_model
 from bandpo.rewards import SafeRewardFunc
 from bandpo.runtime import FLOAT32, Precision, completion_tokens_only, freed_memory_kept, precision_for
@@ -187,7 +188,9 @@ def _trainer_class(base: type) -> type:
         precision: Precision = FLOAT32
 
         def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
-            with self.precision.sampling():
+            # TRL's generate call, with temperature-only sampling, runs bandpo.decode.sample (one prefill per
+            # distinct prompt: a group's completions share it)
+            with self.precision.sampling(), sampling_generate(self.accelerator.unwrap_model(self.model)):
                 return super()._generate_single_turn(*args, **kwargs)
 
         def training_step(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,221 @@
+"""Sampling completions from a causal LM, with one prefill per distinct prompt.
+
+GRPO samples a group of ``G`` completions per prompt, and an evaluation ``k`` per problem: ``generate`` is given
+every prompt repeated ``G`` times and encodes each copy again. :func:`sample` encodes each distinct prompt once,
+copies its key/value cache to the rows that share it, and then decodes all rows together, drawing each token by
+inverse-CDF sampling (one uniform number per row: ``torch.multinomial`` draws an exponential number per vocabulary
+entry). With the study's shapes (prompts of about 40 tokens, groups of 8, 32 new tokens) the prefill was more
+than half of the sampling FLOPs, and the multinomial draw a tenth of the decoding time.
+
+The distribution is ``generate``'s: the next token of row ``b`` is drawn from ``softmax(logits_b / temperature)``
+of the float32 logits (the argmax for ``temperature == 0``), a row stops after its first eos token and is padded
+afterwards, and all rows stop once every row has stopped or ``max_new_tokens`` are drawn. The random numbers
+differ (a seed gives other samples than ``generate`` with that seed). Greedy decoding gives ``generate``'s tokens
+(``tests/test_decode.py``, in float64).
+
+:func:`generation_problem` says whether a ``GenerationConfig`` asks for anything beyond that (top-k, top-p,
+repetition penalty, ...); :func:`sampling_generate` installs :func:`sample` as a model's ``generate`` for the
+configs it covers and leaves the others to ``generate``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+# GenerationConfig fields -> the values :func:`sample` implements; ``None`` stands for unset everywhere.
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "top_k": (None, 0),
+    "top_p": (None, 1.0),
+    "min_p": (None, 0.0),
+    "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "bad_words_ids": (None,),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "sequence_bias": (None,),
+    "logit_bias": (None,),
+    "num_beams": (None, 1),
+    "num_return_sequences": (None, 1),
+    "cache_implementation": (None,),
+    "stop_strings": (None,),
+    "max_length": (None,),
+    "watermarking_config": (None,),
+    "assistant_model": (None,),
+    "prompt_lookup_num_tokens": (None,),
+    "guidance_scale": (None, 1.0),
+    "exponential_decay_length_penalty": (None,),
+    "renormalize_logits": (None, False),
+    "output_scores": (None, False),
+    "output_logits": (None, False),
+    "return_dict_in_generate": (None, False),
+}
+
+
+def generation_problem(config: Any) -> str | None:
+    """Why :func:`sample` cannot stand in for ``generate`` with the ``GenerationConfig`` ``config``, or ``None``:
+    it needs ``max_new_tokens``, ``do_sample`` with a temperature > 0 (or greedy decoding), an eos token, and
+    every other field neutral (no top-k/top-p/min-p, penalties, suppressed tokens, beams, ...)."""
+    if getattr(config, "max_new_tokens", None) is None:
+        return "max_new_tokens is not set"
+    if getattr(config, "eos_token_id", None) is None:
+        return "no eos_token_id"
+    temperature = getattr(config, "temperature", None)
+    if getattr(config, "do_sample", False) and not (temperature is None or temperature > 0):
+        return f"temperature={temperature!r}"
+    for name, neutral in _NEUTRAL.items():
+        value = getattr(config, name, None)
+        if not any(value is n or (n is not None and value == n) for n in neutral):
+            return f"{name}={value!r}"
+    return None
+
+
+def _ids(value: Any) -> list[int]:
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+
+
+def draw(probs: Any, u: Any) -> Any:
+    """Inverse-CDF draw: row ``b``'s token is the first ``v`` with ``cumsum(probs_b)[v] > u_b * sum(probs_b)``.
+
+    Args:
+        probs: (B, V) float, non-negative rows with a positive sum (normalisation is not needed).
+        u: (B,) float in [0, 1).
+
+    Returns:
+        (B,) long token ids in [0, V); a token of probability 0 is never drawn.
+    """
+    import torch
+
+    cdf = probs.cumsum(dim=-1)  # (B, V)
+    target = (u * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
+    index = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # (B,)
+    return index.clamp_(max=probs.shape[-1] - 1)
+
+
+def sample(
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int | Sequence[int],
+    pad_token_id: int,
+    temperature: float = 1.0,
+    on_scores: Callable[[Any], None] | None = None,
+) -> Any:
+    """Sample up to ``max_new_tokens`` tokens after each row of ``input_ids`` (module docstring).
+
+    Args:
+        model: a causal LM of transformers (``model(input_ids, attention_mask, position_ids, past_key_values,
+            use_cache)`` returning ``.logits``), in eval mode; the caller sets ``torch.no_grad()`` and any
+            autocast.
+        input_ids: (B, T) long, left-padded prompts; equal rows (with equal masks) are encoded once.
+        attention_mask: (B, T) long/bool, 1 on prompt tokens.
+        max_new_tokens: >= 1.
+        eos_token_id: the token(s) that end a row.
+        pad_token_id: what follows a row's eos.
+        temperature: > 0 samples from ``softmax(logits / temperature)``; 0 takes the argmax.
+        on_scores: called at every step with the (B, V) float32 logits of the step (before the temperature).
+
+    Returns:
+        (B, T + N) long: the prompts and N <= ``max_new_tokens`` new tokens per row.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    if input_ids.dim() != 2 or attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"input_ids and attention_mask must be (B, T) of one shape, got {tuple(input_ids.shape)} and "
+            f"{tuple(attention_mask.shape)}"
+        )
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    mask = attention_mask.long()
+    rows = torch.cat([input_ids, mask], dim=1)  # (B, 2T)
+    unique, inverse = torch.unique(rows, dim=0, return_inverse=True)  # (U, 2T), (B,)
+    width = input_ids.shape[1]
+    u_ids, u_mask = unique[:, :width], unique[:, width:]  # (U, T) each
+    u_pos = (u_mask.cumsum(dim=-1) - 1).masked_fill_(u_mask == 0, 1)  # (U, T), as generate places them
+    cache = DynamicCache(config=model.config)
+    params = inspect.signature(model.forward).parameters
+    cache_arg = {"cache" if "cache" in params else "past_key_values": cache}  # transformers >= 5.2x: cache
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+    out = model(
+        input_ids=u_ids, attention_mask=u_mask, position_ids=u_pos, use_cache=True, **cache_arg, **keep
+    )
+    cache.batch_select_indices(inverse)  # every row gets its prompt's keys and values
+    logits = out.logits[:, -1, :].float()[inverse]  # (B, V)
+    position = u_pos[inverse, -1]  # (B,)
+    eos = torch.tensor(_ids(eos_token_id), device=input_ids.device)
+    finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # (B,)
+    new: list[Any] = []
+    for step in range(max_new_tokens):
+        if on_scores is not None:
+            on_scores(logits)
+        if temperature == 0:
+            token = logits.argmax(dim=-1)  # (B,)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)
+            u = torch.rand(probs.shape[0], device=probs.device, dtype=probs.dtype)  # (B,)
+            token = draw(probs, u)
+        token = token.masked_fill_(finished, pad_token_id)
+        new.append(token)
+        finished |= torch.isin(token, eos)
+        if step == max_new_tokens - 1 or bool(finished.all()):
+            break
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # (B, T + step + 1)
+        position = position + 1
+        out = model(
+            input_ids=token[:, None],
+            attention_mask=mask,
+            position_ids=position[:, None],
+            use_cache=True,
+            **cache_arg,
+        )
+        logits = out.logits[:, -1, :].float()  # (B, V)
+    return torch.cat([input_ids, torch.stack(new, dim=1)], dim=1)
+
+
+@contextlib.contextmanager
+def sampling_generate(model: Any) -> Iterator[None]:
+    """Within the block, ``model.generate(input_ids=..., attention_mask=..., generation_config=...)`` runs
+    :func:`sample` when :func:`generation_problem` finds nothing in the config (TRL's sampling settings: temperature
+    only), and the model's own ``generate`` otherwise (other arguments included)."""
+    original = model.generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        config = kwargs.get("generation_config")
+        extra = set(kwargs) - {"input_ids", "attention_mask", "generation_config"}
+        if args or extra or config is None or generation_problem(config) is not None:
+            return original(*args, **kwargs)
+        greedy = not config.do_sample
+        return sample(
+            model,
+            kwargs["input_ids"],
+            kwargs["attention_mask"],
+            max_new_tokens=config.max_new_tokens,
+            eos_token_id=config.eos_token_id,
+            pad_token_id=config.pad_token_id
+            if config.pad_token_id is not None
+            else _ids(config.eos_token_id)[0],
+            temperature=0.0 if greedy else (config.temperature if config.temperature is not None else 1.0),
+        )
+
+    model.generate = generate
+    try:
+        yield
+    finally:
+        del model.generate  # the instance attribute: the class's generate shows again
+        if model.generate != original:  # pragma: no cover - a generate that was itself an instance attribute
+            model.generate = original

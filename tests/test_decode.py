@@ -1,0 +1,183 @@
+"""``bandpo.decode``: the shared-prefill sampler against transformers' ``generate`` (greedy, in float64: the same
+tokens), the inverse-CDF draw against the distribution it draws from, and the dispatch of ``sampling_generate``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bandpo.decode import draw, generation_problem, sample, sampling_generate
+
+VOCAB = 40
+EOS, PAD = 1, 0
+
+
+def _model(dtype: torch.dtype = torch.float64, seed: int = 0) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from helpers.tiny import tiny_lm_config
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(**tiny_lm_config(VOCAB, PAD, EOS, initializer_range=0.3))
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def _prompts(groups: int = 3, size: int = 4, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``groups`` prompts of different lengths, left-padded, each repeated ``size`` times (group-major, as TRL and
+    the evaluation lay them out), and one more copy of the first at the end (out of order)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [3 + 2 * i for i in range(groups)]
+    width = max(lengths)
+    ids = torch.full((groups, width), PAD)
+    mask = torch.zeros(groups, width, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, width - n :] = torch.randint(2, VOCAB, (n,), generator=g)
+        mask[i, width - n :] = 1
+    order = [*torch.arange(groups).repeat_interleave(size).tolist(), 0]
+    return ids[order], mask[order]
+
+
+def test_greedy_decoding_gives_generates_tokens() -> None:
+    """Greedy, float64: every row's tokens equal ``generate``'s, eos handling and padding included (one prefill
+    per distinct prompt, then the cache copied to its rows)."""
+    model = _model()
+    ids, mask = _prompts()
+    with torch.no_grad():
+        ours = sample(model, ids, mask, max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD, temperature=0)
+        ref = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=12,
+            do_sample=False,
+            eos_token_id=EOS,
+            pad_token_id=PAD,
+        )
+    assert ours.shape == ref.shape and torch.equal(ours, ref)
+
+
+def test_sampling_scores_match_generates_logits() -> None:
+    """At every step the logits handed to ``on_scores`` equal the full-sequence forward's logits of the tokens
+    drawn so far (float64): the copied cache and the positions are right for every row."""
+    model = _model()
+    ids, mask = _prompts()
+    seen: list[torch.Tensor] = []
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = sample(
+            model, ids, mask, max_new_tokens=6, eos_token_id=[EOS], pad_token_id=PAD, on_scores=seen.append
+        )
+        full_mask = torch.cat(
+            [mask, torch.ones(ids.shape[0], out.shape[1] - ids.shape[1], dtype=torch.long)], 1
+        )
+        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(
+            input_ids=out, attention_mask=full_mask, position_ids=positions
+        ).logits  # (B, T + N, V)
+    width = ids.shape[1]
+    alive = torch.ones(ids.shape[0], dtype=torch.bool)
+    for step, scores in enumerate(seen):
+        expected = logits[:, width - 1 + step]
+        assert torch.allclose(scores[alive].double(), expected[alive], atol=1e-9), step
+        alive &= out[:, width + step] != EOS
+
+
+def test_rows_stop_at_eos_and_are_padded() -> None:
+    model = _model()
+    with torch.no_grad():
+        model.lm_head.bias = None
+        model.lm_head.weight.data[EOS] += 50.0  # eos is by far the likeliest token after the first step
+    ids, mask = _prompts(groups=2, size=2)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = sample(model, ids, mask, max_new_tokens=8, eos_token_id=EOS, pad_token_id=PAD)
+    new = out[:, ids.shape[1] :]
+    assert new.shape[1] < 8  # stopped once every row had its eos
+    for row in new.tolist():
+        cut = row.index(EOS)
+        assert all(t == PAD for t in row[cut + 1 :])
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    logits=st.lists(st.floats(-30, 30), min_size=2, max_size=12),
+    u=st.floats(0.0, 1.0, exclude_max=True),
+)
+def test_draw_is_the_inverse_cdf(logits: list[float], u: float) -> None:
+    """The drawn index is the first whose cumulative probability exceeds ``u`` (a naive float64 loop), up to
+    the float32 rounding at a boundary; a token of probability 0 is never drawn."""
+    probs = torch.softmax(torch.tensor([logits], dtype=torch.float64), -1)
+    probs[0, 0] = 0.0  # one impossible token
+    got = int(draw(probs, torch.tensor([u], dtype=torch.float64))[0])
+    total, acc, naive = float(probs.sum()), 0.0, probs.shape[1] - 1
+    for v, p in enumerate(probs[0].tolist()):
+        acc += p
+        if acc > u * total:
+            naive = v
+            break
+    assert got == naive
+    assert probs[0, got] > 0
+
+
+def test_draw_frequencies_follow_the_distribution() -> None:
+    torch.manual_seed(0)
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.15, 0.05]]).expand(40_000, -1)
+    counts = torch.bincount(draw(probs, torch.rand(40_000)), minlength=5).double() / 40_000
+    assert counts[1] == 0
+    assert torch.allclose(counts, probs[0].double(), atol=0.01)
+
+
+def test_bad_arguments_are_refused() -> None:
+    model = _model()
+    ids, mask = _prompts(groups=1, size=1)
+    with pytest.raises(ValueError, match=r"temperature must be a finite number >= 0 \(0: greedy\), got -1"):
+        sample(model, ids, mask, max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, temperature=-1)
+    with pytest.raises(ValueError, match=r"input_ids and attention_mask must be \(B, T\) of one shape"):
+        sample(model, ids, mask[:, 1:], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD)
+
+
+def test_generation_problem_names_what_sample_does_not_do() -> None:
+    from transformers import GenerationConfig
+
+    def config(**kwargs: Any) -> GenerationConfig:
+        base = dict(max_new_tokens=4, do_sample=True, eos_token_id=EOS, pad_token_id=PAD, temperature=1.0)
+        return GenerationConfig(**{**base, **kwargs})
+
+    assert generation_problem(config()) is None
+    assert generation_problem(config(top_k=0, top_p=1.0, repetition_penalty=1.0, min_p=None)) is None  # TRL's
+    assert generation_problem(config(top_k=50)) == "top_k=50"
+    assert generation_problem(config(top_p=0.9)) == "top_p=0.9"
+    assert generation_problem(config(repetition_penalty=1.1)) == "repetition_penalty=1.1"
+    assert generation_problem(config(eos_token_id=None)) == "no eos_token_id"
+
+
+def test_sampling_generate_dispatches_and_restores() -> None:
+    """Inside the block a plain sampling config runs ``sample``; one with top-k runs transformers' ``generate``;
+    after the block the model's own ``generate`` is back."""
+    from transformers import GenerationConfig
+
+    model = _model()
+    ids, mask = _prompts(groups=1, size=3)
+    calls: list[str] = []
+    original = type(model).generate
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append("generate")
+        return original(self, *args, **kwargs)
+
+    plain = GenerationConfig(
+        max_new_tokens=3, do_sample=True, eos_token_id=EOS, pad_token_id=PAD, temperature=1.0
+    )
+    top_k = GenerationConfig(max_new_tokens=3, do_sample=True, eos_token_id=EOS, pad_token_id=PAD, top_k=5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(model), "generate", spy)
+        with torch.no_grad(), sampling_generate(model):
+            a = model.generate(input_ids=ids, attention_mask=mask, generation_config=plain)
+            assert calls == []
+            model.generate(input_ids=ids, attention_mask=mask, generation_config=top_k)
+            assert calls == ["generate"]
+        assert "generate" not in vars(model)
+    assert a.shape[0] == ids.shape[0] and a.shape[1] <= ids.shape[1] + 3
