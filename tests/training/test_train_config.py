@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from train_helpers import fake_checkpoint
 
 from helpers import CONFIGS
@@ -240,6 +241,15 @@ def test_trl_delta_at_or_below_one_is_refused_for_every_method(overrides: list[s
         "INTELLECT-2's): it must be a finite number > 1 (an upper clamp of the ratio, e.g. 10) or null; Band's radius "
         "is band_delta, with clip_rule: band"
     )
+
+
+def test_trl_delta_is_explained_in_the_printed_config() -> None:
+    """Printed (and saved) next to band_delta, TRL's delta says what it is; the YAML still loads the same."""
+    config = load_train_config(TINY, ["delta=2"])
+    text = config.to_yaml()
+    assert "\ndelta: 2.0  # TRL's two-sided clamp of the ratio; Band's radius is band_delta\n" in text
+    assert yaml.safe_load(text) == config.to_dict()
+    assert "TRL's two-sided clamp" not in load_train_config(TINY).to_yaml()
 
 
 @pytest.mark.parametrize("overrides", [["clip_rule=grpo", "delta=1.5"], ["method=gspo", "delta=1.5"]])

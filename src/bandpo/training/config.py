@@ -369,7 +369,15 @@ class TrainConfig:
         return out
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+        """The config as YAML (what ``--dry-run`` prints and a run saves); TRL's own ``delta``, when set, carries a
+        comment saying it is not Band's radius."""
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+        return re.sub(
+            r"^(delta: .*)$",
+            r"\1  # TRL's two-sided clamp of the ratio; Band's radius is band_delta",
+            text,
+            flags=re.M,
+        )
 
     def with_overrides(self, overrides: Iterable[str] | Mapping[str, Any]) -> TrainConfig:
         """A new config with ``overrides`` (``["key=value", ...]`` or ``{"dotted.key": value}``) applied."""
