@@ -168,10 +168,10 @@ def test_sampling_generate_dispatches_and_restores() -> None:
         calls.append("generate")
         return original(self, *args, **kwargs)
 
-    plain = GenerationConfig(
-        max_new_tokens=3, do_sample=True, eos_token_id=EOS, pad_token_id=PAD, temperature=1.0
-    )
-    top_k = GenerationConfig(max_new_tokens=3, do_sample=True, eos_token_id=EOS, pad_token_id=PAD, top_k=5)
+    base = dict(max_new_tokens=3, do_sample=True, eos_token_id=EOS, pad_token_id=PAD)
+    trl = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=None, repetition_penalty=1.0)  # TRL's GRPO defaults
+    plain = GenerationConfig(**base, **trl)
+    top_k = GenerationConfig(**base, **{**trl, "top_k": 5})
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(type(model), "generate", spy)
         with torch.no_grad(), sampling_generate(model):
@@ -181,3 +181,63 @@ def test_sampling_generate_dispatches_and_restores() -> None:
             assert calls == ["generate"]
         assert "generate" not in vars(model)
     assert a.shape[0] == ids.shape[0] and a.shape[1] <= ids.shape[1] + 3
+
+
+def test_the_draw_reaches_the_last_tokens_and_never_a_zero() -> None:
+    """In float64: a last token of probability 1e-9 is drawn when ``u`` falls in its sliver (float32 sums
+    could not resolve it), and ``u`` just below 1 never lands on a zero-probability tail."""
+    probs = torch.tensor([[0.6, 0.4 - 1e-9, 1e-9]], dtype=torch.float32)
+    assert int(draw(probs, torch.tensor([1 - 1e-10], dtype=torch.float64))[0]) == 2
+    tail = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
+    assert (
+        int(
+            draw(
+                tail,
+                torch.tensor(
+                    [
+                        torch.nextafter(
+                            torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+                        )
+                    ]
+                ),
+            )[0]
+        )
+        == 1
+    )
+
+
+def test_unset_fields_are_merged_as_generate_merges_them() -> None:
+    """``top_k`` left unset is 50 in ``generate`` (transformers' global default), so such a config goes to
+    ``generate``; a field the model's own generation config sets counts too."""
+    from transformers import GenerationConfig
+
+    from bandpo.decode import effective_generation_config
+
+    model = _model()
+    plain = GenerationConfig(max_new_tokens=3, do_sample=True, eos_token_id=EOS, pad_token_id=PAD, top_k=0)
+    assert generation_problem(effective_generation_config(plain, model)) is None
+    unset = GenerationConfig(max_new_tokens=3, do_sample=True, eos_token_id=EOS, pad_token_id=PAD)
+    assert generation_problem(effective_generation_config(unset, model)) == "top_k=50"
+    model.generation_config.top_p = 0.9
+    assert generation_problem(effective_generation_config(plain, model)) == "top_p=0.9"
+
+
+def test_a_model_it_cannot_decode_goes_to_generate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model :func:`model_problem` refuses (no cache argument, a cache of other layers) is sampled by
+    ``generate`` with the same contract: greedy gives the same tokens, the scores are reported each step."""
+    import bandpo.decode
+    from bandpo.decode import model_problem
+
+    model = _model()
+    assert model_problem(model) is None
+    ids, mask = _prompts()
+    with torch.no_grad():
+        fast = sample(model, ids, mask, max_new_tokens=5, eos_token_id=EOS, pad_token_id=PAD, temperature=0)
+        monkeypatch.setattr(bandpo.decode, "model_problem", lambda m: "its cache has other layers")
+        seen: list[torch.Tensor] = []
+        slow = sample(
+            model, ids, mask, max_new_tokens=5, eos_token_id=EOS, pad_token_id=PAD, temperature=0,
+            on_scores=seen.append,
+        )  # fmt: skip
+    assert torch.equal(fast, slow)
+    assert len(seen) == slow.shape[1] - ids.shape[1] and seen[0].dtype == torch.float32

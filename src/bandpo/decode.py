@@ -14,8 +14,11 @@ differ (a seed gives other samples than ``generate`` with that seed). Greedy dec
 (``tests/test_decode.py``, in float64).
 
 :func:`generation_problem` says whether a ``GenerationConfig`` asks for anything beyond that (top-k, top-p,
-repetition penalty, ...); :func:`sampling_generate` installs :func:`sample` as a model's ``generate`` for the
-configs it covers and leaves the others to ``generate``.
+repetition penalty, ...), read after :func:`effective_generation_config` has filled its unset fields as
+``generate`` does (from the model's generation config, then transformers' defaults: an unset ``top_k`` is 50);
+:func:`sampling_generate` installs :func:`sample` as a model's ``generate`` for the configs it covers and leaves
+the others to ``generate``. :func:`model_problem` says whether a model's cache can be copied between rows (plain
+key/value layers); for one that cannot, :func:`sample` keeps its contract through ``generate``.
 """
 
 from __future__ import annotations
@@ -50,7 +53,20 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "num_return_sequences": (None, 1),
     "cache_implementation": (None,),
     "stop_strings": (None,),
-    "max_length": (None,),
+    "top_h": (None,),
+    "max_time": (None,),
+    "token_healing": (None, False),
+    "dola_layers": (None,),
+    "penalty_alpha": (None,),
+    "constraints": (None,),
+    "force_words_ids": (None,),
+    "remove_invalid_values": (None, False),
+    "num_beam_groups": (None, 1),
+    "diversity_penalty": (None, 0.0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "use_mtp": (None, False),
+    "speculation_type": (None,),
+    "assistant_early_exit": (None,),
     "watermarking_config": (None,),
     "assistant_model": (None,),
     "prompt_lookup_num_tokens": (None,),
@@ -81,12 +97,58 @@ def generation_problem(config: Any) -> str | None:
     return None
 
 
+def effective_generation_config(config: Any, model: Any) -> Any | None:
+    """The config ``generate`` would run with: ``config``'s fields, then the unset ones from
+    ``model.generation_config``, then transformers' global defaults (an unset ``top_k`` is 50 there), as
+    ``GenerationMixin._prepare_generation_config`` merges them; ``None`` where this transformers does not offer the
+    merge (the caller then leaves sampling to ``generate``)."""
+    import copy
+
+    defaults = getattr(type(config), "_get_default_generation_params", None)
+    own = getattr(model, "generation_config", None)
+    if defaults is None or not hasattr(config, "update"):
+        return None
+    merged = copy.deepcopy(config)
+    if own is not None:
+        merged.update(**own.to_dict(), defaults_only=True, allow_custom_entries=True)
+    merged.update(**defaults(), defaults_only=True)
+    return merged
+
+
+def model_problem(model: Any) -> str | None:
+    """Why :func:`sample` cannot decode ``model`` itself (it then leaves the work to ``generate``), or ``None``: it
+    needs a forward that takes the cache by name (``cache`` or ``past_key_values``) and a default dynamic cache whose
+    layers are plain key/value layers (``DynamicLayer``, ``DynamicSlidingWindowLayer``), which can be copied to the
+    rows that share a prompt."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    params = inspect.signature(model.forward).parameters
+    if "cache" not in params and "past_key_values" not in params:
+        return "its forward takes no cache argument by name"
+    supports = getattr(model, "_supports_default_dynamic_cache", None)
+    if supports is not None and not supports():
+        return "it does not use transformers' default dynamic cache"
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except (TypeError, ValueError, AttributeError) as err:
+        return f"its dynamic cache cannot be built ({err})"
+    kinds = {
+        type(layer).__name__
+        for layer in layers
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)
+    }
+    return f"its cache has {', '.join(sorted(kinds))} layers" if kinds else None
+
+
 def _ids(value: Any) -> list[int]:
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
 
 
 def draw(probs: Any, u: Any) -> Any:
-    """Inverse-CDF draw: row ``b``'s token is the first ``v`` with ``cumsum(probs_b)[v] > u_b * sum(probs_b)``.
+    """Inverse-CDF draw: row ``b``'s token is the first ``v`` with ``cumsum(probs_b)[v] > u_b * sum(probs_b)``,
+    the sum taken in float64 (in float32 the tokens at the end of a 49,152-entry vocabulary below about 3e-8 could
+    never be drawn).
 
     Args:
         probs: (B, V) float, non-negative rows with a positive sum (normalisation is not needed).
@@ -97,10 +159,11 @@ def draw(probs: Any, u: Any) -> Any:
     """
     import torch
 
-    cdf = probs.cumsum(dim=-1)  # (B, V)
-    target = (u * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
-    index = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # (B,)
-    return index.clamp_(max=probs.shape[-1] - 1)
+    cdf = probs.double().cumsum(dim=-1)  # (B, V) float64
+    total = cdf[:, -1:]  # (B, 1)
+    # below the total, so that some token's cdf exceeds it even where u * total rounds up to the total
+    target = torch.minimum(u.double().unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1)  # (B,)
 
 
 def sample(
@@ -141,12 +204,23 @@ def sample(
         )
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if model_problem(model) is not None:
+        return _sample_by_generate(
+            model,
+            input_ids,
+            attention_mask,
+            max_new_tokens,
+            eos_token_id,
+            pad_token_id,
+            temperature,
+            on_scores,
+        )
     mask = attention_mask.long()
     rows = torch.cat([input_ids, mask], dim=1)  # (B, 2T)
     unique, inverse = torch.unique(rows, dim=0, return_inverse=True)  # (U, 2T), (B,)
     width = input_ids.shape[1]
     u_ids, u_mask = unique[:, :width], unique[:, width:]  # (U, T) each
-    u_pos = (u_mask.cumsum(dim=-1) - 1).masked_fill_(u_mask == 0, 1)  # (U, T), as generate places them
+    u_pos = (u_mask.cumsum(dim=-1) - 1).clamp_(min=0)  # (U, T); padding positions are masked
     cache = DynamicCache(config=model.config)
     params = inspect.signature(model.forward).parameters
     cache_arg = {"cache" if "cache" in params else "past_key_values": cache}  # transformers >= 5.2x: cache
@@ -154,6 +228,10 @@ def sample(
     out = model(
         input_ids=u_ids, attention_mask=u_mask, position_ids=u_pos, use_cache=True, **cache_arg, **keep
     )
+    if cache.get_seq_length() != width:  # the forward did not fill the cache it was given
+        raise RuntimeError(
+            f"{type(model).__name__} left {cache.get_seq_length()} of {width} prompt positions in the cache"
+        )
     cache.batch_select_indices(inverse)  # every row gets its prompt's keys and values
     logits = out.logits[:, -1, :].float()[inverse]  # (B, V)
     position = u_pos[inverse, -1]  # (B,)
@@ -187,6 +265,38 @@ def sample(
     return torch.cat([input_ids, torch.stack(new, dim=1)], dim=1)
 
 
+def _sample_by_generate(
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    max_new_tokens: int,
+    eos_token_id: int | Sequence[int],
+    pad_token_id: int,
+    temperature: float,
+    on_scores: Callable[[Any], None] | None,
+) -> Any:
+    """:func:`sample`'s contract by transformers' ``generate`` (every row encoded, multinomial draws), for models
+    :func:`model_problem` refuses."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class _Scores(LogitsProcessor):  # custom processors see the logits before the temperature
+        def __call__(self, ids: Any, scores: Any) -> Any:
+            if on_scores is not None:
+                on_scores(scores.float())
+            return scores
+
+    sampling = {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0}
+    return model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=_ids(eos_token_id),
+        pad_token_id=pad_token_id,
+        logits_processor=LogitsProcessorList([_Scores()]),
+        **(sampling if temperature > 0 else {"do_sample": False}),
+    )
+
+
 @contextlib.contextmanager
 def sampling_generate(model: Any) -> Iterator[None]:
     """Within the block, ``model.generate(input_ids=..., attention_mask=..., generation_config=...)`` runs
@@ -195,9 +305,10 @@ def sampling_generate(model: Any) -> Iterator[None]:
     original = model.generate
 
     def generate(*args: Any, **kwargs: Any) -> Any:
-        config = kwargs.get("generation_config")
         extra = set(kwargs) - {"input_ids", "attention_mask", "generation_config"}
-        if args or extra or config is None or generation_problem(config) is not None:
+        given = kwargs.get("generation_config")
+        config = None if args or extra or given is None else effective_generation_config(given, model)
+        if config is None or generation_problem(config) is not None or model_problem(model) is not None:
             return original(*args, **kwargs)
         greedy = not config.do_sample
         return sample(

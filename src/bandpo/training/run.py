@@ -190,7 +190,10 @@ def _trainer_class(base: type) -> type:
         def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
             # TRL's generate call, with temperature-only sampling, runs bandpo.decode.sample (one prefill per
             # distinct prompt: a group's completions share it)
-            with self.precision.sampling(), sampling_generate(self.accelerator.unwrap_model(self.model)):
+            with (
+                self.precision.sampling(),
+                sampling_generate(self.accelerator.unwrap_model(self.model_wrapped)),
+            ):
                 return super()._generate_single_turn(*args, **kwargs)
 
         def training_step(self, *args: Any, **kwargs: Any) -> Any:
