@@ -241,3 +241,22 @@ def test_a_model_it_cannot_decode_goes_to_generate(monkeypatch: pytest.MonkeyPat
         )  # fmt: skip
     assert torch.equal(fast, slow)
     assert len(seen) == slow.shape[1] - ids.shape[1] and seen[0].dtype == torch.float32
+
+
+def test_sample_draws_with_float64_uniforms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The uniform numbers are float64 like the sum they are compared with: float32 ones sit on a grid of 6e-8,
+    which a float64 sum cannot make finer."""
+    import bandpo.decode
+
+    dtypes: list[torch.dtype] = []
+    real_draw = bandpo.decode.draw
+
+    def spy(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        dtypes.append(u.dtype)
+        return real_draw(probs, u)
+
+    monkeypatch.setattr(bandpo.decode, "draw", spy)
+    ids, mask = _prompts(groups=1, size=2)
+    with torch.no_grad():
+        sample(_model(torch.float32), ids, mask, max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD)
+    assert dtypes and set(dtypes) == {torch.float64}

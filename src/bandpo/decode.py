@@ -245,7 +245,9 @@ def sample(
             token = logits.argmax(dim=-1)  # (B,)
         else:
             probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)
-            u = torch.rand(probs.shape[0], device=probs.device, dtype=probs.dtype)  # (B,)
+            u = torch.rand(
+                probs.shape[0], device=probs.device, dtype=torch.float64
+            )  # (B,), as fine as the sum
             token = draw(probs, u)
         token = token.masked_fill_(finished, pad_token_id)
         new.append(token)
@@ -320,7 +322,7 @@ def sampling_generate(model: Any) -> Iterator[None]:
             pad_token_id=config.pad_token_id
             if config.pad_token_id is not None
             else _ids(config.eos_token_id)[0],
-            temperature=0.0 if greedy else (config.temperature if config.temperature is not None else 1.0),
+            temperature=0.0 if greedy else config.temperature,  # the merged config always has one
         )
 
     model.generate = generate
