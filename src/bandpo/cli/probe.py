@@ -93,9 +93,8 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             split=args.split,
         )
-        problem = output_dir_problem(
-            args.output_dir, "--output-dir"
-        )  # before the work, which writes at its end
+        # before the work, which writes only at its end
+        problem = output_dir_problem(args.output_dir, "--output-dir")
         if problem is not None:
             raise ValueError(problem)
     except ValueError as err:

@@ -502,9 +502,9 @@ def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
 
 def _check_rule_params(trainer: Mapping[str, Any], rule: str, where: Any) -> None:
     """The rule's parameters set once: TRL's ``delta`` (its two-sided clamp) at or below 1 is refused (next to a Band
-    rule, whose radius is also called ``delta``, naming band_delta); a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets
-    are refused together (naming the shortcut, which the recipes use)."""
-    try:  # a clamp of the ratio at or below 1 (a radius set under TRL's name?); delta: 10 (dual clip) stays allowed
+    rule, whose radius is also called ``delta``, naming band_delta); a ``band_*`` shortcut and the
+    ``clip_rule_kwargs`` entry it sets are refused together (naming the shortcut, which the recipes use)."""
+    try:  # a clamp of the ratio at or below 1 is refused; delta: 10 (verl's dual clip) stays allowed
         check_trl_delta(trainer.get("delta"), rule, where("delta"))
     except ValueError as err:
         raise ConfigError(str(err)) from None
