@@ -71,6 +71,26 @@ def make_trainer(args: BandPOConfig, model: Any, tokenizer: Any, dataset: Any) -
     )
 
 
+def harness_trainer(
+    cls: type[BandPOTrainer], precision: str, args: BandPOConfig, model: Any, tokenizer: Any, dataset: Any
+) -> BandPOTrainer:
+    """``cls`` as ``bandpo train`` builds it (the harness's trainer mixin) at ``precision`` (bandpo.runtime)."""
+    from bandpo.runtime import resolve_precision
+    from bandpo.training.run import _trainer_class
+
+    trainer = _trainer_class(cls)(
+        model=model,
+        reward_funcs=vowel_digit_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bf16 on a CPU without native bf16 warns that it is slower
+        trainer.precision = resolve_precision(precision)
+    return trainer
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Trainer
 
@@ -492,21 +512,9 @@ def test_first_update_of_a_round_has_ratio_exactly_one(
     ``bandpo.runtime``); later updates of the round see a moved policy (the ratio differs from 1 somewhere).
     On this tiny model TRL's own layout happens to give the same bits too; the layout itself is checked by
     test_old_log_probs_use_the_training_micro_batches."""
-    from bandpo.runtime import resolve_precision
-    from bandpo.training.run import _trainer_class
-
     # 2 mini-batches x 2 iterations per round: rounds start at steps 0 and 4
     args = make_config(tmp_path, max_steps=6)
-    trainer = _trainer_class(BandPOTrainer)(
-        model=tiny_model,
-        reward_funcs=vowel_digit_reward,
-        args=args,
-        train_dataset=tiny_dataset,
-        processing_class=tiny_tokenizer,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # bf16 on a CPU without native bf16 warns that it is slower
-        trainer.precision = resolve_precision(precision)
+    trainer = harness_trainer(BandPOTrainer, precision, args, tiny_model, tiny_tokenizer, tiny_dataset)
     spy = ClampSpy()
     monkeypatch.setattr(torch, "clamp", spy)
     trainer.train()
@@ -556,7 +564,8 @@ def test_old_log_probs_use_the_training_micro_batches(
     tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every forward that gives old log-probs runs on exactly the tensors (rows, order, padding) of a training
-    forward of the same round, and the old log-probs of a round are computed once, before its first update."""
+    forward of the same round, and the old log-probs of a round are computed once, before its first update: the
+    micro-batch of the round's first optimizer step takes its own from its training forward (no extra pass)."""
     calls: list[tuple[bool, Tensor, Tensor]] = []
     real = bandpo_trl.GRPOTrainer._get_per_token_logps_and_entropies
 
@@ -568,9 +577,89 @@ def test_old_log_probs_use_the_training_micro_batches(
     args = make_config(tmp_path, max_steps=8)  # two rounds of 2 micro-batches x 2 iterations
     make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset).train()
     kinds = ["train" if grad else "old" for grad, _, _ in calls]
-    assert kinds == ["old", "old"] + ["train"] * 4 + ["old", "old"] + ["train"] * 4
-    for start in (0, 6):
-        old = calls[start : start + 2]
-        train = calls[start + 2 : start + 6]
-        for _, ids, att in train:
-            assert any(torch.equal(ids, o_ids) and torch.equal(att, o_att) for _, o_ids, o_att in old)
+    assert kinds == ["old"] + ["train"] * 4 + ["old"] + ["train"] * 4
+    for start in (0, 5):
+        (_, o_ids, o_att), train = calls[start], calls[start + 1 : start + 5]
+        # the pass serves the round's second micro-batch: not the first update's, and the third update's
+        assert not torch.equal(train[0][1], o_ids)
+        assert torch.equal(train[1][1], o_ids) and torch.equal(train[1][2], o_att)
+        assert torch.equal(train[0][1], train[2][1]) and torch.equal(train[1][1], train[3][1])
+
+
+class _EveryOldLogProbByItsOwnPass(BandPOTrainer):
+    """The reference for the reuse below: every micro-batch of a round gets its old log-probs from a ``no_grad``
+    pass right after the generation (what BandPOTrainer did before the first update's forward gave its own)."""
+
+    def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+        inputs = bandpo_trl.GRPOTrainer._prepare_inputs(self, generation_batch)
+        if self._bandpo_old_pending:
+            self._bandpo_old_pending = False
+            self._bandpo_old_missing = list(self._buffered_inputs)
+            self._fill_missing_old_log_probs()
+        return inputs
+
+
+class _FilledByTheOptimizerStepCallback(BandPOTrainer):
+    """As BandPOTrainer, with the optimizer step never predicted: the step guard's callback fills the pass."""
+
+    def _optimizer_step_follows(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("precision", "accumulation", "trainer_class"),
+    [
+        ("float32", 1, BandPOTrainer),
+        ("float32", 2, BandPOTrainer),
+        ("bf16", 1, BandPOTrainer),
+        ("bf16", 2, BandPOTrainer),
+        ("float32", 2, _FilledByTheOptimizerStepCallback),
+    ],
+)
+def test_old_log_probs_of_the_first_update_come_from_its_forward_bit_for_bit(
+    tmp_path: Path,
+    precision: str,
+    accumulation: int,
+    trainer_class: type[BandPOTrainer],
+    tiny_model: Any,
+    tiny_tokenizer: Any,
+    tiny_dataset: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Taking the old log-probs of the micro-batches trained before a round's first optimizer step from their
+    training forward changes nothing: every ratio, bound and weight equals, bit for bit, training with a separate
+    ``no_grad`` pass for every micro-batch, in float32 and bf16, with 1 or 2 micro-steps per optimizer step, and
+    when the pass is left to the callback before the optimizer step; only the number of extra forwards falls
+    (the round's first ``accumulation`` micro-batches need none)."""
+    results = {}
+    for cls in (trainer_class, _EveryOldLogProbByItsOwnPass):
+        model = type(tiny_model).from_pretrained(tiny_model.config._name_or_path, dtype=torch.float32)
+        # rounds of 4 micro-batches used twice: 8 micro-steps, 8 / accumulation optimizer steps per round
+        args = make_config(
+            tmp_path / cls.__name__,
+            max_steps=8 // accumulation * 2,
+            steps_per_generation=4,
+            gradient_accumulation_steps=accumulation,
+        )
+        trainer = harness_trainer(cls, precision, args, model, tiny_tokenizer, tiny_dataset)
+        passes = []
+        fill = cls._fill_missing_old_log_probs
+        monkeypatch.setattr(
+            cls,
+            "_fill_missing_old_log_probs",
+            lambda self, passes=passes, fill=fill: (passes.append(len(self._bandpo_old_missing)), fill(self)),
+        )
+        spy = ClampSpy()
+        monkeypatch.setattr(torch, "clamp", spy)
+        trainer.train()
+        monkeypatch.undo()
+        results[cls] = (spy.records, {k: v.detach().clone() for k, v in model.state_dict().items()}, passes)
+    (records, weights, passes), (ref_records, ref_weights, ref_passes) = results.values()
+    assert ref_passes == [4, 4] and passes == [4 - accumulation, 4 - accumulation]
+    assert len(records) == len(ref_records) == 16
+    for step, (rec, ref) in enumerate(zip(records, ref_records)):
+        assert not torch.isnan(rec["old"][rec["mask"]]).any()
+        for key in ("old", "current", "lo", "hi", "mask"):
+            assert torch.equal(rec[key], ref[key]), f"micro-step {step}: {key} differs"
+    for name, value in weights.items():
+        assert torch.equal(value, ref_weights[name]), name

@@ -9,7 +9,8 @@ parts the trainer runs (TRL's fused LM head, :mod:`bandpo.runtime`'s precision c
     prompt), per optimizer step (divided by the 2 steps of a round); transformers' ``generate`` of the same
     completions is timed beside it (``generate_ms``, ``generate_x_sampler``).
 ``old log-probs``
-    the no-grad forward of the round's micro-batches, per optimizer step.
+    the no-grad forward of the round's micro-batches after the first (whose training forward gives its own,
+    ``BandPOTrainer``), per optimizer step.
 ``forward + backward``
     one micro-batch of 16 completions.
 ``loss + diagnostics``
@@ -153,7 +154,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
         )
         flops = {
             "generation": gen_flops / spg,
-            "old log-probs": _flops(model, int(att.sum()), n_seq * t_new, False) / spg,
+            "old log-probs": _flops(model, int(att[mb:].sum()), (n_seq - mb) * t_new, False) / spg,
             "forward + backward": _flops(model, tokens_mb, scored_mb, True),
             "loss + diagnostics": 0.0,
             "optimizer": 0.0,
@@ -224,7 +225,8 @@ def _time_parts(
     mb: int,
     rounds: int,
 ) -> dict[str, float]:
-    """Best-of-``rounds`` seconds of each part, whole (generation and old log-probs over the whole round)."""
+    """Best-of-``rounds`` seconds of each part, whole (generation and old log-probs over the whole round; the
+    old-log-prob pass skips the first micro-batch, as the trainer does)."""
     from bandpo.losses import make_clip_rule, policy_loss
 
     rule = make_clip_rule("band", divergence="kl", delta=0.05, cap=10.0)
@@ -264,7 +266,7 @@ def _time_parts(
 
     def old_log_probs() -> None:
         with precision.exact(), torch.no_grad():
-            for start in range(0, ids.shape[0], mb):
+            for start in range(mb, ids.shape[0], mb):
                 forward(slice(start, start + mb))
 
     adv = torch.randn(mb, 1)

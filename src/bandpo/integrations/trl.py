@@ -132,7 +132,8 @@ class BandBoundsNotAppliedError(RuntimeError):
 
 
 class _StepGuard(TrainerCallback):
-    """Raises before an optimizer step when no training loss since the previous one had the Band bounds."""
+    """Raises before an optimizer step when no training loss since the previous one had the Band bounds; fills
+    the old log-probs of the round's micro-batches still missing them before the update moves the policy."""
 
     def __init__(self, trainer: BandPOTrainer) -> None:
         self._trainer = weakref.ref(trainer)  # the trainer holds this callback: no reference cycle
@@ -147,6 +148,9 @@ class _StepGuard(TrainerCallback):
                 "GRPOTrainer._compute_loss, where the bounds are installed"
             )
         trainer._bandpo_bounded_losses = 0
+        if trainer._bandpo_old_missing:  # before the update moves the policy that sampled the round
+            trainer._fill_missing_old_log_probs()
+        trainer._bandpo_old_from_forward = None
 
 
 _GATHERED = ("log_ratio", "lo", "hi", "advantages", "mask", "old_log_prob", "entropy")
@@ -183,9 +187,15 @@ class BandPOTrainer(GRPOTrainer):
         self._bandpo_capture: tuple[TokenTerms, float | None] | None = None
         # Training-mode losses computed with the bounds since the last optimizer step (the step guard).
         self._bandpo_bounded_losses = 0
-        # The old-log-prob pass of a generation round, deferred to _prepare_inputs (training layout).
+        # The old-log-prob pass of a generation round, deferred to _prepare_inputs (training layout): the round's
+        # micro-batches whose old log-probs are still to compute, the optimizer step at which the round was
+        # generated, and the micro-batch whose training forward gives its own (no update since the generation).
         self._bandpo_defer_old = False
         self._bandpo_old_pending = False
+        self._bandpo_old_missing: list[dict[str, Any]] = []
+        self._bandpo_round_step = 0
+        self._bandpo_old_from_forward: dict[str, Any] | None = None
+        self._bandpo_forward_log_probs: Tensor | None = None
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self.add_callback(_StepGuard(self))
         if not args.clipping_can_bind and self.accelerator.is_main_process:
@@ -205,16 +215,26 @@ class BandPOTrainer(GRPOTrainer):
         """TRL's loss with the clip rule's bounds: arm the hook, call the parent, log our metrics."""
         scalar_eps = (self.epsilon_low, self.epsilon_high)
         # the hook may replace old_per_token_logps (DPPO's truncation) in this copy only
-        inputs = dict(inputs)
+        batch, inputs = inputs, dict(inputs)
+        old_from_forward = batch is self._bandpo_old_from_forward
+        if old_from_forward:  # the policy that sampled this round: its old log-probs are this forward's
+            inputs["old_per_token_logps"] = None  # TRL's own on-policy case: old = current, detached
         self._bandpo_loss_inputs = inputs
         self._bandpo_capture = None
+        self._bandpo_forward_log_probs = None
         try:
             loss = super()._compute_loss(model, inputs)
             capture = self._bandpo_capture
+            if (
+                old_from_forward and capture is not None
+            ):  # kept for the batch's later updates (num_iterations)
+                batch["old_per_token_logps"] = self._bandpo_forward_log_probs
+                self._bandpo_old_from_forward = None
         finally:
             self.epsilon_low, self.epsilon_high = scalar_eps
             self._bandpo_loss_inputs = None
             self._bandpo_capture = None
+            self._bandpo_forward_log_probs = None
         if capture is None:
             raise RuntimeError(
                 f"BandPOTrainer's bounds were not applied: GRPOTrainer._compute_loss (trl {trl.__version__}) did "
@@ -304,18 +324,50 @@ class BandPOTrainer(GRPOTrainer):
         return out
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
-        """The parent's micro-batch; right after a generation round, first the old log-probs of every
-        micro-batch of the round, each computed as the training forward will compute it (under ``no_grad``)."""
+        """The parent's micro-batch, with the old log-probs of a deferred generation round.
+
+        Until the first optimizer step after the round's generation the policy is the one that sampled it, so
+        a micro-batch trained in that window takes its old log-probs from its own training forward (TRL's
+        on-policy case: ratio exactly 1; the values are kept for the batch's later updates) and costs no extra
+        pass. Every other micro-batch of the round gets them from a ``no_grad`` forward computed as the training
+        forward computes it, run right before that first optimizer step (in the step's timed work; the
+        optimizer-step callback is the safety net when TRL's micro-step count does not predict it).
+        """
         inputs = super()._prepare_inputs(generation_batch)
         if self._bandpo_old_pending:
             self._bandpo_old_pending = False
-            with (
-                torch.no_grad(),
-                disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
-            ):
-                for batch in self._buffered_inputs:
-                    batch["old_per_token_logps"] = self._micro_batch_log_probs(batch)
+            self._bandpo_old_missing = list(self._buffered_inputs)
+            self._bandpo_round_step = self.state.global_step
+        if self._bandpo_old_missing and self.model.training:
+            if self.state.global_step != self._bandpo_round_step:  # cannot happen: the callback fills them
+                raise RuntimeError(
+                    "BandPOTrainer: a round's old log-probs were not computed before its first update"
+                )
+            if any(batch is inputs for batch in self._bandpo_old_missing):
+                self._bandpo_old_missing = [
+                    batch for batch in self._bandpo_old_missing if batch is not inputs
+                ]
+                self._bandpo_old_from_forward = inputs
+            if self._optimizer_step_follows():
+                self._fill_missing_old_log_probs()
         return inputs
+
+    def _optimizer_step_follows(self) -> bool:
+        """Whether an optimizer step follows the current micro-batch, by TRL's own count (its ``step_time``)."""
+        accumulation = getattr(
+            self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps
+        )
+        return (self._step + 1) % accumulation == 0
+
+    def _fill_missing_old_log_probs(self) -> None:
+        """The ``no_grad`` old-log-prob pass of the round's micro-batches that no training forward has given them."""
+        missing, self._bandpo_old_missing = self._bandpo_old_missing, []
+        with (
+            torch.no_grad(),
+            disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
+        ):
+            for batch in missing:
+                batch["old_per_token_logps"] = self._micro_batch_log_probs(batch)
 
     def _micro_batch_log_probs(self, batch: dict[str, Any]) -> Tensor:
         """(B, T) log-probs of ``batch``'s completion tokens by the current policy, through the same call as
@@ -369,6 +421,7 @@ class BandPOTrainer(GRPOTrainer):
         mask = mask.bool()
         # Exactly TRL's old log-probs: None when every update is on-policy (then old == current, detached).
         old = inputs.get("old_per_token_logps")
+        self._bandpo_forward_log_probs = log_prob.detach()
         old = log_prob.detach() if old is None else old.detach()
         if old.shape != log_prob.shape or mask.shape != log_prob.shape:
             raise RuntimeError(
