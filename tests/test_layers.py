@@ -3,7 +3,7 @@
 Layers, lowest first (a module may import its own layer and the ones below, never above)::
 
     0  registry, _files, _optional, provenance,       utilities every layer may use
-       validation, config, runtime, decode
+       validation, config, runtime, bf16_backward, decode
     1  core                                           pure tensor math
     2  losses, bandpo (the package's public API)      the objective, rules, metrics
     3  integrations, plots                            TRL / verl adapters; bound plots
@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "validation": 0,
     "config": 0,
     "runtime": 0,
+    "bf16_backward": 0,
     "decode": 0,
     "core": 1,
     "losses": 2,

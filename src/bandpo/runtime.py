@@ -5,8 +5,9 @@
 ``float32``
     Every matrix product in float32.
 ``bf16``
-    Sampling (``generate``) under bfloat16 autocast, and the matrix products of the *backward* pass with
-    bfloat16 inputs and float32 accumulation and outputs (oneDNN's ``fp32_precision = "bf16"``). The forward
+    Sampling (``generate``) under bfloat16 autocast, and the matrix products of the *backward* pass in bfloat16
+    (the linear layers': bfloat16 products of bfloat16 copies saved by the forward, :mod:`bandpo.bf16_backward`;
+    the others: bfloat16 inputs, float32 accumulation and outputs, oneDNN's ``fp32_precision = "bf16"``). The forward
     passes that give the log-probabilities of the ratio (old and new policy) stay float32, and so do the master
     weights, the optimizer, the loss and its bounds.
 ``auto``
@@ -144,9 +145,17 @@ class Precision:
 
     @contextlib.contextmanager
     def backward(self) -> Iterator[None]:
-        """Around a training step: float32 matrix products take bfloat16 inputs (float32 accumulation and output)
-        for ``bf16``; the forward passes inside it go back to float32 under :meth:`exact`."""
-        with matmul_precision("bf16" if self.bf16 else None):
+        """Around a training step (forward, backward and any recomputation of activation checkpointing), for
+        ``bf16``: the linear layers of a forward that records a graph save bfloat16 copies of their inputs and
+        weights and run their backward products in bfloat16 (:mod:`bandpo.bf16_backward`; their forward is
+        float32), and the other float32 products take bfloat16 inputs (float32 accumulation and output); the
+        forward passes inside it go back to float32 products under :meth:`exact`."""
+        if not self.bf16:
+            yield
+            return
+        from bandpo.bf16_backward import bf16_backward_linears
+
+        with matmul_precision("bf16"), bf16_backward_linears():
             yield
 
     @contextlib.contextmanager
