@@ -19,8 +19,9 @@ parts the trainer runs (TRL's fused LM head, :mod:`bandpo.runtime`'s precision c
     one AdamW step over the 134.5M parameters.
 
 Each part's floor is its matrix FLOPs divided by the rate of a matrix product of the same dtype timed in the
-same run (:func:`matmul_rates`): float32 for float32 products, bfloat16 inputs with float32 accumulation for the
-bf16 backward, bfloat16 for sampling under autocast. Every time is the best of ``rounds`` after one warm-up.
+same run (:func:`matmul_rates`): float32 for float32 products, bfloat16 for the bf16 backward (the linear layers'
+bfloat16 products, :mod:`bandpo.bf16_backward`; the LM head's few take bfloat16 inputs into float32 products, so
+the floor is slightly low) and for sampling under autocast. Every time is the best of ``rounds`` after one warm-up.
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ def _best(fn: Callable[[], object], rounds: int) -> float:
 
 def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) -> dict[str, float]:
     """GFLOP/s of an (m, k) x (k, n) product, the shape of the model's MLP on a micro-batch: ``float32``,
-    ``bf16_inputs`` (float32 tensors, bfloat16 inputs and float32 accumulation: the bf16 backward) and
-    ``bfloat16`` (bfloat16 tensors: autocast sampling)."""
+    ``bf16_inputs`` (float32 tensors, bfloat16 inputs and float32 accumulation: oneDNN's ``fp32_precision =
+    "bf16"``, what the bf16 backward used before :mod:`bandpo.bf16_backward`) and ``bfloat16`` (bfloat16 tensors:
+    autocast sampling and the linear layers' backward)."""
     a, b = torch.randn(m, k), torch.randn(k, n)
     flops = 2 * m * k * n
     rates = {"float32": flops / _best(lambda: a @ b, rounds) / 1e9}
@@ -161,7 +163,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
         }
         fwd, bwd = _flops(model, tokens_mb, scored_mb, False), 2 * _flops(model, tokens_mb, scored_mb, False)
         rate_fwd = rates["float32"]
-        rate_bwd = rates.get("bf16_inputs", rates["float32"]) if precision.bf16 else rates["float32"]
+        rate_bwd = rates["bfloat16"] if precision.bf16 else rates["float32"]
         rate_gen = rates["bfloat16"] if precision.bf16 else rates["float32"]
         floor = {
             "generation": flops["generation"] / rate_gen / 1e9,

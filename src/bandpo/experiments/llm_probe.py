@@ -147,6 +147,7 @@ def probe_batch(
     config: ProbeConfig,
     progress: Callable[[], None] | None = None,
     precision: Precision = FLOAT32,
+    share_first_update: bool = True,
 ) -> dict[str, Any]:
     """Every rule's ``K`` updates from the same weights on one batch; returns the batch's and each rule's numbers.
 
@@ -155,9 +156,10 @@ def probe_batch(
         ids, attn: (N, L) long input ids and attention mask (prompt + completion, right-padded).
         resp: (N, L - 1) bool, positions that predict completion tokens.
         advantages: (N,) float group advantages.
-        progress: called after every update.
+        progress: called after every update run (``1 + len(rules) * (K - 1)`` with ``share_first_update``).
         precision: the resolved precision (:mod:`bandpo.runtime`): the forwards of the log-probs in float32, the
             backward pass in bf16 for ``bf16``.
+        share_first_update: run update 1, identical for every rule, once (``False``: once per rule).
     """
     initial = copy.deepcopy(model.state_dict())
     model.eval()  # no dropout: the only difference between rules is the rule
@@ -182,28 +184,40 @@ def probe_batch(
         "rules": {},
     }
     bins = _bin_index(p_old)
+
+    def update(rule: Any, optimizer: Any, k: int) -> dict[str, Any]:
+        with precision.backward():
+            with precision.exact():
+                logp, _ = _log_probs(model, ids, attn, resp)
+            logp.retain_grad()
+            loss, _ = policy_loss(logp, old_logp, advantages, m.float(), clip_rule=rule, check_values=False)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        grad = logp.grad[m]  # (M,)
+        ratio = (logp.detach()[m] - old_logp[m]).exp()
+        if progress is not None:
+            progress()
+        return _clip_counts(grad, adv_tok, bins, ratio, k)
+
+    # Update 1 is the same for every rule (ratio exactly 1 lies inside every rule's bounds, and DPPO's weight
+    # min(r, c) is 1): with share_first_update it runs once and every rule continues from its weights and
+    # optimizer state (copied: AdamW updates its state in place).
+    first: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
     for name in config.rules:
-        model.load_state_dict(initial)
         rule = make_clip_rule(name, **config.rule_params.get(name, {}))
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
-        per_update = []
-        for k in range(config.updates):
-            with precision.backward():
-                with precision.exact():
-                    logp, _ = _log_probs(model, ids, attn, resp)
-                logp.retain_grad()
-                loss, _ = policy_loss(
-                    logp, old_logp, advantages, m.float(), clip_rule=rule, check_values=False
-                )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            grad = logp.grad[m]  # (M,)
-            ratio = (logp.detach()[m] - old_logp[m]).exp()
-            per_update.append(_clip_counts(grad, adv_tok, bins, ratio, k))
-            if progress is not None:
-                progress()
+        if first is None or not share_first_update:
+            model.load_state_dict(initial)
+            per_update = [update(rule, optimizer, 0)]
+            first = (copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()), per_update[0])
+        else:
+            model.load_state_dict(first[0])
+            optimizer.load_state_dict(copy.deepcopy(first[1]))
+            per_update = [copy.deepcopy(first[2])]
+        for k in range(1, config.updates):
+            per_update.append(update(rule, optimizer, k))
         with torch.no_grad(), precision.exact():
             new_logp, new_all_r = _log_probs(model, ids, attn, resp, full=True)
         assert new_all_r is not None
@@ -332,7 +346,7 @@ def run_probe(
 
     start = time.perf_counter()
     precision = precision_for(config.precision, model)
-    n_steps = config.batches * len(config.rules) * config.updates
+    n_steps = config.batches * (1 + len(config.rules) * (config.updates - 1))  # update 1 shared by the rules
     bar = _bar(n_steps, progress)
     chat = bool(getattr(tokenizer, "chat_template", None))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
