@@ -308,7 +308,14 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path, warm_cache: Path) -> Non
         "report_to=none",
     ]
     proc = subprocess.Popen(
-        train_command(args), env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        train_command(args),
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A suite started in the background of a non-interactive shell inherits SIGINT ignored, and Python keeps
+        # an ignored SIGINT ignored: give the child the default disposition, as a terminal's Ctrl-C finds it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 240
