@@ -18,7 +18,7 @@ from bandpo.cli._args import add_deprecated_spelling, yaml_mapping
 
 EPILOG = """\
 examples:
-  bandpo probe --model smollm2-135m --dataset arith --output-dir runs/probe-smollm2  # 4-7 min on 2 idle CPU cores
+  bandpo probe --model smollm2-135m --dataset arith --output-dir runs/probe-smollm2  # 4-5 min on 2 idle CPU cores
   bandpo probe --model runs/my-model --dataset data/test.jsonl --rules grpo,band --batches 5 --lr 3e-5
 """
 
