@@ -586,6 +586,21 @@ def test_old_log_probs_use_the_training_micro_batches(
         assert torch.equal(train[0][1], train[2][1]) and torch.equal(train[1][1], train[3][1])
 
 
+def _assert_same_training(
+    records: list[dict[str, Tensor]],
+    weights: dict[str, Tensor],
+    ref_records: list[dict[str, Tensor]],
+    ref_weights: dict[str, Tensor],
+) -> None:
+    """Every micro-step's old and current log-probs, bounds and mask, and the final weights, equal bit for bit."""
+    for step, (rec, ref) in enumerate(zip(records, ref_records)):
+        assert not torch.isnan(rec["old"][rec["mask"]]).any()
+        for key in ("old", "current", "lo", "hi", "mask"):
+            assert torch.equal(rec[key], ref[key]), f"micro-step {step}: {key} differs"
+    for name, value in weights.items():
+        assert torch.equal(value, ref_weights[name]), name
+
+
 class _EveryOldLogProbByItsOwnPass(BandPOTrainer):
     """The reference for the reuse below: every micro-batch of a round gets its old log-probs from a ``no_grad``
     pass right after the generation (what BandPOTrainer did before the first update's forward gave its own)."""
@@ -657,9 +672,76 @@ def test_old_log_probs_of_the_first_update_come_from_its_forward_bit_for_bit(
     (records, weights, passes), (ref_records, ref_weights, ref_passes) = results.values()
     assert ref_passes == [4, 4] and passes == [4 - accumulation, 4 - accumulation]
     assert len(records) == len(ref_records) == 16
-    for step, (rec, ref) in enumerate(zip(records, ref_records)):
-        assert not torch.isnan(rec["old"][rec["mask"]]).any()
-        for key in ("old", "current", "lo", "hi", "mask"):
-            assert torch.equal(rec[key], ref[key]), f"micro-step {step}: {key} differs"
-    for name, value in weights.items():
-        assert torch.equal(value, ref_weights[name]), name
+    _assert_same_training(records, weights, ref_records, ref_weights)
+
+
+def test_old_log_probs_when_an_epoch_ends_with_a_shorter_update(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """3 micro-steps per optimizer step over rounds of 4 micro-batches used once: transformers ends each epoch
+    with a shorter update and restarts its grouping, while TRL's micro-step count runs on. The pass is still
+    placed by the update's own grouping: every fill happens before the micro-batch that precedes an optimizer
+    step (none is left to the callback), the micro-batches trained before a round's first step take their own
+    forward's, and training equals a separate pass per micro-batch bit for bit."""
+    results = {}
+    for cls in (BandPOTrainer, _EveryOldLogProbByItsOwnPass):
+        model = type(tiny_model).from_pretrained(tiny_model.config._name_or_path, dtype=torch.float32)
+        args = make_config(
+            tmp_path / cls.__name__,
+            max_steps=6,
+            steps_per_generation=4,
+            num_iterations=1,
+            gradient_accumulation_steps=3,
+        )
+        trainer = harness_trainer(cls, "float32", args, model, tiny_tokenizer, tiny_dataset)
+        left_to_callback: list[int] = []
+        guard = bandpo_trl._StepGuard.on_pre_optimizer_step
+
+        def spy_guard(
+            self: Any,
+            *a: Any,
+            trainer: Any = trainer,
+            left: list[int] = left_to_callback,
+            guard: Any = guard,
+            **k: Any,
+        ) -> None:
+            left.append(len(trainer._bandpo_old_missing))
+            guard(self, *a, **k)
+
+        monkeypatch.setattr(bandpo_trl._StepGuard, "on_pre_optimizer_step", spy_guard)
+        clamp = ClampSpy()
+        monkeypatch.setattr(torch, "clamp", clamp)
+        trainer.train()
+        monkeypatch.undo()
+        results[cls] = (clamp.records, {k: v.detach().clone() for k, v in model.state_dict().items()})
+        if cls is BandPOTrainer:
+            assert len(left_to_callback) == 6 and not any(left_to_callback), left_to_callback
+    (records, weights), (ref_records, ref_weights) = results.values()
+    assert len(records) == len(ref_records) == 16  # 2 epochs of 8 micro-steps, updates of 3, 3 and 2
+    _assert_same_training(records, weights, ref_records, ref_weights)
+
+
+def test_old_log_probs_filled_by_the_callback_compute_as_the_training_forward(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass run from the optimizer-step callback (outside the harness's ``compute_loss`` and
+    ``_prepare_inputs``) still computes in the harness's setting for the ratio: float32 products
+    (``Precision.exact``) and the completion-tokens-only LM head."""
+    import trl.trainer.utils as trl_utils
+
+    seen: list[tuple[str, bool]] = []
+    real = BandPOTrainer._micro_batch_log_probs
+
+    def spy(self: Any, batch: dict[str, Any]) -> Tensor:
+        compact = trl_utils._use_triton(torch.device("cpu"))
+        seen.append((torch.backends.mkldnn.matmul.fp32_precision, compact))
+        return real(self, batch)
+
+    monkeypatch.setattr(BandPOTrainer, "_micro_batch_log_probs", spy)
+    args = make_config(tmp_path, max_steps=4, steps_per_generation=4, num_iterations=1)
+    trainer = harness_trainer(
+        _FilledByTheOptimizerStepCallback, "bf16", args, tiny_model, tiny_tokenizer, tiny_dataset
+    )
+    trainer.train()
+    assert len(seen) == 3  # the round's micro-batches 2-4, filled before its first optimizer step
+    assert set(seen) == {("ieee", True)}, seen

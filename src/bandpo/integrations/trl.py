@@ -353,7 +353,16 @@ class BandPOTrainer(GRPOTrainer):
         return inputs
 
     def _optimizer_step_follows(self) -> bool:
-        """Whether an optimizer step follows the current micro-batch, by TRL's own count (its ``step_time``)."""
+        """Whether an optimizer step follows the current micro-batch.
+
+        transformers marks the last micro-batch of each update in ``accelerator.sync_gradients`` before its
+        ``training_step`` (the update's own grouping, also where an epoch ends with a shorter update); TRL's
+        micro-step count, the fallback when that flag is not available, drifts from the grouping after such an
+        epoch. A wrong answer costs only forwards: a pass too early computes old log-probs that a training
+        forward would have given, and a missed one is filled by the optimizer-step callback."""
+        state = getattr(self.accelerator, "gradient_state", None)
+        if state is not None and isinstance(getattr(state, "sync_gradients", None), bool):
+            return state.sync_gradients
         accumulation = getattr(
             self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps
         )

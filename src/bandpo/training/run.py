@@ -208,6 +208,11 @@ def _trainer_class(base: type) -> type:
             with self.precision.exact(), completion_tokens_only():
                 return super().compute_loss(*args, **kwargs)
 
+        def _fill_missing_old_log_probs(self) -> None:
+            # BandPOTrainer's old-log-prob pass also runs from the optimizer-step callback, outside the two above
+            with self.precision.exact(), completion_tokens_only():
+                super()._fill_missing_old_log_probs()
+
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
             safe = [f for f in self.reward_funcs if isinstance(f, SafeRewardFunc)]
             before = [f.n_failures for f in safe]
@@ -345,7 +350,8 @@ def train(
     Args:
         config: the training config (:func:`bandpo.training.config.load_train_config`).
         resume: continue from the newest complete ``checkpoint-*`` in ``output_dir`` (optimizer, scheduler, RNG
-            and data position included); with none there, start from scratch; for a run that already finished,
+            and data position included; one saved in the middle of a generation round starts a new round, as TRL
+            does); with none there, start from scratch; for a run that already finished,
             do nothing. ``metrics.jsonl`` keeps the rows up to the checkpoint's step, so no step is logged twice.
         overwrite: discard an earlier run's checkpoints, metrics and TensorBoard folders in ``output_dir``
             (otherwise a fresh run into such a directory is refused).
