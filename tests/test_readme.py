@@ -84,3 +84,12 @@ def test_links_of_readme_and_docs_lead_somewhere() -> None:
             elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
                 broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def test_readme_names_every_registered_clip_rule() -> None:
+    """The front page's list of clip rules is the registry's (a rule added to ``CLIP_RULES`` is named there)."""
+    from bandpo.losses import CLIP_RULES
+
+    listed = README.read_text().split("The clip rules (", 1)[1].split(")", 1)[0]
+    named = set(re.findall(r"`(\w+)`", listed))
+    assert set(CLIP_RULES) <= named, sorted(set(CLIP_RULES) - named)
