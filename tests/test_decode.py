@@ -137,6 +137,28 @@ def test_bad_arguments_are_refused() -> None:
         sample(model, ids, mask, max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD, temperature=-1)
     with pytest.raises(ValueError, match=r"input_ids and attention_mask must be \(B, T\) of one shape"):
         sample(model, ids, mask[:, 1:], max_new_tokens=2, eos_token_id=EOS, pad_token_id=PAD)
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match=rf"max_new_tokens must be an integer >= 1, got {bad!r}"):
+            sample(model, ids, mask, max_new_tokens=bad, eos_token_id=EOS, pad_token_id=PAD)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "no mass"])
+def test_rows_without_a_distribution_are_refused(bad: Any) -> None:
+    """A row whose probabilities hold NaN or infinity, or sum to 0, has no token to draw: one line naming the
+    rows (it returned the id V, one past the vocabulary, before), in ``draw`` and through ``sample``."""
+    probs = torch.softmax(torch.randn(3, VOCAB, dtype=torch.float64), dim=-1)
+    probs[1] = 0.0 if bad == "no mass" else probs[1]
+    if bad != "no mass":
+        probs[1, 5] = bad
+    with pytest.raises(ValueError, match=r"cannot sample rows \[1\] of 3: their probabilities hold NaN"):
+        draw(probs, torch.full((3,), 0.5, dtype=torch.float64))
+
+    model = _model()
+    ids, mask = _prompts(groups=1, size=2)
+    with torch.no_grad():
+        model.lm_head.weight[3] = float("nan")  # every row's logits hold NaN
+        with pytest.raises(ValueError, match=r"cannot sample rows \[0, 1, 2\] of 3"):
+            sample(model, ids, mask, max_new_tokens=1, eos_token_id=EOS, pad_token_id=PAD)
 
 
 def test_generation_problem_names_what_sample_does_not_do() -> None:
@@ -241,6 +263,49 @@ def test_a_model_it_cannot_decode_goes_to_generate(monkeypatch: pytest.MonkeyPat
         )  # fmt: skip
     assert torch.equal(fast, slow)
     assert len(seen) == slow.shape[1] - ids.shape[1] and seen[0].dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("repetition_penalty", 50.0), ("num_beams", 3), ("suppress_tokens", "sampled")]
+)
+def test_generate_for_a_model_it_cannot_decode_ignores_the_models_generation_config(
+    field: str, value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``generate`` path samples softmax(logits / T) too: a repetition penalty, beams or suppressed tokens in
+    the model's own generation config (which ``generate`` would merge into the call) change nothing, and the
+    model's config is back afterwards."""
+    import bandpo.decode
+
+    model = _model()
+    ids, mask = _prompts()
+    args = dict(max_new_tokens=6, eos_token_id=EOS, pad_token_id=PAD, temperature=0)
+    with torch.no_grad():
+        fast = sample(model, ids, mask, **args)
+        if value == "sampled":  # tokens the greedy path chooses, which the config would forbid
+            value = sorted(set(fast[:, ids.shape[1] :].flatten().tolist()) - {EOS, PAD})[:3]
+        setattr(model.generation_config, field, value)
+        own = model.generation_config
+        monkeypatch.setattr(bandpo.decode, "model_problem", lambda m: "its cache has other layers")
+        slow = sample(model, ids, mask, **args)
+    assert torch.equal(fast, slow)
+    assert model.generation_config is own and getattr(own, field) == value
+
+
+def test_sampling_generate_runs_without_a_graph() -> None:
+    """The ``generate`` it installs records no autograd graph even when called with gradients enabled, as
+    transformers' own ``generate`` (a ``no_grad`` function)."""
+    from transformers import GenerationConfig
+
+    model = _model()
+    ids, mask = _prompts(groups=1, size=2)
+    config = GenerationConfig(max_new_tokens=2, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+    config.eos_token_id, config.pad_token_id = EOS, PAD
+    seen: list[bool] = []
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: seen.append(o.requires_grad))
+    with sampling_generate(model):
+        model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    hook.remove()
+    assert seen and not any(seen)
 
 
 def test_sample_draws_with_float64_uniforms(monkeypatch: pytest.MonkeyPatch) -> None:

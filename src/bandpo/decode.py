@@ -156,11 +156,22 @@ def draw(probs: Any, u: Any) -> Any:
 
     Returns:
         (B,) long token ids in [0, V); a token of probability 0 is never drawn.
+
+    Raises:
+        ValueError: a row whose sum is not a positive finite number (NaN or infinite logits, or no mass), where
+            no token can be drawn (``torch.multinomial`` refuses such rows too).
     """
     import torch
 
     cdf = probs.double().cumsum(dim=-1)  # (B, V) float64
     total = cdf[:, -1:]  # (B, 1)
+    bad = ~(torch.isfinite(total) & (total > 0)).squeeze(-1)  # (B,); cdf's NaN/inf reach the total
+    if bool(bad.any()):
+        rows = bad.nonzero().flatten().tolist()
+        raise ValueError(
+            f"cannot sample rows {rows[:8]}{' ...' if len(rows) > 8 else ''} of {probs.shape[0]}: their "
+            "probabilities hold NaN or infinity or sum to 0 (the policy's logits are not finite)"
+        )
     # below the total, so that some token's cdf exceeds it even where u * total rounds up to the total
     target = torch.minimum(u.double().unsqueeze(-1) * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True).squeeze(-1)  # (B,)
@@ -204,6 +215,8 @@ def sample(
         )
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if model_problem(model) is not None:
         return _sample_by_generate(
             model,
@@ -278,8 +291,10 @@ def _sample_by_generate(
     on_scores: Callable[[Any], None] | None,
 ) -> Any:
     """:func:`sample`'s contract by transformers' ``generate`` (every row encoded, multinomial draws), for models
-    :func:`model_problem` refuses."""
-    from transformers import LogitsProcessor, LogitsProcessorList
+    :func:`model_problem` refuses. The model's own ``generation_config`` is set aside for the call, so that none of
+    its fields (a repetition penalty, beams, suppressed tokens, ...) changes the distribution; transformers'
+    defaults fill the rest, of which only ``top_k`` (50) is not neutral and is given as 0."""
+    from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
     class _Scores(LogitsProcessor):  # custom processors see the logits before the temperature
         def __call__(self, ids: Any, scores: Any) -> Any:
@@ -288,15 +303,20 @@ def _sample_by_generate(
             return scores
 
     sampling = {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0}
-    return model.generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=_ids(eos_token_id),
-        pad_token_id=pad_token_id,
-        logits_processor=LogitsProcessorList([_Scores()]),
-        **(sampling if temperature > 0 else {"do_sample": False}),
-    )
+    own = model.generation_config
+    model.generation_config = GenerationConfig()  # nothing of the model's own fills the unset fields
+    try:
+        return model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=_ids(eos_token_id),
+            pad_token_id=pad_token_id,
+            logits_processor=LogitsProcessorList([_Scores()]),
+            **(sampling if temperature > 0 else {"do_sample": False}),
+        )
+    finally:
+        model.generation_config = own
 
 
 @contextlib.contextmanager
@@ -307,23 +327,26 @@ def sampling_generate(model: Any) -> Iterator[None]:
     original = model.generate
 
     def generate(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
         extra = set(kwargs) - {"input_ids", "attention_mask", "generation_config"}
         given = kwargs.get("generation_config")
         config = None if args or extra or given is None else effective_generation_config(given, model)
         if config is None or generation_problem(config) is not None or model_problem(model) is not None:
             return original(*args, **kwargs)
         greedy = not config.do_sample
-        return sample(
-            model,
-            kwargs["input_ids"],
-            kwargs["attention_mask"],
-            max_new_tokens=config.max_new_tokens,
-            eos_token_id=config.eos_token_id,
-            pad_token_id=config.pad_token_id
-            if config.pad_token_id is not None
-            else _ids(config.eos_token_id)[0],
-            temperature=0.0 if greedy else config.temperature,  # the merged config always has one
-        )
+        with torch.no_grad():  # as transformers' generate
+            return sample(
+                model,
+                kwargs["input_ids"],
+                kwargs["attention_mask"],
+                max_new_tokens=config.max_new_tokens,
+                eos_token_id=config.eos_token_id,
+                pad_token_id=config.pad_token_id
+                if config.pad_token_id is not None
+                else _ids(config.eos_token_id)[0],
+                temperature=0.0 if greedy else config.temperature,  # the merged config always has one
+            )
 
     model.generate = generate
     try:
