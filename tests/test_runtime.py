@@ -21,6 +21,7 @@ from bandpo.runtime import (
     completion_tokens_only,
     cpu_bf16_flags,
     freed_memory_kept,
+    freed_memory_returned,
     precision_for,
     resolve_precision,
 )
@@ -189,6 +190,31 @@ def test_freed_memory_returned_inside_a_kept_block_returns_it_and_keeps_again_af
     returned, kept = map(float, out.stdout.split())
     assert returned < -100  # returned at once (MB)
     assert kept > -50  # kept again
+
+
+def test_nested_freed_memory_returned_keeps_the_defaults_until_the_outermost_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An evaluation inside an evaluation during training: the training's setting comes back when the outermost
+    ``freed_memory_returned`` ends, not the inner one; glibc's values when the training's block ends."""
+    import bandpo.runtime as runtime
+
+    applied: list[str] = []
+
+    class _Libc:
+        def malloc_trim(self, pad: int) -> int:
+            return 1
+
+    names = {id(runtime._KEEP): "keep", id(runtime._GLIBC_DEFAULTS): "defaults"}
+    monkeypatch.setattr(runtime, "_libc", lambda: _Libc())
+    monkeypatch.setattr(runtime, "_set", lambda libc, settings: applied.append(names[id(settings)]) or True)
+    with freed_memory_kept():
+        with freed_memory_returned():
+            with freed_memory_returned():
+                assert applied == ["keep", "defaults"]
+            assert applied == ["keep", "defaults"]  # still glibc's in the outer evaluation
+        assert applied == ["keep", "defaults", "keep"]
+    assert applied == ["keep", "defaults", "keep", "defaults"]
 
 
 def test_completion_tokens_only_gives_the_same_log_probs(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """How a real-model RL step runs on a CPU: the precision setting and the allocator.
 
-``precision`` (``model.precision`` in a training config, ``--precision`` on ``eval`` / ``probe`` / ``demo``):
+``precision`` (``model.precision`` in a training config, also as an override of ``bandpo demo``; ``--precision`` on
+``eval`` and ``probe``; ``eval.precision`` in a compare config):
 
 ``float32``
     Every matrix product in float32.
@@ -274,9 +275,12 @@ _GLIBC_DEFAULTS = (
     (_M_MMAP_MAX, 65536),
     (_M_MMAP_THRESHOLD, 128 * 1024),
     (_M_TRIM_THRESHOLD, 128 * 1024),
-    (_M_TOP_PAD, 0),
+    (_M_TOP_PAD, 128 * 1024),
 )
-"""glibc's own values of the settings :func:`freed_memory_kept` changes, restored when it ends."""
+"""glibc's own starting values of the settings :func:`freed_memory_kept` changes, restored when it ends (the
+heap grows in steps of 128 KiB plus a page in a fresh process: glibc's top pad is 128 KiB). glibc's dynamic mmap
+threshold, which rises above 128 KiB as large blocks are freed, stays off once a threshold has been set: glibc
+has no call to turn it back on, so after the block large blocks are mapped as in a fresh process."""
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -298,6 +302,7 @@ _KEEP = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 1 << 30), (_M_TOP_PAD, 256 << 20)
 """The settings of :func:`freed_memory_kept`."""
 
 _kept_depth = 0  # how many freed_memory_kept blocks are open in this process
+_returned_depth = 0  # how many freed_memory_returned blocks are open inside them
 
 
 def _set(libc: ctypes.CDLL, settings: Iterable[tuple[int, int]]) -> bool:
@@ -308,7 +313,7 @@ def _set(libc: ctypes.CDLL, settings: Iterable[tuple[int, int]]) -> bool:
 def freed_memory_kept() -> Iterator[bool]:
     """Inside the block, keep freed memory in this process's heap instead of returning it to the kernel (glibc
     ``mallopt``: no mmap for large blocks, trim threshold and top pad 1 GiB / 256 MiB; module docstring for why);
-    at its end, glibc's defaults come back and the free heap is returned (``malloc_trim``), so that what runs next
+    at its end, glibc's starting values come back (:data:`_GLIBC_DEFAULTS`) and the free heap is returned (``malloc_trim``), so that what runs next
     (an evaluation in the same process, say) does not grow on a heap the training fragmented. Measured: an
     evaluation after training with the setting left on reached 12 GB and was killed for memory. An evaluation
     inside the block (during training) runs under :func:`freed_memory_returned`. Yields whether the setting
@@ -330,14 +335,20 @@ def freed_memory_kept() -> Iterator[bool]:
 def freed_memory_returned() -> Iterator[None]:
     """Inside a :func:`freed_memory_kept` block, glibc's defaults for the duration of this block (the free heap
     returned first), then the training's setting again: for work of another shape, such as an evaluation during
-    training, that would otherwise grow the heap the training keeps. Outside such a block: nothing changes."""
+    training, that would otherwise grow the heap the training keeps. Outside such a block: nothing changes. Nested
+    in another, the training's setting comes back when the outermost one ends."""
+    global _returned_depth
     libc = _libc()
     if libc is None or _kept_depth == 0:
         yield
         return
-    _set(libc, _GLIBC_DEFAULTS)
-    libc.malloc_trim(0)
+    if _returned_depth == 0:
+        _set(libc, _GLIBC_DEFAULTS)
+        libc.malloc_trim(0)
+    _returned_depth += 1
     try:
         yield
     finally:
-        _set(libc, _KEEP)
+        _returned_depth -= 1
+        if _returned_depth == 0:
+            _set(libc, _KEEP)

@@ -48,6 +48,9 @@ def test_eval_countdown_json_is_consistent(model_dir: Path, tmp_path: Path) -> N
     assert accuracy == pytest.approx(m["mean@8"], abs=1e-12)
     assert m["n_unparsed"] == sum(a is None for r in rows for a in r["answers"])
     assert "countdown/test" in out.stdout and "mean@8" in out.stdout and f"results: {out_json}" in out.stdout
+    resolved = res["settings"]["precision_resolved"]  # printed as recorded: the tiny model stays float32
+    assert resolved["name"] == "float32"
+    assert f"precision float32 ({resolved['reason']})" in out.stdout.splitlines()
 
 
 def test_eval_file_with_unparsable_answers(model_dir: Path, tmp_path: Path) -> None:

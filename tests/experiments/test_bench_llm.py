@@ -50,6 +50,7 @@ def test_recipe_is_the_configs_recipe_and_samples_as_the_trainer() -> None:
     sampling = {k: trainer[k] if trainer.get(k) is not None else v for k, v in defaults.items()}
     assert RECIPE["sampling"] == sampling
     assert RECIPE["model"] == config.model.path
+    assert RECIPE["attn_implementation"] == config.model.attn_implementation  # both precisions' rows
     assert RECIPE["task_options"] == config.data.task_options
     assert RECIPE["max_new_tokens"] == trainer["max_completion_length"]
     assert RECIPE["micro_batch"] == trainer["per_device_train_batch_size"]

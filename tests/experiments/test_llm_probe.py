@@ -130,15 +130,19 @@ def test_probe_batch_shares_update_one_with_the_same_results(warm_model_dir: Pat
 
 
 @pytest.mark.slow
-def test_probe_cli_end_to_end(warm_model_dir: Path, tmp_path: Path) -> None:
+def test_probe_cli_end_to_end(
+    warm_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from bandpo.cli.main import main
 
     out = tmp_path / "probe"
     argv = ["probe", "--model", str(warm_model_dir), "--dataset", "countdown", "--rules", "grpo,band",
             "--batches", "2", "--prompts", "4", "--group-size", "4", "--updates", "2", "--max-new-tokens", "8",
-            "--lr", "1e-2", "--output-dir", str(out), "--no-progress"]  # fmt: skip
+            "--lr", "1e-2", "--output-dir", str(out), "--no-progress", "--precision", "float32"]  # fmt: skip
     assert main(argv) == 0
+    assert "bandpo probe: precision  float32 (asked for" in capsys.readouterr().err  # and the CPU's flags
     result = json.loads((out / "results.json").read_text())
+    assert result["config"]["precision"] == "float32" and result["precision"]["name"] == "float32"
     assert len(result["batches"]) == 2 and set(result["summary"]["rules"]) == {"grpo", "band"}
     assert result["summary"]["batch"]["p_old_below_0.2"]["n"] == 2
     assert {f"clip_frac[{b}]" for b in BIN_NAMES} <= set(result["summary"]["rules"]["band"])
@@ -166,9 +170,11 @@ def test_probe_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
         )
         == 2
     )
+    assert main(["probe", "--model", "x", "--precision", "fp8", "--output-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("bandpo probe: error:") for line in err)
+    assert len(err) == 4 and all(line.startswith("bandpo probe: error:") for line in err)
     assert "does not exist" in err[2]
+    assert err[3] == "bandpo probe: error: --precision must be one of auto, float32, bf16, got 'fp8'"
 
 
 def test_probe_task_options_are_yaml_and_arith_defaults_to_one_digit() -> None:

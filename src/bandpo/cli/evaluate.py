@@ -212,6 +212,9 @@ def run(args: argparse.Namespace) -> int:
             for row in samples:
                 f.write(json.dumps(row) + "\n")
     print(f"model {results['model']}")
+    resolved = results.get("settings", {}).get("precision_resolved")
+    if resolved:
+        print(f"precision {resolved['name']} ({resolved['reason']})")
     print(format_table(results))
     for name, metrics in results["datasets"].items():
         bad = metrics.get("n_unparsed_ground_truth", 0)

@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--temperature", type=float, default=defaults.temperature, help="sampling temperature"
     )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="first batch's seed")
+    parser.add_argument(
+        "--precision",
+        default=defaults.precision,
+        help="CPU precision: auto (bf16 where the CPU has native bf16 and the model is large enough), float32 or "
+        f"bf16; the log-probs of the ratio stay float32 (default: {defaults.precision})",
+    )
     parser.add_argument("--output-dir", default="runs/probe", help="output directory (default: runs/probe)")
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
@@ -71,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo._files import output_dir_problem
     from bandpo.eval.errors import EvalError
     from bandpo.experiments.llm_probe import ProbeConfig
+    from bandpo.runtime import check_precision
 
     def fail(message: str) -> int:
         print(f"bandpo probe: error: {message}", file=sys.stderr)
@@ -81,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         if text is None and args.dataset == "arith":
             text = ARITH_DEFAULT
         options = yaml_mapping("--task-options", text, "{digits: [1]}") if text else None
+        check_precision(args.precision, "--precision")
         config = ProbeConfig(
             rules=tuple(r.strip() for r in args.rules.split(",") if r.strip()),
             batches=args.batches,
@@ -92,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             learning_rate=args.lr,
             seed=args.seed,
             split=args.split,
+            precision=args.precision,
         )
         # before the work, which writes only at its end
         problem = output_dir_problem(args.output_dir, "--output-dir")
@@ -113,6 +122,7 @@ def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-u
     from bandpo.eval.scorers import get_scorer
     from bandpo.experiments.llm_probe import figure, markdown, run_probe
     from bandpo.provenance import code_changed, provenance
+    from bandpo.runtime import precision_for
 
     dataset = load_eval_dataset(args.dataset, split=config.split, task_options=options)
     if len(dataset.problems) < config.prompts:
@@ -133,6 +143,7 @@ def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-u
         correct, _ = score_fn(raw_prompt_text(problem["prompt"]), completion, problem.get("answer"))
         return 1.0 if correct else 0.0
 
+    print(f"bandpo probe: precision  {precision_for(config.precision, model).describe()}", file=sys.stderr)
     code = provenance()  # the code that runs the probe, recorded before it runs
     result = run_probe(
         model, tokenizer, dataset.problems, texts, score, config, progress=not args.no_progress

@@ -26,7 +26,6 @@ the floor is slightly low) and for sampling under autocast. Every time is the be
 
 from __future__ import annotations
 
-import contextlib
 import math
 import subprocess
 import sys
@@ -48,6 +47,7 @@ RECIPE = {
     "generations": 8,
     "max_new_tokens": 16,
     "micro_batch": 16,
+    "attn_implementation": "eager",  # the recipe's, in every precision
     "steps_per_generation": 2,
     "task_options": {"digits": [1], "operators": ["+", "-", "*"], "n_train": 155, "n_test": 100, "seed": 0},
     # GRPOTrainer's sampling with the recipe's settings; without them ``generate`` takes transformers' default
@@ -123,7 +123,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
     for name in precisions:
         precision = resolve_precision(name)
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch.float32, attn_implementation="eager" if precision.bf16 else "sdpa"
+            path, dtype=torch.float32, attn_implementation=RECIPE["attn_implementation"]
         )
         add_fused_lm_head(model, outputs=("log_probs", "entropy"))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-12, fused=True)  # as training on a CPU
@@ -233,7 +233,6 @@ def _time_parts(
 
     rule = make_clip_rule("band", divergence="kl", delta=0.05, cap=10.0)
     t_new = ids.shape[1] - prompt_ids.shape[1]
-    compact = precision.bf16
 
     def generation() -> None:  # the harness's sampler (bandpo.decode), every completion t_new tokens long
         with precision.sampling(), torch.no_grad():
@@ -260,7 +259,7 @@ def _time_parts(
             )
 
     def forward(rows: slice) -> torch.Tensor:
-        with completion_tokens_only() if compact else contextlib.nullcontext():
+        with completion_tokens_only():  # as the trainer scores, in every precision
             out = model(
                 input_ids=ids[rows], attention_mask=att[rows], labels=labels[rows], fused_lm_head=True
             )
@@ -330,7 +329,7 @@ def _throughput_worker(threads: int, steps: int) -> float:
     model = AutoModelForCausalLM.from_pretrained(
         builtin_model_dir(RECIPE["model"], default_cache_dir(), progress=False),
         dtype=torch.float32,
-        attn_implementation="eager",
+        attn_implementation=RECIPE["attn_implementation"],
     )
     ids = torch.randint(0, model.config.vocab_size, (RECIPE["micro_batch"], 54))
 

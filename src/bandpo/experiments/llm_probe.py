@@ -92,7 +92,7 @@ class ProbeConfig:
         check_int_in("seed", self.seed, 0)
         check_positive_number("temperature", self.temperature)
         check_positive_number("learning_rate", self.learning_rate)
-        check_precision(self.precision)
+        object.__setattr__(self, "precision", check_precision(self.precision))  # bfloat16 recorded as bf16
         if not self.rules:
             raise ValueError("rules must name at least one clip rule")
         for rule in self.rules:

@@ -47,7 +47,7 @@ class ModelConfig:
             ``data.task``: the task's own model (countdown: the warm-started tiny Qwen2, built once and cached).
         dtype: weights dtype for ``from_pretrained``: one of :data:`DTYPES` (TRL's default ``float32``; use
             ``bf16: true`` for bfloat16 mixed precision on GPUs).
-        precision: how a CPU run computes (:mod:`bandpo.training.runtime`): ``auto`` (default: ``bf16`` where
+        precision: how a CPU run computes (:mod:`bandpo.runtime`): ``auto`` (default: ``bf16`` where
             the CPU has native bfloat16 instructions and the model is large enough for it to pay, else
             ``float32``), ``float32``, or ``bf16`` (bfloat16 sampling and backward pass; the log-probs of the
             ratio, the weights, the optimizer and the loss stay float32). On a GPU TRL's ``bf16`` applies.
