@@ -247,3 +247,16 @@ def test_precision_for_a_model_counts_its_parameters_and_reads_its_device() -> N
     assert p.name == "float32"
     assert p.name == resolve_precision("auto", n_params=110).name
     assert precision_for("auto", small, on_gpu=True).name == "framework"
+
+
+def test_weights_note_says_when_the_ratio_cannot_be_float32() -> None:
+    """Weights loaded in bfloat16 (``model.dtype: bfloat16``) make every forward bfloat16 on a CPU, whatever the
+    precision: one line says so; float32 weights or a GPU run (the frameworks' mixed precision) need none."""
+    from bandpo.runtime import weights_note
+
+    bf16, f32 = torch.nn.Linear(4, 4).to(torch.bfloat16), torch.nn.Linear(4, 4)
+    cpu = Precision("bf16", "bf16", "t")
+    note = weights_note(cpu, bf16)
+    assert note is not None and note.startswith("the weights are bfloat16: the log-probs of the ratio")
+    assert weights_note(cpu, f32) is None
+    assert weights_note(Precision("auto", "framework", "GPU"), bf16) is None

@@ -60,6 +60,7 @@ __all__ = [
     "matmul_precision",
     "precision_for",
     "resolve_precision",
+    "weights_note",
 ]
 
 PRECISIONS = ("auto", "float32", "bf16")
@@ -231,6 +232,19 @@ def precision_for(requested: str, model: Any, on_gpu: bool | None = None) -> Pre
     if on_gpu is None:
         on_gpu = bool(params) and params[0].device.type != "cpu"
     return resolve_precision(requested, on_gpu=on_gpu, n_params=sum(p.numel() for p in params))
+
+
+def weights_note(precision: Precision, model: Any) -> str | None:
+    """One line for a CPU run whose weights are not float32 (``model.dtype: bfloat16``, say): every forward then
+    computes in their dtype, so the log-probs that form the ratio are not float32, whatever ``precision`` says;
+    ``None`` for float32 weights or a GPU run (the frameworks' mixed precision)."""
+    dtypes = {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()}
+    if precision.name == "framework" or not dtypes or dtypes == {"float32"}:
+        return None
+    return (
+        f"the weights are {', '.join(sorted(dtypes))}: the log-probs of the ratio are computed in that dtype, "
+        "not float32 (precision keeps them float32 with model.dtype float32)"
+    )
 
 
 FLOAT32 = Precision("float32", "float32", "default")

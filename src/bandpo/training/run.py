@@ -38,7 +38,14 @@ from typing import Any
 from bandpo.decode import sampling_generate
 from bandpo.models import builtin_model_dir, is_builtin_model
 from bandpo.rewards import SafeRewardFunc
-from bandpo.runtime import FLOAT32, Precision, completion_tokens_only, freed_memory_kept, precision_for
+from bandpo.runtime import (
+    FLOAT32,
+    Precision,
+    completion_tokens_only,
+    freed_memory_kept,
+    precision_for,
+    weights_note,
+)
 from bandpo.training import preflight
 from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
@@ -457,6 +464,9 @@ def _run_trainer(
     trainer.precision = precision_for(config.model.precision, trainer.model, on_gpu=on_gpu)
     if is_main:
         print(f"  precision  {trainer.precision.describe()}", flush=True)
+        note = weights_note(trainer.precision, trainer.model)
+        if note is not None:
+            print(f"  note       {note}", flush=True)
         record_run_info(output_dir, precision=trainer.precision.record())
     if not args.disable_tqdm:  # same bar and ETA, one summary line per log instead of ~70 metrics
         trainer.remove_callback(ProgressCallback)
