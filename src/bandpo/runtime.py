@@ -151,7 +151,9 @@ class Precision:
         ``bf16``: the linear layers of a forward that records a graph save bfloat16 copies of their inputs and
         weights and run their backward products in bfloat16 (:mod:`bandpo.bf16_backward`; their forward is
         float32), and the other float32 products take bfloat16 inputs (float32 accumulation and output); the
-        forward passes inside it go back to float32 products under :meth:`exact`."""
+        forward passes inside it go back to float32 products under :meth:`exact`. Activation checkpointing's
+        recomputation runs inside the backward, so under this block's setting, not :meth:`exact`: it shapes the
+        gradient only, never the log-probs of the ratio."""
         if not self.bf16:
             yield
             return
