@@ -329,11 +329,11 @@ def _set(libc: ctypes.CDLL, settings: Iterable[tuple[int, int]]) -> bool:
 def freed_memory_kept() -> Iterator[bool]:
     """Inside the block, keep freed memory in this process's heap instead of returning it to the kernel (glibc
     ``mallopt``: no mmap for large blocks, trim threshold and top pad 1 GiB / 256 MiB; module docstring for why);
-    at its end, glibc's starting values come back (:data:`_GLIBC_DEFAULTS`) and the free heap is returned (``malloc_trim``), so that what runs next
-    (an evaluation in the same process, say) does not grow on a heap the training fragmented. Measured: an
-    evaluation after training with the setting left on reached 12 GB and was killed for memory. An evaluation
-    inside the block (during training) runs under :func:`freed_memory_returned`. Yields whether the setting
-    applied (False off Linux/glibc)."""
+    at its end, glibc's starting values come back (:data:`_GLIBC_DEFAULTS`) and the free heap is returned
+    (``malloc_trim``), so that what runs next (an evaluation in the same process, say) does not grow on a heap the
+    training fragmented. Measured: an evaluation after training with the setting left on reached 12 GB and was
+    killed for memory. An evaluation inside the block (during training) runs under :func:`freed_memory_returned`.
+    Yields whether the setting applied (False off Linux/glibc)."""
     global _kept_depth
     libc = _libc()
     applied = libc is not None and _set(libc, _KEEP)
