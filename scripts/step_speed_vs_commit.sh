@@ -2,8 +2,10 @@
 # Optimizer steps per hour of configs/smollm2-arith.yaml: this checkout (its precision: auto) against the code of an
 # earlier commit (default 5aee1b2: float32 everywhere, before bandpo.runtime), side by side at one thread each so
 # both see the same machine. Each trains STEPS steps; the figure is the mean step_time of steps 3..STEPS (the
-# first round includes the warm-up) from metrics.jsonl.
-#   scripts/step_speed_vs_commit.sh [COMMIT] [STEPS]
+# first round includes the warm-up) from metrics.jsonl. MODE=sequential runs them one after the other instead,
+# each alone on the machine (side by side, each slows the other by sharing caches and memory bandwidth, and not
+# equally: docs/smollm2.md).
+#   [MODE=sequential] scripts/step_speed_vs_commit.sh [COMMIT] [STEPS]
 set -euo pipefail
 COMMIT=${1:-5aee1b2}
 STEPS=${2:-10}
@@ -13,11 +15,19 @@ OLD=${OLD_TREE:-/tmp/bandpo-$COMMIT}
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-runs/step-speed}
 mkdir -p "$OUT"
-(cd "$OLD" && PYTHONPATH="$OLD/src" "$HERE/.venv/bin/bandpo" train --config configs/smollm2-arith.yaml --overwrite \
-  max_steps="$STEPS" save_steps=1000 disable_tqdm=true output_dir="$HERE/$OUT/old" > "$HERE/$OUT/old.log" 2>&1) &
-.venv/bin/bandpo train --config configs/smollm2-arith.yaml --overwrite max_steps="$STEPS" save_steps=1000 \
-  disable_tqdm=true output_dir="$OUT/new" > "$OUT/new.log" 2>&1 &
-wait
+old() {
+  (cd "$OLD" && PYTHONPATH="$OLD/src" "$HERE/.venv/bin/bandpo" train --config configs/smollm2-arith.yaml --overwrite \
+    max_steps="$STEPS" save_steps=1000 disable_tqdm=true output_dir="$HERE/$OUT/old" > "$HERE/$OUT/old.log" 2>&1)
+}
+new() {
+  .venv/bin/bandpo train --config configs/smollm2-arith.yaml --overwrite max_steps="$STEPS" save_steps=1000 \
+    disable_tqdm=true output_dir="$OUT/new" > "$OUT/new.log" 2>&1
+}
+case "${MODE:-side-by-side}" in
+  side-by-side) old & new & wait ;;
+  sequential) old; new ;;
+  *) echo "MODE must be side-by-side or sequential, got ${MODE}" >&2; exit 2 ;;
+esac
 .venv/bin/python - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
