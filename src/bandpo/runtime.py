@@ -115,11 +115,15 @@ class Precision:
         requested: what the config asked for (one of :data:`PRECISIONS`).
         name: what runs: ``float32`` or ``bf16`` on a CPU; ``framework`` on a GPU (its own mixed precision).
         reason: one line saying why (the CPU flags found, or the GPU).
+        emulated: ``bf16`` on a CPU without native bfloat16 instructions: its bfloat16 matrix products are
+            computed as float32 products of the bfloat16 operands (:mod:`bandpo.bf16_emulation`: the same
+            rounding, at float32's speed instead of PyTorch's reference kernel's, 40 times slower).
     """
 
     requested: str
     name: str
     reason: str
+    emulated: bool = False
 
     @property
     def bf16(self) -> bool:
@@ -130,9 +134,20 @@ class Precision:
         """``bf16 (auto: this CPU has amx_bf16, avx512_bf16)``."""
         return f"{self.name} ({self.reason})"
 
-    def record(self) -> dict[str, str]:
-        """For ``run_info.json``."""
-        return {"requested": self.requested, "name": self.name, "reason": self.reason}
+    def record(self) -> dict[str, Any]:
+        """For ``run_info.json`` (``emulated`` only where it is true)."""
+        record: dict[str, Any] = {"requested": self.requested, "name": self.name, "reason": self.reason}
+        if self.emulated:
+            record["emulated"] = True
+        return record
+
+    def _products(self) -> contextlib.AbstractContextManager[Any]:
+        """The emulation of bfloat16 products where this precision is :attr:`emulated`, else nothing."""
+        if not self.emulated:
+            return contextlib.nullcontext()
+        from bandpo.bf16_emulation import emulated_bf16_products
+
+        return emulated_bf16_products()
 
     @contextlib.contextmanager
     def sampling(self) -> Iterator[None]:
@@ -142,7 +157,7 @@ class Precision:
             return
         import torch
 
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16), self._products():
             yield
 
     @contextlib.contextmanager
@@ -159,7 +174,7 @@ class Precision:
             return
         from bandpo.bf16_backward import bf16_backward_linears
 
-        with matmul_precision("bf16"), bf16_backward_linears():
+        with matmul_precision("bf16"), bf16_backward_linears(), self._products():
             yield
 
     @contextlib.contextmanager
@@ -193,8 +208,8 @@ def resolve_precision(
 
     ``auto``: ``bf16`` where the CPU reports :data:`NATIVE_BF16_FLAGS` and the model has at least
     :data:`BF16_MIN_PARAMS` parameters (``n_params``; ``None``: unknown, counts as large), else ``float32``.
-    ``bf16`` on a CPU without the flags runs (emulated) and warns (:class:`Bf16SlowWarning`). On a GPU:
-    ``framework``.
+    ``bf16`` on a CPU without the flags runs emulated (:attr:`Precision.emulated`) and warns
+    (:class:`Bf16SlowWarning`). On a GPU: ``framework``.
 
     Raises:
         ValueError: ``requested`` is not one of :data:`PRECISIONS`.
@@ -220,10 +235,11 @@ def resolve_precision(
     if requested == "bf16" and not flags:
         warnings.warn(
             "precision bf16: this CPU has no native bf16 instructions (no amx_bf16, avx512_bf16), so bf16 is "
-            "emulated and slower than float32 here",
+            "emulated (float32 products of bf16 operands, the same rounding) and slower than float32 here",
             Bf16SlowWarning,
             stacklevel=2,
         )
+        return Precision(requested, requested, f"asked for; {has}: emulated", emulated=True)
     return Precision(requested, requested, f"asked for; {has}")
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from bandpo.bf16_emulation import emulated_bf16_products
 from bandpo.decode import sample
 from bandpo.experiments.bench import time_call
 from bandpo.runtime import Precision, completion_tokens_only, freed_memory_kept, matmul_precision
@@ -67,7 +68,9 @@ def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) ->
     """GFLOP/s of an (m, k) x (k, n) product, the shape of the model's MLP on a micro-batch: ``float32``,
     ``bf16_inputs`` (float32 tensors, bfloat16 inputs and float32 accumulation: oneDNN's ``fp32_precision =
     "bf16"``, what the bf16 backward used before :mod:`bandpo.bf16_backward`) and ``bfloat16`` (bfloat16 tensors:
-    autocast sampling and the linear layers' backward)."""
+    autocast sampling and the linear layers' backward) and ``bfloat16_emulated`` (the same bfloat16 product as
+    float32 products of its operands, :mod:`bandpo.bf16_emulation`: what ``bf16`` runs on a CPU without native
+    bfloat16 instructions)."""
     a, b = torch.randn(m, k), torch.randn(k, n)
     flops = 2 * m * k * n
     rates = {"float32": flops / _best(lambda: a @ b, rounds) / 1e9}
@@ -76,6 +79,8 @@ def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) ->
             rates["bf16_inputs"] = flops / _best(lambda: a @ b, rounds) / 1e9
     a16, b16 = a.bfloat16(), b.bfloat16()
     rates["bfloat16"] = flops / _best(lambda: a16 @ b16, rounds) / 1e9
+    with emulated_bf16_products():
+        rates["bfloat16_emulated"] = flops / _best(lambda: a16 @ b16, rounds) / 1e9
     return rates
 
 
@@ -163,8 +168,9 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
         }
         fwd, bwd = _flops(model, tokens_mb, scored_mb, False), 2 * _flops(model, tokens_mb, scored_mb, False)
         rate_fwd = rates["float32"]
-        rate_bwd = rates["bfloat16"] if precision.bf16 else rates["float32"]
-        rate_gen = rates["bfloat16"] if precision.bf16 else rates["float32"]
+        rate_bf16 = rates["bfloat16_emulated" if precision.emulated else "bfloat16"]
+        rate_bwd = rate_bf16 if precision.bf16 else rates["float32"]
+        rate_gen = rate_bf16 if precision.bf16 else rates["float32"]
         floor = {
             "generation": flops["generation"] / rate_gen / 1e9,
             "old log-probs": flops["old log-probs"] / rate_fwd / 1e9,
