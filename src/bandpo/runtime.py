@@ -112,11 +112,15 @@ class Precision:
         requested: what the config asked for (one of :data:`PRECISIONS`).
         name: what runs: ``float32`` or ``bf16`` on a CPU; ``framework`` on a GPU (its own mixed precision).
         reason: one line saying why (the CPU flags found, or the GPU).
+        emulated: ``bf16`` on a CPU without native bfloat16 instructions: its bfloat16 matrix products are
+            computed as float32 products of the bfloat16 operands (:mod:`bandpo.bf16_emulation`: the same
+            rounding, at float32's speed instead of PyTorch's reference kernel's, 40 times slower).
     """
 
     requested: str
     name: str
     reason: str
+    emulated: bool = False
 
     @property
     def bf16(self) -> bool:
@@ -127,9 +131,20 @@ class Precision:
         """``bf16 (auto: this CPU has amx_bf16, avx512_bf16)``."""
         return f"{self.name} ({self.reason})"
 
-    def record(self) -> dict[str, str]:
-        """For ``run_info.json``."""
-        return {"requested": self.requested, "name": self.name, "reason": self.reason}
+    def record(self) -> dict[str, Any]:
+        """For ``run_info.json`` (``emulated`` only where it is true)."""
+        record: dict[str, Any] = {"requested": self.requested, "name": self.name, "reason": self.reason}
+        if self.emulated:
+            record["emulated"] = True
+        return record
+
+    def _products(self) -> contextlib.AbstractContextManager[Any]:
+        """The emulation of bfloat16 products where this precision is :attr:`emulated`, else nothing."""
+        if not self.emulated:
+            return contextlib.nullcontext()
+        from bandpo.bf16_emulation import emulated_bf16_products
+
+        return emulated_bf16_products()
 
     @contextlib.contextmanager
     def sampling(self) -> Iterator[None]:
@@ -139,14 +154,14 @@ class Precision:
             return
         import torch
 
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16), self._products():
             yield
 
     @contextlib.contextmanager
     def backward(self) -> Iterator[None]:
         """Around a training step: float32 matrix products take bfloat16 inputs (float32 accumulation and output)
         for ``bf16``; the forward passes inside it go back to float32 under :meth:`exact`."""
-        with matmul_precision("bf16" if self.bf16 else None):
+        with matmul_precision("bf16" if self.bf16 else None), self._products():
             yield
 
     @contextlib.contextmanager
@@ -207,10 +222,11 @@ def resolve_precision(
     if requested == "bf16" and not flags:
         warnings.warn(
             "precision bf16: this CPU has no native bf16 instructions (no amx_bf16, avx512_bf16), so bf16 is "
-            "emulated and slower than float32 here",
+            "emulated (float32 products of bf16 operands, the same rounding) and slower than float32 here",
             Bf16SlowWarning,
             stacklevel=2,
         )
+        return Precision(requested, requested, f"asked for; {has}: emulated", emulated=True)
     return Precision(requested, requested, f"asked for; {has}")
 
 

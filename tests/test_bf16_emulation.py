@@ -1,0 +1,192 @@
+"""Tests for ``bandpo.bf16_emulation``: bfloat16 matrix products computed as float32 products of bfloat16 operands,
+against PyTorch's own bfloat16 kernels (the reference kernel on a CPU without native bf16, oneDNN's on one with
+it) and a float64 reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from bandpo.bf16_emulation import EmulatedBf16Products, emulated_bf16_products
+from bandpo.runtime import Precision, matmul_precision, resolve_precision
+from helpers.tiny import build_tiny_model_dir
+
+AVX2 = "processor : 0\nflags : fpu sse avx2 fma\n"
+EMULATED = Precision("bf16", "bf16", "test", emulated=True)
+NATIVE = Precision("bf16", "bf16", "test")
+
+
+def _bf16(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+
+
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest difference between two results, in bfloat16 steps (2^-7 of the larger magnitude, at least 1e-30)."""
+    a, b = a.double(), b.double()
+    scale = torch.maximum(a.abs(), b.abs()).clamp_min(1e-30) * 2.0**-7
+    return float(((a - b).abs() / scale).max())
+
+
+PRODUCTS = {
+    "mm": (lambda a, b, c: torch.mm(a, b), (6, 40), (40, 9), None),
+    "addmm": (lambda a, b, c: torch.addmm(c, a, b), (6, 40), (40, 9), (9,)),
+    "bmm": (lambda a, b, c: torch.bmm(a, b), (3, 6, 40), (3, 40, 9), None),
+    "baddbmm": (lambda a, b, c: torch.baddbmm(c, a, b), (3, 6, 40), (3, 40, 9), (3, 6, 9)),
+}
+
+
+@pytest.mark.parametrize("name", PRODUCTS)
+def test_bf16_operands_give_the_rounded_float32_product_bit_for_bit(name: str) -> None:
+    fn, sa, sb, sc = PRODUCTS[name]
+    a, b = _bf16(*sa, seed=1), _bf16(*sb, seed=2)
+    c = None if sc is None else _bf16(*sc, seed=3)
+    with emulated_bf16_products() as mode:
+        out = fn(a, b, c)
+    assert mode.emulated == 1 and mode.rounded == 0
+    assert out.dtype == torch.bfloat16
+    widened = fn(a.float(), b.float(), None if c is None else c.float())
+    assert torch.equal(out, widened.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("name", PRODUCTS)
+def test_emulated_equals_pytorchs_own_bf16_kernel_within_one_rounding(name: str) -> None:
+    """PyTorch's bf16 kernel (reference or oneDNN) and the emulation round the same float32 sum, taken in another
+    order: at most one bfloat16 step apart, and both within one step of the float64 product of the operands."""
+    fn, sa, sb, sc = PRODUCTS[name]
+    a, b = _bf16(*sa, seed=4), _bf16(*sb, seed=5)
+    c = None if sc is None else _bf16(*sc, seed=6)
+    native = fn(a, b, c)
+    with emulated_bf16_products():
+        emulated = fn(a, b, c)
+    exact = fn(a.double(), b.double(), None if c is None else c.double())
+    assert _ulps(emulated, native) <= 1.0 + 1e-6
+    assert _ulps(emulated, exact) <= 0.5 + 1e-3
+    assert _ulps(native, exact) <= 0.5 + 1e-3
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    m=st.integers(1, 12),
+    k=st.integers(1, 80),
+    n=st.integers(1, 12),
+    scale=st.sampled_from([1e-20, 1e-3, 1.0, 1e3, 1e15]),
+    seed=st.integers(0, 2**16),
+)
+def test_emulated_product_is_the_float64_product_rounded_once(
+    m: int, k: int, n: int, scale: float, seed: int
+) -> None:
+    a, b = (_bf16(m, k, seed=seed) * scale).to(torch.bfloat16), _bf16(k, n, seed=seed + 1)
+    with emulated_bf16_products():
+        out = a @ b
+    exact = a.double() @ b.double()
+    # float32 accumulation of k exact products: relative error k * 2^-24 of the sum of magnitudes, then one
+    # bfloat16 rounding (half a step).
+    bound = (exact.abs() * 2.0**-8 + (a.double().abs() @ b.double().abs()) * k * 2.0**-24).clamp_min(1e-300)
+    assert bool(((out.double() - exact).abs() <= bound).all())
+
+
+def test_float32_operands_are_rounded_only_under_fp32_precision_bf16() -> None:
+    a = torch.randn(5, 33, generator=torch.Generator().manual_seed(7))
+    b = torch.randn(33, 4, generator=torch.Generator().manual_seed(8))
+    bias = torch.randn(4, generator=torch.Generator().manual_seed(9))
+    with matmul_precision("ieee"), emulated_bf16_products() as mode:
+        plain = torch.addmm(bias, a, b)
+    assert mode.rounded == 0 and torch.equal(plain, torch.addmm(bias, a, b))
+    with matmul_precision("bf16"), emulated_bf16_products() as mode:
+        rounded = torch.addmm(bias, a, b)
+        product = torch.mm(a, b)
+    assert mode.rounded == 2 and rounded.dtype == torch.float32
+    a16, b16 = a.bfloat16().float(), b.bfloat16().float()
+    assert torch.equal(rounded, torch.addmm(bias, a16, b16))  # the bias is added unrounded
+    assert torch.equal(product, torch.mm(a16, b16))
+
+
+def test_other_operations_and_dtypes_pass_through() -> None:
+    x = torch.arange(12.0).reshape(3, 4)
+    i = torch.arange(12).reshape(3, 4)
+    with emulated_bf16_products() as mode:
+        assert torch.equal(torch.mm(i, i.T), i @ i.T)  # integers
+        assert torch.equal(x.double() @ x.double().T, (x @ x.T).double())  # float64
+        mixed = torch.exp(x.bfloat16()) * 2
+    assert mode.emulated == 0 and mode.rounded == 0
+    assert torch.equal(mixed, torch.exp(x.bfloat16()) * 2)
+
+
+def test_nonfinite_operands_propagate_as_in_float32() -> None:
+    a = _bf16(4, 8, seed=10)
+    a[0, 0], a[1, 1], a[2, 2] = float("inf"), float("nan"), 3e38
+    b = _bf16(8, 3, seed=11)
+    b[2, :] = 3e38  # finite in bfloat16, its product with a[2, 2] overflows
+    with emulated_bf16_products():
+        out = a @ b
+    reference = (a.float() @ b.float()).to(torch.bfloat16)
+    assert torch.equal(out.isnan(), reference.isnan()) and torch.equal(out.isinf(), reference.isinf())
+    assert bool(torch.isfinite(out[3]).all())
+
+
+def test_forward_and_backward_under_autocast_are_emulated() -> None:
+    """A linear layer under bfloat16 autocast: forward and backward products go through the mode, and the
+    gradients agree with PyTorch's own bf16 kernels up to rounding."""
+    g = torch.Generator().manual_seed(12)
+    w = torch.randn(16, 24, generator=g, requires_grad=True)
+    x = torch.randn(5, 24, generator=g, requires_grad=True)
+    up = torch.randn(5, 16, generator=g)
+
+    def step(emulate: bool) -> tuple[torch.Tensor, ...]:
+        w.grad = x.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16), emulated_bf16_products() as mode:
+            y = F.linear(x, w)
+            (y.float() * up).sum().backward()
+        if emulate:
+            assert mode.emulated >= 3  # the forward product and the two of the backward
+        return y.detach(), x.grad.clone(), w.grad.clone()
+
+    emulated = step(True)
+    w.grad = x.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = F.linear(x, w)
+        (y.float() * up).sum().backward()
+    native = (y.detach(), x.grad, w.grad)
+    for e, n in zip(emulated, native, strict=True):
+        assert _ulps(e, n) <= 2.0
+
+
+def test_precision_enters_the_mode_only_where_emulated() -> None:
+    with EMULATED.sampling():
+        assert isinstance(_get_current_dispatch_mode(), EmulatedBf16Products)
+    with EMULATED.backward():
+        assert isinstance(_get_current_dispatch_mode(), EmulatedBf16Products)
+    with EMULATED.exact():
+        assert _get_current_dispatch_mode() is None
+    with NATIVE.sampling(), NATIVE.backward():
+        assert _get_current_dispatch_mode() is None
+
+
+def test_bf16_without_native_instructions_resolves_emulated() -> None:
+    with pytest.warns(UserWarning, match="emulated"):
+        p = resolve_precision("bf16", cpuinfo=AVX2)
+    assert p.emulated and p.record()["emulated"] is True and "emulated" in p.describe()
+    assert "emulated" not in resolve_precision("auto", cpuinfo=AVX2).record()
+
+
+def test_emulated_sampling_of_a_model_matches_pytorchs_bf16_kernels(tmp_path: object) -> None:
+    """The tiny causal LM's logits under ``precision.sampling()``: emulated and PyTorch's own bfloat16 kernels
+    agree to bfloat16 rounding (the same operands, sums in another order), the greedy continuation is the same."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model_dir(tmp_path), dtype=torch.float32)
+    ids = torch.randint(3, model.config.vocab_size, (2, 10), generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        with EMULATED.sampling():
+            emulated = model(ids).logits.float()
+        with NATIVE.sampling():
+            native = model(ids).logits.float()
+        exact = model(ids).logits
+    spread = (native - exact).abs().max()
+    assert float((emulated - native).abs().max()) <= 2 * float(spread) + 1e-6
+    assert float((emulated - exact).abs().max()) <= 2 * float(spread) + 1e-6
+    assert torch.equal(emulated.argmax(-1), native.argmax(-1))
