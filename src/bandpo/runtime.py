@@ -10,7 +10,8 @@
     (the linear layers': bfloat16 products of bfloat16 copies saved by the forward, :mod:`bandpo.bf16_backward`;
     the others: bfloat16 inputs, float32 accumulation and outputs, oneDNN's ``fp32_precision = "bf16"``). The forward
     passes that give the log-probabilities of the ratio (old and new policy) stay float32, and so do the master
-    weights, the optimizer, the loss and its bounds.
+    weights, the optimizer, the loss and its bounds. On a CPU without native bfloat16 instructions its bfloat16
+    products are emulated, with the same rounding (:mod:`bandpo.bf16_emulation`, :attr:`Precision.emulated`).
 ``auto``
     ``bf16`` where the CPU has native bfloat16 matrix instructions (``amx_bf16`` or ``avx512_bf16``), ``float32``
     elsewhere.
