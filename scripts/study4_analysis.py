@@ -11,6 +11,11 @@ detect at 80% power at that spread), then the secondary outcomes: final mean@8, 
 (trapezoid over the logged steps divided by their span), whether GRPO's training entropy fell by half (last 8
 against first 8 logged steps), the clip fraction and the tail share of clipping (``p_old < 0.2``) pooled over steps
 with the token counts behind them, and the completion length. ``--json FILE`` writes the same numbers.
+
+The sensitivity check named in the registration's deviation for CPUs without native bf16: the primary outcome
+again over the seeds whose two runs both computed with native bf16, and over those whose two runs were both
+emulated (``precision.emulated`` in ``run_info.json``, :mod:`bandpo.bf16_emulation`); a seed whose runs differ goes
+to neither.
 """
 
 from __future__ import annotations
@@ -74,6 +79,13 @@ def training_numbers(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def emulated(run_dir: Path) -> bool:
+    """Whether the run computed its bf16 products emulated (``run_info.json``; False where it is not said)."""
+    info_path = run_dir / "run_info.json"
+    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    return bool((info.get("precision") or {}).get("emulated", False))
+
+
 def load(dirs: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
     """``label -> seed -> numbers`` of every finished run (a ``results.json``) in ``dirs``."""
     runs: dict[str, dict[int, dict[str, Any]]] = {}
@@ -88,15 +100,24 @@ def load(dirs: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
                 "entropy": metrics.get("entropy"),
                 "length": metrics.get("mean_length"),
                 **training_numbers(_rows(results_path.parent)),
+                "emulated": emulated(results_path.parent),
             }
             runs.setdefault(results_path.parent.parent.name, {})[int(results["seed"])] = numbers
     return runs
 
 
-def paired(runs: dict[str, dict[int, dict[str, Any]]], label: str, key: str) -> dict[str, Any] | None:
+def paired(
+    runs: dict[str, dict[int, dict[str, Any]]], label: str, key: str, emulated: bool | None = None
+) -> dict[str, Any] | None:
+    """``label`` minus GRPO on ``key``, paired over the seeds both have; ``emulated``: only the seeds whose two
+    runs were both emulated (True) or both native (False)."""
     ref, other = runs.get(REFERENCE, {}), runs.get(label, {})
     seeds = sorted(
-        s for s in set(ref) & set(other) if ref[s].get(key) is not None and other[s].get(key) is not None
+        s
+        for s in set(ref) & set(other)
+        if ref[s].get(key) is not None
+        and other[s].get(key) is not None
+        and (emulated is None or ref[s].get("emulated", False) == other[s].get("emulated", False) == emulated)
     )
     if not seeds:
         return None
@@ -142,9 +163,15 @@ def main(argv: list[str] | None = None) -> int:
         comparison.update(
             {key: paired(runs, label, key) for key in ("entropy_end", "entropy_area", "clip_frac")}
         )
+        comparison["late_mean_native"] = paired(runs, label, "late_mean", emulated=False)
+        comparison["late_mean_emulated"] = paired(runs, label, "late_mean", emulated=True)
         summary["comparisons"][label] = comparison
         print(f"## {label} - {REFERENCE} (paired)")
         print(f"- primary, late mean@8: {_fmt(comparison['late_mean'])}")
+        print(
+            f"  - sensitivity: seeds run with native bf16 {_fmt(comparison['late_mean_native'])}; "
+            f"emulated {_fmt(comparison['late_mean_emulated'])}"
+        )
         print(f"- final mean@8: {_fmt(comparison['mean'])}; pass@8: {_fmt(comparison['pass'])}")
         print(f"- held-out entropy: {_fmt(comparison['entropy'], ' nats')}")
         print(

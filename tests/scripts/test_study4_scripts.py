@@ -50,3 +50,36 @@ def test_analysis_of_the_pilot_counts_the_tokens_study_md_quotes(tmp_path) -> No
         row = rows[(f"| {label}", seed)]
         assert clipped in row and f"| {tail} (" in row, row
         assert clipped.replace(" / ", " of ") in STUDY_MD  # the pilot table quotes "N of M"
+
+
+def _fake_run(root, label: str, seed: int, late: float, emulated: bool | None) -> None:
+    import json
+
+    run = root / "runs" / label / f"seed{seed}"
+    run.mkdir(parents=True)
+    metrics = {"mean@8": late / 100, "pass@8": 0.5, "entropy": 1.0, "mean_length": 10.0}
+    (run / "results.json").write_text(
+        json.dumps({"seed": seed, "metrics": metrics, "late": {"mean@8": late / 100}})
+    )
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "policy/entropy": 1.0}) + "\n")
+    if emulated is not None:
+        precision = {"requested": "bf16", "name": "bf16", "reason": "test"}
+        if emulated:
+            precision["emulated"] = True
+        (run / "run_info.json").write_text(json.dumps({"precision": precision}))
+
+
+def test_analysis_splits_native_and_emulated_seeds(tmp_path) -> None:
+    """The registered sensitivity check: the primary outcome over native-bf16 pairs and emulated pairs; a seed
+    whose two runs differ in kind goes to neither, a run without run_info counts as native."""
+    grpo = {1: 10.0, 2: 20.0, 3: 30.0, 4: 40.0, 5: 50.0, 6: 60.0}
+    for seed, late in grpo.items():
+        kind = {1: False, 2: None, 3: True, 4: True, 5: True, 6: False}[seed]
+        _fake_run(tmp_path, "grpo", seed, late, kind)
+        band = late + (2.0 if seed in (1, 2) else -4.0 if seed in (3, 4) else 100.0)
+        _fake_run(tmp_path, "band-kl", seed, band, {5: False, 6: True}.get(seed, kind))
+    out = _run("study4_analysis.py", str(tmp_path))
+    assert "primary, late mean@8: +32.67 points" in out and "6 seeds" in out
+    assert "seeds run with native bf16 +2.00 points" in out and "emulated -4.00 points" in out
+    line = next(x for x in out.splitlines() if "sensitivity" in x)
+    assert line.count(", 2 seeds") == 2, line
