@@ -3,7 +3,8 @@
 Layers, lowest first (a module may import its own layer and the ones below, never above)::
 
     0  registry, _files, _optional, provenance,       utilities every layer may use
-       validation, config, runtime, bf16_backward, decode
+       validation, config, runtime, bf16_backward,
+       bf16_emulation, decode
     1  core                                           pure tensor math
     2  losses, bandpo (the package's public API)      the objective, rules, metrics
     3  integrations, plots                            TRL / verl adapters; bound plots
@@ -33,6 +34,7 @@ LAYERS: dict[str, int] = {
     "config": 0,
     "runtime": 0,
     "bf16_backward": 0,
+    "bf16_emulation": 0,
     "decode": 0,
     "core": 1,
     "losses": 2,
