@@ -14,8 +14,9 @@ with the token counts behind them, and the completion length. ``--json FILE`` wr
 
 The sensitivity check named in the registration's deviation for CPUs without native bf16: the primary outcome
 again over the seeds whose two runs both computed with native bf16, and over those whose two runs were both
-emulated (``precision.emulated`` in ``run_info.json``, :mod:`bandpo.bf16_emulation`); a seed whose runs differ goes
-to neither.
+emulated (``precision`` in ``run_info.json``: ``emulated: true``, or a reason naming the CPU's native bf16 flags;
+:mod:`bandpo.bf16_emulation`); a seed whose runs differ, or whose kind a run does not say, goes to neither, and
+their number is printed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import gzip
 import itertools
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -79,11 +81,17 @@ def training_numbers(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def emulated(run_dir: Path) -> bool:
-    """Whether the run computed its bf16 products emulated (``run_info.json``; False where it is not said)."""
+def machine_kind(run_dir: Path) -> str | None:
+    """``"emulated"`` where the run's bf16 products were emulated, ``"native"`` where its CPU had native bf16 (the
+    reason names ``amx_bf16`` or ``avx512_bf16`` as present), ``None`` where ``run_info.json`` does not say."""
     info_path = run_dir / "run_info.json"
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    return bool((info.get("precision") or {}).get("emulated", False))
+    precision = info.get("precision") or {}
+    if precision.get("emulated"):
+        return "emulated"
+    if re.search(r"this CPU has (amx_bf16|avx512_bf16)", str(precision.get("reason", ""))):
+        return "native"
+    return None
 
 
 def load(dirs: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -100,24 +108,24 @@ def load(dirs: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
                 "entropy": metrics.get("entropy"),
                 "length": metrics.get("mean_length"),
                 **training_numbers(_rows(results_path.parent)),
-                "emulated": emulated(results_path.parent),
+                "kind": machine_kind(results_path.parent),
             }
             runs.setdefault(results_path.parent.parent.name, {})[int(results["seed"])] = numbers
     return runs
 
 
 def paired(
-    runs: dict[str, dict[int, dict[str, Any]]], label: str, key: str, emulated: bool | None = None
+    runs: dict[str, dict[int, dict[str, Any]]], label: str, key: str, kind: str | None = None
 ) -> dict[str, Any] | None:
-    """``label`` minus GRPO on ``key``, paired over the seeds both have; ``emulated``: only the seeds whose two
-    runs were both emulated (True) or both native (False)."""
+    """``label`` minus GRPO on ``key``, paired over the seeds both have; ``kind``: only the seeds whose two runs
+    were both of that machine kind (:func:`machine_kind`)."""
     ref, other = runs.get(REFERENCE, {}), runs.get(label, {})
     seeds = sorted(
         s
         for s in set(ref) & set(other)
         if ref[s].get(key) is not None
         and other[s].get(key) is not None
-        and (emulated is None or ref[s].get("emulated", False) == other[s].get("emulated", False) == emulated)
+        and (kind is None or ref[s].get("kind") == other[s].get("kind") == kind)
     )
     if not seeds:
         return None
@@ -163,14 +171,22 @@ def main(argv: list[str] | None = None) -> int:
         comparison.update(
             {key: paired(runs, label, key) for key in ("entropy_end", "entropy_area", "clip_frac")}
         )
-        comparison["late_mean_native"] = paired(runs, label, "late_mean", emulated=False)
-        comparison["late_mean_emulated"] = paired(runs, label, "late_mean", emulated=True)
+        comparison["late_mean_native"] = paired(runs, label, "late_mean", kind="native")
+        comparison["late_mean_emulated"] = paired(runs, label, "late_mean", kind="emulated")
+        both = set(runs[REFERENCE]) & set(runs[label])
+        comparison["pairs_of_neither_kind"] = sorted(
+            s
+            for s in both
+            if runs[REFERENCE][s].get("kind") is None
+            or runs[REFERENCE][s].get("kind") != runs[label][s].get("kind")
+        )
         summary["comparisons"][label] = comparison
         print(f"## {label} - {REFERENCE} (paired)")
         print(f"- primary, late mean@8: {_fmt(comparison['late_mean'])}")
         print(
             f"  - sensitivity: seeds run with native bf16 {_fmt(comparison['late_mean_native'])}; "
-            f"emulated {_fmt(comparison['late_mean_emulated'])}"
+            f"emulated {_fmt(comparison['late_mean_emulated'])}; "
+            f"in neither (mixed or unknown): {len(comparison['pairs_of_neither_kind'])} seeds"
         )
         print(f"- final mean@8: {_fmt(comparison['mean'])}; pass@8: {_fmt(comparison['pass'])}")
         print(f"- held-out entropy: {_fmt(comparison['entropy'], ' nats')}")

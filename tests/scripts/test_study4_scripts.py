@@ -63,7 +63,8 @@ def _fake_run(root, label: str, seed: int, late: float, emulated: bool | None) -
     )
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "policy/entropy": 1.0}) + "\n")
     if emulated is not None:
-        precision = {"requested": "bf16", "name": "bf16", "reason": "test"}
+        flags = "no native bf16 (no amx_bf16, avx512_bf16): emulated" if emulated else "avx512_bf16"
+        precision = {"requested": "bf16", "name": "bf16", "reason": f"asked for; this CPU has {flags}"}
         if emulated:
             precision["emulated"] = True
         (run / "run_info.json").write_text(json.dumps({"precision": precision}))
@@ -71,15 +72,15 @@ def _fake_run(root, label: str, seed: int, late: float, emulated: bool | None) -
 
 def test_analysis_splits_native_and_emulated_seeds(tmp_path) -> None:
     """The registered sensitivity check: the primary outcome over native-bf16 pairs and emulated pairs; a seed
-    whose two runs differ in kind goes to neither, a run without run_info counts as native."""
-    grpo = {1: 10.0, 2: 20.0, 3: 30.0, 4: 40.0, 5: 50.0, 6: 60.0}
+    whose two runs differ in kind, or whose kind a run does not say (no run_info), goes to neither."""
+    grpo = {1: 10.0, 2: 20.0, 3: 30.0, 4: 40.0, 5: 50.0, 6: 60.0, 7: 70.0}
     for seed, late in grpo.items():
-        kind = {1: False, 2: None, 3: True, 4: True, 5: True, 6: False}[seed]
+        kind = {1: False, 2: False, 3: True, 4: True, 5: True, 6: False, 7: None}[seed]
         _fake_run(tmp_path, "grpo", seed, late, kind)
         band = late + (2.0 if seed in (1, 2) else -4.0 if seed in (3, 4) else 100.0)
         _fake_run(tmp_path, "band-kl", seed, band, {5: False, 6: True}.get(seed, kind))
     out = _run("study4_analysis.py", str(tmp_path))
-    assert "primary, late mean@8: +32.67 points" in out and "6 seeds" in out
+    assert "primary, late mean@8: +42.29 points" in out and "7 seeds" in out
     assert "seeds run with native bf16 +2.00 points" in out and "emulated -4.00 points" in out
     line = next(x for x in out.splitlines() if "sensitivity" in x)
-    assert line.count(", 2 seeds") == 2, line
+    assert line.count(", 2 seeds") == 2 and "in neither (mixed or unknown): 3 seeds" in line, line
