@@ -9,10 +9,15 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import _get_current_dispatch_mode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from bandpo.bf16_emulation import PRODUCTS as EMULATED_OPS
-from bandpo.bf16_emulation import EmulatedBf16Products, emulated_bf16_products
+from bandpo.bf16_emulation import (
+    EmulatedBf16Products,
+    emulated_bf16_products,
+    emulation_suspended,
+    onednn_matmul_setting,
+)
 from bandpo.runtime import Precision, matmul_precision, resolve_precision
 from helpers.tiny import build_tiny_model_dir
 
@@ -221,6 +226,45 @@ def test_precision_enters_the_mode_only_where_emulated() -> None:
         assert _get_current_dispatch_mode() is None
     with NATIVE.sampling(), NATIVE.backward():
         assert _get_current_dispatch_mode() is None
+
+
+def test_exact_suspends_the_mode_and_backward_resumes_it() -> None:
+    """Inside ``backward()``, ``exact()`` takes the mode off the stack (its forward is float32: nothing to emulate,
+    only per-op dispatch to save); the backward of what it recorded is emulated again, and the mode is back after."""
+    x = _bf16(5, 7).requires_grad_()
+    w = _bf16(7, 3, seed=1).requires_grad_()
+    with EMULATED.backward():
+        mode = _get_current_dispatch_mode()
+        with EMULATED.exact():
+            assert _get_current_dispatch_mode() is None
+            y = x @ w  # PyTorch's own bf16 kernel: not counted
+        assert mode.emulated == 0 and _get_current_dispatch_mode() is mode
+        y.float().sum().backward()
+    assert mode.emulated == 2  # dL/dx and dL/dw
+    assert x.grad is not None and w.grad is not None
+
+
+def test_suspension_leaves_a_foreign_mode_on_top_alone() -> None:
+    class Other(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    with emulated_bf16_products() as mode, Other() as other, emulation_suspended():
+        assert _get_current_dispatch_mode() is other
+        _bf16(3, 4) @ _bf16(4, 2, seed=1)
+    assert mode.emulated == 1
+    with emulation_suspended():  # no mode at all: nothing to do
+        assert _get_current_dispatch_mode() is None
+
+
+@pytest.mark.skipif(not HAS_FP32_PRECISION, reason="this torch has no mkldnn.matmul.fp32_precision")
+def test_onednn_setting_is_the_one_matmul_precision_sets() -> None:
+    setting = onednn_matmul_setting()
+    assert setting is torch.backends.mkldnn.matmul
+    with matmul_precision("bf16"):
+        assert setting.fp32_precision == "bf16"
+    with matmul_precision("ieee"):
+        assert setting.fp32_precision == "ieee"
 
 
 def test_bf16_without_native_instructions_resolves_emulated() -> None:

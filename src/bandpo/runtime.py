@@ -183,18 +183,27 @@ class Precision:
 
     @contextlib.contextmanager
     def exact(self) -> Iterator[None]:
-        """Around the forward passes whose log-probs form the ratio: float32 matrix products."""
-        with matmul_precision("ieee" if self.bf16 else None):
+        """Around the forward passes whose log-probs form the ratio: float32 matrix products (inside
+        :meth:`backward` too; where :attr:`emulated`, the emulation is suspended in the block: it has nothing to
+        round there, :func:`bandpo.bf16_emulation.emulation_suspended`)."""
+        with matmul_precision("ieee" if self.bf16 else None), self._no_products():
             yield
+
+    def _no_products(self) -> contextlib.AbstractContextManager[Any]:
+        if not self.emulated:
+            return contextlib.nullcontext()
+        from bandpo.bf16_emulation import emulation_suspended
+
+        return emulation_suspended()
 
 
 @contextlib.contextmanager
 def matmul_precision(value: str | None) -> Iterator[None]:
     """Set oneDNN's float32 matmul precision (``ieee`` or ``bf16``) for the block; ``None`` leaves it."""
-    import torch
+    from bandpo.bf16_emulation import onednn_matmul_setting
 
-    setting = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
-    if value is None or setting is None or not hasattr(setting, "fp32_precision"):
+    setting = onednn_matmul_setting()
+    if value is None or setting is None:
         yield
         return
     before = setting.fp32_precision

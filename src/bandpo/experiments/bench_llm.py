@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from bandpo.bf16_emulation import emulated_bf16_products
+from bandpo.bf16_emulation import emulated_bf16_products, onednn_matmul_setting
 from bandpo.decode import sample
 from bandpo.experiments.bench import time_call
 from bandpo.runtime import Precision, completion_tokens_only, freed_memory_kept, matmul_precision
@@ -74,7 +74,7 @@ def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) ->
     a, b = torch.randn(m, k), torch.randn(k, n)
     flops = 2 * m * k * n
     rates = {"float32": flops / _best(lambda: a @ b, rounds) / 1e9}
-    if hasattr(torch.backends.mkldnn, "matmul") and hasattr(torch.backends.mkldnn.matmul, "fp32_precision"):
+    if onednn_matmul_setting() is not None:
         with matmul_precision("bf16"):
             rates["bf16_inputs"] = flops / _best(lambda: a @ b, rounds) / 1e9
     a16, b16 = a.bfloat16(), b.bfloat16()
