@@ -244,6 +244,21 @@ def test_exact_suspends_the_mode_and_backward_resumes_it() -> None:
     assert x.grad is not None and w.grad is not None
 
 
+def test_sampling_inside_exact_inside_backward_is_emulated() -> None:
+    """TRL samples inside ``_prepare_inputs`` (under ``exact()``) of ``training_step`` (under ``backward()``): the
+    suspended block's sampling enters a mode of its own, and the stack is as before after it."""
+    with EMULATED.backward():
+        outer = _get_current_dispatch_mode()
+        with EMULATED.exact():
+            with EMULATED.sampling():
+                mode = _get_current_dispatch_mode()
+                assert isinstance(mode, EmulatedBf16Products) and mode is not outer
+                assert (torch.randn(3, 4) @ torch.randn(4, 2)).dtype == torch.bfloat16
+            assert mode.emulated == 1 and _get_current_dispatch_mode() is None
+        assert _get_current_dispatch_mode() is outer and outer.emulated == 0
+    assert _get_current_dispatch_mode() is None
+
+
 def test_suspension_leaves_a_foreign_mode_on_top_alone() -> None:
     class Other(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]

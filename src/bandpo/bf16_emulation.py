@@ -152,8 +152,9 @@ def emulation_suspended() -> Iterator[None]:
     """Within the block, the emulation is off if its mode is the innermost dispatch mode (another mode on top is
     left alone, and so is the emulation under it). For blocks of float32 products at ``fp32_precision = "ieee"``
     (the forward passes whose log-probs form the ratio), where the mode changes nothing and costs its Python
-    dispatch on every operation: about 3,000 operations, 2-5% of a SmolLM2 forward of 8 x 64 tokens that records a
-    graph (``docs/smollm2.md``). A bfloat16 product inside the block runs on PyTorch's own kernel: the same
+    dispatch on every operation (about 3,000 in a SmolLM2 forward of 8 x 64 tokens that records a graph: a few
+    percent of its time, ``docs/smollm2.md``). Where ``exact()`` nests inside ``backward()``, sampling inside the
+    block enters a mode of its own. A bfloat16 product inside the block runs on PyTorch's own kernel: the same
     rounding, slower where it is not native. The backward of what the block records runs after it, emulated."""
     if isinstance(_get_current_dispatch_mode(), EmulatedBf16Products):
         with _pop_mode_temporarily():
