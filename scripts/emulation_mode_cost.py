@@ -4,7 +4,7 @@ no bit (docs/smollm2.md, "bf16 on a CPU without native bf16").
 SmolLM2-135M-Instruct, one forward of 8 x 64 random tokens that records a graph, float32 at oneDNN's
 ``fp32_precision = "ieee"``, as in training under ``Precision.backward()`` + ``Precision.exact()`` for an emulated
 ``bf16``: once with the emulation's mode on (as before ``exact()`` suspended it) and once as ``exact()`` now runs it.
-Interleaved rounds, best of ``--repeats`` each; prints both times and their ratio per round.
+Interleaved rounds, best of ``--repeats`` each after a warm-up (``bandpo.experiments.bench.time_call``); prints both times and their ratio per round.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/emulation_mode_cost.py [--rounds 4] [--repeats 5]
 """
@@ -12,26 +12,17 @@ Interleaved rounds, best of ``--repeats`` each; prints both times and their rati
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
+import math
 
 import torch
 from transformers import AutoModelForCausalLM
 
 from bandpo.bf16_backward import bf16_backward_linears
 from bandpo.bf16_emulation import emulated_bf16_products
+from bandpo.experiments.bench import time_call
 from bandpo.models import builtin_model_dir
 from bandpo.runtime import Precision, matmul_precision
 from bandpo.training.tasks import default_cache_dir
-
-
-def _best(f: Callable[[], object], n: int) -> float:
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
@@ -60,7 +51,9 @@ def main() -> None:
 
     print("logits equal bit for bit:", torch.equal(mode_on(), suspended()))
     for _ in range(args.rounds):
-        on, off = _best(mode_on, args.repeats), _best(suspended, args.repeats)
+        on, off = (
+            time_call(f, repeats=args.repeats, slow=math.inf, budget=0.0) for f in (mode_on, suspended)
+        )
         print(f"mode on {on * 1e3:.0f} ms; suspended {off * 1e3:.0f} ms ({off / on:.3f}x)")
 
 

@@ -103,7 +103,7 @@ def test_emulated_product_is_the_float64_product_rounded_once(
     assert bool(((out.double() - exact).abs() <= bound).all())
 
 
-HAS_FP32_PRECISION = hasattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision")
+HAS_FP32_PRECISION = onednn_matmul_setting() is not None
 
 
 @pytest.mark.skipif(not HAS_FP32_PRECISION, reason="this torch has no mkldnn.matmul.fp32_precision")

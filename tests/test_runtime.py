@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bandpo.bf16_emulation import onednn_matmul_setting
 from bandpo.runtime import (
     BF16_MIN_PARAMS,
     PRECISIONS,
@@ -87,8 +88,7 @@ def test_record_and_describe() -> None:
 
 
 def _mkldnn_precision() -> str | None:
-    setting = getattr(torch.backends.mkldnn, "matmul", None)
-    return getattr(setting, "fp32_precision", None)
+    return getattr(onednn_matmul_setting(), "fp32_precision", None)
 
 
 @pytest.mark.skipif(_mkldnn_precision() is None, reason="this torch has no mkldnn fp32_precision")
