@@ -127,3 +127,29 @@ def test_a_finished_run_is_left_untouched(tmp_path: Path, capsys: pytest.Capture
     longer = prepare(load_train_config(TINY, [*base, "max_steps=12"]), resume=True)
     assert longer.resume_plan is not None and longer.resume_plan.complete_at is None
     assert longer.resume_from == out / "checkpoint-6"
+
+
+def test_resume_from_checkpoints_saved_without_training_state_is_refused(tmp_path: Path) -> None:
+    """``save_only_model=true`` checkpoints hold no optimizer state: a resume must not start again over them
+    (truncating metrics.jsonl and overwriting the checkpoints) as if they were unfinished saves."""
+    out = tmp_path / "out"
+    base = started_run(out, "save_only_model=true")
+    fake_checkpoint(out, 6)
+    for step in (4, 6):
+        (out / f"checkpoint-{step}" / "optimizer.pt").unlink()
+        (out / f"checkpoint-{step}" / "scheduler.pt").unlink()
+    config = load_train_config(TINY, base)
+    with pytest.raises(
+        ConfigError, match=r"no optimizer or scheduler state .*checkpoint-6 .*save_only_model"
+    ):
+        prepare(config, resume=True)
+    assert prepare(config, overwrite=True).resume_from is None  # starting again is one flag away
+
+    # the newest save unfinished (no trainer_state.json), the older one model-only: still refused
+    (out / "checkpoint-6" / "trainer_state.json").unlink()
+    with pytest.raises(ConfigError, match=r"checkpoint-4 \(saved without training state"):
+        prepare(config, resume=True)
+    # only an unfinished first save: nothing was kept, so a resume starts from scratch (documented)
+    for name in ("model.safetensors", "trainer_state.json"):
+        (out / "checkpoint-4" / name).unlink()
+    assert prepare(config, resume=True).resume_from is None

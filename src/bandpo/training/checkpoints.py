@@ -109,6 +109,11 @@ def _weights_problem(checkpoint: Path) -> str | None:
     return "no model weights (model.safetensors)"
 
 
+NO_TRAINING_STATE = "saved without training state"
+"""Why a checkpoint with its model and ``trainer_state.json`` cannot be resumed: no optimizer or scheduler state.
+``trainer_state.json`` is written last, so such a save finished: it was made with ``save_only_model=true``."""
+
+
 def _sharded_state(checkpoint: Path) -> bool:
     """FSDP (``pytorch_model_fsdp_*``) or DeepSpeed (``global_step*``) state directories: not inspected."""
     return any(
@@ -148,7 +153,7 @@ def _files_problem(checkpoint: Path) -> str | None:
         if not (checkpoint / f"{name}.pt").exists() and not (
             sharded or (checkpoint / f"{name}.bin").exists()
         ):
-            return f"no {name} state ({name}.pt)"
+            return f"{NO_TRAINING_STATE} ({name}.pt: no {name} state)"
     for path in sorted(
         [
             *checkpoint.glob("optimizer.pt"),
@@ -177,6 +182,12 @@ class CheckpointScan:
     step: int | None = None
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     any_found: bool = False
+
+    @property
+    def only_model_saves(self) -> bool:
+        """No complete checkpoint, and at least one that finished saving without optimizer or scheduler state
+        (``save_only_model=true``): the run got that far, and a resume cannot continue from any of them."""
+        return self.latest is None and any(why.startswith(NO_TRAINING_STATE) for _, why in self.skipped)
 
     def describe_skipped(self) -> str:
         """``checkpoint-8 (no trainer_state.json ...), ...``: the incomplete checkpoints, for a message."""

@@ -222,6 +222,13 @@ def plan_resume(
     plan.complete_at = _finished_at(output_dir, args)
     if plan.complete_at is None and args.max_steps > 0 and (plan.scan.step or 0) >= args.max_steps:
         plan.complete_at, plan.final_from_checkpoint = plan.scan.step, True
+    if plan.complete_at is None and plan.scan.only_model_saves:
+        raise ConfigError(
+            f"--resume: the checkpoints in {output_dir} hold a model but no optimizer or scheduler state "
+            f"({plan.scan.describe_skipped()}; saved with save_only_model=true), so no training can continue "
+            "from them: train with --overwrite to start again (set save_only_model=false to make resumable "
+            "checkpoints), or choose another output_dir"
+        )
     saved_file = output_dir / CONFIG_FILE
     if (plan.scan.latest is None and plan.complete_at is None) or not saved_file.is_file():
         return plan  # nothing to continue (a fresh start), or nothing to compare with

@@ -358,8 +358,8 @@ def train(
         config: the training config (:func:`bandpo.training.config.load_train_config`).
         resume: continue from the newest complete ``checkpoint-*`` in ``output_dir`` (optimizer, scheduler, RNG
             and data position included; one saved in the middle of a generation round starts a new round, as TRL
-            does); with none there, start from scratch; for a run that already finished,
-            do nothing. ``metrics.jsonl`` keeps the rows up to the checkpoint's step, so no step is logged twice.
+            does); with none there, start from scratch (refused where the run saved only models,
+            ``save_only_model=true``: none can be continued); for a run that already finished, do nothing. ``metrics.jsonl`` keeps the rows up to the checkpoint's step, so no step is logged twice.
         overwrite: discard an earlier run's checkpoints, metrics and TensorBoard folders in ``output_dir``
             (otherwise a fresh run into such a directory is refused).
         callbacks: more ``transformers.TrainerCallback`` objects.
