@@ -30,6 +30,30 @@ def test_registry_names() -> None:
         CLIP_RULES.register("grpo", object)
 
 
+def test_register_clip_rule_refuses_before_changing_the_class() -> None:
+    from dataclasses import dataclass
+
+    from bandpo.losses.clip_rules import BandClip, ClipRule, FixedClip, register_clip_rule
+
+    with pytest.raises(ValueError, match="clip rule 'grpo' is already registered"):
+        register_clip_rule("grpo")(BandClip)
+    assert BandClip.name == "band" and make_clip_rule("band").describe().startswith("band(")
+
+    class Plain(FixedClip):  # inherits a dataclass, is not one itself
+        pass
+
+    @dataclass
+    class Mutable(ClipRule):
+        eps: float = 0.2
+
+    for cls in (Plain, Mutable, int):
+        with pytest.raises(
+            TypeError, match=r"register_clip_rule\('new'\) needs a ClipRule subclass decorated"
+        ):
+            register_clip_rule("new")(cls)
+    assert "new" not in CLIP_RULES.names()
+
+
 def test_fixed_rules() -> None:
     lp = torch.log(torch.tensor([0.01, 0.5, 0.99]))
     lo, hi = make_clip_rule("grpo").bounds(lp)
@@ -44,6 +68,20 @@ def test_dcpo_formula() -> None:
     for qi, a, b in zip(q.tolist(), lo.tolist(), hi.tolist()):
         assert a == pytest.approx(0.5 + 0.5 * math.sqrt(max(1 - 4 * 0.16 / qi, 0)))
         assert b == pytest.approx(min(0.5 + 0.5 * math.sqrt(1 + 4 * 0.2 / qi), 10))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dcpo_extremes_have_no_nan(dtype: torch.dtype) -> None:
+    """eps = 0 is allowed: it fixes that side at 1, also where 1/q overflows (p = 0, or p < 1e-38 in float32),
+    instead of 0 * inf = nan; the other side keeps its own formula."""
+    lp = torch.tensor([-math.inf, -95.0, -1.0, 0.0], dtype=dtype)
+    lo, hi = make_clip_rule("dcpo", eps_low=0.0, eps_high=0.0).bounds(lp)
+    assert torch.equal(lo, torch.ones(4, dtype=dtype)) and torch.equal(hi, torch.ones(4, dtype=dtype))
+    lo, hi = make_clip_rule("dcpo", eps_low=0.0).bounds(lp)
+    assert torch.equal(lo, torch.ones(4, dtype=dtype))
+    assert hi[0] == 10.0 and hi[-1] == pytest.approx(0.5 + 0.5 * math.sqrt(1.8))
+    lo, hi = make_clip_rule("dcpo").bounds(lp)  # defaults at p = 0: the lower bound's floor 0.5 and the cap
+    assert not (lo.isnan().any() or hi.isnan().any()) and lo[0] == 0.5 and hi[0] == 10.0
 
 
 def test_band_rule_is_band_bounds() -> None:
@@ -253,6 +291,15 @@ def test_warm_builds_what_the_first_bounds_call_would(name: str, monkeypatch: py
     built.clear()
     rule.bounds(-torch.rand(8), torch.ones(8) if rule.needs_entropy else None)
     assert built == []
+
+
+@pytest.mark.parametrize("name", ["band", "adaptive_band"])
+def test_a_divergence_alias_is_stored_as_its_name(name: str) -> None:
+    """The authors' spelling ``bandkl`` builds the same rule as ``kl``: equal, hashed alike (rules are cache keys)
+    and logged under one name."""
+    alias, plain = make_clip_rule(name, divergence="bandkl"), make_clip_rule(name)
+    assert alias == plain and hash(alias) == hash(plain) and alias.divergence == "kl"
+    assert alias.describe() == plain.describe()
 
 
 def test_params_listing() -> None:

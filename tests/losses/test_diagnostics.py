@@ -110,6 +110,20 @@ def test_empty_bins_and_an_empty_mask(dtype: torch.dtype) -> None:
     assert nothing_clipped[0]["clip/frac"].item() == 0.0
 
 
+@pytest.mark.parametrize("rows,cols", [(0, 24), (4, 0)])
+def test_a_batch_of_no_positions_gives_the_naive_zeros(rows: int, cols: int) -> None:
+    """B = 0 or T = 0 (a rank's empty micro-batch): every metric 0, as the naive code and ``basic`` give."""
+    b = batch(8, torch.float32)
+    empty = {k: (v[:rows] if rows == 0 else v[:, :cols]) for k, v in b.items()}
+    got, want = both(empty)
+    assert_same_metrics(got, want)
+    assert all(v.item() == 0.0 for v in got.values())
+    loss, metrics = policy_loss(
+        empty["old_log_prob"] * 0, empty["old_log_prob"] * 0, empty["advantages"], empty["mask"], "band"
+    )
+    assert loss.item() == 0.0 and all(v.item() == 0.0 for v in metrics.values())
+
+
 def test_nan_at_a_real_token_propagates_like_the_naive_minimum() -> None:
     b = batch(4, torch.float64)
     b["hi"][0, 10] = math.nan

@@ -477,8 +477,16 @@ def _good_args() -> dict:
         ),
         ({"loss_agg_mode": "mean"}, r"unknown loss aggregation mode 'mean'.*valid names: token-mean"),
         ({"clip_rule": "ppo"}, r"unknown clip rule 'ppo'.*valid names: grpo, clip_higher, dcpo, band"),
-        ({"clip_ratio_c": 0.5}, "clip_ratio_c must be > 1"),
+        ({"clip_ratio_c": 0.5}, "clip_ratio_c must be a number > 1"),
+        ({"clip_ratio_c": float("nan")}, r"clip_ratio_c must be a number > 1 .*got nan"),
+        ({"clip_ratio_c": "3"}, r"clip_ratio_c must be a number > 1 .*got '3'"),
         ({"truncation_c": 1.0}, r"truncation_c must be a finite number > 1, got 1.0"),
+        ({"kl_coef": float("nan")}, r"kl_coef must be a finite number >= 0, got nan"),
+        ({"kl_coef": float("inf")}, r"kl_coef must be a finite number >= 0, got inf"),
+        ({"kl_coef": "0.1"}, r"kl_coef must be a finite number >= 0, got '0.1'"),
+        ({"kl_coef": -0.1}, r"kl_coef must be a finite number >= 0, got -0.1"),
+        ({"entropy_coef": float("nan")}, r"entropy_coef must be a finite number >= 0, got nan"),
+        ({"kl_estimator": "bogus"}, r"unknown kl estimator 'bogus'.*valid names: k1, k2, k3"),
         ({"clip_rule": "dppo_kl", "entropy": torch.ones(2, 4)}, r"entropy shape \(2, 4\) must equal"),
         ({"kl_coef": 0.1}, "kl_coef > 0 needs ref_log_prob"),
     ],
@@ -495,7 +503,7 @@ def test_bad_input(kwargs: dict, match: str) -> None:
         ({"log_prob": -torch.rand(6)}, r"log_prob must have shape \(B, T\), got \(6,\)"),
         ({"old_log_prob": torch.zeros(2, 4)}, r"old_log_prob shape \(2, 4\) must equal log_prob shape"),
         ({"advantages": torch.zeros(3)}, r"advantages shape \(3,\) must be \(B,\), \(B, 1\) or \(B, T\)"),
-        ({"clip_ratio_c": 1.0}, "clip_ratio_c must be > 1"),
+        ({"clip_ratio_c": 1.0}, "clip_ratio_c must be a number > 1"),
         ({"truncation_c": 0.5}, r"truncation_c must be a finite number > 1, got 0.5"),
         ({"rollout_is_weights": torch.ones(2, 4)}, r"rollout_is_weights shape \(2, 4\) must equal"),
         ({"clip_rule": "adaptive_band"}, r"clip rule 'adaptive_band' needs the per-token entropy.*got None"),
@@ -527,6 +535,9 @@ def test_group_advantages() -> None:
         ValueError, match="group_size must be a positive integer dividing the number of rewards 8"
     ):
         group_advantages(r, 3)
+    for eps in (float("nan"), -1e-6, float("inf")):
+        with pytest.raises(ValueError, match=rf"eps must be a finite number >= 0, got {eps!r}"):
+            group_advantages(r, 4, eps=eps)
 
 
 @pytest.mark.parametrize(

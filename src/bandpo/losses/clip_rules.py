@@ -21,6 +21,7 @@ None; the mask is ``region_masks``, by default ``r <= hi`` / ``r >= lo``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -92,12 +93,23 @@ class ClipRule:
 CLIP_RULES: Registry[type[ClipRule]] = Registry("clip rule")
 
 
-def register_clip_rule(name: str):
-    """Class decorator: register a ``ClipRule`` subclass under ``name``."""
+def register_clip_rule(name: str) -> Callable[[type[ClipRule]], type[ClipRule]]:
+    """Class decorator: register a ``ClipRule`` subclass under ``name``.
+
+    The class must be a frozen dataclass (its fields are the rule's parameters, and rules are hashed as cache
+    keys); a class that is not, or a name already taken, raises before the class is changed."""
 
     def wrap(cls: type[ClipRule]) -> type[ClipRule]:
-        cls.name = name
+        params = (
+            vars(cls).get("__dataclass_params__") if isinstance(cls, type) else None
+        )  # its own, not inherited
+        if not (params is not None and params.frozen and issubclass(cls, ClipRule)):
+            raise TypeError(
+                f"register_clip_rule({name!r}) needs a ClipRule subclass decorated with @dataclass(frozen=True) "
+                f"(under @register_clip_rule), got {cls!r}"
+            )
         CLIP_RULES.register(name, cls)
+        cls.name = name
         return cls
 
     return wrap
@@ -150,8 +162,12 @@ class DCPOClip(ClipRule):
     def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
         cdt = torch.float64 if old_log_prob.dtype == torch.float64 else torch.float32
         inv_p = torch.exp(-old_log_prob.to(cdt))  # 1/p, inf at p = 0
-        lo = 0.5 + 0.5 * torch.sqrt(torch.clamp(1.0 - 4.0 * self.eps_low * inv_p, min=0.0))
-        hi = torch.clamp(0.5 + 0.5 * torch.sqrt(1.0 + 4.0 * self.eps_high * inv_p), max=self.cap)
+
+        def four_eps_over_q(eps: float) -> Tensor:  # 4 eps / q; exactly 0 for eps = 0 (not 0 * inf = nan)
+            return 4.0 * eps * inv_p if eps > 0 else torch.zeros_like(inv_p)
+
+        lo = 0.5 + 0.5 * torch.sqrt(torch.clamp(1.0 - four_eps_over_q(self.eps_low), min=0.0))
+        hi = torch.clamp(0.5 + 0.5 * torch.sqrt(1.0 + four_eps_over_q(self.eps_high)), max=self.cap)
         return lo.to(old_log_prob.dtype), hi.to(old_log_prob.dtype)
 
 
@@ -183,6 +199,7 @@ class BandClip(ClipRule):
 
     def __post_init__(self) -> None:
         div = _check_band_params(self.divergence, self.delta, self.cap)
+        object.__setattr__(self, "divergence", div.name)  # an alias stored as its registered name
         object.__setattr__(self, "relax", check_relax(self.relax))
         resolve_method(div, self.method, scalar_delta=True)
 
@@ -226,6 +243,7 @@ class AdaptiveBandClip(ClipRule):
 
     def __post_init__(self) -> None:
         div = _check_band_params(self.divergence, self.delta, self.cap)
+        object.__setattr__(self, "divergence", div.name)  # an alias stored as its registered name
         check_positive_number("entropy_ref", self.entropy_ref)
         check_positive_number("power", self.power, allow_zero=True)
         lo = check_positive_number("min_scale", self.min_scale)

@@ -159,7 +159,6 @@ def clip_metrics(
         if dual_active is None:
             del met["clip/frac_dual"]
 
-        first = m.reshape(-1).view(torch.uint8).argmax()  # a real token (index 0 when there is none)
         zero = torch.zeros((), dtype=f, device=ratio.device)
         r = ratio.to(f)
         lr = torch.log(r) if log_ratio is None else log_ratio.to(f)
@@ -174,7 +173,11 @@ def clip_metrics(
             ]
         )
         lo_mean, hi_mean, ppo_kl, approx_kl, r_mean = (sums / n_real.to(f).clamp(min=1.0)).unbind()
-        extremes = torch.cat([_min_max(lo, m, first), _min_max(hi, m, first), _min_max(r, m, first)])
+        if m.numel():
+            first = m.reshape(-1).view(torch.uint8).argmax()  # a real token (index 0 when there is none)
+            extremes = torch.cat([_min_max(lo, m, first), _min_max(hi, m, first), _min_max(r, m, first)])
+        else:  # a batch of no positions (B = 0 or T = 0): nothing to take an extreme of
+            extremes = zero.expand(6)
         lo_min, lo_max, hi_min, hi_max, r_min, r_max = torch.where(n_real > 0, extremes, zero).unbind()
         met.update(
             {

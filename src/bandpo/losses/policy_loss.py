@@ -28,6 +28,7 @@ own dtype; the loss and the metrics are in the compute dtype.
 from __future__ import annotations
 
 from collections.abc import Callable
+from numbers import Real
 from typing import NamedTuple
 
 import torch
@@ -38,7 +39,7 @@ from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_mean
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
 from bandpo.losses.diagnostics import DIAGNOSTICS, check_diagnostics
 from bandpo.registry import Registry
-from bandpo.validation import check_number_above
+from bandpo.validation import check_number_above, check_positive_number
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -157,6 +158,7 @@ def _check_objective_inputs(
     loss_agg_mode: str | None = None,
     ref_log_prob: Tensor | None = None,
     kl_coef: float = 0.0,
+    kl_estimator: str = "low_var_kl",
     entropy_coef: float = 0.0,
     check_values: bool = False,
 ) -> _ObjectiveInputs:
@@ -188,8 +190,12 @@ def _check_objective_inputs(
     if loss_agg_mode is not None:
         LOSS_AGG_MODES.canonical(loss_agg_mode)
     rule = make_clip_rule(clip_rule) if isinstance(clip_rule, str) else clip_rule
-    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1 (or None to disable dual clip), got {clip_ratio_c!r}")
+    if clip_ratio_c is not None and not (
+        isinstance(clip_ratio_c, Real) and not isinstance(clip_ratio_c, bool) and clip_ratio_c > 1.0
+    ):
+        raise ValueError(
+            f"clip_ratio_c must be a number > 1 (or None to disable dual clip), got {clip_ratio_c!r}"
+        )
     passed_c = truncation_c is not None
     truncation_c = check_number_above("truncation_c", truncation_c, 1.0) if passed_c else rule.truncation_c
     if truncation_c is not None and _passed(clip_ratio_c) and clip_ratio_c != truncation_c:
@@ -206,8 +212,9 @@ def _check_objective_inputs(
             f"{truncation_c:g}; it has no dual clip): set c with {how} and leave clip_ratio_c unset (or equal to c)"
         )
     clip_ratio_c = None if clip_ratio_c is None else float(clip_ratio_c)
-    if kl_coef < 0 or entropy_coef < 0:
-        raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {kl_coef!r} and {entropy_coef!r}")
+    kl_coef = check_positive_number("kl_coef", kl_coef, allow_zero=True)
+    entropy_coef = check_positive_number("entropy_coef", entropy_coef, allow_zero=True)
+    KL_ESTIMATORS.canonical(kl_estimator)
     if kl_coef > 0 and ref_log_prob is None:
         raise ValueError("kl_coef > 0 needs ref_log_prob (B, T)")
     for name, x in (
@@ -507,6 +514,7 @@ def policy_loss(
         loss_agg_mode=loss_agg_mode,
         ref_log_prob=ref_log_prob,
         kl_coef=kl_coef,
+        kl_estimator=kl_estimator,
         entropy_coef=entropy_coef,
         check_values=check_values,
     )
@@ -552,6 +560,7 @@ def group_advantages(
         G = 1 gives 0.
     """
     check_float_tensor("rewards", rewards)
+    check_positive_number("eps", eps, allow_zero=True)
     if rewards.dim() != 1:
         raise ValueError(f"rewards must have shape (B,), got {tuple(rewards.shape)}")
     if not isinstance(group_size, int) or group_size < 1 or rewards.numel() % group_size:
