@@ -170,6 +170,23 @@ def test_radius_schedule_starts_at_the_rules_delta_and_checks_the_rule() -> None
         radius_schedule(rule, "linear", end=0.02, hold_frac=0.3)
 
 
+@pytest.mark.parametrize(
+    ("rule", "end", "largest"),
+    [("band", 5000.0, 5000.0), ("adaptive_band", 300.0, 1200.0)],  # adaptive: end * max_scale (4) is checked
+)
+def test_the_end_radius_is_checked_against_the_rule_when_built(rule: str, end: float, largest: float) -> None:
+    """The radius at the last steps must be one the rule allows (KL: at most 1000): refused at construction,
+    not on the run's last updates."""
+    with pytest.raises(
+        ValueError,
+        match=rf"^delta_end={end!r} is not a radius clip rule '{rule}' allows: .*"
+        rf"\(0, 1000\] for divergence 'kl'.*got {largest!r}",
+    ):
+        radius_schedule(make_clip_rule(rule), "linear", end=end, total_steps=10, labels={"end": "delta_end"})
+    ok = radius_schedule(make_clip_rule(rule), "linear", end=1000.0 / (largest / end), total_steps=10)
+    assert rule_at_step(make_clip_rule(rule), ok, 10).delta == ok.end  # the last step builds
+
+
 def test_constant_schedule_keeps_the_rule_and_its_table() -> None:
     rule = make_clip_rule("band", delta=0.05)
     assert rule_at_step(rule, radius_schedule(rule), 17) is rule

@@ -231,6 +231,12 @@ def radius_schedule(
         )
     if not schedule.is_constant:
         check_schedulable(rule, f"{names.get('kind', 'kind')}={schedule.kind!r}")
+        try:  # every kind moves between start (the rule's own delta) and end: the end is the other extreme
+            rule_at_radius(rule, schedule.end)  # type: ignore[arg-type]
+        except ValueError as err:
+            raise ValueError(
+                f"{names.get('end', 'end')}={schedule.end!r} is not a radius clip rule {rule.name!r} allows: {err}"
+            ) from err
     return schedule
 
 
