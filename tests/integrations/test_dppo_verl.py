@@ -66,7 +66,7 @@ def dppo_config(name: str, mode: str, low: float, high: float, c: float) -> Acto
 
 def random_batch(seed: int, spread: float, batch: int = 8, length: int = 32) -> dict[str, torch.Tensor]:
     """p_old log-uniform from 1e-4 to 0.9999, log-ratios N(0, spread) (so r spans ~0 to far past c), per-sequence advantages
-    of both signs with per-token jitter, a few zero advantages, ragged float 0/1 mask with finite values (verl's
+    of both signs with per-token jitter, a few zero advantages, ragged float 0/1 mask (one row empty) with finite values (verl's
     losses multiply padding by the mask, so NaN there would poison verl's side) at padded positions."""
     g = torch.Generator().manual_seed(seed)
     old = (-9.2 * torch.rand(batch, length, generator=g, dtype=torch.float64)).clamp(
@@ -79,6 +79,7 @@ def random_batch(seed: int, spread: float, batch: int = 8, length: int = 32) -> 
     adv[0, :3] = 0.0
     lengths = torch.randint(1, length + 1, (batch,), generator=g)
     lengths[0] = length
+    lengths[1] = 0  # an empty row: verl's seq-mean modes do not count it, nor do ours
     mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.float64)
     weights = torch.rand(batch, length, generator=g, dtype=torch.float64) + 0.5
     return {"old": old, "new": new, "adv": adv, "mask": mask, "weights": weights}

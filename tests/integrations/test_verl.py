@@ -71,10 +71,16 @@ def actor_config(
 
 
 def make_batch(
-    batch: int = 6, length: int = 12, seed: int = 0, dtype: torch.dtype = torch.float64, pad_nan: bool = False
+    batch: int = 6,
+    length: int = 12,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    pad_nan: bool = False,
+    empty_row: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Old/new log-probs spanning tail and head tokens, ratios far enough from 1 to clip both ways and trigger
-    the dual clip, GRPO-style per-sequence advantages of both signs, ragged bool mask (no empty row)."""
+    the dual clip, GRPO-style per-sequence advantages of both signs, ragged bool mask (row 1 empty with
+    ``empty_row``)."""
     g = torch.Generator().manual_seed(seed)
     p_old = torch.rand(batch, length, generator=g, dtype=torch.float64) ** 2 * 0.98 + 0.01
     old = torch.log(p_old)
@@ -82,6 +88,8 @@ def make_batch(
     adv = torch.randn(batch, 1, generator=g, dtype=torch.float64).expand(batch, length).clone()
     lengths = torch.randint(1, length + 1, (batch,), generator=g)
     lengths[0] = length
+    if empty_row:
+        lengths[1] = 0  # an empty row: verl's seq-mean modes do not count it locally, nor do ours
     mask = torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T) bool
     weights = torch.rand(batch, length, generator=g, dtype=torch.float64) + 0.5
     if pad_nan:
@@ -499,8 +507,9 @@ def test_token_sum_mode_is_verls() -> None:
 @pytest.mark.parametrize("agg_mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
 def test_global_batch_info_is_honoured(agg_mode: str) -> None:
     """With verl's global batch info for 2 data-parallel ranks holding identical micro-batches, the local loss
-    is the full-batch mean (agg_loss multiplies by dp_size and divides by the global counts)."""
-    data = make_batch()
+    is the full-batch mean (agg_loss multiplies by dp_size and divides by the global counts). No empty row: verl's
+    global_batch_size (the mini-batch size) counts it, while the local seq-mean does not."""
+    data = make_batch(empty_row=False)
     fn = get_policy_loss_fn("bandpo")
     local, _ = call_verl_style(fn, data, actor_config(loss_agg_mode=agg_mode))
     config = actor_config(loss_agg_mode=agg_mode)

@@ -72,10 +72,14 @@ def make_batch(B=4, T=7, seed=0, dtype=torch.float64):
     return new, old, adv, mask
 
 
+@pytest.mark.parametrize("empty_row", [False, True])
 @pytest.mark.parametrize("mode", AGG_MODES)
 @pytest.mark.parametrize("rule_name", CLIP_RULES.names())
-def test_matches_naive_reference_values_and_grads(mode: str, rule_name: str) -> None:
+def test_matches_naive_reference_values_and_grads(mode: str, rule_name: str, empty_row: bool) -> None:
+    """``empty_row``: a sequence without tokens, which the seq-mean modes do not count (docs/method.md)."""
     new, old, adv, mask = make_batch()
+    if empty_row:
+        mask[2] = 0
     rule = make_clip_rule(rule_name)
     ent = torch.rand_like(new) * 2
     lo, hi = rule.bounds(old, ent if rule.needs_entropy else None)
