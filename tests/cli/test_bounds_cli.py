@@ -142,6 +142,29 @@ def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file"]  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
+        (["--accuracy-points", "0"], "--accuracy-points must be an integer >= 1, got 0"),
+        (["--sizes", "4096", "-5"], "--sizes must be an integer >= 1, got -5"),
+        (["--loss-shape", "4", "0"], "--loss-shape T must be an integer >= 1, got 0"),
+        (["--verl-shape", "0", "8"], "--verl-shape B must be an integer >= 1, got 0"),
+    ],
+)
+def test_bench_refuses_a_bad_count_before_timing(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused in one line, exit 2, before the minutes of timing (``--repeats 0`` used to fail at the end of the
+    first section, in ``min()`` of nothing)."""
+    from bandpo.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", *args])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"bandpo bench: error: {message}\n"
+
+
 @pytest.mark.slow
 def test_bench_smoke(tmp_path: Path) -> None:
     out = bandpo(

@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     from bandpo.experiments import bench
 
     sys.stdout.reconfigure(line_buffering=True)  # progress shows even when redirected to a file
-    problem = None if args.output is None else output_file_problem(args.output, "--output")
+    problem = _argument_problem(args)
+    if problem is None and args.output is not None:
+        problem = output_file_problem(args.output, "--output")
     if problem is not None:  # before minutes of timing, which write only at the end
         usage_error("bench", problem)
 
@@ -150,6 +152,22 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _argument_problem(args: argparse.Namespace) -> str | None:
+    """The first count or size that is not a positive integer, as one line naming the flag and the value."""
+    from bandpo.validation import check_int_in
+
+    counts = [("--repeats", args.repeats), ("--accuracy-points", args.accuracy_points)]
+    counts += [("--sizes", n) for n in args.sizes]
+    counts += [(f"--loss-shape {d}", n) for d, n in zip("BT", args.loss_shape)]
+    counts += [(f"--verl-shape {d}", n) for d, n in zip("BT", args.verl_shape)]
+    try:
+        for flag, value in counts:
+            check_int_in(flag, value, 1)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def _print_diagnostics(rows: list[dict], shape: list[int]) -> None:
