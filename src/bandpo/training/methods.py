@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bandpo.losses.method import TRL_NAMES
 from bandpo.registry import Registry, did_you_mean
 
 __all__ = [
@@ -52,17 +53,10 @@ __all__ = [
     "switch_keys",
 ]
 
-RULE_PARAM_KEYS = (
-    "clip_rule_kwargs",
-    "band_divergence",
-    "band_delta",
-    "band_cap",
-    "band_relax",
-    "band_delta_schedule",
-    "band_delta_end",
-    "band_delta_hold_frac",
-)
-"""Trainer keys that parametrise the clip rule or its radius schedule (reset when a layer switches method)."""
+RULE_PARAM_KEYS = tuple(k for k, v in TRL_NAMES.items() if v not in ("rule", "total_steps", "diagnostics"))
+"""Trainer keys that parametrise the clip rule or its radius schedule (reset when a layer switches method):
+TRL's spellings of every method setting but the rule's name, the run's length and the diagnostics level
+(``clip_rule_kwargs``, ``band_divergence``, ``band_delta``, ..., ``band_delta_hold_frac``)."""
 
 CLIP_RULE_KEYS = ("clip_rule", *RULE_PARAM_KEYS)
 """Every trainer key of the clip-rule kind: the rule's name and its parameters (BandPOConfig's own fields)."""
