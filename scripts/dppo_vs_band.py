@@ -60,7 +60,7 @@ def dppo_grad(name: str, threshold: float, old: torch.Tensor, new: torch.Tensor,
 
 def bandpo_dppo_grad(name: str, old: torch.Tensor, new: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
     """bandpo's per-token DPPO gradient (its default thresholds, c = C); all (1, N)."""
-    rule, mask = make_clip_rule(name, clip_ratio_c=C), torch.ones_like(old)
+    rule, mask = make_clip_rule(name, truncation_c=C), torch.ones_like(old)
     return grad(lambda x: policy_loss(x, old, adv, mask, rule, loss_agg_mode="token-sum"), new)
 
 

@@ -106,9 +106,9 @@ def test_dppo_equals_verl(name: str, case: tuple, mode: str) -> None:
     d = random_batch(seed, spread)
     if thresholds == "asymmetric":
         low, high = THRESHOLDS[name]
-        rule = make_clip_rule(name, clip_divergence_low=low, clip_divergence_high=high, clip_ratio_c=c)
+        rule = make_clip_rule(name, clip_divergence_low=low, clip_divergence_high=high, truncation_c=c)
     else:
-        rule = make_clip_rule(name, clip_ratio_c=c)
+        rule = make_clip_rule(name, truncation_c=c)
         low, high = rule.clip_divergence_low, rule.clip_divergence_high
     config = dppo_config(name, mode, low, high, c)
     weights = d["weights"] if use_weights else None
@@ -164,7 +164,7 @@ def test_dppo_equals_verl(name: str, case: tuple, mode: str) -> None:
 def test_padding_may_hold_nan_for_bandpo() -> None:
     """bandpo's DPPO ignores NaN / inf at padded positions (verl's own multiplies them by the mask: NaN)."""
     d = random_batch(2, 1.5)
-    rule = make_clip_rule("dppo_kl", clip_ratio_c=3.0)
+    rule = make_clip_rule("dppo_kl", truncation_c=3.0)
     clean, clean_g, _ = grad_of(lambda x: policy_loss(x, d["old"], d["adv"], d["mask"], rule), d["new"])
     pad = d["mask"] == 0
     new, old = d["new"].clone(), d["old"].clone()
@@ -356,7 +356,7 @@ def test_bfloat16_log_probs_bandpo_decides_as_float64(name: str) -> None:
     new = new.to(torch.bfloat16)
     adv = torch.where(torch.rand(1, 8000, generator=g) < 0.5, 1.0, -1.0)
     mask = torch.ones_like(adv)
-    rule = make_clip_rule(name, clip_ratio_c=C)
+    rule = make_clip_rule(name, truncation_c=C)
     config = dppo_config(name, "token-sum", rule.clip_divergence_low, rule.clip_divergence_high, C)
     verl_fn = get_policy_loss_fn(name)
     d64 = [t.double() for t in (old, adv, mask)]

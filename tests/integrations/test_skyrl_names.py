@@ -39,9 +39,9 @@ def test_skyrl_names_translate_the_section_into_a_clip_method() -> None:
     no_cap = SimpleNamespace(eps_clip_low=0.1, eps_clip_high=0.3, bandpo={"cap": None, "relax": True})
     assert bskyrl.clip_rule_for("dcpo", no_cap) == make_clip_rule("dcpo", eps_low=0.1, eps_high=0.3)  # cap 10
     assert bskyrl.clip_rule_for("grpo", SimpleNamespace()) == make_clip_rule("grpo")
-    kwargs = SimpleNamespace(bandpo={"rule_kwargs": {"clip_divergence_low": 0.02, "clip_ratio_c": 5.0}})
+    kwargs = SimpleNamespace(bandpo={"rule_kwargs": {"clip_divergence_low": 0.02, "truncation_c": 5.0}})
     assert bskyrl.clip_rule_for("dppo_kl", kwargs) == make_clip_rule(
-        "dppo_kl", clip_divergence_low=0.02, clip_ratio_c=5.0
+        "dppo_kl", clip_divergence_low=0.02, truncation_c=5.0
     )
     step = SimpleNamespace(bandpo={**alg.bandpo, "relax": False, "step_delta": 0.05})
     assert bskyrl.clip_rule_for("band", step) == rule_at_radius(

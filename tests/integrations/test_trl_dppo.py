@@ -32,7 +32,7 @@ def test_config_builds_dppo_rules(tmp_path: Path) -> None:
     args = make_config(
         tmp_path,
         clip_rule="dppo_tv",
-        clip_rule_kwargs='{"clip_divergence_low": 0.1, "clip_divergence_high": 0.2, "clip_ratio_c": 5}',
+        clip_rule_kwargs='{"clip_divergence_low": 0.1, "clip_divergence_high": 0.2, "truncation_c": 5}',
     )
     assert args.build_clip_rule() == DPPOTVClip(0.1, 0.2, 5.0)
 
@@ -49,8 +49,8 @@ def test_config_builds_dppo_rules(tmp_path: Path) -> None:
             r"clip_divergence_low must be a finite number > 0, got -0\.1",
         ),
         (
-            {"clip_rule": "dppo_tv", "clip_rule_kwargs": {"clip_ratio_c": 1}},
-            r"clip_rule='dppo_tv'\): clip_ratio_c must be a finite number > 1, got 1",
+            {"clip_rule": "dppo_tv", "clip_rule_kwargs": {"truncation_c": 1}},
+            r"clip_rule='dppo_tv'\): truncation_c must be a finite number > 1, got 1",
         ),
         (
             {"clip_rule": "dppo_kl", "band_delta": 0.1},
@@ -68,12 +68,12 @@ def test_compare_accepts_dppo_methods() -> None:
     """``bandpo compare`` validates methods through the registry: DPPO's names and parameters are known."""
     from bandpo.experiments.compare import CompareError, MethodSpec
 
-    spec = MethodSpec(label="dppo-kl", clip_rule="dppo_kl", params={"clip_ratio_c": 10.0})
-    assert spec.rule() == DPPOKLClip(clip_ratio_c=10.0)
+    spec = MethodSpec(label="dppo-kl", clip_rule="dppo_kl", params={"truncation_c": 10.0})
+    assert spec.rule() == DPPOKLClip(truncation_c=10.0)
     with pytest.raises(
-        CompareError, match=r"methods\[bad\]: clip_ratio_c must be a finite number > 1, got 0\.5"
+        CompareError, match=r"methods\[bad\]: truncation_c must be a finite number > 1, got 0\.5"
     ):
-        MethodSpec(label="bad", clip_rule="dppo_tv", params={"clip_ratio_c": 0.5})
+        MethodSpec(label="bad", clip_rule="dppo_tv", params={"truncation_c": 0.5})
 
 
 @pytest.mark.slow
@@ -83,7 +83,7 @@ def test_train_dppo_rule(
 ) -> None:
     """Like test_trl.py's test_train_every_clip_rule: TRL's loss path, the hook fires, metrics logged; a small
     truncation constant makes the truncated weight bind."""
-    args = make_config(tmp_path, clip_rule=rule, clip_rule_kwargs={"clip_ratio_c": 1.2})
+    args = make_config(tmp_path, clip_rule=rule, clip_rule_kwargs={"truncation_c": 1.2})
     trainer = make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset)
     assert trainer.clip_rule.truncation_c == 1.2
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
@@ -143,7 +143,7 @@ def test_trl_gradient_is_dppos(
     truncation reaches TRL's gradient. DPPO's numerics are checked against verl's own implementation in
     tests/integrations/test_dppo_verl.py::test_dppo_equals_verl.
     """
-    kwargs = {"clip_divergence_low": 0.3, "clip_divergence_high": 0.3, "clip_ratio_c": 1.5}
+    kwargs = {"clip_divergence_low": 0.3, "clip_divergence_high": 0.3, "truncation_c": 1.5}
     args = make_config(tmp_path, clip_rule=rule, clip_rule_kwargs=kwargs, loss_type="bnpo")
     trainer = make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset)
     trainer.model.eval()  # TRL's eval branch: no gradient-accumulation normaliser
@@ -161,7 +161,7 @@ def test_trl_gradient_is_dppos(
             torch.cat([inputs["prompt_mask"], mask], dim=1),
             8,
         )
-        rule_c = make_clip_rule(rule, **{**kwargs, "clip_ratio_c": c})
+        rule_c = make_clip_rule(rule, **{**kwargs, "truncation_c": c})
         loss, _ = policy_loss(logp, old, inputs["advantages"], mask, rule_c, loss_agg_mode="token-mean")
         ratio = torch.exp(logp.detach() - old)[mask.bool()]
         assert (ratio > 1.5).sum() >= 5  # the truncation binds on some tokens

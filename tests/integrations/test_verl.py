@@ -680,11 +680,11 @@ def test_adapter_refuses_a_clip_ratio_c_that_dppo_would_ignore() -> None:
     """verl's DPPO losses take their c from ``actor.clip_ratio_c``; through the adapter a bandpo DPPO rule with
     another c is refused (``per_token_policy_loss``), where the config's value used to be dropped silently."""
     d = make_batch()
-    rule = bandpo.make_clip_rule("dppo_tv", clip_ratio_c=20.0)
+    rule = bandpo.make_clip_rule("dppo_tv", truncation_c=20.0)
     args = (d["old_log_prob"], d["log_prob"], d["advantages"], d["response_mask"], "token-mean")
     with pytest.raises(
         ValueError,
-        match=r"^clip_ratio_c=3\.0 has no effect on the truncated objective of clip rule dppo_tv\(.*clip_ratio_c=20\.0\) "
+        match=r"^clip_ratio_c=3\.0 has no effect on the truncated objective of clip rule dppo_tv\(.*truncation_c=20\.0\) "
         r"\(its c is 20",
     ):
         bverl.compute_policy_loss_clip_rule(*args, actor_config(clip_ratio_c=3.0), clip_rule=rule)

@@ -205,9 +205,9 @@ def test_cap_one_validator_same_message(cap: object) -> None:
             {"delta": 300.0},  # x max_scale 4
             r"^delta \* max_scale \(the largest per-token radius\) must be a finite number in \(0, 1000\].*got 1200.0$",
         ),
-        ("dppo_tv", {"clip_ratio_c": 1.0}, r"clip_ratio_c must be a finite number > 1, got 1.0$"),
-        ("dppo_kl", {"clip_ratio_c": 0.5}, r"clip_ratio_c must be a finite number > 1, got 0.5$"),
-        ("dppo_kl", {"clip_ratio_c": float("inf")}, r"clip_ratio_c must be a finite number > 1, got inf"),
+        ("dppo_tv", {"truncation_c": 1.0}, r"truncation_c must be a finite number > 1, got 1.0$"),
+        ("dppo_kl", {"truncation_c": 0.5}, r"truncation_c must be a finite number > 1, got 0.5$"),
+        ("dppo_kl", {"truncation_c": float("inf")}, r"truncation_c must be a finite number > 1, got inf"),
         (
             "dppo_tv",
             {"c": 3.0},
@@ -311,10 +311,10 @@ def test_dppo_params_and_objective() -> None:
     assert clip_rule_params("dppo_tv") == {
         "clip_divergence_low": 0.15,
         "clip_divergence_high": 0.15,
-        "clip_ratio_c": 20.0,
+        "truncation_c": 20.0,
     }
     assert clip_rule_params("dppo_kl")["clip_divergence_high"] == 0.05
-    assert make_clip_rule("dppo_kl", clip_ratio_c=3).truncation_c == 3.0
+    assert make_clip_rule("dppo_kl", truncation_c=3).truncation_c == 3.0
     assert all(make_clip_rule(n).truncation_c is None for n in ("grpo", "clip_higher", "dcpo", "band"))
 
 

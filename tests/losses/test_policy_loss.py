@@ -40,7 +40,7 @@ def naive_loss(lp, old, adv, mask, lo, hi, mode, c=10.0, weights=None, dppo=None
             r = torch.exp(torch.clamp(lp[i][t] - old[i][t], -20, 20))
             if dppo is not None:
                 inside = naive_dppo_inside(dppo, lp[i][t].item(), old[i][t].item(), a.item())
-                w = min(r.item(), dppo.clip_ratio_c)
+                w = min(r.item(), dppo.truncation_c)
                 term = -a * w * lp[i][t] if inside else lp[i][t] * 0.0
             else:
                 l1 = torch.maximum(-a * r, -a * torch.clamp(r, lo[i][t], hi[i][t]))
@@ -384,8 +384,8 @@ def test_truncated_objective_on_hand_built_tokens() -> None:
 @pytest.mark.parametrize(
     "rule,kwargs",
     [
-        (make_clip_rule("dppo_tv", clip_ratio_c=3.0), {}),
-        (make_clip_rule("dppo_kl", clip_ratio_c=3.0), {}),
+        (make_clip_rule("dppo_tv", truncation_c=3.0), {}),
+        (make_clip_rule("dppo_kl", truncation_c=3.0), {}),
         (make_clip_rule("band"), {"truncation_c": 3.0}),
     ],
     ids=["dppo_tv", "dppo_kl", "band-truncated"],

@@ -416,7 +416,7 @@ def bench_loss_vs_verl(
     steps = {"verl vanilla": verl_step("vanilla", verl_config("vanilla", 0.2, 0.2, 10.0))}
     steps["verl dppo_kl"] = verl_step(
         "dppo_kl",
-        verl_config("dppo_kl", dppo.clip_divergence_low, dppo.clip_divergence_high, dppo.clip_ratio_c),
+        verl_config("dppo_kl", dppo.clip_divergence_low, dppo.clip_divergence_high, dppo.truncation_c),
     )
     cases: dict[str, dict[str, Any]] = {"verl vanilla": {}, "verl dppo_kl": {}}
     for rule in VERL_COMPARED_RULES:

@@ -229,11 +229,12 @@ VERL_NAMES: dict[str, str | tuple[str, ...]] = {
     "policy_loss.diagnostics": "diagnostics",
     "clip_ratio_low": ("eps_low", "clip_divergence_low"),
     "clip_ratio_high": ("eps_high", "clip_divergence_high"),
-    "clip_ratio_c": "clip_ratio_c",
+    "clip_ratio_c": "truncation_c",
 }
 """verl's spelling (the actor config's keys) -> bandpo's name. ``policy_loss.relax`` is a bool in verl: ``true``
 is Band's ``relax = (clip_ratio_low, clip_ratio_high)``; ``policy_loss.delta_total_steps`` falls back to the actor's
-``optim.total_training_steps``; ``clip_ratio_c`` is DPPO's ``c`` (and, for every rule, the dual clip). The rule
+``optim.total_training_steps``; ``clip_ratio_c`` is DPPO's ``c``, ``truncation_c`` (and, for every rule, the dual
+clip). The rule
 comes from ``policy_loss.loss_mode`` (:data:`LOSS_MODES`)."""
 
 _POLICY_LOSS_FIELDS = [key.split(".", 1)[1] for key in VERL_NAMES if key.startswith("policy_loss.")]

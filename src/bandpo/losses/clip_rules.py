@@ -288,7 +288,7 @@ def _binary_kl(old_log_prob: Tensor, log_prob: Tensor, old_prob: Tensor, prob: T
 class _DPPOClip(ClipRule):
     """DPPO (Qi et al. 2026, arXiv 2602.04879) in its Binary form, as verl 0.9.1's ``dppo_tv`` / ``dppo_kl``.
 
-    Per token, with ``w = sg(min(r, clip_ratio_c))`` (no dual clip)::
+    Per token, with ``w = sg(min(r, truncation_c))`` (verl's ``clip_ratio_c``; no dual clip)::
 
         L = -A w log pi    if the token is inside the trust region in the direction A pushes it, else 0
 
@@ -305,7 +305,7 @@ class _DPPOClip(ClipRule):
     "Relatives: DPPO" counts each class (``scripts/dppo_vs_band.py``).
 
     Defaults, each with its source: the thresholds are the DPPO authors' (TV 0.15, KL 0.05: their script
-    ``examples/dppo_trainer/run_qwen30b_dppo.sh`` in verl's repository); ``clip_ratio_c`` 20 is the fallback in
+    ``examples/dppo_trainer/run_qwen30b_dppo.sh`` in verl's repository); ``truncation_c`` 20 is the fallback in
     verl 0.9.1's code (``config.get("clip_ratio_c", 20.0)``, used only for a config without the key). verl's
     ``ActorConfig`` would give thresholds 0.2 / 0.2 and ``c = 3``; the authors' script uses ``c = 10000`` (off).
     """
@@ -314,17 +314,13 @@ class _DPPOClip(ClipRule):
 
     clip_divergence_low: float = 0.15
     clip_divergence_high: float = 0.15
-    clip_ratio_c: float = 20.0
+    truncation_c: float = 20.0  # type: ignore[assignment]  # a field here, the base class's property elsewhere
 
     def __post_init__(self) -> None:
         div = resolve_divergence(self.divergence)  # the thresholds are radii of Band's bounds of it
         check_delta("clip_divergence_low", self.clip_divergence_low, div)
         check_delta("clip_divergence_high", self.clip_divergence_high, div)
-        check_number_above("clip_ratio_c", self.clip_ratio_c, 1.0)
-
-    @property
-    def truncation_c(self) -> float:
-        return float(self.clip_ratio_c)
+        object.__setattr__(self, "truncation_c", check_number_above("truncation_c", self.truncation_c, 1.0))
 
     def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
         old = old_log_prob.detach()
@@ -338,7 +334,7 @@ class _DPPOClip(ClipRule):
 @dataclass(frozen=True)
 class DPPOTVClip(_DPPOClip):
     """DPPO-Binary-TV: ``up_ok = p_new - p_old <= clip_divergence_high``, ``down_ok = p_new - p_old >=
-    -clip_divergence_low``. Defaults: thresholds 0.15 / 0.15 (the DPPO authors' script), ``clip_ratio_c`` 20 (verl's
+    -clip_divergence_low``. Defaults: thresholds 0.15 / 0.15 (the DPPO authors' script), ``truncation_c`` 20 (verl's
     code fallback; verl's ``ActorConfig`` sets 3, the authors' script 10000). Its ratio bounds are Band-TV's at
     radius the threshold without cap: ``1 -+ delta / p``, clamped to ``[0, 1/p]``."""
 
@@ -356,7 +352,7 @@ class DPPOTVClip(_DPPOClip):
 class DPPOKLClip(_DPPOClip):
     """DPPO-Binary-KL: ``up_ok = KL_bin(p_old || p_new) <= clip_divergence_high or p_new <= p_old``, ``down_ok =
     KL_bin <= clip_divergence_low or p_new >= p_old``. Defaults: thresholds 0.05 / 0.05 (the DPPO authors'
-    script), ``clip_ratio_c`` 20 (verl's code fallback; verl's ``ActorConfig`` sets 3, the authors' script 10000).
+    script), ``truncation_c`` 20 (verl's code fallback; verl's ``ActorConfig`` sets 3, the authors' script 10000).
     ``KL_bin`` is :func:`_binary_kl` (verl's, with its 1e-8). Its ratio bounds are Band-KL's (``KL(pi_old ||
     pi_new)``, the same direction) at radius the threshold without cap."""
 

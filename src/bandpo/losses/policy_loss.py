@@ -204,7 +204,7 @@ def _check_objective_inputs(
             if passed_c
             else (
                 f"clip rule {rule.describe()}",
-                f"the rule's clip_ratio_c, e.g. make_clip_rule({rule.name!r}, clip_ratio_c=...)",
+                f"the rule's truncation_c, e.g. make_clip_rule({rule.name!r}, truncation_c=...)",
             )
         )
         raise ValueError(
@@ -385,7 +385,7 @@ def per_token_policy_loss(
             clip. The truncated objective has no dual clip: with it, a ``clip_ratio_c`` other than its ``c`` (or
             ``None``) raises ``ValueError`` instead of being ignored (its ``c`` is the rule's or ``truncation_c``).
         truncation_c: > 1: use the truncated objective with this ``c`` whatever the rule; ``None`` (default): the
-            rule's ``truncation_c`` (DPPO's rules: their ``clip_ratio_c``; the others: the clipped objective).
+            rule's ``truncation_c`` (DPPO's rules: theirs; the others: ``None``, the clipped objective).
         rollout_is_weights: (B, T) float, rollout importance weights multiplying L (detached here).
         entropy: (B, T) float, per-token policy entropy, for entropy-driven clip rules (detached here).
 
@@ -480,7 +480,7 @@ def policy_loss(
         clip_rule: a ``ClipRule`` or a registered name (built with defaults).
         loss_agg_mode: one of ``LOSS_AGG_MODES.names()``.
         clip_ratio_c: dual-clip constant (> 1) for negative advantages (default 10); ``None`` disables dual clip.
-            The truncated objective has no dual clip (DPPO's rules carry their own ``clip_ratio_c``, its ``c``):
+            The truncated objective has no dual clip (DPPO's rules carry their own ``truncation_c``, its ``c``):
             with it, any other ``clip_ratio_c`` passed raises ``ValueError`` instead of being ignored.
         truncation_c: > 1: the truncated objective with this ``c`` for any rule (e.g. Band); ``None``: the rule's.
         rollout_is_weights: (B, T) float, truncated importance weights (e.g. vLLM/trainer mismatch), detached.
