@@ -85,20 +85,22 @@ def git_state(directory: str | Path | None = None) -> dict[str, Any]:
         out["dirty_count"] = len(changed)
         out["dirty_files"] = changed[:MAX_DIRTY_FILES]
         try:
-            out["dirty_sha256"] = _dirty_fingerprint(top, changed)
+            out["dirty_sha256"] = _dirty_fingerprint(top)
         except (OSError, subprocess.SubprocessError):
             out["dirty_sha256"] = UNKNOWN
     return out
 
 
-def _dirty_fingerprint(top: Path, changed: Sequence[str]) -> str:
-    """SHA-256 of the uncommitted changes: ``git diff HEAD`` and the bytes of the untracked files listed in
-    ``changed``, so that two records of a dirty checkout tell whether its code changed in between."""
+def _dirty_fingerprint(top: Path) -> str:
+    """SHA-256 of the uncommitted changes: ``git diff HEAD`` and the name and bytes of every untracked, not ignored
+    file (also those inside untracked directories, which ``git status`` lists as one directory), so that two records
+    of a dirty checkout tell whether its code changed in between."""
     digest = hashlib.sha256(_git(top, "diff", "HEAD", "--binary").encode())
-    for name in sorted(changed):
-        path = top / name.strip('"')
-        if path.is_file() and not _git(top, "ls-files", "--", str(path)):
-            digest.update(name.encode())
+    untracked = _git(top, "ls-files", "--others", "--exclude-standard", "-z").split("\0")
+    for name in sorted(n for n in untracked if n):
+        path = top / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0")
             digest.update(path.read_bytes())
     return digest.hexdigest()
 
