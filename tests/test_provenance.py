@@ -130,7 +130,8 @@ def test_code_changed_sees_edits_between_two_dirty_records(checkout: Path) -> No
     third = prov.git_state(checkout / "pkg")
     (checkout / "new.py").write_text("b\n")  # an untracked file's contents count too
     assert prov.code_changed(third, prov.git_state(checkout / "pkg")) is True
-    (checkout / "newpkg" / "sub").mkdir(parents=True)  # an untracked directory: git status lists only "newpkg/"
+    # an untracked directory: git status lists only "newpkg/"
+    (checkout / "newpkg" / "sub").mkdir(parents=True)
     (checkout / "newpkg" / "sub" / "mod.py").write_text("y = 1\n")
     fourth = prov.git_state(checkout / "pkg")
     assert "newpkg/" in fourth["dirty_files"]
