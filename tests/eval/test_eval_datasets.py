@@ -92,6 +92,20 @@ def test_resolve_eval_datasets(tmp_path: Path) -> None:
         [str(path), "countdown"], tmp_path, task_options={"n_test": 5}, max_problems=4
     )
     assert [len(d.problems) for d in given] == [1, 4] and len(messages) == 2
+    # given options change the run's, the others stay the run's: n_test 5 of the run's 30 (test first)
+    fewer = resolve_eval_datasets(["countdown"], tmp_path, task_options={"n_test": 5})[0]
+    assert [p["prompt"] for p in fewer.problems] == [p["prompt"] for p in data[0].problems[:5]]
+    # options that move the test split onto the run's training problems are refused, naming the overlap
+    for options, shared, total in (({"n_test": 300}, 270, 300), ({"seed": 1}, None, 30)):
+        with pytest.raises(
+            EvalError,
+            match=rf"(?s){shared if shared else '[1-9][0-9]*'} of the {total} evaluation "
+            r"problems are in the training split of the run \(its task options: \{'n_test': 30\}\)",
+        ):
+            resolve_eval_datasets(["countdown"], tmp_path, task_options=options)
+    assert len(
+        resolve_eval_datasets(["countdown"], tmp_path, task_options={"seed": 1}, split="train")[0].problems
+    )
     assert len(resolve_eval_datasets(["countdown"])[0].problems) == 200  # no model: the task's defaults
     with pytest.raises(EvalError, match=r"split must be one of train, test for task 'countdown', got 'dev'"):
         resolve_eval_datasets(["countdown"], tmp_path, split="dev")

@@ -78,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task-options",
         default=None,
-        help="the task's options as YAML (JSON reads too), e.g. '{n_test: 100}' (default: the run's, else the "
-        "task's defaults)",
+        help="the task's options as YAML (JSON reads too), e.g. '{n_test: 100}': they change the training run's "
+        "(default: the run's, else the task's defaults); a test split that would then hold problems of the run's "
+        "training split is refused",
     )
     parser.add_argument(
         "--max-problems", type=int, default=None, help="first N problems of each dataset (default: all)"

@@ -4,6 +4,7 @@ prompts formatted as in training (:func:`prompt_texts`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +196,37 @@ def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | No
     return None
 
 
+def _check_apart_from_training(
+    spec: str, dataset: EvalDataset, run_options: Mapping[str, Any], options: Mapping[str, Any]
+) -> None:
+    """Refuse held-out problems that the run trained on: with other task options than the run's (another seed, a
+    larger test split), the task's test split can overlap the run's training split.
+
+    Raises:
+        EvalError: naming how many of the problems are training problems of the run, and the two sets of options.
+    """
+    from bandpo.training.tasks import TASKS
+
+    task = TASKS.get(spec)
+    trained = {
+        _prompt_key(r["prompt"])
+        for r in task.build_split(task.options(dict(run_options), "task_options"), "train")
+    }
+    shared = sum(_prompt_key(p["prompt"]) in trained for p in dataset.problems)
+    if shared:
+        raise EvalError(
+            f"task_options {dict(options)} for {spec!r}: {shared} of the {len(dataset.problems)} evaluation "
+            f"problems are in the training split of the run (its task options: {dict(run_options)}), so they are "
+            "not held out: keep the run's seed and split sizes (change only what leaves its splits alone), or "
+            "evaluate without --task-options"
+        )
+
+
+def _prompt_key(prompt: Any) -> str:
+    """A problem's prompt as a comparable string (a chat prompt's messages as JSON)."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+
+
 def resolve_eval_datasets(
     specs: Sequence[str],
     model_dir: str | Path | None = None,
@@ -207,9 +239,11 @@ def resolve_eval_datasets(
 
     Args:
         specs: built-in task names and file / directory paths (:func:`load_eval_dataset`'s ``spec``).
-        model_dir: the model to evaluate; without ``task_options``, a built-in task takes the ``data.task_options``
-            of the training run in ``model_dir`` (:func:`task_options_of_run`) when it trained on that task.
-        task_options: options of every built-in task among ``specs`` (not passed to files).
+        model_dir: the model to evaluate; a built-in task takes the ``data.task_options`` of the training run in
+            ``model_dir`` (:func:`task_options_of_run`) when it trained on that task.
+        task_options: options of every built-in task among ``specs`` (not passed to files); with a training run
+            in ``model_dir`` they change its options (the others stay the run's), and a test split that would then
+            hold problems of the run's training split is refused.
         report: called with ``"<spec>: task options of the training run: {...}"`` when a run's options are used.
         load_options: the other keyword arguments of :func:`load_eval_dataset` (``split``, ``verifier``,
             ``prompt_column``, ``answer_column``, ``max_problems``, ``prompt_template``, ...), for every spec.
@@ -218,17 +252,28 @@ def resolve_eval_datasets(
         One :class:`EvalDataset` per spec, in order; a repeated display name gets ``#2``, ``#3``, ...
 
     Raises:
-        EvalError: from :func:`load_eval_dataset`, at the first spec that fails.
+        EvalError: from :func:`load_eval_dataset`, at the first spec that fails; a test split overlapping the run's
+            training split.
     """
     datasets = []
     for spec in specs:
         is_file = Path(spec).exists()
+        run_options = None if is_file or model_dir is None else task_options_of_run(model_dir, spec)
         options = task_options
-        if options is None and not is_file and model_dir is not None:
-            options = task_options_of_run(model_dir, spec)
+        if options is None:
+            options = run_options
             if options and report is not None:
                 report(f"{spec}: task options of the training run: {options}")
-        datasets.append(load_eval_dataset(spec, task_options=None if is_file else options, **load_options))
+        elif run_options is not None:  # the given options change the run's; the others stay the run's
+            options = {**run_options, **task_options}
+        dataset = load_eval_dataset(spec, task_options=None if is_file else options, **load_options)
+        if (
+            run_options is not None
+            and options != run_options
+            and load_options.get("split", "test") != "train"
+        ):
+            _check_apart_from_training(spec, dataset, run_options, options)
+        datasets.append(dataset)
     seen: dict[str, int] = {}
     for d in datasets:  # distinct display names
         seen[d.name] = seen.get(d.name, 0) + 1
