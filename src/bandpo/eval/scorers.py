@@ -19,17 +19,28 @@ Scorer = Callable[[str, str, Any], "tuple[bool, str | None]"]
 
 
 def _countdown_score(prompt: str, completion: str, ground_truth: Any) -> tuple[bool, str | None]:
-    """The countdown task's verifier: correct iff the expression solves the puzzle; the answer (for maj@k) is the
-    expression with whitespace removed, ``None`` when it does not parse."""
-    from bandpo.tasks.countdown import countdown_reward, parse_expression
+    """The countdown task's verifier: correct iff the expression solves the puzzle. The answer (for maj@k) is the
+    value the expression reaches with the prompt's digits, e.g. ``"23"``, so that every correct expression
+    (``3*7+2``, ``2+7*3``, ...) votes for the target; an expression with other digits votes as itself (``"=20+3"``:
+    never pooled with a value); ``None`` when the completion does not parse. The completion is read as
+    :func:`bandpo.tasks.countdown.countdown_reward` reads it (cut at an end-of-text marker, stripped)."""
+    from bandpo.tasks.countdown import (
+        countdown_reward,
+        evaluate_expression,
+        parse_expression,
+        parse_prompt,
+        strip_completion,
+    )
 
     correct = countdown_reward(prompt, completion) > 0
-    text = completion.strip()
+    text = strip_completion(completion)
     try:
-        parse_expression(text)
+        numbers, ops = parse_expression(text)
     except ValueError:
         return correct, None
-    return correct, "".join(text.split())
+    if sorted(numbers) != sorted(parse_prompt(prompt)[0]):
+        return correct, "=" + "".join(text.split())
+    return correct, str(evaluate_expression(numbers, ops))
 
 
 def _countdown_check(prompt: str, ground_truth: Any) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "parse_prompt",
     "random_guess_accuracy",
     "solutions",
+    "strip_completion",
 ]
 
 OPERATORS = "+-*"
@@ -277,7 +278,8 @@ def make_splits(cfg: CountdownConfig) -> tuple[list[dict[str, Any]], list[dict[s
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _strip_completion(completion: str) -> str:
+def strip_completion(completion: str) -> str:
+    """``completion`` cut at the first end-of-text marker (:data:`END_OF_TEXT_MARKERS`) and stripped."""
     cut = len(completion)
     for marker in END_OF_TEXT_MARKERS:
         idx = completion.find(marker)
@@ -298,7 +300,7 @@ def countdown_reward(prompt: str, completion: str) -> float:
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
     try:
-        numbers, ops = parse_expression(_strip_completion(completion))
+        numbers, ops = parse_expression(strip_completion(completion))
     except ValueError:
         return 0.0
     if sorted(numbers) != sorted(digits):
