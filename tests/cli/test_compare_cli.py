@@ -268,3 +268,16 @@ def test_evaluations_at_steps_give_the_late_mean_and_leave_training_unchanged(
     assert training(runs["with"]) == training(runs["without"]) and len(training(runs["without"])) == 3
     report = (tmp_path / "with" / "report" / "report.md").read_text()
     assert "Late mean@4: mean@4 averaged over the evaluations at steps 1, 2 and the final one" in report
+
+
+def test_methods_naming_no_label_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bandpo.cli.main import main
+
+    assert (
+        main(["compare", "--config", str(PRESET), f"output_dir={tmp_path}", "--methods", ",", "--dry-run"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert (
+        "--methods must name at least one method label, got ','; labels: " in err and "Traceback" not in err
+    )

@@ -74,3 +74,13 @@ def test_demo_bad_numbers_are_one_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "bandpo demo: error: --steps must be an integer >= 1, got 0"
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--k", "0"), ("--eval-problems", "0")])
+def test_demo_zero_counts_are_refused_not_read_as_unset(
+    flag: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bandpo.cli.main import main
+
+    assert main(["demo", flag, value, "--output-dir", str(tmp_path / "d")]) == 2
+    assert capsys.readouterr().err.strip() == f"bandpo demo: error: {flag} must be an integer >= 1, got 0"

@@ -68,3 +68,34 @@ def test_resolve_model_dir(tmp_path: Path, model_dir: Path) -> None:
         "--model tiny needs a built-in task with its own tiny model among --dataset (countdown); 'arith' has none "
         "(use a model directory or a built-in model)"
     )
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("gpu", r"^device must be auto, cpu, cuda or cuda:N, got 'gpu'$"),
+        ("mps", r"^device must be auto, cpu, cuda or cuda:N, got 'mps'$"),
+        ("cuda:99", r"^device 'cuda:99' is not on this machine \(CUDA devices: \d+\); use cpu or auto$"),
+    ],
+)
+def test_a_device_this_machine_lacks_is_one_line(device: str, message: str) -> None:
+    from bandpo.eval.models import check_device
+
+    with pytest.raises(EvalError, match=message):
+        check_device(device)
+
+
+def test_auto_and_cpu_devices() -> None:
+    import torch
+
+    from bandpo.eval.models import check_device
+
+    assert check_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert check_device("cpu") == "cpu"
+
+
+def test_eval_refuses_a_bad_device_before_loading(capsys: pytest.CaptureFixture[str]) -> None:
+    from bandpo.cli.main import main
+
+    assert main(["eval", "--model", "nowhere", "--device", "gpu"]) == 2
+    assert "device must be auto, cpu, cuda or cuda:N, got 'gpu'" in capsys.readouterr().err

@@ -98,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         if args.methods:
             wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
             labels = [m.label for m in config.methods]
+            if not wanted:
+                raise CompareError(
+                    f"--methods must name at least one method label, got {args.methods!r}; labels: {', '.join(labels)}"
+                )
             unknown = [w for w in wanted if w not in labels]
             if unknown:
                 raise CompareError(
@@ -105,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
                 )
             config.methods = [m for m in config.methods if m.label in wanted]
             if config.reference not in wanted:
+                print(
+                    f"bandpo compare: the reference {config.reference!r} is not among --methods: "
+                    f"{config.methods[0].label!r} is the reference of this report"
+                )
                 config.reference = config.methods[0].label
         if args.export:
             files = export_results(config.output_dir, args.export)

@@ -101,11 +101,13 @@ def run(args: argparse.Namespace) -> int:
     real = args.model is not None and args.model != "tiny"
     config_file = args.config or str(LLM_CONFIG if real else DEFAULT_CONFIG)
     output_dir = args.output_dir or ("runs/demo-llm" if real else "runs/demo")
-    k = args.k or (4 if real else 8)
-    n_problems = args.eval_problems or (LLM_EVAL_PROBLEMS if real else 200)
+    k = args.k if args.k is not None else (4 if real else 8)  # 0 is refused below, not read as unset
+    n_problems = (
+        args.eval_problems if args.eval_problems is not None else (LLM_EVAL_PROBLEMS if real else 200)
+    )
     extra = [f"model.path={args.model}"] if args.model is not None else []
     if real:
-        extra += [f"max_steps={args.steps or LLM_STEPS}", "save_steps=1000"]
+        extra += [f"max_steps={args.steps if args.steps is not None else LLM_STEPS}", "save_steps=1000"]
     elif args.steps is not None:
         extra.append(f"max_steps={args.steps}")
     try:

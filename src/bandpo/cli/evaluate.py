@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo.eval.datasets import resolve_eval_datasets
     from bandpo.eval.errors import EvalError
     from bandpo.eval.evaluate import evaluate_model_dir, format_table
-    from bandpo.eval.models import resolve_model_dir
+    from bandpo.eval.models import check_device, resolve_model_dir
     from bandpo.eval.settings import EvalSettings
     from bandpo.validation import check_int_in
 
@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
         options = _task_options(args.task_options)
+        check_device(args.device)  # before the model and the datasets load
         model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
         output = Path(args.output) if args.output else model / "eval_results.json"
         _check_outputs(output, args.save_samples)  # before the work, which writes only at its end

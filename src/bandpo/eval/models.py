@@ -12,7 +12,14 @@ from typing import Any
 from bandpo.eval.errors import EvalError
 from bandpo.training.layout import MODEL_CONFIG_FILE
 
-__all__ = ["TOKENIZER_FILES", "WEIGHT_FILES", "check_model_dir", "load_model", "resolve_model_dir"]
+__all__ = [
+    "TOKENIZER_FILES",
+    "WEIGHT_FILES",
+    "check_device",
+    "check_model_dir",
+    "load_model",
+    "resolve_model_dir",
+]
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -74,6 +81,33 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
     return p, tokenizer_dir
 
 
+def check_device(device: str) -> str:
+    """``device`` as a torch device this machine has: ``auto`` (CUDA if available, else the CPU), ``cpu``,
+    ``cuda`` or ``cuda:N``; returns it with ``auto`` resolved.
+
+    Raises:
+        EvalError: another name, or a CUDA device this machine does not have (one line, before any model loads).
+    """
+    import torch
+
+    allowed = "auto, cpu, cuda or cuda:N"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise EvalError(f"device must be {allowed}, got {device!r}") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= count:
+            raise EvalError(
+                f"device {device!r} is not on this machine (CUDA devices: {count}); use cpu or auto"
+            )
+    elif dev.type != "cpu":
+        raise EvalError(f"device must be {allowed}, got {device!r}")
+    return device
+
+
 def load_model(path: str | Path, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a checked model directory (:func:`check_model_dir`), model in eval mode.
 
@@ -87,8 +121,7 @@ def load_model(path: str | Path, device: str = "auto", dtype: str = "auto") -> t
     model_dir, tokenizer_dir = check_model_dir(path)
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise EvalError(f"dtype must be one of auto, float32, bfloat16, float16, got {dtype!r}")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = check_device(device)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype="auto" if dtype == "auto" else getattr(torch, dtype)
