@@ -164,3 +164,31 @@ def test_completion_text_accepts_strings_and_chat_messages() -> None:
 def test_completion_text_rejects_other_types(bad: object) -> None:
     with pytest.raises(TypeError, match="must be"):
         completion_text(bad)  # type: ignore[arg-type]
+
+
+def test_numeric_ground_truths_are_written_positionally() -> None:
+    """``str`` writes 1e-05 and 1e+16, which no reply is compared against: the verifiers saw those strings."""
+    import numpy as np
+
+    from bandpo.rewards.answers import ground_truth_strs
+
+    numbers = [1e-05, 1e16, 7.0, 3, np.float64(0.25), np.int64(12), 0.1, -2.5e-7]
+    assert ground_truth_strs(numbers) == [
+        "0.00001",
+        "10000000000000000",
+        "7.0",
+        "3",
+        "0.25",
+        "12",
+        "0.1",
+        "-0.00000025",
+    ]
+    assert ground_truth_strs("1e-05") == ["1e-05"]  # a string is the caller's own spelling: kept
+
+
+def test_float_ground_truths_reach_the_verifiers() -> None:
+    from bandpo.rewards.verifiers import verify_dapo, verify_last_number
+
+    assert verify_dapo("Answer: 0.00001", 1e-05).correct
+    assert verify_last_number("so it is 100000000000000000", 1e17).correct
+    assert verify_last_number("so it is 5", "+5").correct  # a leading + in a ground truth string

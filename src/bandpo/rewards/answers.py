@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from numbers import Real
+from decimal import Decimal
+from numbers import Integral, Real
 from typing import Any
 
 __all__ = [
@@ -238,7 +239,9 @@ def normalize_answer(answer: object) -> str:
 
 
 def ground_truth_strs(ground_truth: object) -> list[str]:
-    """The accepted answers as strings: one string/number, or a non-empty list/tuple of them."""
+    """The accepted answers as strings: one string/number, or a non-empty list/tuple of them. Numbers are written
+    positionally (``1e-05`` -> ``"0.00001"``, ``1e16`` -> ``"10000000000000000"``, ``7.0`` -> ``"7.0"``): ``str``
+    would give scientific notation, which no reply is matched against."""
     items = list(ground_truth) if isinstance(ground_truth, (list, tuple)) else [ground_truth]
     for item in items:
         ok = isinstance(item, str) or (isinstance(item, Real) and not isinstance(item, bool))
@@ -248,7 +251,14 @@ def ground_truth_strs(ground_truth: object) -> list[str]:
             )
     if not items:
         raise ValueError(f"ground_truth must not be an empty list, got {ground_truth!r}")
-    return [str(item) for item in items]
+    return [item if isinstance(item, str) else _positional(item) for item in items]  # type: ignore[arg-type]
+
+
+def _positional(number: Real) -> str:
+    """``number`` (finite) in positional notation: integers exactly, floats by their shortest repr."""
+    if isinstance(number, Integral):
+        return str(int(number))
+    return format(Decimal(repr(float(number))), "f")
 
 
 def normalized_ground_truth(ground_truth: str) -> str:

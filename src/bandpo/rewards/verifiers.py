@@ -175,7 +175,8 @@ def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_tru
     """
     truths = set()
     for gt in ground_truth_strs(ground_truth):
-        canonical = _canonical_number(gt.strip()) if _NUMBER_RE.fullmatch(gt.strip()) else None
+        text = gt.strip().removeprefix("+")  # a ground truth "+5" is the number 5
+        canonical = _canonical_number(text) if _NUMBER_RE.fullmatch(text) else None
         if canonical is None:
             raise ValueError(f"the last_number verifier needs a numeric ground truth, got {gt!r}")
         truths.add(canonical)
