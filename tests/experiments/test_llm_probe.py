@@ -177,6 +177,25 @@ def test_probe_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
     assert err[3] == "bandpo probe: error: --precision must be one of auto, float32, bf16, got 'fp8'"
 
 
+def test_probe_refuses_a_problem_it_cannot_score_before_loading_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row without a ground truth used to raise a traceback from the verifier after the model had loaded and
+    batches had been sampled; now one line names the row, and no model is needed to see it."""
+    import json
+
+    from bandpo.cli.main import main
+
+    rows = [{"prompt": "1+1?", "answer": "2"}, {"prompt": "2+2?"}, {"prompt": "3+3?", "answer": "6"}]
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["probe", "--model", str(tmp_path / "no-model"), "--dataset", str(data), "--prompts", "2"]
+    assert main([*args, "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bandpo probe: error: problem 1 of math cannot be scored by verifier 'dapo': ")
+    assert "\n" not in err and not (tmp_path / "out").exists()
+
+
 def test_probe_task_options_are_yaml_and_arith_defaults_to_one_digit() -> None:
     """``--task-options`` reads YAML (and so JSON) as ``bandpo eval`` does; without it the arith task is the
     one-digit set, where most groups carry signal."""

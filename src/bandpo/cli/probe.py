@@ -131,12 +131,22 @@ def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-u
         )
         print(f"bandpo probe: error: {raise_msg}", file=sys.stderr)
         return 2
+    score_fn, check = get_scorer(dataset.verifier)
+    for i, problem in enumerate(dataset.problems):  # before the model loads: a bad row fails in one line
+        try:
+            check(raw_prompt_text(problem["prompt"]), problem.get("answer"))
+        except ValueError as err:
+            print(
+                f"bandpo probe: error: problem {i} of {dataset.name} cannot be scored by verifier "
+                f"{dataset.verifier!r}: {err}",
+                file=sys.stderr,
+            )
+            return 2
     model_dir = resolve_model_dir(args.model, [args.dataset], options)
     model, tokenizer = load_model(
         model_dir, device="cpu" if not torch.cuda.is_available() else "auto", dtype="float32"
     )
     texts, _ = prompt_texts(dataset, tokenizer)
-    score_fn, _ = get_scorer(dataset.verifier)
 
     def score(i: int, completion: str) -> float:
         problem = dataset.problems[i]
