@@ -1,13 +1,23 @@
 """Tolerant readers of the JSON files runs write (run info, lock records, training logs): a file a killed
 process left half-written reads as what it holds so far, never as an exception. And the checks of an output path
-that a command makes before any work (:func:`output_dir_problem`, :func:`output_file_problem`)."""
+that a command makes before any work (:func:`output_dir_problem`, :func:`output_file_problem`). And the one atomic
+JSON writer (:func:`write_json`)."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON atomically (a temporary file, then ``os.replace``): a kill mid-write leaves
+    the earlier file or none, never a truncated one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

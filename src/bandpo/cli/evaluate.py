@@ -148,6 +148,7 @@ def _check_outputs(output: Path, samples: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bandpo._files import write_json
     from bandpo.eval.datasets import resolve_eval_datasets
     from bandpo.eval.errors import EvalError
     from bandpo.eval.evaluate import evaluate_model_dir, format_table
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     samples = results.pop("samples", None)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(output, results)
     if samples is not None:
         path = Path(args.save_samples)
         path.parent.mkdir(parents=True, exist_ok=True)

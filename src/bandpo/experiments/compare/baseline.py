@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import write_json
 from bandpo.experiments.compare.config import CompareConfig
-from bandpo.experiments.compare.layout import BASELINE_DIR, RESULTS_FILE, fingerprint, write_json
+from bandpo.experiments.compare.layout import BASELINE_DIR, RESULTS_FILE, fingerprint
 from bandpo.experiments.compare.plan import base_train_config
 from bandpo.experiments.compare.worker import eval_dataset, eval_settings
 from bandpo.provenance import code_changed, provenance

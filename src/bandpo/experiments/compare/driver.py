@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import bandpo
+from bandpo._files import write_json
 from bandpo.experiments.compare.baseline import evaluate_baseline
 from bandpo.experiments.compare.config import CompareConfig
-from bandpo.experiments.compare.layout import LOG_FILE, RESULTS_FILE, RUN_SPEC_FILE, write_json
+from bandpo.experiments.compare.layout import LOG_FILE, RESULTS_FILE, RUN_SPEC_FILE
 from bandpo.experiments.compare.plan import check_plans, plan_runs, validate_with_trainer, write_plan
 from bandpo.experiments.compare.worker import headline
 

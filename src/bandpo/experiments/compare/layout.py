@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 RUN_SPEC_FILE = "run_spec.json"
@@ -22,13 +20,6 @@ PLAN_FILE = "compare_plan.json"
 COMPARE_CONFIG_FILE = "compare_config.yaml"
 BASELINE_DIR = "baseline"
 REPORT_DIR = "report"
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON atomically (a temporary file, then ``os.replace``)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 LATER_SETTINGS = {"precision": ("float32", "auto"), "at_steps": ([],)}

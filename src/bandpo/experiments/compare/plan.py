@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import read_json_object
+from bandpo._files import read_json_object, write_json
 from bandpo.experiments.compare.config import CompareConfig, CompareError, MethodSpec
 from bandpo.experiments.compare.layout import (
     COMPARE_CONFIG_FILE,
@@ -23,7 +23,6 @@ from bandpo.experiments.compare.layout import (
     RUN_SPEC_FILE,
     fingerprint,
     without_later_settings,
-    write_json,
 )
 from bandpo.provenance import provenance
 

@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import write_json
 from bandpo.experiments.compare.config import CompareError
 from bandpo.experiments.compare.layout import (
     AT_STEPS_FILE,
     HELDOUT_FILE,
     RESULTS_FILE,
     TRAIN_DONE_FILE,
-    write_json,
 )
 from bandpo.provenance import code_changed, provenance
 from bandpo.training.layout import MODEL_CONFIG_FILE
