@@ -5,19 +5,45 @@ JSON writer (:func:`write_json`)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON atomically (a temporary file, then ``os.replace``): a kill mid-write leaves
-    the earlier file or none, never a truncated one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    """Write ``data`` as indented JSON atomically: a temporary file of its own in the same folder, flushed to disk,
+    then ``os.replace``. A kill mid-write leaves the earlier file or none, never a truncated one, and two processes
+    writing the same path each replace it whole (the last one wins: :func:`file_lock` orders read-modify-writes)."""
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):  # the replace did not happen
+            os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock (``fcntl.flock``) on ``path`` (created empty if missing) for the block: the
+    read-modify-write of a file that several processes update (e.g. two queues of one comparison)."""
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

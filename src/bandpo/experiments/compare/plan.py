@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import read_json_object, write_json
+from bandpo._files import file_lock, read_json_object, write_json
 from bandpo.experiments.compare.config import CompareConfig, CompareError, MethodSpec
 from bandpo.experiments.compare.layout import (
     COMPARE_CONFIG_FILE,
@@ -214,9 +214,11 @@ def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
             {"label": p.method.label, "seed": p.seed, "dir": str(p.run_dir), "fingerprint": p.fingerprint}
             for p in plans
         ],
-        "calls": [*earlier_calls(read_json_object(out / PLAN_FILE)), queue_call(config, plans)],
     }
-    write_json(out / PLAN_FILE, plan)
+    call = queue_call(config, plans)  # before the lock: provenance runs git
+    with file_lock(out / (PLAN_FILE + ".lock")):  # another queue of this comparison may be writing it
+        plan["calls"] = [*earlier_calls(read_json_object(out / PLAN_FILE)), call]
+        write_json(out / PLAN_FILE, plan)
     return out / PLAN_FILE
 
 
