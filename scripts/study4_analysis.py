@@ -1,6 +1,7 @@
 """Study 4's registered analysis (docs/study.md, "Registration"), from a compare export or output directory.
 
-    .venv/bin/python scripts/study4_analysis.py docs/results/study4            # the study
+    .venv/bin/python scripts/study4_analysis.py docs/results/study4 \
+        --config configs/study/study4.yaml                                   # the study
     .venv/bin/python scripts/study4_analysis.py docs/results/study4-pilot/p4 docs/results/study4-pilot/p5 \
         docs/results/study4-pilot/p6                                          # the pilot (no late mean)
 
@@ -10,7 +11,16 @@ detect at 80% power at that spread), then the secondary outcomes: final mean@8, 
 (paired); per run the training entropy at the end (mean of the last 8 logged steps) and its area over the run
 (trapezoid over the logged steps divided by their span), whether GRPO's training entropy fell by half (last 8
 against first 8 logged steps), the clip fraction and the tail share of clipping (``p_old < 0.2``) pooled over steps
-with the token counts behind them, and the completion length. ``--json FILE`` writes the same numbers.
+with the token counts behind them (per run, paired, and pooled per method), and the completion length. Then the
+registered decision (better / worse / no difference detected, and whether the interval excludes +5 points).
+``--json FILE`` writes the same numbers.
+
+Every seed the comparison leaves out is named with its reason (no run folder, not finished, no late mean);
+``--config`` (the study's compare config) gives each method's planned seeds, so that a seed that never ran is
+named too, and a finished run outside them is reported and left out. A run folder must be named ``seed<seed>`` after
+its ``results.json`` (a copy such as ``seed410.bak`` is refused), and a run found twice is refused. A run whose
+training log does not hold every step from 1 to its last, or lacks entropy or clipping values on a step, is
+named on stderr.
 
 The sensitivity check named in the registration's deviation for CPUs without native bf16: the primary outcome
 again over the seeds whose two runs both computed with native bf16, and over those whose two runs were both
@@ -40,18 +50,45 @@ TAIL = "p0.0-0.2"
 REFERENCE, OTHERS = "grpo", ("band-kl", "clip-higher")
 
 
-def _rows(run_dir: Path) -> list[dict[str, Any]]:
+def _rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The logged training rows of a run and what is wrong with its log (unreadable lines, missing steps or
+    values), for stderr."""
     plain, packed = run_dir / "metrics.jsonl", run_dir / "metrics.jsonl.gz"
     text = plain.read_text() if plain.is_file() else gzip.decompress(packed.read_bytes()).decode()
-    rows = []
-    for line in text.splitlines():
+    rows, problems = [], []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a torn last line
+            if i < len(lines) - 1:  # a torn last line is what a kill leaves; anything else is reported
+                problems.append(f"line {i + 1} unreadable")
+            continue
         if "train_runtime" not in row and row.get("step") is not None:
             rows.append(row)
-    return rows
+    steps = [int(r["step"]) for r in rows]
+    if steps and steps != list(range(1, max(steps) + 1)):
+        problems.append(f"steps are not exactly 1..{max(steps)} ({len(steps)} rows)")
+    for key in ("policy/entropy", "clip/frac", "tokens/count"):
+        missing = sum(r.get(key) is None for r in rows)
+        if missing and any(r.get(key) is not None for r in rows):
+            problems.append(f"{key} missing on {missing} steps")
+    return rows, problems
+
+
+def heldout_entropy(run_dir: Path) -> tuple[float, float] | None:
+    """The held-out curve's sampling entropy at its first and last evaluation (``heldout.jsonl``), or ``None``."""
+    path = run_dir / "heldout.jsonl"
+    if not path.is_file():
+        return None
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    values = [float(r["entropy"]) for r in rows if r.get("entropy") is not None]
+    return (values[0], values[-1]) if len(values) >= 2 else None
 
 
 def training_numbers(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -94,36 +131,133 @@ def machine_kind(run_dir: Path) -> str | None:
     return None
 
 
-def load(dirs: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
-    """``label -> seed -> numbers`` of every finished run (a ``results.json``) in ``dirs``."""
+class AnalysisError(Exception):
+    """Runs the analysis refuses: a misnamed or duplicated run folder."""
+
+
+def load(dirs: list[Path]) -> tuple[dict[str, dict[int, dict[str, Any]]], dict[str, dict[int, str]]]:
+    """``(runs, unfinished)``: ``label -> seed -> numbers`` of every finished run (a ``results.json``) in ``dirs``,
+    and ``label -> seed -> "not finished"`` for run folders without one.
+
+    Raises:
+        AnalysisError: a run folder not named ``seed<seed>`` of its results, a label that is not its folder's, or
+            the same run found twice.
+    """
     runs: dict[str, dict[int, dict[str, Any]]] = {}
+    unfinished: dict[str, dict[int, str]] = {}
+    where: dict[tuple[str, int], Path] = {}
     for root in dirs:
-        for results_path in sorted(root.glob("runs/*/seed*/results.json")):
+        for run_dir in sorted(p for p in root.glob("runs/*/*") if p.is_dir()):
+            label, match = run_dir.parent.name, re.fullmatch(r"seed(\d+)", run_dir.name)
+            results_path = run_dir / "results.json"
+            if match is None:
+                if results_path.is_file():
+                    raise AnalysisError(
+                        f"{run_dir}: a run folder must be named seed<seed>; remove or rename it"
+                    )
+                continue
+            seed = int(match.group(1))
+            if not results_path.is_file():
+                unfinished.setdefault(label, {})[seed] = "not finished"
+                continue
             results = json.loads(results_path.read_text())
+            if int(results["seed"]) != seed or results.get("label", label) != label:
+                raise AnalysisError(
+                    f"{results_path} is the run {results.get('label', label)!r} seed {results['seed']}, not the "
+                    f"one its folder names ({label!r} seed {seed})"
+                )
+            if (label, seed) in where:
+                raise AnalysisError(f"{label} seed {seed} is in both {where[label, seed]} and {run_dir}")
+            where[label, seed] = run_dir
             metrics, late = results.get("metrics") or {}, results.get("late") or {}
+            rows, problems = _rows(run_dir)
+            for problem in problems:
+                print(
+                    f"study4_analysis: warning: {label} seed {seed}: training log: {problem}", file=sys.stderr
+                )
             numbers = {
                 "late_mean": None if late.get("mean@8") is None else 100 * late["mean@8"],
                 "mean": 100 * metrics["mean@8"],
                 "pass": 100 * metrics["pass@8"],
                 "entropy": metrics.get("entropy"),
                 "length": metrics.get("mean_length"),
-                **training_numbers(_rows(results_path.parent)),
-                "kind": machine_kind(results_path.parent),
+                **training_numbers(rows),
+                "heldout_entropy": heldout_entropy(run_dir),
+                "clip_pct": None,
+                "tail_pct": None,
+                "kind": machine_kind(run_dir),
             }
-            runs.setdefault(results_path.parent.parent.name, {})[int(results["seed"])] = numbers
-    return runs
+            for name, key in (("clip_pct", "clip_frac"), ("tail_pct", "tail_share")):
+                numbers[name] = None if numbers[key] is None else 100 * numbers[key]
+            runs.setdefault(label, {})[seed] = numbers
+    for label, seeds in unfinished.items():  # a seed finished in one of the dirs is finished
+        for seed in [s for s in seeds if s in runs.get(label, {})]:
+            del seeds[seed]
+    return runs, unfinished
+
+
+def planned_seeds(config_path: Path | None) -> dict[str, list[int]] | None:
+    """Each method's planned seeds from the study's compare config (``None`` without one)."""
+    if config_path is None:
+        return None
+    from bandpo.experiments.compare.config import load_compare_config
+
+    config = load_compare_config(config_path)
+    return {m.label: list(config.seeds_of(m)) for m in config.methods}
+
+
+def left_out(
+    runs: dict[str, dict[int, dict[str, Any]]],
+    unfinished: dict[str, dict[int, str]],
+    planned: dict[str, list[int]] | None,
+    label: str,
+    key: str,
+    used: list[int],
+) -> list[str]:
+    """Why each seed of either side (planned, or seen) is not in the pairs ``used`` of ``label`` vs GRPO on ``key``."""
+    sides = (REFERENCE, label)
+    seeds: set[int] = set()
+    for side in sides:
+        seeds |= set(runs.get(side, {})) | set(unfinished.get(side, {}))
+        if planned is not None:
+            seeds |= set(planned.get(side, []))
+    if planned is not None:  # a comparison covers the seeds both methods planned
+        common = set(planned.get(REFERENCE, [])) & set(planned.get(label, []))
+    else:
+        common = seeds
+    out = []
+    for seed in sorted(seeds - set(used)):
+        if seed not in common:
+            if any(seed in runs.get(side, {}) for side in sides):
+                out.append(f"{seed}: not planned for both methods")
+            continue
+        reasons = []
+        for side in sides:
+            run = runs.get(side, {}).get(seed)
+            if run is None:
+                reasons.append(f"{side} {unfinished.get(side, {}).get(seed, 'not run')}")
+            elif run.get(key) is None:
+                reasons.append(f"{side} has no {key}")
+        out.append(f"{seed}: {', '.join(reasons) or 'excluded'}")
+    return out
 
 
 def paired(
-    runs: dict[str, dict[int, dict[str, Any]]], label: str, key: str, kind: str | None = None
+    runs: dict[str, dict[int, dict[str, Any]]],
+    label: str,
+    key: str,
+    kind: str | None = None,
+    planned: dict[str, list[int]] | None = None,
 ) -> dict[str, Any] | None:
-    """``label`` minus GRPO on ``key``, paired over the seeds both have; ``kind``: only the seeds whose two runs
-    were both of that machine kind (:func:`machine_kind`)."""
+    """``label`` minus GRPO on ``key``, paired over the seeds both have (and both planned, with ``planned``);
+    ``kind``: only the seeds whose two runs were both of that machine kind (:func:`machine_kind`)."""
     ref, other = runs.get(REFERENCE, {}), runs.get(label, {})
+    allowed = None if planned is None else set(planned.get(REFERENCE, [])) & set(planned.get(label, []))
     seeds = sorted(
         s
         for s in set(ref) & set(other)
-        if ref[s].get(key) is not None
+        if (allowed is None or s in allowed)
+        and ref[s].get(key) is not None
         and other[s].get(key) is not None
         and (kind is None or ref[s].get("kind") == other[s].get("kind") == kind)
     )
@@ -151,38 +285,89 @@ def _fmt(c: dict[str, Any] | None, unit: str = " points") -> str:
     return text
 
 
+def decision(c: dict[str, Any] | None, powered_for: float = 5.0) -> str:
+    """The registered decision rule on the primary outcome's interval."""
+    if c is None or c.get("lo") is None:
+        return "no decision: no interval (fewer than 2 pairs)"
+    if c["lo"] > 0:
+        verdict = "better than GRPO (the interval lies above 0)"
+    elif c["hi"] < 0:
+        verdict = "worse than GRPO (the interval lies below 0)"
+    else:
+        verdict = "no difference detected (the interval contains 0)"
+    inside = c["lo"] <= powered_for <= c["hi"]
+    return f"{verdict}; +{powered_for:g} points (the size the study is powered for) {'not ' if inside else ''}excluded"
+
+
+def pooled(runs: dict[int, dict[str, Any]], seeds: list[int]) -> str:
+    """Clipped and tail-clipped tokens summed over the runs of ``seeds``."""
+    tokens = sum(runs[s]["tokens"] for s in seeds)
+    clipped = sum(runs[s]["clipped"] for s in seeds)
+    tail = sum(runs[s]["tail_clipped"] for s in seeds)
+    frac = f"{100 * clipped / tokens:.2f}%" if tokens else "-"
+    share = f"{100 * tail / clipped:.1f}%" if clipped else "-"
+    return f"{clipped:,} of {tokens:,} tokens clipped ({frac}), {tail:,} of them p_old < 0.2 ({share})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="compare exports or output directories")
+    parser.add_argument("--config", type=Path, help="the study's compare config: each method's planned seeds")
     parser.add_argument("--json", type=Path, help="also write the numbers as JSON here")
     args = parser.parse_args(argv)
-    runs = load(args.dirs)
+    try:
+        runs, unfinished = load(args.dirs)
+    except AnalysisError as err:
+        print(f"study4_analysis: error: {err}", file=sys.stderr)
+        return 2
+    planned = planned_seeds(args.config)
     if REFERENCE not in runs:
         print(
             f"study4_analysis: error: no finished {REFERENCE} run in {', '.join(map(str, args.dirs))}",
             file=sys.stderr,
         )
         return 2
-    summary: dict[str, Any] = {"runs": {label: runs[label] for label in sorted(runs)}, "comparisons": {}}
+    if planned is not None:
+        for label in sorted(runs):
+            outside = sorted(set(runs[label]) - set(planned.get(label, [])))
+            if outside:
+                print(
+                    f"study4_analysis: warning: {label}: finished seeds outside the plan, left out: {outside}"
+                )
+    summary: dict[str, Any] = {
+        "runs": {label: runs[label] for label in sorted(runs)},
+        "unfinished": unfinished,
+        "comparisons": {},
+    }
     for label in OTHERS:
         if label not in runs:
             continue
-        comparison = {key: paired(runs, label, key) for key in ("late_mean", "mean", "pass", "entropy")}
-        comparison.update(
-            {key: paired(runs, label, key) for key in ("entropy_end", "entropy_area", "clip_frac")}
-        )
-        comparison["late_mean_native"] = paired(runs, label, "late_mean", kind="native")
-        comparison["late_mean_emulated"] = paired(runs, label, "late_mean", kind="emulated")
-        both = set(runs[REFERENCE]) & set(runs[label])
+        keys = ("late_mean", "mean", "pass", "entropy", "entropy_end", "entropy_area", "clip_pct", "tail_pct")
+        comparison: dict[str, Any] = {key: paired(runs, label, key, planned=planned) for key in keys}
+        comparison["late_mean_native"] = paired(runs, label, "late_mean", kind="native", planned=planned)
+        comparison["late_mean_emulated"] = paired(runs, label, "late_mean", kind="emulated", planned=planned)
+        primary_seeds = (comparison["late_mean"] or {}).get("seeds", [])
+        comparison["left_out"] = left_out(runs, unfinished, planned, label, "late_mean", primary_seeds)
+        both = set(primary_seeds)
         comparison["pairs_of_neither_kind"] = sorted(
             s
             for s in both
             if runs[REFERENCE][s].get("kind") is None
             or runs[REFERENCE][s].get("kind") != runs[label][s].get("kind")
         )
+        comparison["decision"] = decision(comparison["late_mean"])
         summary["comparisons"][label] = comparison
         print(f"## {label} - {REFERENCE} (paired)")
         print(f"- primary, late mean@8: {_fmt(comparison['late_mean'])}")
+        rule = (
+            "the registered rule" if label == "band-kl" else "secondary: not decided on; the rule's reading"
+        )
+        print(f"  - decision ({rule}): {comparison['decision']}")
+        print(
+            f"  - left out of the pairs: {'; '.join(comparison['left_out'])}"
+            if comparison["left_out"]
+            else "  - left out of the pairs: none"
+        )
         print(
             f"  - sensitivity: seeds run with native bf16 {_fmt(comparison['late_mean_native'])}; "
             f"emulated {_fmt(comparison['late_mean_emulated'])}; "
@@ -194,6 +379,24 @@ def main(argv: list[str] | None = None) -> int:
             f"- training entropy at the end: {_fmt(comparison['entropy_end'], ' nats')}; "
             f"area: {_fmt(comparison['entropy_area'], ' nats')}"
         )
+        print(
+            f"- clip fraction: {_fmt(comparison['clip_pct'], ' points (%)')}; tail share of clipping: "
+            f"{_fmt(comparison['tail_pct'], ' points (%)')} (each run's pooled over its steps)"
+        )
+        clip_seeds = (comparison["clip_pct"] or {}).get("seeds", [])
+        for side in (REFERENCE, label):
+            print(
+                f"  - {side}, pooled over the {len(clip_seeds)} paired seeds: {pooled(runs[side], clip_seeds)}"
+            )
+    grpo = runs[REFERENCE]
+    train_halved = [s for s in sorted(grpo) if grpo[s].get("entropy_halved")]
+    heldout = {s: grpo[s]["heldout_entropy"] for s in sorted(grpo) if grpo[s].get("heldout_entropy")}
+    heldout_halved = [s for s, (first, last) in heldout.items() if last <= first / 2]
+    print(
+        f"\nGRPO's entropy fell by half (requirement (b)): training entropy (last 8 vs first 8 logged steps) on "
+        f"{len(train_halved)} of {len(grpo)} seeds; held-out sampling entropy (last vs first curve point) on "
+        f"{len(heldout_halved)} of {len(heldout)} seeds with a curve"
+    )
     print(
         "\n| method | seed | late mean@8 | mean@8 | pass@8 | entropy | train entropy first -> end | area | "
         "clipped / tokens | tail clipped | length |"

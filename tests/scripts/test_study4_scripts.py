@@ -84,3 +84,69 @@ def test_analysis_splits_native_and_emulated_seeds(tmp_path) -> None:
     assert "seeds run with native bf16 +2.00 points" in out and "emulated -4.00 points" in out
     line = next(x for x in out.splitlines() if "sensitivity" in x)
     assert line.count(", 2 seeds") == 2 and "in neither (mixed or unknown): 3 seeds" in line, line
+
+
+def _run_all(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "study4_analysis.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def test_analysis_names_every_seed_it_leaves_out_and_states_the_decision(tmp_path) -> None:
+    """With the study's config, each planned seed outside the pairs is named with its reason; a finished run
+    outside the plan is left out and reported; the registered decision is printed."""
+    for seed, late in {410: 30.0, 411: 40.0, 412: 50.0}.items():
+        _fake_run(tmp_path, "grpo", seed, late, True)
+        _fake_run(tmp_path, "band-kl", seed, late + (1.0, 3.0, 2.0)[seed - 410], True)
+    _fake_run(tmp_path, "grpo", 413, 40.0, True)
+    (tmp_path / "runs" / "band-kl" / "seed413").mkdir()  # started, never finished
+    _fake_run(tmp_path, "grpo", 999, 40.0, True)  # not a planned seed
+    _fake_run(tmp_path, "band-kl", 999, 90.0, True)
+    out = _run_all(str(tmp_path), "--config", str(REPO / "configs" / "study" / "study4.yaml"))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "primary, late mean@8: +2.00 points [-0.48, +4.48], 3 seeds" in text
+    assert (
+        "decision (the registered rule): no difference detected (the interval contains 0); +5 points (the size "
+        "the study is powered for) excluded" in text
+    )
+    assert "413: band-kl not finished" in text and "414: grpo not run, band-kl not run" in text
+    assert (
+        "439: grpo not run, band-kl not run" in text
+        and "410:" not in text.split("left out")[1].split("\n")[0]
+    )
+    assert "finished seeds outside the plan, left out: [999]" in text
+
+
+def test_analysis_refuses_a_copy_or_a_duplicate_of_a_run(tmp_path) -> None:
+    """A folder such as seed410.bak used to replace the real run silently (the last one read won)."""
+    _fake_run(tmp_path, "grpo", 1, 30.0, True)
+    _fake_run(tmp_path, "band-kl", 1, 40.0, True)
+    copy = tmp_path / "runs" / "band-kl" / "seed1.bak"
+    copy.mkdir()
+    (copy / "results.json").write_text((tmp_path / "runs" / "band-kl" / "seed1" / "results.json").read_text())
+    out = _run_all(str(tmp_path))
+    assert out.returncode == 2 and "seed1.bak: a run folder must be named seed<seed>" in out.stderr
+    (copy / "results.json").unlink()
+    other = tmp_path / "other"
+    _fake_run(other, "grpo", 1, 35.0, True)
+    out = _run_all(str(tmp_path), str(other))
+    assert out.returncode == 2 and "grpo seed 1 is in both" in out.stderr
+
+
+def test_analysis_names_a_training_log_with_missing_steps(tmp_path) -> None:
+    import json
+
+    for label in ("grpo", "band-kl"):
+        _fake_run(tmp_path, label, 1, 30.0, True)
+    rows = [{"step": s, "policy/entropy": 1.0} for s in (1, 2, 4)]
+    (tmp_path / "runs" / "grpo" / "seed1" / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows)
+    )
+    out = _run_all(str(tmp_path))
+    assert (
+        out.returncode == 0 and "grpo seed 1: training log: steps are not exactly 1..4 (3 rows)" in out.stderr
+    )
