@@ -118,6 +118,11 @@ def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_
     again = export_results(compare_dir, tmp_path / "again")
     gz = next(p for p in again if p.name == "metrics.jsonl.gz")
     assert gz.read_bytes() == (tmp_path / "export" / gz.relative_to(tmp_path / "again")).read_bytes()
+    # a run restored from an export (its log only packed) exports its packed log again, unchanged
+    restored = Path(shutil.copytree(tmp_path / "export", tmp_path / "restored"))
+    refreshed = export_results(restored, tmp_path / "re-export")
+    assert gz.relative_to(tmp_path / "again") in {p.relative_to(tmp_path / "re-export") for p in refreshed}
+    assert (tmp_path / "re-export" / gz.relative_to(tmp_path / "again")).read_bytes() == gz.read_bytes()
     with pytest.raises(CompareError, match="outside"):
         export_results(compare_dir, compare_dir / "inside")
     with pytest.raises(CompareError, match="nothing to export"):

@@ -66,6 +66,13 @@ def test_compare_methods_paired_welch_single() -> None:
     assert (
         single["kind"] == "single" and single["diff"] == pytest.approx(0.2) and single["significant"] is None
     )
+    # NaN or inf on one side is a missing value: the pair is left out and n counts what was used
+    with_nan = compare_methods({1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}, {1: 2.0, 2: math.nan, 3: 5.0, 4: math.inf})
+    assert with_nan["kind"] == "paired" and with_nan["n"] == 2 and with_nan["diff"] == pytest.approx(1.5)
+    one_left = compare_methods({1: 1.0, 2: 2.0}, {1: 2.0, 2: math.nan})
+    assert (
+        one_left["kind"] == "single" and one_left["n"] == 1 and one_left["diff"] == pytest.approx(2.0 - 1.5)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- run summary
@@ -251,3 +258,21 @@ def test_report_shows_dash_for_clip_metrics_a_method_does_not_log(
     assert "(figures/bounds.png)" in text and "bounds figure skipped" not in text
     assert "-: not measured" in text
     assert "cispo - (the paper" in text and "cispo -%" not in text  # the tail share: a dash, not "-%"
+
+
+def test_load_runs_ignores_a_copied_run_folder_and_refuses_a_misfiled_one(
+    compare_dir: Path, tmp_path: Path
+) -> None:
+    """A copy such as ``seed1.bak`` used to be read as a second run of seed 1 (and could replace the real one in
+    the pairs); a folder holding another seed's run is refused."""
+    import shutil
+
+    root = Path(shutil.copytree(compare_dir, tmp_path / "cmp"))
+    before = [(r.label, r.seed) for r in load_runs(root)]
+    shutil.copytree(root / "runs" / "band-kl" / "seed1", root / "runs" / "band-kl" / "seed1.bak")
+    assert [(r.label, r.seed) for r in load_runs(root)] == before
+    shutil.move(root / "runs" / "band-kl" / "seed1.bak", root / "runs" / "band-kl" / "seed7")
+    with pytest.raises(
+        ValueError, match=r"seed7/run_spec.json is the run 'band-kl' seed 1, not the one its folder"
+    ):
+        load_runs(root)

@@ -75,10 +75,13 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
             if (run_dir / name).is_file():
                 copy(run_dir / name)
         metrics = run_dir / METRICS_FILE
+        packed = metrics.with_name(metrics.name + ".gz")  # read_jsonl's fallback
         if metrics.is_file():
-            target = out / metrics.relative_to(src).with_name(metrics.name + ".gz")  # read_jsonl's fallback
+            target = out / packed.relative_to(src)
             target.write_bytes(gzip.compress(metrics.read_bytes(), compresslevel=9, mtime=0))
             written.append(target)
+        elif packed.is_file():  # a run restored from an export: its log is already packed
+            copy(packed)
     report = src / REPORT_DIR
     if report.is_dir():  # report.html is left out: it embeds the figures a second time (rebuild it from here)
         for path in sorted(p for p in report.rglob("*") if p.is_file() and p.suffix != ".html"):

@@ -6,9 +6,10 @@ Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key wh
 * ``train/clip_frac``, ``train/clip_frac_up``, ``train/clip_frac_down``: the mean over logged steps of ``clip/frac``,
   ``clip/frac_up``, ``clip/frac_down``;
 * ``train/tail_up_rate``: the mean of ``clip/frac_up/p0.0-0.2`` (share of tail tokens clipped at the upper bound);
-* ``train/tail_share``: the share of all clipped tokens with ``p_old < 0.2``, pooled over steps:
-  ``sum(clip/frac/p0.0-0.2 * tokens/share/p0.0-0.2) / sum(clip/frac)`` (the mean of ``clip/tail_share`` when the
-  bin keys are absent);
+* ``train/tail_share``: the share of all clipped tokens with ``p_old < 0.2``, pooled over steps with each step
+  weighted equally: ``sum(clip/frac/p0.0-0.2 * tokens/share/p0.0-0.2) / sum(clip/frac)`` (the mean of
+  ``clip/tail_share`` when the bin keys are absent). Weighting each step by its ``tokens/count`` (Study 4's
+  registered clip fraction and tail share, ``scripts/study4_analysis.py``) gives somewhat other numbers;
 * ``train/hi_mean``, ``train/lo_mean``: the mean of ``band/hi_mean``, ``band/lo_mean``;
 * ``train/reward_last``: the last logged ``reward``; ``train/steps``: the last logged step.
 """
@@ -16,6 +17,7 @@ Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key wh
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,14 +56,29 @@ class RunData:
 
 def load_runs(output_dir: str | Path) -> list[RunData]:
     """Every ``runs/<label>/seed<seed>/`` with a ``run_spec.json``, with its metrics, held-out rows, results
-    (``None`` when ``results.json`` is missing, torn or empty: the run is unfinished) and run info."""
+    (``None`` when ``results.json`` is missing, torn or empty: the run is unfinished) and run info. Folders with
+    another name (a copy such as ``seed410.bak``) are not runs.
+
+    Raises:
+        ValueError: a run folder whose ``run_spec.json`` names another label or seed than the folder.
+    """
     runs = []
     for spec_path in sorted(Path(output_dir).glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
+        run_dir = spec_path.parent
+        if not re.fullmatch(r"seed\d+", run_dir.name):
+            continue
         try:
             spec = json.loads(spec_path.read_text())
         except json.JSONDecodeError:
             continue
-        run_dir = spec_path.parent
+        if (str(spec.get("label", run_dir.parent.name)), int(spec.get("seed", -1))) != (
+            run_dir.parent.name,
+            int(run_dir.name[4:]),
+        ):
+            raise ValueError(
+                f"{spec_path} is the run {spec.get('label')!r} seed {spec.get('seed')!r}, not the one its folder "
+                f"names ({run_dir.parent.name!r} seed {run_dir.name[4:]})"
+            )
         runs.append(
             RunData(
                 label=str(spec.get("label", run_dir.parent.name)),

@@ -52,13 +52,14 @@ def compare_methods(reference: Mapping[int, float], other: Mapping[int, float]) 
 
     Paired over the seeds both have (same seed: same data order and sampling seed) when there are >= 2 of them;
     otherwise Welch's unpaired interval when both have >= 2 values; otherwise the plain difference of means.
+    ``None``, NaN and infinite values count as missing (``n`` is the number of values used).
 
     Returns:
         ``{"diff", "lo", "hi", "n", "kind": "paired" | "welch" | "single", "significant"}`` (``lo``/``hi``/
         ``significant`` are ``None`` without an interval); ``diff`` is ``None`` when a side has no value.
     """
-    ref = {s: float(v) for s, v in reference.items() if v is not None}
-    oth = {s: float(v) for s, v in other.items() if v is not None}
+    ref = {s: float(v) for s, v in reference.items() if v is not None and math.isfinite(float(v))}
+    oth = {s: float(v) for s, v in other.items() if v is not None and math.isfinite(float(v))}
     common = sorted(set(ref) & set(oth))
     out: dict[str, Any] = {
         "diff": None,
