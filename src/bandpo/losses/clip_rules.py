@@ -100,9 +100,8 @@ def register_clip_rule(name: str) -> Callable[[type[ClipRule]], type[ClipRule]]:
     keys); a class that is not, or a name already taken, raises before the class is changed."""
 
     def wrap(cls: type[ClipRule]) -> type[ClipRule]:
-        params = (
-            vars(cls).get("__dataclass_params__") if isinstance(cls, type) else None
-        )  # its own, not inherited
+        # the class's own dataclass parameters, not inherited ones (a plain subclass of a rule is no dataclass)
+        params = vars(cls).get("__dataclass_params__") if isinstance(cls, type) else None
         if not (params is not None and params.frozen and issubclass(cls, ClipRule)):
             raise TypeError(
                 f"register_clip_rule({name!r}) needs a ClipRule subclass decorated with @dataclass(frozen=True) "
