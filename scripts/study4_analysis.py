@@ -41,6 +41,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import read_jsonl
+from bandpo.experiments.report.runs import run_folder_seed
 from bandpo.experiments.report.stats import compare_methods
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -78,16 +80,9 @@ def _rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def heldout_entropy(run_dir: Path) -> tuple[float, float] | None:
     """The held-out curve's sampling entropy at its first and last evaluation (``heldout.jsonl``), or ``None``."""
-    path = run_dir / "heldout.jsonl"
-    if not path.is_file():
-        return None
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    values = [float(r["entropy"]) for r in rows if r.get("entropy") is not None]
+    values = [
+        float(r["entropy"]) for r in read_jsonl(run_dir / "heldout.jsonl") if r.get("entropy") is not None
+    ]
     return (values[0], values[-1]) if len(values) >= 2 else None
 
 
@@ -148,15 +143,14 @@ def load(dirs: list[Path]) -> tuple[dict[str, dict[int, dict[str, Any]]], dict[s
     where: dict[tuple[str, int], Path] = {}
     for root in dirs:
         for run_dir in sorted(p for p in root.glob("runs/*/*") if p.is_dir()):
-            label, match = run_dir.parent.name, re.fullmatch(r"seed(\d+)", run_dir.name)
+            label, seed = run_dir.parent.name, run_folder_seed(run_dir)
             results_path = run_dir / "results.json"
-            if match is None:
+            if seed is None:
                 if results_path.is_file():
                     raise AnalysisError(
                         f"{run_dir}: a run folder must be named seed<seed>; remove or rename it"
                     )
                 continue
-            seed = int(match.group(1))
             if not results_path.is_file():
                 unfinished.setdefault(label, {})[seed] = "not finished"
                 continue

@@ -54,6 +54,13 @@ class RunData:
     run_info: dict[str, Any] | None = None  # run_info.json (the training calls' provenance); None: none
 
 
+def run_folder_seed(run_dir: Path) -> int | None:
+    """The seed a run folder's name ``seed<seed>`` gives; ``None`` for any other name (a copy such as
+    ``seed410.bak`` is not a run)."""
+    match = re.fullmatch(r"seed(\d+)", run_dir.name)
+    return int(match.group(1)) if match else None
+
+
 def load_runs(output_dir: str | Path) -> list[RunData]:
     """Every ``runs/<label>/seed<seed>/`` with a ``run_spec.json``, with its metrics, held-out rows, results
     (``None`` when ``results.json`` is missing, torn or empty: the run is unfinished) and run info. Folders with
@@ -65,26 +72,25 @@ def load_runs(output_dir: str | Path) -> list[RunData]:
     runs = []
     for spec_path in sorted(Path(output_dir).glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
         run_dir = spec_path.parent
-        if not re.fullmatch(r"seed\d+", run_dir.name):
+        seed = run_folder_seed(run_dir)
+        if seed is None:
             continue
         try:
             spec = json.loads(spec_path.read_text())
         except json.JSONDecodeError:
             continue
-        if (str(spec.get("label", run_dir.parent.name)), int(spec.get("seed", -1))) != (
-            run_dir.parent.name,
-            int(run_dir.name[4:]),
-        ):
+        label = str(spec.get("label", run_dir.parent.name))
+        if (label, int(spec.get("seed", -1))) != (run_dir.parent.name, seed):
             raise ValueError(
                 f"{spec_path} is the run {spec.get('label')!r} seed {spec.get('seed')!r}, not the one its folder "
-                f"names ({run_dir.parent.name!r} seed {run_dir.name[4:]})"
+                f"names ({run_dir.parent.name!r} seed {seed})"
             )
         runs.append(
             RunData(
-                label=str(spec.get("label", run_dir.parent.name)),
+                label=label,
                 clip_rule=str(spec.get("method") or spec.get("clip_rule") or "?"),
                 params=dict(spec.get("params") or {}),
-                seed=int(spec.get("seed", 0)),
+                seed=seed,
                 method_index=int(spec.get("method_index", 10**6)),
                 run_dir=run_dir,
                 metrics=[r for r in read_jsonl(run_dir / METRICS_FILE) if "train_runtime" not in r],
