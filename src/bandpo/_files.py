@@ -35,9 +35,13 @@ def write_json(path: Path, data: Any) -> None:
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive advisory lock (``fcntl.flock``) on ``path`` (created empty if missing) for the block: the
-    read-modify-write of a file that several processes update (e.g. two queues of one comparison)."""
-    import fcntl
-
+    read-modify-write of a file that several processes update (e.g. two queues of one comparison). Without
+    ``fcntl`` (Windows) there is no lock, as for :class:`bandpo.training.lock.OutputDirLock`."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no flock, no lock
+        yield
+        return
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
