@@ -234,8 +234,7 @@ VERL_NAMES: dict[str, str | tuple[str, ...]] = {
 """verl's spelling (the actor config's keys) -> bandpo's name. ``policy_loss.relax`` is a bool in verl: ``true``
 is Band's ``relax = (clip_ratio_low, clip_ratio_high)``; ``policy_loss.delta_total_steps`` falls back to the actor's
 ``optim.total_training_steps``; ``clip_ratio_c`` is DPPO's ``c``, ``truncation_c`` (and, for every rule, the dual
-clip). The rule
-comes from ``policy_loss.loss_mode`` (:data:`LOSS_MODES`)."""
+clip). The rule comes from ``policy_loss.loss_mode`` (:data:`LOSS_MODES`)."""
 
 _POLICY_LOSS_FIELDS = [key.split(".", 1)[1] for key in VERL_NAMES if key.startswith("policy_loss.")]
 
