@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+"""The recipes folder of a source checkout (``configs/`` beside ``src/``); an installed wheel has none."""
+
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON atomically: a temporary file of its own in the same folder, flushed to disk,

@@ -165,6 +165,34 @@ def test_bench_refuses_a_bad_count_before_timing(
     assert capsys.readouterr().err == f"bandpo bench: error: {message}\n"
 
 
+def test_bench_without_the_training_recipe_says_so_before_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An installed wheel has no configs/: the training-step section is refused up front with the way round it
+    (it used to fail after minutes of timing, with nothing written); --skip-train passes the check."""
+    import bandpo.experiments.bench as bench
+    from bandpo.cli.main import main
+
+    missing = tmp_path / "configs" / "tiny.yaml"
+    monkeypatch.setattr(bench, "TINY_RECIPE", missing)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"bandpo bench: error: the training-step benchmark needs {missing} (a source checkout of bandpo); "
+        "pass --skip-train\n"
+    )
+    import argparse
+
+    from bandpo.cli.bench import _argument_problem, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert _argument_problem(parser.parse_args(["--skip-train"])) is None
+    assert _argument_problem(parser.parse_args(["--real-model"])) is None
+    assert "needs" in str(_argument_problem(parser.parse_args([])))
+
+
 @pytest.mark.slow
 def test_bench_smoke(tmp_path: Path) -> None:
     out = bandpo(

@@ -1,13 +1,23 @@
 """Tests for bandpo.experiments.bench's loss against verl's own (``bench_loss_vs_verl``): the rows and their ratios,
-and the one-line reason when verl is missing. (The other benchmarks run in tests/cli/test_bounds_cli.py.)"""
+and the one-line reason when verl is missing; and the training-step benchmark (``bench_train_step``): its recipe,
+what it times and its checks. (The other benchmarks run in tests/cli/test_bounds_cli.py.)"""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import pytest
 
-from bandpo.experiments.bench import VERL_COMPARED_RULES, bench_loss_vs_verl, time_interleaved_samples
+from bandpo.experiments.bench import (
+    TINY_RECIPE,
+    VERL_COMPARED_RULES,
+    bench_loss_vs_verl,
+    bench_train_step,
+    step_seconds,
+    time_interleaved_samples,
+)
 
 
 def test_without_verl_the_comparison_is_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,3 +61,61 @@ def test_rows_against_verl() -> None:
             assert dppo[f"{clock}_x_verl_dppo"] == pytest.approx(
                 dppo[f"{clock}_ms"] / by_case["verl dppo_kl"][f"{clock}_ms"]
             )
+
+
+def test_the_training_step_recipe_exists() -> None:
+    assert (
+        TINY_RECIPE.is_file()
+    )  # it once resolved one folder too shallow (src/configs/) and bench crashed at the end
+
+
+def _write_log(path: Path, elapsed: dict[int, float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{"step": s, "elapsed_s": t, "loss": 0.0} for s, t in elapsed.items()]
+    rows.append(
+        {"step": max(elapsed), "elapsed_s": 999.0, "train_runtime": 1.0}
+    )  # the end-of-run row: ignored
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_step_seconds_reads_the_steps_between_two_logged_ends(tmp_path: Path) -> None:
+    log = tmp_path / "metrics.jsonl"
+    _write_log(log, {1: 10.0, 4: 40.0, 8: 48.0})
+    assert step_seconds(log, 4, 8) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="no logged step 6"):
+        step_seconds(log, 4, 6)
+
+
+def test_the_training_step_times_steps_not_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake run with 100 s of setup and band's steps twice grpo's: x grpo is 2, not the (100 + ...) dilution of
+    dividing the whole run by its steps; the work folder is removed."""
+    import bandpo.training.run as run
+
+    per_step = {"band": 0.02, "grpo": 0.01}
+
+    def fake_train(config, overwrite: bool = False) -> None:
+        rule, out = config.trainer["clip_rule"], Path(config.trainer["output_dir"])
+        steps = config.trainer["max_steps"]
+        _write_log(out / "metrics.jsonl", {s: 100.0 + s * per_step[rule] for s in range(1, steps + 1)})
+
+    monkeypatch.setattr(run, "train", fake_train)
+    rows = bench_train_step(steps=8, rounds=2, workdir=str(tmp_path))
+    by_case = {r["case"]: r for r in rows}
+    assert by_case["train step band"]["x_grpo"] == pytest.approx(2.0)
+    assert by_case["train step grpo"]["ms"] == pytest.approx(10.0)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("steps", [4, 6, 9, 0, True, 8.0])
+def test_the_training_step_wants_whole_rounds(steps: object) -> None:
+    with pytest.raises(
+        ValueError, match=r"steps must be an integer >= 8 and a multiple of steps_per_generation \(4\)"
+    ):
+        bench_train_step(steps=steps)  # type: ignore[arg-type]
+
+
+def test_the_training_step_runs_on_the_tiny_recipe(tmp_path: Path) -> None:
+    rows = bench_train_step(steps=8, rounds=1, workdir=str(tmp_path))
+    assert [r["case"] for r in rows] == ["train step band", "train step grpo"]
+    assert all(r["ms"] > 0 for r in rows) and rows[1]["x_grpo"] == 1.0
+    assert list(tmp_path.iterdir()) == []

@@ -129,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
     train_rows = [] if args.skip_train else bench.bench_train_step()
     if train_rows:
         print(
-            f"\n{'case':<30} {'ms/step':>10} {'x grpo':>8}   (tiny countdown model, tiny.yaml settings, best of 2)"
+            f"\n{'case':<30} {'ms/step':>10} {'x grpo':>8}   (tiny countdown model, tiny.yaml settings; "
+            "whole generation rounds after the first, setup not timed; best of 2)"
         )
         for r in train_rows:
             print(f"{r['case']:<30} {r['ms']:>10.1f} {r['x_grpo']:>8.3f}")
@@ -155,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _argument_problem(args: argparse.Namespace) -> str | None:
-    """The first count or size that is not a positive integer, as one line naming the flag and the value."""
+    """The first count or size that is not a positive integer, as one line naming the flag and the value; or the
+    training-step benchmark's missing recipe (an installed wheel has no ``configs/``)."""
+    from bandpo.experiments.bench import TINY_RECIPE
     from bandpo.validation import check_int_in
 
     counts = [("--repeats", args.repeats), ("--accuracy-points", args.accuracy_points)]
@@ -167,6 +170,8 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
             check_int_in(flag, value, 1)
     except ValueError as err:
         return str(err)
+    if not (args.skip_train or args.real_model or TINY_RECIPE.is_file()):
+        return f"the training-step benchmark needs {TINY_RECIPE} (a source checkout of bandpo); pass --skip-train"
     return None
 
 
