@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         "-m",
         required=True,
-        help="model directory (a training run's output_dir or a checkpoint-N in it), or 'tiny': the built-in "
-        "task's cached warm-started model",
+        help="model directory (a training run's output_dir or a checkpoint-N in it), a built-in model (e.g. "
+        "smollm2-135m, converted and cached on first use), or 'tiny': the built-in task's cached warm-started model",
     )
     parser.add_argument(
         "--dataset",

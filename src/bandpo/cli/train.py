@@ -30,7 +30,8 @@ config keys:
   method      a clip rule (BandPOTrainer; the same as clip_rule) or a TRL-native method run by plain
               GRPOTrainer, whose parameters are its GRPOConfig fields:
 {trl_methods}
-  model.      path (local dir, HF id, or 'tiny' with data.task), dtype, attn_implementation, cache_dir, warm_start
+  model.      path (local dir, HF id, a built-in model such as smollm2-135m, or 'tiny' with data.task), dtype,
+              precision (auto, float32, bf16), attn_implementation, cache_dir, warm_start
   data.       task, task_options, path, format, split, prompt_column, answer_column, keep_columns,
               prompt_template, system_prompt, chat_template, max_samples
   reward.     name, options, failure_reward
