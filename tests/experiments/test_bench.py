@@ -119,3 +119,19 @@ def test_the_training_step_runs_on_the_tiny_recipe(tmp_path: Path) -> None:
     assert [r["case"] for r in rows] == ["train step band", "train step grpo"]
     assert all(r["ms"] > 0 for r in rows) and rows[1]["x_grpo"] == 1.0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_accuracy_sample_spans_the_stated_range() -> None:
+    """`bandpo bench` prints "p in [1e-30, 1 - 1e-30]": the sample held p = 0 (8.5% below 1e-30) before."""
+    import torch
+
+    from bandpo.experiments.bench import _accuracy_logp
+
+    p = torch.exp(_accuracy_logp(100_000))
+    assert p.min() >= 1e-30 * (1 - 1e-9) and p.min() < 1e-29  # both tails reached
+    assert p.max() <= 1.0 and (-_accuracy_logp(100_000)).min() < 1e-29
+
+
+def test_interleaved_timing_wants_a_round() -> None:
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        time_interleaved_samples({"a": lambda: None}, rounds=0)

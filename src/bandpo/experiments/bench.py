@@ -54,19 +54,12 @@ def authors_bisection(
     return out[1], out[0]
 
 
-def time_call(fn: Callable[[], object], repeats: int = 5, slow: float = 2.0, budget: float = 1.0) -> float:
-    """Best wall time of at least ``repeats`` calls after one warm-up, in seconds. Fast calls are repeated
-    until ``budget`` seconds are spent (at most 100 calls), so that the minimum sees a quiet moment on a
-    noisy machine; a single timed call when the warm-up took longer than ``slow`` seconds."""
-    t0 = time.perf_counter()
+def time_call(fn: Callable[[], object], repeats: int = 5) -> float:
+    """Best wall time of ``repeats`` timed calls after one warm-up, in seconds (the real-model parts; a comparison
+    of several cases uses :func:`time_interleaved`, the same number of calls for each)."""
+    check_int_in("repeats", repeats, 1)
     fn()
-    if time.perf_counter() - t0 > slow:
-        repeats = 1
-    best, spent, calls = math.inf, 0.0, 0
-    while calls < repeats or (spent < budget and calls < 100):
-        dt = _timed(fn)
-        best, spent, calls = min(best, dt), spent + dt, calls + 1
-    return best
+    return min(_timed(fn) for _ in range(repeats))
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -106,39 +99,54 @@ def _bound_cases(logp: Tensor) -> dict[str, Callable[[], object]]:
 def bench_bounds(
     sizes: tuple[int, ...] = (1 << 20, 1 << 24), repeats: int = 5, device: str = "cpu"
 ) -> list[dict]:
-    """Time per call of each divergence and baseline; returns rows with ratios to TV and to the bisection."""
+    """Time per call of each divergence and baseline, per token count in ``sizes``: the cases called in turn,
+    ``repeats`` rounds after one warm-up each (:func:`time_interleaved`), so every case gets the same number of
+    calls and a noisy stretch of the machine hits them alike; best of each. Rows ``{"n", "case", "ms", "calls",
+    "x_tv", "speedup_vs_bisection"}``: ratios to the TV closed form's time and the bisection's time over this one."""
     rows: list[dict] = []
     for n in sizes:
-        times: dict[str, float] = {}
-        for label, fn in _bound_cases(sample_logp(n, device=device)).items():
-            times[label] = time_call(fn, repeats=repeats)  # slow cases (the 16M bisection): one call
+        times = time_interleaved(_bound_cases(sample_logp(n, device=device)), rounds=repeats)
         tv, bis = times["band tv"], times["authors' bisection (kl, 50 it/side)"]
         for label, t in times.items():
             rows.append(
-                {"n": n, "case": label, "ms": 1e3 * t, "x_tv": t / tv, "speedup_vs_bisection": bis / t}
+                {
+                    "n": n,
+                    "case": label,
+                    "ms": 1e3 * t,
+                    "calls": repeats,
+                    "x_tv": t / tv,
+                    "speedup_vs_bisection": bis / t,
+                }
             )
     return rows
 
 
 def kl_accuracy(n: int = 200_000) -> dict[str, float]:
-    """Max relative error (absolute 1e-12 floor) of the KL paths against the float64 generic bisection."""
-    g = torch.Generator().manual_seed(1)
-    logp = -torch.exp(torch.rand(n, generator=g, dtype=torch.float64) * 80 - 69)  # p in [~1e-30, 1 - 1e-30]
+    """Max relative error of the KL paths (table, Newton; float64 and float32) against the float64 generic bisection
+    on ``n`` random p in [1e-30, 1 - 1e-30] (log-uniform in -log p: both tails), delta in {1e-3, 0.05, 1}. The
+    error's denominator is ``|reference| + floor``, floor 1e-6 for the float64 paths and 1e-8 for float32's."""
+    logp = _accuracy_logp(n)
     out: dict[str, float] = {}
     for delta in (1e-3, 0.05, 1.0):
         ref_lo, ref_hi = band_bounds(logp, delta, "kl", cap=None, method="bisection")
         for method in ("table", "newton"):
             for dtype in (torch.float64, torch.float32):
-                x = logp.to(dtype)
-                lo, hi = band_bounds(x, delta, "kl", cap=None, method=method)
+                lo, hi = band_bounds(logp.to(dtype), delta, "kl", cap=None, method=method)
+                floor = 1e-6 if dtype == torch.float64 else 1e-8
                 err = 0.0
                 for got, ref in ((lo.double(), ref_lo), (hi.double(), ref_hi)):
                     finite = torch.isfinite(ref) & torch.isfinite(got)
-                    e = (got - ref).abs() / (ref.abs() + 1e-12 / (1e-6 if dtype == torch.float64 else 1e-4))
-                    err = max(err, e[finite].max().item())
+                    err = max(err, ((got - ref).abs() / (ref.abs() + floor))[finite].max().item())
                 key = f"{method}/{str(dtype).split('.')[-1]}"
                 out[key] = max(out.get(key, 0.0), err)
     return out
+
+
+def _accuracy_logp(n: int) -> Tensor:
+    """float64 (n,) log-probs with -log p log-uniform in [1e-30, -log(1e-30)], i.e. p in [1e-30, 1 - 1e-30]."""
+    g = torch.Generator().manual_seed(1)
+    lo, hi = math.log(1e-30), math.log(-math.log(1e-30))
+    return -torch.exp(torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo)
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int = 30) -> dict[str, float]:
@@ -153,6 +161,7 @@ def time_interleaved_samples(
     """Every ``(wall, CPU)`` time in seconds (``rounds`` per case) of :func:`time_interleaved`'s schedule. The CPU
     time is this process's (``time.process_time``): on a busy machine the waits for a core inflate the wall time
     but not it, so with one torch thread it measures the work itself."""
+    check_int_in("rounds", rounds, 1)
     for fn in fns.values():
         fn()
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
@@ -164,21 +173,27 @@ def time_interleaved_samples(
     return times
 
 
+def _dense_loss_inputs(batch: int, length: int, g: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(old_log_prob, log_prob, advantages, mask)`` of the loss and schedule benchmarks: float32 (B, T) log-probs
+    shaped like sampled tokens (:func:`sample_logp`) and 5% apart, one advantage per sequence (B,), every token
+    counted (a mask of ones). ``g`` draws the noise and the advantages."""
+    old = sample_logp(batch * length).view(batch, length)
+    log_prob = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
+    return old, log_prob, torch.randn(batch, generator=g), torch.ones(batch, length)
+
+
 def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30) -> list[dict]:
     """Forward + backward time of the policy loss with every registered clip rule at its defaults (band: KL;
     dppo_tv / dppo_kl: DPPO's truncated objective) against grpo (``repeats`` interleaved rounds, best of each)."""
     g = torch.Generator().manual_seed(0)
-    old = sample_logp(batch * length).view(batch, length)
-    logits = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
-    adv = torch.randn(batch, generator=g)
-    mask = torch.ones(batch, length)
+    old, log_prob, adv, mask = _dense_loss_inputs(batch, length, g)
     steps = {}
     for name in ["grpo", *(n for n in CLIP_RULES.names() if n != "grpo")]:
         rule = make_clip_rule(name)
         ent = torch.rand(batch, length, generator=g) if rule.needs_entropy else None
 
         def step(rule=rule, ent=ent) -> None:
-            lp = logits.clone().requires_grad_(True)
+            lp = log_prob.clone().requires_grad_(True)
             loss, _ = policy_loss(lp, old, adv, mask, rule, entropy=ent, check_values=False)
             loss.backward()
 
@@ -198,10 +213,7 @@ def bench_schedule(batch: int = 64, length: int = 4096, repeats: int = 30, steps
     (tests/losses/test_schedule.py::test_a_radius_per_step_builds_no_table)."""
     from bandpo.losses import radius_schedule, rule_at_step
 
-    g = torch.Generator().manual_seed(0)
-    old = sample_logp(batch * length).view(batch, length)
-    logits = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
-    adv, mask = torch.randn(batch, generator=g), torch.ones(batch, length)
+    old, log_prob, adv, mask = _dense_loss_inputs(batch, length, torch.Generator().manual_seed(0))
     rule = make_clip_rule("band", delta=0.2)
     schedules = {"constant": radius_schedule(rule), "scheduled": radius_schedule(rule, "linear", end=0.02)}
     schedules["scheduled"] = schedules["scheduled"].for_run(steps)
@@ -213,7 +225,7 @@ def bench_schedule(batch: int = 64, length: int = 4096, repeats: int = 30, steps
 
     def loss(kind: str) -> None:
         step[kind] = step[kind] % steps + 1
-        lp = logits.clone().requires_grad_(True)
+        lp = log_prob.clone().requires_grad_(True)
         out, _ = policy_loss(
             lp, old, adv, mask, rule_at_step(rule, schedules[kind], step[kind]), check_values=False
         )
@@ -305,10 +317,10 @@ def bench_diagnostics(batch: int = 64, length: int = 2048, rounds: int = 30) -> 
     ``ms`` and ``naive_ms`` (best wall times) and ``x_naive`` (their ratio), and the same of CPU time."""
     from bandpo.losses.policy_loss import per_token_policy_loss
 
-    old, logits, adv, mask = _loss_inputs(batch, length)
+    old, log_prob, adv, mask = _loss_inputs(batch, length)
     cases: dict[str, Callable[[], object]] = {}
     for name in VERL_COMPARED_RULES:
-        t = per_token_policy_loss(logits, old, adv, mask, make_clip_rule(name))
+        t = per_token_policy_loss(log_prob, old, adv, mask, make_clip_rule(name))
         args = (t.ratio, t.lo, t.hi, t.advantages, t.mask, t.old_log_prob)
         extra = {"dual_active": t.dual_active, "log_ratio": t.log_ratio}
         cases[f"{name} fused"] = lambda args=args, extra=extra: clip_metrics(*args, **extra)
@@ -334,11 +346,11 @@ def _loss_inputs(batch: int, length: int) -> tuple[Tensor, Tensor, Tensor, Tenso
     uniform in [T/2, T])."""
     g = torch.Generator().manual_seed(0)
     old = sample_logp(batch * length).view(batch, length)
-    logits = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
+    log_prob = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
     adv = (torch.randn(batch, 1, generator=g) + 0.1 * torch.randn(batch, length, generator=g)).contiguous()
     lengths = torch.randint(length // 2, length + 1, (batch,), generator=g)
     mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).float()
-    return old, logits, adv, mask
+    return old, log_prob, adv, mask
 
 
 VERL_COMPARED_RULES = ("grpo", "band", "dppo_kl")
@@ -373,7 +385,7 @@ def bench_loss_vs_verl(
         return [], f"verl is not installed ({err}); pip install 'bandpo[verl]'"
     import statistics
 
-    old, logits, adv, mask = _loss_inputs(batch, length)
+    old, log_prob, adv, mask = _loss_inputs(batch, length)
     dppo = make_clip_rule("dppo_kl")
 
     def verl_config(mode: str, low: float, high: float, c: float) -> Any:
@@ -393,7 +405,7 @@ def bench_loss_vs_verl(
         fn = get_policy_loss_fn(mode)
 
         def step() -> None:
-            lp = logits.clone().requires_grad_(True)
+            lp = log_prob.clone().requires_grad_(True)
             loss, _ = fn(old, lp, adv, mask, loss_agg_mode=loss_agg_mode, config=config)
             loss.backward()
 
@@ -401,7 +413,7 @@ def bench_loss_vs_verl(
 
     def bandpo_step(rule: Any, diagnostics: str) -> Callable[[], None]:
         def step() -> None:
-            lp = logits.clone().requires_grad_(True)
+            lp = log_prob.clone().requires_grad_(True)
             loss, _ = policy_loss(
                 lp,
                 old,
@@ -478,6 +490,8 @@ def bench_train_step(steps: int = 24, rounds: int = 2, workdir: str | None = Non
         FileNotFoundError: no :data:`TINY_RECIPE` (an installed wheel has no ``configs/``).
         ValueError: ``steps`` not a multiple of the recipe's ``steps_per_generation`` or under 2 rounds; ``rounds`` < 1.
     """
+    import contextlib
+    import io
     import shutil
     import tempfile
     import warnings
@@ -519,7 +533,8 @@ def bench_train_step(steps: int = 24, rounds: int = 2, workdir: str | None = Non
                 with warnings.catch_warnings():  # grpo's switch from the recipe's band drops band_*: intended
                     warnings.simplefilter("ignore", ConfigWarning)
                     config = load_train_config(TINY_RECIPE, overrides)
-                train(config, overwrite=True)
+                with contextlib.redirect_stdout(io.StringIO()):  # the per-step log lines of logging_steps=1
+                    train(config, overwrite=True)
                 best[rule] = min(best.get(rule, math.inf), step_seconds(out / METRICS_FILE, per_round, steps))
     finally:
         shutil.rmtree(root, ignore_errors=True)

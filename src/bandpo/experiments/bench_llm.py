@@ -26,7 +26,6 @@ the floor is slightly low) and for sampling under autocast. Every time is the be
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 import time
@@ -59,9 +58,8 @@ RECIPE = {
 
 
 def _best(fn: Callable[[], object], rounds: int) -> float:
-    """Best of ``rounds`` timed calls after one warm-up (:func:`bandpo.experiments.bench.time_call` without its
-    time budget: a real-model part takes seconds)."""
-    return time_call(fn, repeats=rounds, slow=math.inf, budget=0.0)
+    """Best of ``rounds`` timed calls after one warm-up (:func:`bandpo.experiments.bench.time_call`)."""
+    return time_call(fn, repeats=rounds)
 
 
 def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) -> dict[str, float]:
@@ -93,6 +91,17 @@ def _flops(model: Any, tokens: int, scored: int, backward: bool) -> float:
     decoder = sum(p.numel() for name, p in model.named_parameters() if "layers." in name and p.dim() == 2)
     forward = 2 * (decoder * tokens + head * scored)
     return forward * (3 if backward else 1)
+
+
+def _generation_flops(model: Any, prompt_mask: Any, generations: int, t_new: int) -> float:
+    """Matrix FLOPs (:func:`_flops`) of sampling ``t_new`` tokens after each row of ``prompt_mask`` ((B, T), rows in
+    groups of ``generations`` copies of one prompt) as :func:`bandpo.decode.sample` does: each distinct prompt's
+    tokens encoded once (its last position scored; padding not counted: a floor), then ``t_new - 1`` one-token
+    forwards per row (the first new token comes from the prompt's logits, the last is never fed back)."""
+    n_seq = prompt_mask.shape[0]
+    prefill = _flops(model, int(prompt_mask[::generations].sum()), n_seq // generations, False)
+    decode = n_seq * (t_new - 1)
+    return prefill + _flops(model, decode, decode, False)
 
 
 def bench_real_step(precisions: tuple[str, ...] = ("float32", "bf16"), rounds: int = 2) -> dict[str, Any]:
@@ -156,9 +165,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
         tokens_mb = int(att[:mb].sum())
         scored_mb = mb * t_new
         g = RECIPE["generations"]  # the sampler encodes each distinct prompt once (its last position scored)
-        gen_flops = _flops(model, int(prompt_mask[::g].sum()), n_seq // g, False) + _flops(
-            model, n_seq * t_new, n_seq * t_new, False
-        )
+        gen_flops = _generation_flops(model, prompt_mask, g, t_new)
         flops = {
             "generation": gen_flops / spg,
             "old log-probs": _flops(model, int(att[mb:].sum()), (n_seq - mb) * t_new, False) / spg,
@@ -295,9 +302,6 @@ def _time_parts(
         loss.backward()
         new.grad = None
 
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-
     def optimizer_step() -> None:
         optimizer.step()
 
@@ -316,14 +320,20 @@ def _time_parts(
 
 
 _WORKER = """
-import sys, time, torch
+import sys
 from bandpo.experiments.bench_llm import _throughput_worker
-print(_throughput_worker(int(sys.argv[1]), int(sys.argv[2])))
+
+def together():  # loaded and warmed up: say so, then wait for the parent's go (both workers start together)
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+print(_throughput_worker(int(sys.argv[1]), int(sys.argv[2]), together))
 """
 
 
-def _throughput_worker(threads: int, steps: int) -> float:
-    """Forward + backward passes per second of one bf16 micro-batch (the recipe's shape) at ``threads``."""
+def _throughput_worker(threads: int, steps: int, ready: Callable[[], None] = lambda: None) -> float:
+    """Forward + backward passes per second of one bf16 micro-batch (the recipe's shape) at ``threads``; ``ready``
+    is called once the model is loaded and one warm-up pass ran, just before the timed passes."""
     from transformers import AutoModelForCausalLM
 
     from bandpo.models import builtin_model_dir
@@ -348,30 +358,80 @@ def _throughput_worker(threads: int, steps: int) -> float:
 
     with freed_memory_kept():
         step()
+        ready()
         t0 = time.perf_counter()
         for _ in range(steps):
             step()
         return steps / (time.perf_counter() - t0)
 
 
+def run_together(commands: list[list[str]], env: dict[str, str] | None = None) -> list[str]:
+    """Run ``commands`` as processes that each print ``ready`` when set up and then wait for a line on stdin; once
+    all are ready, release them at once, so that their timed work overlaps. Returns each one's last stdout line.
+
+    Raises:
+        RuntimeError: a process that exits before ``ready`` or with a non-zero status, with its last stderr line.
+    """
+    import contextlib
+    import os
+    import tempfile
+
+    with contextlib.ExitStack() as stack:
+        # stderr to files: a pipe could fill while we read stdout and block a worker
+        logs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in commands]
+        procs = [
+            subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env={**os.environ, **(env or {})},
+            )
+            for cmd, log in zip(commands, logs)
+        ]
+
+        def failure(i: int, what: str) -> RuntimeError:
+            procs[i].wait()
+            logs[i].seek(0)
+            last = (logs[i].read().strip().splitlines() or ["(no output on stderr)"])[-1]
+            return RuntimeError(
+                f"process {i + 1} of {len(commands)} {what} (exit {procs[i].returncode}): {last}"
+            )
+
+        try:
+            for i, p in enumerate(procs):
+                assert p.stdout is not None
+                if p.stdout.readline().strip() != "ready":
+                    raise failure(i, "stopped before it was ready")
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            lines = []
+            for i, p in enumerate(procs):
+                out, _ = p.communicate()
+                if p.returncode != 0 or not out.strip():
+                    raise failure(i, "failed")
+                lines.append(out.strip().splitlines()[-1])
+            return lines
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+
 def side_by_side(steps: int = 6) -> dict[str, float]:
     """Throughput (forward + backward passes per second, both cores together) of two processes at one thread
-    each, side by side, against one process at two threads. Each process loads the model first (not timed)."""
-    env = {"OMP_NUM_THREADS": "1"}
-    import os
+    each, side by side, against one process at two threads. Each process loads the model and makes one warm-up
+    pass first (not timed); the pair is released together (:func:`run_together`), so their timed passes overlap."""
 
-    def launch(threads: int) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-c", _WORKER, str(threads), str(steps)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **env, "OMP_NUM_THREADS": str(threads)},
-        )
+    def command(threads: int) -> list[str]:
+        return [sys.executable, "-c", _WORKER, str(threads), str(steps)]
 
-    pair = [launch(1), launch(1)]
-    two_at_one = sum(float(p.communicate()[0].strip().splitlines()[-1]) for p in pair)
-    one = launch(2)
-    one_at_two = float(one.communicate()[0].strip().splitlines()[-1])
+    two_at_one = sum(float(x) for x in run_together([command(1), command(1)], {"OMP_NUM_THREADS": "1"}))
+    one_at_two = float(run_together([command(2)], {"OMP_NUM_THREADS": "2"})[0])
     return {
         "two_processes_one_thread": two_at_one,
         "one_process_two_threads": one_at_two,
