@@ -4,10 +4,12 @@ directory an earlier demo left."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,5 +84,107 @@ def test_demo_zero_counts_are_refused_not_read_as_unset(
 ) -> None:
     from bandpo.cli.main import main
 
-    assert main(["demo", flag, value, "--output-dir", str(tmp_path / "d")]) == 2
-    assert capsys.readouterr().err.strip() == f"bandpo demo: error: {flag} must be an integer >= 1, got 0"
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", flag, value, "--output-dir", str(tmp_path / "d")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == f"bandpo demo: error: {flag} must be an integer >= 1, got 0\n"
+
+
+TAIL_ONLY_THEN_NOTHING = [  # one step clips only tail tokens (p_old < 0.2), the next clips nothing
+    {"step": 1, "clip/frac": 0.1, "clip/frac_up": 0.1, "clip/frac_down": 0.0, "clip/tail_share": 1.0,
+     "clip/frac/p0.0-0.2": 0.5, "tokens/share/p0.0-0.2": 0.2, "policy/entropy": 0.9},
+    {"step": 2, "clip/frac": 0.0, "clip/frac_up": 0.0, "clip/frac_down": 0.0, "clip/tail_share": 0.0,
+     "clip/frac/p0.0-0.2": 0.0, "tokens/share/p0.0-0.2": 0.2, "policy/entropy": 0.7},
+    {"step": 2, "train_runtime": 1.0},
+]  # fmt: skip
+
+
+def test_demo_tail_share_is_pooled_as_in_the_reports(tmp_path: Path) -> None:
+    """The demo's training numbers are ``run_summary``'s (what ``bandpo compare`` prints): the tail share pools
+    the clipped tokens over steps, so a step that clipped nothing does not count as "0% tail" (the per-step mean
+    gave 50% here)."""
+    from bandpo.cli.demo import _metrics_summary
+    from bandpo.training.layout import METRICS_FILE
+
+    path = tmp_path / METRICS_FILE
+    path.write_text("".join(json.dumps(r) + "\n" for r in TAIL_ONLY_THEN_NOTHING))
+    stats = _metrics_summary(path)
+    assert stats["tail_share"] == pytest.approx(1.0)
+    assert stats["clip_frac"] == pytest.approx(0.05) and stats["clip_frac_up"] == pytest.approx(0.05)
+    assert (stats["entropy_first"], stats["entropy_last"], stats["steps"]) == (0.9, 0.7, 2.0)
+    assert math.isnan(stats["hi_mean"])  # no Band bounds logged (e.g. GRPO): NaN, as before, not None
+    path.write_text(json.dumps({"step": 1, "loss": 0.1}) + "\n")
+    assert _metrics_summary(path) == {}  # no clipping statistics logged
+
+
+@pytest.fixture
+def fake_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``bandpo demo`` with its work replaced: no model, no dataset, a fixed evaluation, and a "training" that
+    only writes :data:`TAIL_ONLY_THEN_NOTHING` as its metrics."""
+    from bandpo.training.layout import METRICS_FILE
+
+    def train(config: Any, overwrite: bool, prepared: Any) -> Path:
+        out = Path(config.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in TAIL_ONLY_THEN_NOTHING))
+        return out
+
+    scores = {"pass@1": 0.1, "pass@4": 0.2, "pass@8": 0.3, "n_problems": 3}
+    monkeypatch.setattr("bandpo.training.run.prepare", lambda config, overwrite: None)
+    monkeypatch.setattr("bandpo.training.run.train", train)
+    monkeypatch.setattr("bandpo.training.tasks.build_task_model", lambda *args: tmp_path / "model")
+    monkeypatch.setattr("bandpo.eval.models.resolve_model_dir", lambda model: tmp_path / "model")
+    monkeypatch.setattr("bandpo.eval.datasets.load_eval_dataset", lambda *args, **kwargs: None)
+    monkeypatch.setattr("bandpo.cli.demo._evaluate", lambda *args: scores)
+
+
+@pytest.mark.parametrize(
+    ("argv", "settings"),
+    [
+        (["--model", "smollm2-135m"], ["model.path=smollm2-135m", "max_steps=24", "save_steps=1000"]),
+        (["--steps", "7", "lr_scheduler_type=cosine"], ["max_steps=7", "lr_scheduler_type=cosine"]),
+        (
+            ["--model", "my model", "warmup_steps=3"],
+            ["'model.path=my model'", "max_steps=24", "save_steps=1000", "warmup_steps=3"],
+        ),
+    ],
+    ids=["llm-defaults", "tiny-steps-and-override", "quoted"],
+)
+@pytest.mark.usefixtures("fake_work")
+def test_demo_grpo_command_repeats_the_runs_settings(
+    argv: list[str], settings: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The printed GRPO baseline is the demo's own run (model, steps and the user's overrides) with only the
+    clip rule and the output directory changed, quoted for the shell; it used to drop all of them (100 steps of
+    the recipe against the demo's 24). The printed tail share is the pooled one."""
+    from bandpo.cli.main import main
+    from bandpo.training.layout import METRICS_FILE
+
+    out = tmp_path / "demo"
+    assert main(["demo", *argv, "--output-dir", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    config = "smollm2-arith.yaml" if "--model" in argv else "tiny.yaml"
+    command = next(line for line in stdout.splitlines() if line.startswith("compare with GRPO: "))
+    words = command.removeprefix("compare with GRPO: ").split(" ")
+    assert words[:3] == ["bandpo", "train", "--config"] and words[3].endswith(f"configs/{config}")
+    expected = [*settings, "clip_rule=grpo", f"output_dir={out}-grpo"]
+    assert " ".join(words[4:]) == " ".join(expected)
+    assert f"metrics: {out / METRICS_FILE} " in stdout
+    assert "tail share 100.0% " in stdout
+    assert json.loads((out / "demo_summary.json").read_text())["training"]["tail_share"] == 1.0
+
+
+@pytest.mark.usefixtures("fake_work")
+def test_demo_config_without_a_task_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A recipe without ``data.task`` is refused in one line naming ``--config`` and the tasks the demo takes
+    (through ``cli.bounds.usage_error``, as ``bandpo bench``: exit status 2)."""
+    from bandpo.cli.main import main
+
+    recipe = tmp_path / "no-task.yaml"
+    recipe.write_text("model: {path: some/model}\ndata: {path: data/train.jsonl}\nreward: {name: dapo}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--config", str(recipe), "--output-dir", str(tmp_path / "d")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bandpo demo: error: --config {recipe} names no data.task; the demo needs one of ")
+    assert "countdown" in err and "arith" in err and err.count("\n") == 1

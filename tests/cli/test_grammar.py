@@ -18,6 +18,14 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
     return {name: action.choices[name] for name in COMMANDS}
 
 
+def _status(argv: list[str]) -> int | str | None:
+    """``main(argv)``'s exit status, whether the command returns it or exits (``cli.bounds.usage_error``)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 def _renderings(default: object) -> list[str]:
     if isinstance(default, (list, tuple)):
         return [" ".join(map(str, default)), ",".join(map(str, default)), str(default)]
@@ -104,7 +112,7 @@ def test_unknown_flag_names_the_subcommand(command: str, capsys: pytest.CaptureF
 @pytest.mark.parametrize("text", ["{digits: [1", "[1]"], ids=["bad-yaml", "not-a-mapping"])
 def test_task_options_error_is_one_line(command: str, text: str, capsys: pytest.CaptureFixture[str]) -> None:
     """``--task-options`` is YAML in both commands (JSON reads too), with the same one-line error."""
-    assert main([command, "--model", "x", "--task-options", text]) == 2
+    assert _status([command, "--model", "x", "--task-options", text]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(f"bandpo {command}: error: --task-options must be a YAML mapping like '{{")
@@ -143,11 +151,7 @@ def test_output_paths_are_checked_before_the_work(
     file = tmp_path / "a_file"
     file.write_text("x")
     fill = {"tmp": str(tmp_path), "file": str(file)}
-    try:
-        code = main([a.format(**fill) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    assert code == 2
+    assert _status([a.format(**fill) for a in argv]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"bandpo {argv[0]}: error: {message.format(**fill)}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
@@ -165,7 +169,7 @@ def test_unknown_task_option_is_named_as_the_command_spells_it(
     model = "smollm2-135m" if command == "probe" else str(save_countdown_model_dir(tmp_path))
     capsys.readouterr()  # saving the model writes a progress bar
     argv = [command, "--model", model, "--dataset", "arith", "--task-options", "{digitz: [1]}"]
-    assert main(argv) == 2
+    assert _status(argv) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
         f"bandpo {command}: error: task_options for task 'arith': unknown config key 'task_options.digitz' (did "

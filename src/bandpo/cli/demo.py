@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import sys
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -57,28 +56,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _metrics_summary(metrics_path: Path) -> dict[str, float]:
-    """First/last entropy and mean clipping statistics over the run's logged steps."""
+    """The run's training numbers as ``bandpo compare`` reports them (``run_summary``'s ``train/*``: mean
+    clipping over logged steps, tail share pooled over steps, last entropy), plus the first logged entropy; NaN
+    where the run logged no value, ``{}`` when it logged no clipping statistics."""
     from bandpo._files import read_jsonl
+    from bandpo.experiments.report.runs import RunData, run_summary
 
-    rows = [r for r in read_jsonl(metrics_path) if "clip/frac" in r]
+    rows = [r for r in read_jsonl(metrics_path) if "clip/frac" in r]  # the training steps' rows
     if not rows:
         return {}
+    run = RunData(label="demo", clip_rule="?", params={}, seed=0, method_index=0, run_dir=metrics_path.parent,
+                  metrics=rows)  # fmt: skip
+    summary = run_summary(run)
+    entropy = [r[k] for k in ("policy/entropy", "entropy") for r in rows if r.get(k) is not None]
+    stats = {"entropy_first": entropy[0] if entropy else None}
+    for name in (
+        "entropy_last",
+        "clip_frac",
+        "clip_frac_up",
+        "clip_frac_down",
+        "tail_share",
+        "hi_mean",
+        "steps",
+    ):
+        stats[name] = summary[f"train/{name}"]
+    return {k: float("nan") if v is None else float(v) for k, v in stats.items()}
 
-    def mean(key: str) -> float:
-        vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-        return sum(vals) / len(vals) if vals else float("nan")
 
-    ent_key = "policy/entropy" if "policy/entropy" in rows[-1] else "entropy"
-    return {
-        "entropy_first": float(rows[0].get(ent_key, float("nan"))),
-        "entropy_last": float(rows[-1].get(ent_key, float("nan"))),
-        "clip_frac": mean("clip/frac"),
-        "clip_frac_up": mean("clip/frac_up"),
-        "clip_frac_down": mean("clip/frac_down"),
-        "tail_share": mean("clip/tail_share"),
-        "hi_mean": mean("band/hi_mean"),
-        "steps": float(rows[-1].get("step", len(rows))),
-    }
+def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -> str:
+    """The ``bandpo train`` command of the GRPO baseline: the demo's run (same recipe, model, steps and
+    overrides) with only the clip rule and the output directory changed."""
+    return shlex.join(
+        [
+            "bandpo",
+            "train",
+            "--config",
+            config_file,
+            *overrides,
+            "clip_rule=grpo",
+            f"output_dir={output_dir}-grpo",
+        ]
+    )
 
 
 def _evaluate(model_dir: Path, dataset: Any, k: int, max_new_tokens: int) -> dict[str, Any]:
@@ -90,6 +108,7 @@ def _evaluate(model_dir: Path, dataset: Any, k: int, max_new_tokens: int) -> dic
 
 
 def run(args: argparse.Namespace) -> int:
+    from bandpo.cli.bounds import usage_error
     from bandpo.eval.datasets import load_eval_dataset
     from bandpo.eval.errors import EvalError
     from bandpo.eval.models import resolve_model_dir
@@ -105,23 +124,26 @@ def run(args: argparse.Namespace) -> int:
     n_problems = (
         args.eval_problems if args.eval_problems is not None else (LLM_EVAL_PROBLEMS if real else 200)
     )
-    extra = [f"model.path={args.model}"] if args.model is not None else []
+    # the run's overrides, which the printed GRPO baseline repeats
+    overrides = [f"model.path={args.model}"] if args.model is not None else []
     if real:
-        extra += [f"max_steps={args.steps if args.steps is not None else LLM_STEPS}", "save_steps=1000"]
+        overrides += [f"max_steps={args.steps if args.steps is not None else LLM_STEPS}", "save_steps=1000"]
     elif args.steps is not None:
-        extra.append(f"max_steps={args.steps}")
+        overrides.append(f"max_steps={args.steps}")
+    overrides += args.overrides
     try:
         for flag, value in (("--k", k), ("--eval-problems", n_problems), ("--steps", args.steps)):
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{flag} must be an integer >= 1, got {value!r}")
-        config = load_train_config(config_file, [*extra, *args.overrides, f"output_dir={output_dir}"])
+        config = load_train_config(config_file, [*overrides, f"output_dir={output_dir}"])
         prepared = prepare(config, overwrite=True)
     except ConfigError as err:
-        print(f"bandpo demo: error: {err}", file=sys.stderr)
-        return 2
+        usage_error("demo", str(err))
     if config.data.task is None:
-        print("bandpo demo: error: the demo config must name a built-in task (data.task)", file=sys.stderr)
-        return 2
+        usage_error(
+            "demo",
+            f"--config {config_file} names no data.task; the demo needs one of {', '.join(TASKS.names())}",
+        )
     task = TASKS.get(config.data.task)
     if config.model.uses_task_model:
         print(f"[1/4] warm start of the tiny model for task {task.name!r} (cached after the first run)")
@@ -133,8 +155,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             model_dir = resolve_model_dir(str(config.model.path))
         except EvalError as err:
-            print(f"bandpo demo: error: {err}", file=sys.stderr)
-            return 2
+            usage_error("demo", str(err))
     dataset = load_eval_dataset(
         task.name, split="test", task_options=config.data.task_options or {}, max_problems=n_problems
     )
@@ -146,8 +167,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # a rerun discards the earlier run's checkpoints, metrics and TensorBoard folders
         out = train(config, overwrite=True, prepared=prepared)
     except ConfigError as err:  # e.g. another run is using the output directory
-        print(f"bandpo demo: error: {err}", file=sys.stderr)
-        return 2
+        usage_error("demo", str(err))
     print("[4/4] held-out evaluation after RL")
     after = _evaluate(out, dataset, k, new_tokens)
     stats = _metrics_summary(out / METRICS_FILE)
@@ -165,12 +185,14 @@ def run(args: argparse.Namespace) -> int:
             f"policy entropy during training: {stats['entropy_first']:.3f} -> {stats['entropy_last']:.3f}",
             f"clipped tokens (mean over steps): {100 * stats['clip_frac']:.2f}% "
             f"(up {100 * stats['clip_frac_up']:.2f}%, down {100 * stats['clip_frac_down']:.2f}%), "
-            f"tail share {100 * stats['tail_share']:.1f}%, mean upper bound {stats['hi_mean']:.2f}",
+            f"mean upper bound {stats['hi_mean']:.2f}",
+            f"tail share {100 * stats['tail_share']:.1f}% (of the clipped tokens, those with p_old < 0.2, pooled "
+            "over steps as in bandpo compare)",
         ]
     lines += [
         f"model: {out}",
-        f"metrics: {out / 'metrics.jsonl'} (TensorBoard: tensorboard --logdir {out})",
-        f"compare with GRPO: bandpo train --config {config_file} clip_rule=grpo output_dir={output_dir}-grpo",
+        f"metrics: {out / METRICS_FILE} (TensorBoard: tensorboard --logdir {out})",
+        f"compare with GRPO: {_baseline_command(config_file, overrides, output_dir)}",
     ]
     print("\n".join(lines))
     (out / "demo_summary.json").write_text(

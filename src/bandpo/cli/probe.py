@@ -13,8 +13,12 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bandpo.cli._args import add_deprecated_spelling, yaml_mapping
+
+if TYPE_CHECKING:
+    from bandpo.experiments.llm_probe import ProbeConfig
 
 EPILOG = """\
 examples:
@@ -75,48 +79,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bandpo._files import output_dir_problem
+    from bandpo._optional import MissingDependencyError, pyplot
+    from bandpo.cli.bounds import usage_error
     from bandpo.eval.errors import EvalError
     from bandpo.experiments.llm_probe import ProbeConfig
-    from bandpo.runtime import check_precision
 
-    def fail(message: str) -> int:
-        print(f"bandpo probe: error: {message}", file=sys.stderr)
-        return 2
-
+    rules = tuple(r.strip() for r in args.rules.split(",") if r.strip())
+    fields: dict[str, tuple[str, Any]] = {  # ProbeConfig's field: the flag that sets it, and its value
+        "rules": ("--rules", rules),
+        "batches": ("--batches", args.batches),
+        "prompts": ("--prompts", args.prompts),
+        "group_size": ("--group-size", args.group_size),
+        "max_new_tokens": ("--max-new-tokens", args.max_new_tokens),
+        "temperature": ("--temperature", args.temperature),
+        "updates": ("--updates", args.updates),
+        "learning_rate": ("--lr", args.lr),
+        "seed": ("--seed", args.seed),
+        "split": ("--split", args.split),
+        "precision": ("--precision", args.precision),
+    }
     try:
         text = args.task_options
         if text is None and args.dataset == "arith":
             text = ARITH_DEFAULT
         options = yaml_mapping("--task-options", text, "{digits: [1]}") if text else None
-        check_precision(args.precision, "--precision")
-        config = ProbeConfig(
-            rules=tuple(r.strip() for r in args.rules.split(",") if r.strip()),
-            batches=args.batches,
-            prompts=args.prompts,
-            group_size=args.group_size,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            updates=args.updates,
-            learning_rate=args.lr,
-            seed=args.seed,
-            split=args.split,
-            precision=args.precision,
-        )
+        if not rules:
+            raise ValueError(f"--rules must name at least one clip rule, got {args.rules!r}")
+        try:
+            config = ProbeConfig(**{name: value for name, (_, value) in fields.items()})
+        except ValueError as err:  # "<field> must be ...", or a clip rule's own "unknown clip rule ..."
+            name, _, rest = str(err).partition(" ")
+            raise ValueError(f"{fields[name][0]} {rest}" if name in fields else f"--rules: {err}") from None
         # before the work, which writes only at its end
         problem = output_dir_problem(args.output_dir, "--output-dir")
         if problem is not None:
             raise ValueError(problem)
+        if not args.no_figures:
+            pyplot()
     except ValueError as err:
-        return fail(str(err))
+        usage_error("probe", str(err))
+    except MissingDependencyError as err:
+        usage_error("probe", f"{err}; or pass --no-figures")
     try:
         return _run(args, config, options)
     except EvalError as err:
-        return fail(str(err))
+        usage_error("probe", str(err))
 
 
-def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-untyped-def]
+def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] | None) -> int:
     import torch
 
+    from bandpo.cli.bounds import usage_error
     from bandpo.eval.datasets import load_eval_dataset, prompt_texts, raw_prompt_text
     from bandpo.eval.models import load_model, resolve_model_dir
     from bandpo.eval.scorers import get_scorer
@@ -126,22 +139,19 @@ def _run(args: argparse.Namespace, config, options) -> int:  # type: ignore[no-u
 
     dataset = load_eval_dataset(args.dataset, split=config.split, task_options=options)
     if len(dataset.problems) < config.prompts:
-        raise_msg = (
-            f"--prompts {config.prompts} is more than the {len(dataset.problems)} problems of {dataset.name}"
+        usage_error(
+            "probe",
+            f"--prompts {config.prompts} is more than the {len(dataset.problems)} problems of {dataset.name}",
         )
-        print(f"bandpo probe: error: {raise_msg}", file=sys.stderr)
-        return 2
     score_fn, check = get_scorer(dataset.verifier)
     for i, problem in enumerate(dataset.problems):  # before the model loads: a bad row fails in one line
         try:
             check(raw_prompt_text(problem["prompt"]), problem.get("answer"))
         except ValueError as err:
-            print(
-                f"bandpo probe: error: problem {i} of {dataset.name} cannot be scored by verifier "
-                f"{dataset.verifier!r}: {err}",
-                file=sys.stderr,
+            usage_error(
+                "probe",
+                f"problem {i} of {dataset.name} cannot be scored by verifier {dataset.verifier!r}: {err}",
             )
-            return 2
     model_dir = resolve_model_dir(args.model, [args.dataset], options)
     model, tokenizer = load_model(
         model_dir, device="cpu" if not torch.cuda.is_available() else "auto", dtype="float32"
