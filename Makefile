@@ -60,7 +60,7 @@ test-skyrl: $(SKYRL_VENV)/.installed
 
 # The SkyRL adapter's loss time against SkyRL's own regular loss, measured in the same run (in .venv-skyrl).
 bench-skyrl: $(SKYRL_VENV)/.installed
-	$(SKYRL_VENV)/bin/python benchmarks/skyrl_loss.py --json runs/bench-skyrl.json
+	$(SKYRL_VENV)/bin/python benchmarks/skyrl_loss.py --output runs/bench-skyrl.json
 
 # On a CUDA machine: the gpu-marked tests (CUDA graphs, bf16 on CUDA) and the benchmark, as JSON.
 gpu-check: setup

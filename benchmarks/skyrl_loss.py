@@ -21,7 +21,9 @@ from pathlib import Path
 
 import torch
 
+from bandpo.cli._args import add_deprecated_spelling
 from bandpo.experiments.bench import sample_logp, time_interleaved
+from bandpo.validation import check_int_in
 
 #: label -> (policy_loss_type, further trainer.algorithm overrides)
 CASES: dict[str, tuple[str, dict[str, str]]] = {
@@ -39,12 +41,27 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, checked (``--rounds`` and the shape >= 1) before SkyRL is imported or any input is built."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", type=int, nargs=2, default=[64, 4096], metavar=("B", "T"))
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--output", type=Path, default=None, metavar="FILE", help="also write the rows as JSON here"
+    )
+    add_deprecated_spelling(parser, "--json", "--output")
     args = parser.parse_args(argv)
+    try:
+        check_int_in("--rounds", args.rounds, 1)
+        check_int_in("--shape B", args.shape[0], 1)
+        check_int_in("--shape T", args.shape[1], 1)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry
 
@@ -83,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'case':<30} {'ms':>9} {'x regular':>10}")
     for row in rows:
         print(f"{row['case']:<30} {row['ms']:>9.2f} {row['x_regular']:>10.3f}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=1))
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -9,7 +9,8 @@ seed), TRL's fused LM head on the scored tokens, loss ``-mean(A * logp)`` with r
   bf16             Precision("bf16").backward(): the linear layers' backward in bfloat16 products
 
 Printed: whether the log-probs equal float32's bit for bit, the relative difference of the whole gradient and
-per parameter tensor (median, max) against float32, and the best of ``--rounds`` forward + backward times.
+per parameter tensor (median, max) against float32, and the best of ``--rounds`` forward + backward times after
+one warm-up call per way, with their ratio to float32's (time / float32's time: below 1 is faster).
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bf16_backward_check.py [--rounds 2]
 """
@@ -22,18 +23,28 @@ import time
 from collections.abc import Callable, Iterator
 
 import torch
-from transformers import AutoModelForCausalLM
-from trl.trainer.utils import add_fused_lm_head
-
-from bandpo.models import builtin_model_dir
-from bandpo.runtime import completion_tokens_only, freed_memory_kept, matmul_precision, resolve_precision
-from bandpo.training.tasks import default_cache_dir
 
 
-def main() -> None:
+def format_time(seconds: float, ref_seconds: float) -> str:
+    """A way's forward + backward time and its ratio to float32's, as the project writes "x baseline":
+    time / baseline time (below 1: faster than float32)."""
+    return f"forward + backward {seconds:.2f} s ({seconds / ref_seconds:.2f}x float32's time)"
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="timed repetitions per way (default: 2)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be an integer >= 1, got {args.rounds}")
+    # imported after the options are checked: transformers and TRL take seconds to import
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from bandpo.models import builtin_model_dir
+    from bandpo.runtime import completion_tokens_only, freed_memory_kept, matmul_precision, resolve_precision
+    from bandpo.training.tasks import default_cache_dir
+
     path = builtin_model_dir("smollm2-135m", default_cache_dir(), progress=False)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
@@ -68,7 +79,8 @@ def main() -> None:
         return logp.detach(), grads, seconds
 
     with freed_memory_kept():
-        step("float32")  # warm-up
+        for way in ways:  # warm-up, every way: oneDNN's first call of each kind of product is slower
+            step(way)
         results = {}
         for way in ways:
             runs = [step(way) for _ in range(args.rounds)]
@@ -83,7 +95,7 @@ def main() -> None:
         print(
             f"{way:12s} log-probs equal float32's: {torch.equal(logp, ref_logp)!s:5s}  gradient vs float32: whole "
             f"{float(whole):.4f}, per tensor median {per[len(per) // 2]:.4f} max {per[-1]:.4f}  "
-            f"forward + backward {seconds:.2f} s ({ref_seconds / seconds:.2f}x float32's)"
+            + format_time(seconds, ref_seconds)
         )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -45,14 +46,17 @@ def verl_config(name: str, threshold: float) -> ActorConfig:
     )
 
 
-def grad(fn, new: torch.Tensor) -> torch.Tensor:
+def grad(fn: Callable[[torch.Tensor], tuple[torch.Tensor, object]], new: torch.Tensor) -> torch.Tensor:
+    """The gradient of ``fn``'s loss (the first of what it returns) with respect to ``new``, same shape."""
     x = new.clone().requires_grad_(True)
     loss, _ = fn(x)
     (g,) = torch.autograd.grad(loss, x)
     return g
 
 
-def dppo_grad(name: str, threshold: float, old: torch.Tensor, new: torch.Tensor, adv: torch.Tensor):
+def dppo_grad(
+    name: str, threshold: float, old: torch.Tensor, new: torch.Tensor, adv: torch.Tensor
+) -> torch.Tensor:
     """verl's per-token DPPO gradient; all (1, N)."""
     fn, cfg, mask = get_policy_loss_fn(name), verl_config(name, threshold), torch.ones_like(old)
     return grad(lambda x: fn(old, x, adv, mask, "token-sum", cfg, None), new)
@@ -64,7 +68,14 @@ def bandpo_dppo_grad(name: str, old: torch.Tensor, new: torch.Tensor, adv: torch
     return grad(lambda x: policy_loss(x, old, adv, mask, rule, loss_agg_mode="token-sum"), new)
 
 
-def band_grad(divergence: str, delta: float, old, new, adv, method: str = "auto") -> torch.Tensor:
+def band_grad(
+    divergence: str,
+    delta: float,
+    old: torch.Tensor,
+    new: torch.Tensor,
+    adv: torch.Tensor,
+    method: str = "auto",
+) -> torch.Tensor:
     """Band (radius delta, no cap) with DPPO's truncation; per-token gradient, (1, N)."""
     rule = make_clip_rule("band", divergence=divergence, delta=delta, cap=None, method=method)
     mask = torch.ones_like(old)

@@ -35,6 +35,14 @@ def _fmt(x: float | None, scale: float = 100.0, digits: int = 1) -> str:
 
 
 def main(root: Path) -> int:
+    """Print the tables and the decision; 0, or 1 (with a line on stderr) where no cell is working, 2 where
+    ``root`` is not a directory."""
+    if not root.is_dir():
+        print(
+            f"grid_summary.py: error: ROOT must be a directory (one per cell, A-F), got {str(root)!r}",
+            file=sys.stderr,
+        )
+        return 2
     rows, decision = [], []
     for cell, (beta, lr, spg) in CELLS.items():
         path = root / cell / "report" / "results.json"
@@ -89,7 +97,15 @@ def main(root: Path) -> int:
         )
         why = "separating cell with the largest |pass@1 difference|" if on_acc else "largest entropy ratio"
     else:
-        chosen = max((d for d in decision if d[1]), key=lambda d: d[5])
+        working = [d for d in decision if d[1]]
+        if not working:
+            print(
+                f"grid_summary.py: no working cell under {root} (rule 1: a method {100 * WORKING_GAIN:g} points of "
+                "pass@1 above the warm start, in a cell where GRPO and Band-KL both ran): no decision",
+                file=sys.stderr,
+            )
+            return 1
+        chosen = max(working, key=lambda d: d[5])
         why = "no cell separates: the working cell with the highest GRPO clip rate"
     print(f"\ndecision: cell {chosen[0]} ({why})")
     return 0

@@ -12,13 +12,38 @@ from __future__ import annotations
 
 import argparse
 import math
+from numbers import Integral
 
 from scipy import optimize, stats
+
+# The checks phrase their errors as bandpo.validation does ("NAME must be ..., got VALUE"); not imported from it,
+# so that this scipy-only script does not import torch (bandpo's package import) for three comparisons.
+
+
+def _check_sd(sd: float, name: str = "sd") -> None:
+    if not (math.isfinite(sd) and sd > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {sd!r}")
+
+
+def _check_n(n: int, name: str = "n") -> None:
+    if isinstance(n, bool) or not isinstance(n, Integral) or n < 2:  # df = n - 1 >= 1
+        raise ValueError(f"{name} must be an integer >= 2, got {n!r}")
+
+
+def _check_target(target: float, alpha: float, name: str = "target") -> None:
+    """The target power must lie in (alpha, 1): at or below alpha even a zero difference reaches it, and 1 is
+    reached by no finite number of seeds."""
+    if not alpha < target < 1:  # also false for NaN
+        raise ValueError(f"{name} must be a number in ({alpha:g}, 1), got {target!r}")
 
 
 def power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
     """Probability that the two-sided paired t test at ``alpha`` rejects 0 when the true mean difference is
-    ``effect`` and the per-seed differences have standard deviation ``sd``, with ``n`` seeds (>= 2)."""
+    ``effect`` and the per-seed differences have standard deviation ``sd``, with ``n`` seeds (>= 2).
+
+    Raises ``ValueError`` for ``sd`` not a finite number > 0 or ``n`` not an integer >= 2."""
+    _check_sd(sd)
+    _check_n(n)
     df = n - 1
     crit = stats.t.ppf(1 - alpha / 2, df)
     nc = effect / (sd / math.sqrt(n))
@@ -26,7 +51,14 @@ def power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
 
 
 def seeds_needed(effect: float, sd: float, target: float = 0.8, alpha: float = 0.05) -> int:
-    """The smallest number of seeds whose power at ``effect`` reaches ``target``."""
+    """The smallest number of seeds whose power at ``effect`` reaches ``target``.
+
+    Raises ``ValueError`` for an ``effect`` of 0 (or not finite): the power at 0 is ``alpha`` whatever the number
+    of seeds, so no number reaches ``target``; likewise for ``sd`` <= 0 and ``target`` outside (alpha, 1)."""
+    if not math.isfinite(effect) or effect == 0:
+        raise ValueError(f"effect must be a finite number other than 0 to solve for seeds, got {effect!r}")
+    _check_sd(sd)
+    _check_target(target, alpha)
     n = 2
     while power(effect, sd, n, alpha) < target:
         n += 1
@@ -35,7 +67,12 @@ def seeds_needed(effect: float, sd: float, target: float = 0.8, alpha: float = 0
 
 def minimum_detectable(sd: float, n: int, target: float = 0.8, alpha: float = 0.05) -> float:
     """The difference that ``n`` seeds detect with probability ``target`` (searched up to 20 sd: scipy's noncentral
-    t gives NaN where the power is 1 to double precision, which then counts as 1)."""
+    t gives NaN where the power is 1 to double precision, which then counts as 1).
+
+    Raises ``ValueError`` for ``sd`` <= 0, ``n`` < 2 and ``target`` outside (alpha, 1)."""
+    _check_sd(sd)
+    _check_n(n)
+    _check_target(target, alpha)
 
     def gap(d: float) -> float:
         p = power(d, sd, n, alpha)
@@ -44,14 +81,29 @@ def minimum_detectable(sd: float, n: int, target: float = 0.8, alpha: float = 0.
     return float(optimize.brentq(gap, 1e-9, 20 * sd))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sd", type=float, required=True, help="sd of the per-seed differences (points)")
     parser.add_argument("--n", type=int, default=None, help="seeds")
     parser.add_argument("--effect", type=float, nargs="*", default=[], help="true differences (points)")
     parser.add_argument("--power", type=float, default=0.8, help="target power for --n absent / --mdd")
     parser.add_argument("--mdd", action="store_true", help="print the minimum detectable difference at --n")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:  # one line naming the flag, the value and what is allowed, before any computing
+        _check_sd(args.sd, "--sd")
+        if args.n is not None:
+            _check_n(args.n, "--n")
+        _check_target(args.power, 0.05, "--power")
+    except ValueError as err:
+        parser.error(str(err))
+    for effect in args.effect:
+        if not math.isfinite(effect) or (effect == 0 and args.n is None):
+            parser.error(
+                f"--effect must be a finite number, and other than 0 without --n (the power at 0 is 5% with any "
+                f"number of seeds), got {effect!r}"
+            )
+    if args.mdd and args.n is None:
+        parser.error("--mdd needs --n (the number of seeds whose minimum detectable difference to print)")
     for effect in args.effect:
         if args.n is None:
             print(

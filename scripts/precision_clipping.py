@@ -22,13 +22,17 @@ RULES = {"grpo": ["clip_rule=grpo"], "band-kl": ["clip_rule=band"]}
 PRECISIONS = ("float32", "bf16")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/precision-clipping"))
     parser.add_argument("--table-only", action="store_true", help="tabulate existing runs")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.steps < 2:  # the off-policy steps are the 2nd of each round: 1 step has none to pool
+        parser.error(
+            f"--steps must be an integer >= 2 (the first off-policy step is step 2), got {args.steps}"
+        )
     bandpo = str(Path(sys.executable).with_name("bandpo"))
     jobs = [(rule, precision) for rule in RULES for precision in PRECISIONS]
     if not args.table_only:
@@ -59,6 +63,10 @@ def main() -> None:
         rows = [json.loads(line) for line in (args.out / f"{rule}-{precision}" / "metrics.jsonl").open()]
         steps = [r for r in rows if "clip/frac" in r and "step_time" in r]
         off = [r for r in steps if r["step"] % 2 == 0]
+        if not off:  # --table-only on runs shorter than 2 steps
+            sys.exit(
+                f"{args.out / f'{rule}-{precision}'}: no off-policy step (2, 4, ...) logged: train >= 2 steps"
+            )
         # a round's mean completion length is logged on its first step; the second step uses the same round
         length = {r["step"]: r.get("completions/mean_length") for r in steps}
         tokens = sum(16 * (length.get(r["step"] - 1) or 0) for r in off)

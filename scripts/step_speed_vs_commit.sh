@@ -9,6 +9,10 @@
 set -euo pipefail
 COMMIT=${1:-5aee1b2}
 STEPS=${2:-10}
+if ! [[ "$STEPS" =~ ^[0-9]+$ ]] || (( 10#$STEPS < 3 )); then  # the mean is over steps 3..STEPS
+  echo "step_speed_vs_commit.sh: STEPS must be an integer >= 3 (the mean is over steps 3..STEPS), got '$STEPS'" >&2
+  exit 2
+fi
 HERE=$PWD
 OLD=${OLD_TREE:-/tmp/bandpo-$COMMIT}
 [ -d "$OLD" ] || git worktree add -q "$OLD" "$COMMIT"
@@ -23,9 +27,23 @@ new() {
   .venv/bin/bandpo train --config configs/smollm2-arith.yaml --overwrite max_steps="$STEPS" save_steps=1000 \
     disable_tqdm=true output_dir="$OUT/new" > "$OUT/new.log" 2>&1
 }
+failed() {  # NAME STATUS: say which run failed and where its log is
+  echo "step_speed_vs_commit.sh: the $1 run failed (exit $2); see $OUT/$1.log" >&2
+}
 case "${MODE:-side-by-side}" in
-  side-by-side) old & new & wait ;;
-  sequential) old; new ;;
+  side-by-side)
+    # wait on each run by its pid: a bare `wait` returns 0 whatever the runs' statuses were
+    old & old_pid=$!
+    new & new_pid=$!
+    status=0
+    wait "$old_pid" || { s=$?; failed old "$s"; status=1; }
+    wait "$new_pid" || { s=$?; failed new "$s"; status=1; }
+    [ "$status" = 0 ] || exit 1
+    ;;
+  sequential)
+    old || { s=$?; failed old "$s"; exit 1; }
+    new || { s=$?; failed new "$s"; exit 1; }
+    ;;
   *) echo "MODE must be side-by-side or sequential, got ${MODE}" >&2; exit 2 ;;
 esac
 .venv/bin/python - "$OUT" <<'PY'

@@ -167,15 +167,12 @@ def smollm2() -> None:
     check("Study 3 mean@8 band-kl - grpo (points)", 100 * c["diff"], "+1.6", 1)
     check("  its paired 95% interval: lower end (the deficit it excludes)", 100 * c["lo"], "-6.8", 1)
     check("  upper end (the advantage it excludes)", 100 * c["hi"], "+9.9", 1)
-    from power import power  # scripts/power.py
+    from power import minimum_detectable, power  # scripts/power.py
 
     diffs = [100 * (acc["band-kl"][s] - acc["grpo"][s]) for s in sorted(acc["grpo"])]
     sd, n = statistics.stdev(diffs), len(diffs)
     check("  sd of the per-seed differences (points)", sd, "6.7", 1)
-    from scipy import optimize
-
-    # power.py's minimum_detectable brackets up to 10 sd; at this sd power() is NaN at 26.6 points (scipy nct)
-    mdd = optimize.brentq(lambda e: power(e, sd, n) - 0.8, 1e-9, 3 * sd)
+    mdd = minimum_detectable(sd, n, 0.8)
     check(f"  smallest difference {n} seeds detect at 80% power (points)", mdd, "11.3", 1)
     check("  power at +2 points (%)", 100 * power(2.0, sd, n), "8", 0)
     check("  power at +5 points (%)", 100 * power(5.0, sd, n), "25", 0)

@@ -1,0 +1,248 @@
+"""The scripts' and benchmarks' checks of their inputs: a bad value stops them with one line naming the option,
+the value and what is allowed, before any work (no training, no model, no SkyRL), instead of a loop that never
+ends or a traceback after minutes. Also the small fixes around them: bf16_backward_check's ratio direction and
+step_speed_vs_commit.sh's failed runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from helpers import REPO
+
+
+def _load(relpath: str) -> ModuleType:
+    """A script as a module (scripts/ and benchmarks/ are not packages); its ``main`` does not run."""
+    path = REPO / relpath
+    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _usage_error(main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """``main(argv)`` exits 2 through argparse; the last line of stderr (the one after the usage)."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+# scripts/power.py
+
+
+def test_power_functions_refuse_inputs_without_an_answer() -> None:
+    """seeds_needed at effect 0 looped for ever (the power at 0 is alpha for every n); sd 0 divided by zero."""
+    power = _load("scripts/power.py")
+    with pytest.raises(ValueError, match=r"^effect must be a finite number other than 0 .*, got 0\.0$"):
+        power.seeds_needed(0.0, 6.7)
+    with pytest.raises(ValueError, match=r"^sd must be a finite number > 0, got 0\.0$"):
+        power.power(2.0, 0.0, 5)
+    with pytest.raises(ValueError, match=r"^sd must be a finite number > 0, got -1\.0$"):
+        power.seeds_needed(5.0, -1.0)
+    with pytest.raises(ValueError, match=r"^sd must be a finite number > 0, got 0\.0$"):
+        power.minimum_detectable(0.0, 5)
+    with pytest.raises(ValueError, match=r"^n must be an integer >= 2, got 1$"):
+        power.minimum_detectable(6.7, 1)
+    with pytest.raises(ValueError, match=r"^target must be a number in \(0\.05, 1\), got 1\.0$"):
+        power.seeds_needed(5.0, 6.7, target=1.0)
+    # the numbers the docs quote (docs/study.md: 68 seeds for +5 at sd 14.4; 11.3 points with 5 seeds at ~6.7)
+    assert power.seeds_needed(5.0, 14.4) == 68 and power.seeds_needed(-5.0, 14.4) == 68
+    assert round(power.minimum_detectable(6.7, 5), 1) == 11.3
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--sd", "6.7", "--effect", "0"],
+            "--effect must be a finite number, and other than 0 without --n (the power at 0 is 5% with any "
+            "number of seeds), got 0.0",
+        ),
+        (["--sd", "0", "--n", "5", "--effect", "2"], "--sd must be a finite number > 0, got 0.0"),
+        (["--sd", "6.7", "--n", "1", "--effect", "2"], "--n must be an integer >= 2, got 1"),
+        (["--sd", "6.7", "--effect", "5", "--power", "1"], "--power must be a number in (0.05, 1), got 1.0"),
+        (
+            ["--sd", "6.7", "--mdd"],
+            "--mdd needs --n (the number of seeds whose minimum detectable difference to print)",
+        ),
+    ],
+)
+def test_power_cli_names_the_bad_option(argv: list[str], message: str, capsys) -> None:
+    power = _load("scripts/power.py")
+    assert _usage_error(power.main, argv, capsys) == f"{Path(sys.argv[0]).name}: error: {message}"
+
+
+def test_power_cli_still_prints_what_the_docs_quote(capsys) -> None:
+    """`power.py --sd 6.7 --n 5 --effect 2 5 --mdd` (docs/study.md, docs/smollm2.md): 8% and 25%, 11.3 points.
+    Effect 0 with --n is a power (alpha), not an error."""
+    power = _load("scripts/power.py")
+    power.main(["--sd", "6.7", "--n", "5", "--effect", "2", "5", "0", "--mdd"])
+    assert capsys.readouterr().out.splitlines() == [
+        "effect +2: power 8.2% with 5 seeds",
+        "effect +5: power 25.2% with 5 seeds",
+        "effect +0: power 5.0% with 5 seeds",
+        "5 seeds detect 11.3 points with 80% power",
+    ]
+
+
+# scripts/grid_summary.py
+
+
+def test_grid_summary_without_a_working_cell_says_so(tmp_path, capsys) -> None:
+    """max() of no working cell raised ValueError; a root that is not a directory printed empty tables first."""
+    grid = _load("scripts/grid_summary.py")
+    assert grid.main(tmp_path) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"grid_summary.py: no working cell under {tmp_path} ") and err.count("\n") == 1
+    # a cell where GRPO and Band-KL ran but neither beat the warm start by 5 points: still no decision
+    report = tmp_path / "A" / "report"
+    report.mkdir(parents=True)
+    metrics = {
+        "pass@1": {"mean": 0.31},
+        "train/entropy_last": {"mean": 1.0},
+        "train/clip_frac": {"mean": 0.01},
+    }
+    methods = {label: {"seeds": [1], "metrics": metrics} for label in ("grpo", "band-kl")}
+    (report / "results.json").write_text(
+        json.dumps({"baseline": {"metrics": {"pass@1": 0.30}}, "methods": methods})
+    )
+    assert grid.main(tmp_path) == 1
+    out = capsys.readouterr()
+    assert "| A | +1.0 | no |" in out.out and "no working cell" in out.err
+    assert grid.main(tmp_path / "missing") == 2
+    assert capsys.readouterr().err == (
+        f"grid_summary.py: error: ROOT must be a directory (one per cell, A-F), got '{tmp_path / 'missing'}'\n"
+    )
+
+
+# benchmarks/skyrl_loss.py (parsed and checked before SkyRL is imported: runs without .venv-skyrl)
+
+
+def test_skyrl_loss_checks_rounds_and_shape_before_skyrl(capsys) -> None:
+    bench = _load("benchmarks/skyrl_loss.py")
+    for argv, message in (
+        (["--rounds", "0"], "--rounds must be an integer >= 1, got 0"),
+        (["--shape", "0", "8"], "--shape B must be an integer >= 1, got 0"),
+        (["--shape", "4", "-1"], "--shape T must be an integer >= 1, got -1"),
+    ):
+        assert _usage_error(bench.main, argv, capsys) == f"{Path(sys.argv[0]).name}: error: {message}"
+
+
+def test_skyrl_loss_writes_to_output_and_keeps_json_as_an_alias(capsys) -> None:
+    """The CLI grammar's --output FILE; --json FILE still works and says once what it is now."""
+    bench = _load("benchmarks/skyrl_loss.py")
+    assert bench.parse_args(["--output", "a.json"]).output == Path("a.json")
+    assert bench.parse_args([]).output is None
+    assert capsys.readouterr().err == ""
+    assert bench.parse_args(["--json", "b.json"]).output == Path("b.json")
+    assert capsys.readouterr().err == f"{Path(sys.argv[0]).name}: --json is now --output\n"
+
+
+# scripts/precision_clipping.py, scripts/bf16_backward_check.py
+
+
+def test_precision_clipping_needs_an_off_policy_step(tmp_path, monkeypatch, capsys) -> None:
+    """--steps 1 divided by zero after training four runs; now refused before any run starts. --table-only on
+    runs without an off-policy step names the run instead of dividing by zero."""
+    clipping = _load("scripts/precision_clipping.py")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a training run was started")
+
+    monkeypatch.setattr(clipping.subprocess, "Popen", no_training)
+    message = _usage_error(clipping.main, ["--steps", "1", "--out", str(tmp_path / "runs")], capsys)
+    assert message == (
+        f"{Path(sys.argv[0]).name}: error: --steps must be an integer >= 2 (the first off-policy step is step 2), "
+        "got 1"
+    )
+    assert not (tmp_path / "runs").exists()
+    for rule in ("grpo", "band-kl"):
+        for precision in ("float32", "bf16"):
+            run = tmp_path / f"{rule}-{precision}"
+            run.mkdir()
+            row = {"step": 1, "clip/frac": 0.0, "clip/frac_out": 0.0, "step_time": 1.0}
+            (run / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(SystemExit) as exc:
+        clipping.main(["--table-only", "--out", str(tmp_path)])
+    assert (
+        exc.value.code
+        == f"{tmp_path / 'grpo-float32'}: no off-policy step (2, 4, ...) logged: train >= 2 steps"
+    )
+
+
+def test_bf16_backward_check_refuses_zero_rounds_before_loading_the_model(capsys) -> None:
+    check = _load("scripts/bf16_backward_check.py")
+    assert "transformers" not in vars(check)  # the heavy imports wait for the options
+    message = _usage_error(check.main, ["--rounds", "0"], capsys)
+    assert message == f"{Path(sys.argv[0]).name}: error: --rounds must be an integer >= 1, got 0"
+
+
+def test_bf16_backward_check_ratio_is_time_over_float32s() -> None:
+    """It printed float32's time / this way's as "Nx float32's"; the project's "x baseline" is time / baseline."""
+    check = _load("scripts/bf16_backward_check.py")
+    assert check.format_time(1.0, 2.0) == "forward + backward 1.00 s (0.50x float32's time)"
+    assert "(2.00x float32's time)" in check.format_time(4.0, 2.0)
+
+
+# scripts/step_speed_vs_commit.sh
+
+
+def _step_speed(tmp_path: Path, *args: str, mode: str = "side-by-side") -> subprocess.CompletedProcess:
+    """The script in a scratch checkout: a ``.venv/bin/bandpo`` whose ``old`` run fails and whose ``new`` run
+    writes a metrics.jsonl, the real Python, and a stale ``old/metrics.jsonl`` left by an earlier comparison."""
+    bin_ = tmp_path / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "python").symlink_to(sys.executable)
+    fake = bin_ / "bandpo"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'for a in "$@"; do case $a in output_dir=*) out=${a#output_dir=} ;; esac; done\n'
+        "case $out in */old) exit 3 ;; esac\n"
+        'mkdir -p "$out"\n'
+        'for s in 1 2 3 4; do echo "{\\"step\\": $s, \\"step_time\\": 2.0}"; done > "$out/metrics.jsonl"\n'
+    )
+    fake.chmod(0o755)
+    stale = tmp_path / "out" / "old"
+    stale.mkdir(parents=True)
+    (stale / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "step_time": 1.0}) + "\n" for s in range(4))
+    )
+    (tmp_path / "old-tree").mkdir()
+    env = {**os.environ, "OUT": "out", "OLD_TREE": str(tmp_path / "old-tree"), "MODE": mode}
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "step_speed_vs_commit.sh"), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("mode", ["side-by-side", "sequential"])
+def test_step_speed_stops_when_a_run_fails(tmp_path, mode: str) -> None:
+    """Side by side, `old & new & wait` returned 0 whatever the runs did, so a failed run went on to the table,
+    here with the stale metrics of an earlier comparison."""
+    out = _step_speed(tmp_path, "abc123", "4", mode=mode)
+    assert out.returncode == 1, out.stdout
+    assert "new / old" not in out.stdout
+    assert "step_speed_vs_commit.sh: the old run failed (exit 3); see out/old.log" in out.stderr
+
+
+@pytest.mark.parametrize("steps", ["2", "0", "x"])
+def test_step_speed_needs_steps_after_the_warm_up(tmp_path, steps: str) -> None:
+    """The mean is over steps 3..STEPS: STEPS <= 2 divided by zero after both trainings."""
+    out = _step_speed(tmp_path, "abc123", steps)
+    assert out.returncode == 2 and out.stdout == "" and not (tmp_path / "out" / "new").exists()
+    assert out.stderr == (
+        f"step_speed_vs_commit.sh: STEPS must be an integer >= 3 (the mean is over steps 3..STEPS), got '{steps}'\n"
+    )
