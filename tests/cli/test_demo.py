@@ -170,6 +170,8 @@ def test_demo_grpo_command_repeats_the_runs_settings(
     expected = [*settings, "clip_rule=grpo", f"output_dir={out}-grpo"]
     assert " ".join(words[4:]) == " ".join(expected)
     assert f"metrics: {out / METRICS_FILE} " in stdout
+    assert f"figure: {out / 'training.png'}\n" in stdout
+    assert (out / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tail share 100.0% " in stdout
     assert json.loads((out / "demo_summary.json").read_text())["training"]["tail_share"] == 1.0
 
@@ -188,3 +190,19 @@ def test_demo_config_without_a_task_is_one_line(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert err.startswith(f"bandpo demo: error: --config {recipe} names no data.task; the demo needs one of ")
     assert "countdown" in err and "arith" in err and err.count("\n") == 1
+
+
+def test_demo_figure_without_matplotlib_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's numbers stand without matplotlib (an optional extra): the figure line says why there is none."""
+    import sys
+
+    from bandpo.cli.demo import _training_figure
+    from bandpo.training.layout import METRICS_FILE
+
+    (tmp_path / METRICS_FILE).write_text(json.dumps({"step": 1, "loss": 0.1}) + "\n")
+    assert _training_figure(tmp_path, "t") == "none (the run logged no reward, entropy or clipping)"
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in TAIL_ONLY_THEN_NOTHING))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    message = _training_figure(tmp_path, "t")
+    assert message.startswith("none (") and "matplotlib" in message
+    assert not (tmp_path / "training.png").exists()

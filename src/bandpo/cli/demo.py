@@ -83,6 +83,22 @@ def _metrics_summary(metrics_path: Path) -> dict[str, float]:
     return {k: float("nan") if v is None else float(v) for k, v in stats.items()}
 
 
+def _training_figure(out: Path, title: str) -> str:
+    """Draw ``out/training.png`` (reward, entropy, clip fraction over the run's steps); returns its path, or why
+    there is none (matplotlib missing: the demo's numbers stand without it)."""
+    from bandpo._files import read_jsonl
+    from bandpo._optional import MissingDependencyError
+    from bandpo.experiments.report.figures import draw_run
+    from bandpo.training.layout import METRICS_FILE
+
+    path = out / "training.png"
+    try:
+        drawn = draw_run(read_jsonl(out / METRICS_FILE), path, title)
+    except MissingDependencyError as err:
+        return f"none ({err})"
+    return str(path) if drawn else "none (the run logged no reward, entropy or clipping)"
+
+
 def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -> str:
     """The ``bandpo train`` command of the GRPO baseline: the demo's run (same recipe, model, steps and
     overrides) with only the clip rule and the output directory changed."""
@@ -171,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
     print("[4/4] held-out evaluation after RL")
     after = _evaluate(out, dataset, k, new_tokens)
     stats = _metrics_summary(out / METRICS_FILE)
+    figure = _training_figure(out, f"bandpo demo: {config.trainer.get('clip_rule', 'band')} on {task.name}")
     lines = [
         "",
         "== bandpo demo: summary ==",
@@ -192,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
     lines += [
         f"model: {out}",
         f"metrics: {out / METRICS_FILE} (TensorBoard: tensorboard --logdir {out})",
+        f"figure: {figure}",
         f"compare with GRPO: {_baseline_command(config_file, overrides, output_dir)}",
     ]
     print("\n".join(lines))

@@ -11,18 +11,22 @@
 | band_bounds.png       | mean per-token ratio bounds                                                  |
 | clip_by_prob_bin.png  | clipping by old-probability bin (methods that log no bins are left out)      |
 | bounds.png            | the methods' ratio bounds against p_old (clip rules only, not TRL methods)   |
+
+And one run's curves (:func:`draw_run`; ``bandpo demo``'s ``training.png``): reward, policy entropy and the clip
+fraction over its logged steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bandpo.experiments.report.data import ReportData
 from bandpo.experiments.report.document import Figure
 
-__all__ = ["draw_figures"]
+__all__ = ["draw_figures", "draw_run"]
 
 Panel = tuple[str, str, str]  # (title, metrics key, y label)
 
@@ -79,6 +83,39 @@ def draw_figures(data: ReportData, fig_dir: Path) -> list[Figure]:
         figures.append(Figure("clip_by_prob_bin.png", caption))
     figures.append(_bounds(data, fig_dir))
     return [f for f in figures if f is not None]
+
+
+_RUN_PANELS: tuple[tuple[str, tuple[str, ...], str, float], ...] = (
+    ("training reward", ("reward",), "reward", 1.0),
+    ("policy entropy", ("policy/entropy", "entropy"), "nats per response token", 1.0),
+    ("clipped tokens", ("clip/frac",), "% of response tokens", 100.0),
+)
+""":func:`draw_run`'s panels: (title, metrics keys, the first one a row has is plotted; y label; scale)."""
+
+
+def draw_run(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> bool:
+    """One PNG of a training run's logged rows (``metrics.jsonl``): a panel per :data:`_RUN_PANELS` entry against
+    the optimizer step, panels without values left empty. Returns False (no file) when no row has any of them."""
+    curves: list[tuple[list[int], list[float]]] = []
+    for _, keys, _, scale in _RUN_PANELS:
+        points = []
+        for row in rows:
+            value = next((row[k] for k in keys if isinstance(row.get(k), (int, float))), None)
+            if value is not None and isinstance(row.get("step"), int) and math.isfinite(value):
+                points.append((row["step"], scale * float(value)))
+        curves.append(([s for s, _ in points], [v for _, v in points]))
+    if not any(steps for steps, _ in curves):
+        return False
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(_RUN_PANELS), figsize=(5.2 * len(_RUN_PANELS), 3.8), squeeze=False)
+    for ax, (panel, _, ylabel, _), (steps, values) in zip(axes[0], _RUN_PANELS, curves):
+        ax.plot(steps, values, lw=1.4)
+        ax.set(title=panel, xlabel="optimizer step", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    _save(plt, fig, path)
+    return True
 
 
 def _heldout(data: ReportData, fig_dir: Path) -> Figure | None:
