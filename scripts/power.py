@@ -59,10 +59,13 @@ def seeds_needed(effect: float, sd: float, target: float = 0.8, alpha: float = 0
         raise ValueError(f"effect must be a finite number other than 0 to solve for seeds, got {effect!r}")
     _check_sd(sd)
     _check_target(target, alpha)
-    n = 2
-    while power(effect, sd, n, alpha) < target:
-        n += 1
-    return n
+    lo, hi = 1, 2  # power(lo) < target <= power(hi); the power grows with n: double, then bisect
+    while power(effect, sd, hi, alpha) < target:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if power(effect, sd, mid, alpha) < target else (lo, mid)
+    return hi
 
 
 def minimum_detectable(sd: float, n: int, target: float = 0.8, alpha: float = 0.05) -> float:
@@ -74,11 +77,11 @@ def minimum_detectable(sd: float, n: int, target: float = 0.8, alpha: float = 0.
     _check_n(n)
     _check_target(target, alpha)
 
-    def gap(d: float) -> float:
-        p = power(d, sd, n, alpha)
+    def gap(d: float) -> float:  # d in units of sd: the power depends on effect / sd only
+        p = power(d, 1.0, n, alpha)
         return (1.0 if math.isnan(p) else p) - target
 
-    return float(optimize.brentq(gap, 1e-9, 20 * sd))
+    return sd * float(optimize.brentq(gap, 1e-9, 20.0))  # solved at sd 1 then scaled: any sd > 0 works
 
 
 def main(argv: list[str] | None = None) -> None:

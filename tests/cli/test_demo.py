@@ -147,8 +147,9 @@ def fake_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             ["--model", "my model", "warmup_steps=3"],
             ["'model.path=my model'", "max_steps=24", "save_steps=1000", "warmup_steps=3"],
         ),
+        (["--steps", "7", "method=dcpo", "seed=3"], ["max_steps=7", "seed=3"]),  # the baseline sets the method
     ],
-    ids=["llm-defaults", "tiny-steps-and-override", "quoted"],
+    ids=["llm-defaults", "tiny-steps-and-override", "quoted", "other-method"],
 )
 @pytest.mark.usefixtures("fake_work")
 def test_demo_grpo_command_repeats_the_runs_settings(

@@ -102,8 +102,11 @@ def test_run_together_releases_the_processes_at_once() -> None:
     from bandpo.experiments.bench_llm import run_together
 
     t0 = time.time()
-    go = "print(time.time())"
-    lines = run_together([_worker(after=go), _worker(before="time.sleep(1.0)", after=go)])
+    go = (
+        "print(time.time())"  # a line before "ready" (a library's notice) is skipped, not taken for a failure
+    )
+    slow = "print('loading...', flush=True); time.sleep(1.0)"
+    lines = run_together([_worker(after=go), _worker(before=slow, after=go)])
     starts = [float(x) for x in lines]
     assert min(starts) >= t0 + 0.95 and abs(starts[0] - starts[1]) < 0.5
 
@@ -117,6 +120,7 @@ def test_run_together_releases_the_processes_at_once() -> None:
             "process 2 of 2 stopped before it was ready (exit 1): no model here",
         ),
         ("", "sys.stderr.write('bad step\\n'); sys.exit(3)", "process 2 of 2 failed (exit 3): bad step"),
+        ("print('a notice'); sys.exit(5)", "", "process 2 of 2 stopped before it was ready (exit 5)"),
     ],
 )
 def test_run_together_names_a_failed_process(before: str, after: str, message: str) -> None:

@@ -116,13 +116,15 @@ def test_markdown_escapes_pipes_and_html_escapes_markup(tmp_path: Path) -> None:
 def test_draw_run_plots_the_rows_it_has(tmp_path: Path) -> None:
     """One run's figure (bandpo demo's training.png): TRL's ``entropy`` stands in for ``policy/entropy``, non-finite
     values and rows without a step are skipped, and no file is written when no row has a plotted key."""
-    from bandpo.experiments.report.figures import draw_run
+    from bandpo.experiments.report.figures import draw_run, run_curves
 
     rows = [
         {"step": 1, "reward": 0.1, "entropy": 1.0},
-        {"step": 2, "reward": float("nan"), "entropy": 0.9, "clip/frac": 0.01},
+        {"step": 2, "reward": float("nan"), "entropy": 0.9, "policy/entropy": 0.8, "clip/frac": 0.01},
         {"reward": 5.0},
     ]
+    reward, entropy, clipped = run_curves(rows)
+    assert reward == ([1], [0.1]) and entropy == ([1, 2], [1.0, 0.8]) and clipped == ([2], [1.0])  # clip in %
     assert draw_run(rows, tmp_path / "a.png", "a")
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
     assert not draw_run([{"step": 1, "loss": 0.3}, {"reward": 1.0}], tmp_path / "b.png", "b")

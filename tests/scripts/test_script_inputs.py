@@ -59,6 +59,28 @@ def test_power_functions_refuse_inputs_without_an_answer() -> None:
     assert round(power.minimum_detectable(6.7, 5), 1) == 11.3
 
 
+def test_seeds_needed_is_the_smallest_count_and_fast_for_small_effects() -> None:
+    """Doubling then bisecting finds what counting up one seed at a time finds, and a small effect (millions of
+    seeds; counting took minutes to hours) answers at once."""
+    import time
+
+    power = _load("scripts/power.py")
+    for effect, sd in [(5.0, 9.36), (5.0, 6.7), (11.3, 6.7), (2.0, 6.7), (3.0, 1.0), (1.0, 1.0)]:
+        n = power.seeds_needed(effect, sd)
+        assert power.power(effect, sd, n) >= 0.8 and (n == 2 or power.power(effect, sd, n - 1) < 0.8)
+    assert power.seeds_needed(5.0, 9.36) == 30  # docs/study.md's registration
+    t0 = time.perf_counter()
+    assert power.seeds_needed(0.01, 6.7) > 1_000_000
+    assert time.perf_counter() - t0 < 5.0
+
+
+def test_minimum_detectable_scales_with_any_sd() -> None:
+    """Per-seed differences equal up to rounding (sd 3e-17) made the fixed bracket [1e-9, 20 sd] fail in scipy."""
+    power = _load("scripts/power.py")
+    small, usual = power.minimum_detectable(3.2e-17, 10), power.minimum_detectable(6.7, 10)
+    assert small / 3.2e-17 == pytest.approx(usual / 6.7, rel=1e-6)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -17,8 +17,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "tiny.yaml"
-LLM_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "smollm2-arith.yaml"
+from bandpo._files import REPO_CONFIGS
+
+DEFAULT_CONFIG = REPO_CONFIGS / "tiny.yaml"
+LLM_CONFIG = REPO_CONFIGS / "smollm2-arith.yaml"
 LLM_STEPS = 24
 LLM_EVAL_PROBLEMS = 50
 
@@ -99,19 +101,16 @@ def _training_figure(out: Path, title: str) -> str:
     return str(path) if drawn else "none (the run logged no reward, entropy or clipping)"
 
 
+_BASELINE_SETS = ("method", "clip_rule", "output_dir")
+"""The override keys the GRPO baseline sets itself (a run's ``method=dcpo`` next to ``clip_rule=grpo`` is refused)."""
+
+
 def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -> str:
     """The ``bandpo train`` command of the GRPO baseline: the demo's run (same recipe, model, steps and
-    overrides) with only the clip rule and the output directory changed."""
+    overrides) with only the method and the output directory changed."""
+    kept = [o for o in overrides if o.partition("=")[0].strip() not in _BASELINE_SETS]
     return shlex.join(
-        [
-            "bandpo",
-            "train",
-            "--config",
-            config_file,
-            *overrides,
-            "clip_rule=grpo",
-            f"output_dir={output_dir}-grpo",
-        ]
+        ["bandpo", "train", "--config", config_file, *kept, "clip_rule=grpo", f"output_dir={output_dir}-grpo"]
     )
 
 
@@ -187,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
     print("[4/4] held-out evaluation after RL")
     after = _evaluate(out, dataset, k, new_tokens)
     stats = _metrics_summary(out / METRICS_FILE)
-    figure = _training_figure(out, f"bandpo demo: {config.trainer.get('clip_rule', 'band')} on {task.name}")
+    method = config.method or config.trainer.get("clip_rule", "band")
+    figure = _training_figure(out, f"bandpo demo: {method} on {task.name}")
     lines = [
         "",
         "== bandpo demo: summary ==",

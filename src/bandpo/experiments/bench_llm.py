@@ -392,6 +392,8 @@ def run_together(commands: list[list[str]], env: dict[str, str] | None = None) -
         ]
 
         def failure(i: int, what: str) -> RuntimeError:
+            if procs[i].poll() is None:  # e.g. still waiting for its go: it would never exit
+                procs[i].kill()
             procs[i].wait()
             logs[i].seek(0)
             last = (logs[i].read().strip().splitlines() or ["(no output on stderr)"])[-1]
@@ -402,7 +404,10 @@ def run_together(commands: list[list[str]], env: dict[str, str] | None = None) -
         try:
             for i, p in enumerate(procs):
                 assert p.stdout is not None
-                if p.stdout.readline().strip() != "ready":
+                for line in iter(p.stdout.readline, ""):  # lines before "ready" (library notices) skipped
+                    if line.strip() == "ready":
+                        break
+                else:
                     raise failure(i, "stopped before it was ready")
             for p in procs:
                 assert p.stdin is not None

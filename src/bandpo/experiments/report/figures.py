@@ -26,7 +26,7 @@ from typing import Any
 from bandpo.experiments.report.data import ReportData
 from bandpo.experiments.report.document import Figure
 
-__all__ = ["draw_figures", "draw_run"]
+__all__ = ["draw_figures", "draw_run", "run_curves"]
 
 Panel = tuple[str, str, str]  # (title, metrics key, y label)
 
@@ -93,9 +93,9 @@ _RUN_PANELS: tuple[tuple[str, tuple[str, ...], str, float], ...] = (
 """:func:`draw_run`'s panels: (title, metrics keys, the first one a row has is plotted; y label; scale)."""
 
 
-def draw_run(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> bool:
-    """One PNG of a training run's logged rows (``metrics.jsonl``): a panel per :data:`_RUN_PANELS` entry against
-    the optimizer step, panels without values left empty. Returns False (no file) when no row has any of them."""
+def run_curves(rows: Sequence[Mapping[str, Any]]) -> list[tuple[list[int], list[float]]]:
+    """Per :data:`_RUN_PANELS` entry, the ``(steps, values)`` :func:`draw_run` plots: from each row with an integer
+    ``step``, the first of the panel's keys holding a number, scaled; non-finite values left out."""
     curves: list[tuple[list[int], list[float]]] = []
     for _, keys, _, scale in _RUN_PANELS:
         points = []
@@ -104,6 +104,14 @@ def draw_run(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> bool:
             if value is not None and isinstance(row.get("step"), int) and math.isfinite(value):
                 points.append((row["step"], scale * float(value)))
         curves.append(([s for s, _ in points], [v for _, v in points]))
+    return curves
+
+
+def draw_run(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> bool:
+    """One PNG of a training run's logged rows (``metrics.jsonl``): a panel per :data:`_RUN_PANELS` entry against
+    the optimizer step (:func:`run_curves`), panels without values left empty. Returns False (no file) when no row
+    has any of them."""
+    curves = run_curves(rows)
     if not any(steps for steps, _ in curves):
         return False
     plt = _pyplot()
