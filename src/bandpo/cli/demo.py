@@ -62,7 +62,7 @@ def _metrics_summary(metrics_path: Path) -> dict[str, float]:
     clipping over logged steps, tail share pooled over steps, last entropy), plus the first logged entropy; NaN
     where the run logged no value, ``{}`` when it logged no clipping statistics."""
     from bandpo._files import read_jsonl
-    from bandpo.experiments.report.runs import RunData, run_summary
+    from bandpo.experiments.report.runs import RunData, entropy_values, run_summary
 
     rows = [r for r in read_jsonl(metrics_path) if "clip/frac" in r]  # the training steps' rows
     if not rows:
@@ -70,7 +70,7 @@ def _metrics_summary(metrics_path: Path) -> dict[str, float]:
     run = RunData(label="demo", clip_rule="?", params={}, seed=0, method_index=0, run_dir=metrics_path.parent,
                   metrics=rows)  # fmt: skip
     summary = run_summary(run)
-    entropy = [r[k] for k in ("policy/entropy", "entropy") for r in rows if r.get(k) is not None]
+    entropy = entropy_values(rows)
     stats = {"entropy_first": entropy[0] if entropy else None}
     for name in (
         "entropy_last",

@@ -107,6 +107,11 @@ def _values(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [float(r[key]) for r in rows if r.get(key) is not None]
 
 
+def entropy_values(rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    """A run's logged policy entropies in step order: bandpo's ``policy/entropy``, else TRL's ``entropy``."""
+    return _values(rows, "policy/entropy") or _values(rows, "entropy")
+
+
 def _mean(xs: Sequence[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
@@ -130,7 +135,7 @@ def run_summary(run: RunData) -> dict[str, Any]:
     rows = run.metrics
     steps = _values(rows, "step")
     out["train/steps"] = int(max(steps)) if steps else None
-    entropy = _values(rows, "policy/entropy") or _values(rows, "entropy")
+    entropy = entropy_values(rows)
     out["train/entropy_last"] = entropy[-1] if entropy else None
     reward = _values(rows, "reward")
     out["train/reward_last"] = reward[-1] if reward else None
