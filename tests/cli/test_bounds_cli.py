@@ -193,6 +193,20 @@ def test_bench_without_the_training_recipe_says_so_before_timing(
     assert "needs" in str(_argument_problem(parser.parse_args([])))
 
 
+@pytest.mark.parametrize("flags", [[], ["--no-progress"]])
+def test_bench_shows_progress_on_stderr_unless_told_not_to(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each timed section draws a bar (count, ETA) on stderr, which stays clear of the tables on stdout."""
+    from bandpo.cli.main import main
+
+    skips = ["--skip-loss", "--skip-schedule", "--skip-verl", "--skip-train"]
+    assert main(["bench", "--sizes", "64", "--repeats", "1", "--accuracy-points", "10", *skips, *flags]) == 0
+    out = capsys.readouterr()
+    assert "band kl" in out.out and "bounds, 64 tokens" not in out.out
+    assert ("bounds, 64 tokens:" in out.err) is not flags, out.err
+
+
 @pytest.mark.slow
 def test_bench_smoke(tmp_path: Path) -> None:
     out = bandpo(
@@ -200,6 +214,9 @@ def test_bench_smoke(tmp_path: Path) -> None:
         "--verl-shape", "4", "32", "--skip-train", "--output", str(tmp_path / "b.json"),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
+    assert all(
+        f"{section}:" in out.stderr for section in ("bounds, 4,096 tokens", "loss, every rule", "diagnostics")
+    )
     data = json.loads((tmp_path / "b.json").read_text())
     cases = {r["case"] for r in data["bounds"]}
     assert {"band kl", "band tv", "fixed clip (eps 0.2)", "authors' bisection (kl, 50 it/side)"} <= cases

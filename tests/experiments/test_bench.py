@@ -135,3 +135,45 @@ def test_the_accuracy_sample_spans_the_stated_range() -> None:
 def test_interleaved_timing_wants_a_round() -> None:
     with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
         time_interleaved_samples({"a": lambda: None}, rounds=0)
+
+
+def test_a_labelled_timing_shows_a_bar_over_every_call_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """The bar counts the warm-ups too (2 cases x (3 rounds + 1) = 8 calls) and goes to stderr, the tables'
+    stdout stays empty; unlabelled, nothing is shown."""
+    from bandpo.experiments.bench import time_call
+
+    time_interleaved_samples({"a": lambda: None, "b": lambda: None}, rounds=3, progress="loss, every rule")
+    out = capsys.readouterr()
+    assert out.out == "" and "loss, every rule:" in out.err and "/8 [" in out.err
+    time_call(lambda: None, repeats=4, progress="bf16: optimizer")
+    out = capsys.readouterr()
+    assert out.out == "" and "bf16: optimizer:" in out.err and "/5 [" in out.err
+    time_interleaved_samples({"a": lambda: None}, rounds=2)
+    time_call(lambda: None, repeats=2)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_without_tqdm_the_timing_runs_without_a_bar(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A core install (torch, numpy, pyyaml) has no tqdm: the benchmarks run and show nothing."""
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # import tqdm.auto raises ImportError
+    calls: list[str] = []
+    times = time_interleaved_samples({"a": lambda: calls.append("a")}, rounds=2, progress="diagnostics")
+    assert calls == ["a"] * 3 and len(times["a"]) == 2
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_training_step_bar_counts_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bandpo.training.run as run
+
+    def fake_train(config, overwrite: bool = False) -> None:
+        out, steps = Path(config.trainer["output_dir"]), config.trainer["max_steps"]
+        _write_log(out / "metrics.jsonl", {s: 0.01 * s for s in range(1, steps + 1)})
+
+    monkeypatch.setattr(run, "train", fake_train)
+    bench_train_step(steps=8, rounds=2, workdir=str(tmp_path), progress=True)
+    err = capsys.readouterr().err
+    assert "training step (TRL):" in err and "/4 [" in err

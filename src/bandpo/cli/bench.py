@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="also write the rows as JSON to this file (default: none)",
     )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (stderr)")
     add_deprecated_spelling(parser, "--json", "--output")
 
 
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.real_model:
         return _run_real_model(args, code)
-    rows = bench.bench_bounds(tuple(args.sizes), repeats=args.repeats)
+    progress = not args.no_progress
+    rows = bench.bench_bounds(tuple(args.sizes), repeats=args.repeats, progress=progress)
     print(f"\n{'tokens':>9}  {'case':<38} {'ms/call':>10} {'x TV':>8} {'bisection/x':>12}")
     for r in rows:
         print(
@@ -104,7 +106,11 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"KL table memory: {mem / 1e6:.2f} MB per (delta, device) in float32 (+ a float64 master on the CPU)"
     )
-    loss_rows = [] if args.skip_loss else bench.bench_loss(*args.loss_shape, repeats=6 * args.repeats)
+    loss_rows = (
+        []
+        if args.skip_loss
+        else bench.bench_loss(*args.loss_shape, repeats=6 * args.repeats, progress=progress)
+    )
     if loss_rows:
         print(
             f"\n{'case':<30} {'ms':>10} {'x grpo':>8}   (B={args.loss_shape[0]}, T={args.loss_shape[1]}, float32, fwd + bwd)"
@@ -112,7 +118,9 @@ def run(args: argparse.Namespace) -> int:
         for r in loss_rows:
             print(f"{r['case']:<30} {r['ms']:>10.2f} {r['x_grpo']:>8.3f}")
     schedule_rows = (
-        [] if args.skip_schedule else bench.bench_schedule(*args.loss_shape, repeats=6 * args.repeats)
+        []
+        if args.skip_schedule
+        else bench.bench_schedule(*args.loss_shape, repeats=6 * args.repeats, progress=progress)
     )
     if schedule_rows:
         print(
@@ -123,11 +131,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['case']:<38} {r['ms']:>10.2f} {r['x_constant']:>10.3f}")
     diag_rows, verl_rows, verl_skipped = [], [], "--skip-verl"
     if not args.skip_verl:
-        diag_rows = bench.bench_diagnostics(*args.verl_shape, rounds=6 * args.repeats)
+        diag_rows = bench.bench_diagnostics(*args.verl_shape, rounds=6 * args.repeats, progress=progress)
         _print_diagnostics(diag_rows, args.verl_shape)
-        verl_rows, verl_skipped = bench.bench_loss_vs_verl(*args.verl_shape, rounds=6 * args.repeats)
+        verl_rows, verl_skipped = bench.bench_loss_vs_verl(
+            *args.verl_shape, rounds=6 * args.repeats, progress=progress
+        )
         _print_verl(verl_rows, verl_skipped, args.verl_shape)
-    train_rows = [] if args.skip_train else bench.bench_train_step()
+    train_rows = [] if args.skip_train else bench.bench_train_step(progress=progress)
     if train_rows:
         print(
             f"\n{'case':<30} {'ms/step':>10} {'x grpo':>8}   (tiny countdown model, tiny.yaml settings; "
@@ -226,7 +236,7 @@ def _run_real_model(args: argparse.Namespace, code: dict) -> int:
     from bandpo.runtime import resolve_precision
 
     print(f"precision auto here: {resolve_precision('auto').describe()}; {torch.get_num_threads()} thread(s)")
-    out = bench_llm.bench_real_step()
+    out = bench_llm.bench_real_step(progress=not args.no_progress)
     rates = out["rates"]
     print(
         "matmul (864 x 576 x 1536), GFLOP/s: "

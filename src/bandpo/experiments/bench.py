@@ -54,12 +54,45 @@ def authors_bisection(
     return out[1], out[0]
 
 
-def time_call(fn: Callable[[], object], repeats: int = 5) -> float:
+def progress_bar(label: str | None, total: int, unit: str = "call") -> Any:
+    """A progress bar on stderr (count, rate, ETA) labelled ``label`` over ``total`` calls, removed when done
+    (the tables go to stdout); with ``label`` None, or without tqdm (a core install), one that shows nothing.
+    Use as a context manager; ``update()`` after each call."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is None or label is None:
+        return _NoBar()
+    return tqdm(total=total, desc=label, unit=unit, leave=False, dynamic_ncols=True)
+
+
+class _NoBar:
+    """The interface of a progress bar that :func:`progress_bar` uses, showing nothing."""
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int = 1) -> None:
+        return None
+
+
+def time_call(fn: Callable[[], object], repeats: int = 5, progress: str | None = None) -> float:
     """Best wall time of ``repeats`` timed calls after one warm-up, in seconds (the real-model parts; a comparison
-    of several cases uses :func:`time_interleaved`, the same number of calls for each)."""
+    of several cases uses :func:`time_interleaved`, the same number of calls for each). ``progress``: the label
+    of a progress bar over the calls (:func:`progress_bar`), or None for none."""
     check_int_in("repeats", repeats, 1)
-    fn()
-    return min(_timed(fn) for _ in range(repeats))
+    with progress_bar(progress, repeats + 1) as bar:
+        fn()
+        bar.update()
+        times = []
+        for _ in range(repeats):
+            times.append(_timed(fn))
+            bar.update()
+    return min(times)
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -97,15 +130,17 @@ def _bound_cases(logp: Tensor) -> dict[str, Callable[[], object]]:
 
 
 def bench_bounds(
-    sizes: tuple[int, ...] = (1 << 20, 1 << 24), repeats: int = 5, device: str = "cpu"
+    sizes: tuple[int, ...] = (1 << 20, 1 << 24), repeats: int = 5, device: str = "cpu", progress: bool = False
 ) -> list[dict]:
     """Time per call of each divergence and baseline, per token count in ``sizes``: the cases called in turn,
     ``repeats`` rounds after one warm-up each (:func:`time_interleaved`), so every case gets the same number of
     calls and a noisy stretch of the machine hits them alike; best of each. Rows ``{"n", "case", "ms", "calls",
-    "x_tv", "speedup_vs_bisection"}``: ratios to the TV closed form's time and the bisection's time over this one."""
+    "x_tv", "speedup_vs_bisection"}``: ratios to the TV closed form's time and the bisection's time over this one.
+    ``progress``: a progress bar per size (stderr)."""
     rows: list[dict] = []
     for n in sizes:
-        times = time_interleaved(_bound_cases(sample_logp(n, device=device)), rounds=repeats)
+        label = f"bounds, {n:,} tokens" if progress else None
+        times = time_interleaved(_bound_cases(sample_logp(n, device=device)), rounds=repeats, progress=label)
         tv, bis = times["band tv"], times["authors' bisection (kl, 50 it/side)"]
         for label, t in times.items():
             rows.append(
@@ -149,27 +184,34 @@ def _accuracy_logp(n: int) -> Tensor:
     return -torch.exp(torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo)
 
 
-def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int = 30) -> dict[str, float]:
+def time_interleaved(
+    fns: dict[str, Callable[[], object]], rounds: int = 30, progress: str | None = None
+) -> dict[str, float]:
     """Best wall time per case, the cases called in turn (a, b, c, a, b, c, ...) after one warm-up each, so
-    that a noisy stretch of the machine hits every case alike."""
-    return {name: min(w for w, _ in times) for name, times in time_interleaved_samples(fns, rounds).items()}
+    that a noisy stretch of the machine hits every case alike. ``progress``: as in :func:`time_interleaved_samples`."""
+    samples = time_interleaved_samples(fns, rounds, progress)
+    return {name: min(w for w, _ in times) for name, times in samples.items()}
 
 
 def time_interleaved_samples(
-    fns: dict[str, Callable[[], object]], rounds: int = 30
+    fns: dict[str, Callable[[], object]], rounds: int = 30, progress: str | None = None
 ) -> dict[str, list[tuple[float, float]]]:
     """Every ``(wall, CPU)`` time in seconds (``rounds`` per case) of :func:`time_interleaved`'s schedule. The CPU
     time is this process's (``time.process_time``): on a busy machine the waits for a core inflate the wall time
-    but not it, so with one torch thread it measures the work itself."""
+    but not it, so with one torch thread it measures the work itself. ``progress``: the label of a progress bar
+    over all ``len(fns) * (rounds + 1)`` calls, warm-ups included (:func:`progress_bar`), or None for none."""
     check_int_in("rounds", rounds, 1)
-    for fn in fns.values():
-        fn()
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            cpu = time.process_time()
-            wall = _timed(fn)
-            times[name].append((wall, time.process_time() - cpu))
+    with progress_bar(progress, len(fns) * (rounds + 1)) as bar:
+        for fn in fns.values():
+            fn()
+            bar.update()
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                cpu = time.process_time()
+                wall = _timed(fn)
+                times[name].append((wall, time.process_time() - cpu))
+                bar.update()
     return times
 
 
@@ -182,9 +224,10 @@ def _dense_loss_inputs(batch: int, length: int, g: torch.Generator) -> tuple[Ten
     return old, log_prob, torch.randn(batch, generator=g), torch.ones(batch, length)
 
 
-def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30) -> list[dict]:
+def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30, progress: bool = False) -> list[dict]:
     """Forward + backward time of the policy loss with every registered clip rule at its defaults (band: KL;
-    dppo_tv / dppo_kl: DPPO's truncated objective) against grpo (``repeats`` interleaved rounds, best of each)."""
+    dppo_tv / dppo_kl: DPPO's truncated objective) against grpo (``repeats`` interleaved rounds, best of each).
+    ``progress``: a progress bar (stderr)."""
     g = torch.Generator().manual_seed(0)
     old, log_prob, adv, mask = _dense_loss_inputs(batch, length, g)
     steps = {}
@@ -198,19 +241,21 @@ def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30) -> list[d
             loss.backward()
 
         steps[name] = step
-    times = time_interleaved(steps, rounds=repeats)
+    times = time_interleaved(steps, rounds=repeats, progress="loss, every rule" if progress else None)
     return [
         {"case": f"loss fwd+bwd {name}", "ms": 1e3 * t, "x_grpo": t / times["grpo"]}
         for name, t in times.items()
     ]
 
 
-def bench_schedule(batch: int = 64, length: int = 4096, repeats: int = 30, steps: int = 1000) -> list[dict]:
+def bench_schedule(
+    batch: int = 64, length: int = 4096, repeats: int = 30, steps: int = 1000, progress: bool = False
+) -> list[dict]:
     """Band-KL with a radius that changes every step (``linear`` 0.2 -> 0.02 over ``steps``: the tensor-radius
     solver, Halley's method) against the same rule at a constant radius (the cached table), in one interleaved run:
     the bounds alone and the loss forward + backward, each call at the next step's radius. Returns rows with
     ``x_constant`` (scheduled / constant). That no table is built per radius is tested
-    (tests/losses/test_schedule.py::test_a_radius_per_step_builds_no_table)."""
+    (tests/losses/test_schedule.py::test_a_radius_per_step_builds_no_table). ``progress``: a progress bar (stderr)."""
     from bandpo.losses import radius_schedule, rule_at_step
 
     old, log_prob, adv, mask = _dense_loss_inputs(batch, length, torch.Generator().manual_seed(0))
@@ -236,7 +281,7 @@ def bench_schedule(batch: int = 64, length: int = 4096, repeats: int = 30, steps
         for what, fn in (("bounds", bounds), ("loss", loss))
         for kind in schedules
     }
-    times = time_interleaved(cases, rounds=repeats)
+    times = time_interleaved(cases, rounds=repeats, progress="radius schedule" if progress else None)
     return [
         {
             "case": f"{what} band kl, radius {kind}",
@@ -310,11 +355,14 @@ def naive_clip_metrics(
     return met
 
 
-def bench_diagnostics(batch: int = 64, length: int = 2048, rounds: int = 30) -> list[dict]:
+def bench_diagnostics(
+    batch: int = 64, length: int = 2048, rounds: int = 30, progress: bool = False
+) -> list[dict]:
     """The loss's diagnostics alone (:func:`bandpo.losses.clip_metrics`, one fused pass) against
     :func:`naive_clip_metrics` (one masked mean per metric), on the per-token terms of ``grpo``, ``band`` and
-    ``dppo_kl`` for the inputs of :func:`bench_loss_vs_verl`; ``rounds`` interleaved rounds. Returns per rule
-    ``ms`` and ``naive_ms`` (best wall times) and ``x_naive`` (their ratio), and the same of CPU time."""
+    ``dppo_kl`` for the inputs of :func:`bench_loss_vs_verl`; ``rounds`` interleaved rounds (``progress``: with a
+    progress bar on stderr). Returns per rule ``ms`` and ``naive_ms`` (best wall times) and ``x_naive`` (their
+    ratio), and the same of CPU time."""
     from bandpo.losses.policy_loss import per_token_policy_loss
 
     old, log_prob, adv, mask = _loss_inputs(batch, length)
@@ -325,7 +373,7 @@ def bench_diagnostics(batch: int = 64, length: int = 2048, rounds: int = 30) -> 
         extra = {"dual_active": t.dual_active, "log_ratio": t.log_ratio}
         cases[f"{name} fused"] = lambda args=args, extra=extra: clip_metrics(*args, **extra)
         cases[f"{name} naive"] = lambda args=args, extra=extra: naive_clip_metrics(*args, **extra)
-    times = time_interleaved_samples(cases, rounds=rounds)
+    times = time_interleaved_samples(cases, rounds=rounds, progress="diagnostics" if progress else None)
     rows = []
     for name in VERL_COMPARED_RULES:
         row: dict[str, Any] = {"case": f"diagnostics {name}"}
@@ -358,7 +406,11 @@ VERL_COMPARED_RULES = ("grpo", "band", "dppo_kl")
 
 
 def bench_loss_vs_verl(
-    batch: int = 64, length: int = 2048, rounds: int = 30, loss_agg_mode: str = "token-mean"
+    batch: int = 64,
+    length: int = 2048,
+    rounds: int = 30,
+    loss_agg_mode: str = "token-mean",
+    progress: bool = False,
 ) -> tuple[list[dict], str | None]:
     """Forward + backward of ``bandpo.policy_loss`` with its diagnostics (every metric it returns: what a training
     step computes; case ``bandpo <rule>``, and at the lighter levels of ``DIAGNOSTICS``, ``bandpo <rule> (basic)``
@@ -368,7 +420,7 @@ def bench_loss_vs_verl(
     Inputs: :func:`_loss_inputs` (float32 (B, T) = (``batch``, ``length``), a ragged mask); both losses aggregate with
     ``loss_agg_mode``; bandpo with ``check_values=False`` (verl checks no values) and verl's dual clip ``c = 10``
     (bandpo's default), clip ratios 0.2/0.2 (GRPO's); verl's DPPO-KL with the thresholds and ``c`` of bandpo's
-    ``dppo_kl`` defaults.
+    ``dppo_kl`` defaults. ``progress``: a progress bar over the calls (stderr).
 
     Returns:
         ``(rows, None)``: per case ``case`` and, for each clock (``wall``, and ``cpu``: the process's CPU time, which
@@ -439,7 +491,7 @@ def bench_loss_vs_verl(
             case = f"bandpo {rule}" + ("" if level == "full" else f" ({level})")
             steps[case] = bandpo_step(make_clip_rule(rule), level)
             cases[case] = {"rule": rule, "level": level}
-    times = time_interleaved_samples(steps, rounds=rounds)
+    times = time_interleaved_samples(steps, rounds=rounds, progress="loss vs verl" if progress else None)
     clocks = {"wall": 0, "cpu": 1}
     best_of = {clock: {k: min(t[i] for t in v) for k, v in times.items()} for clock, i in clocks.items()}
     median_of = {
@@ -474,14 +526,17 @@ TINY_RECIPE = REPO_CONFIGS / "tiny.yaml"
 """The recipe :func:`bench_train_step` times (a source checkout's ``configs/``, not part of an installed wheel)."""
 
 
-def bench_train_step(steps: int = 24, rounds: int = 2, workdir: str | None = None) -> list[dict]:
+def bench_train_step(
+    steps: int = 24, rounds: int = 2, workdir: str | None = None, progress: bool = False
+) -> list[dict]:
     """Wall time per optimizer step of ``BandPOTrainer`` with ``band`` (kl) against ``grpo`` on the same tiny
     (untrained) countdown model and settings, rounds interleaved (band, grpo, band, grpo, ...); best round each.
 
     Uses :data:`TINY_RECIPE` (64 completions per step, ``steps_per_generation`` 4). A step's time is read from the
     run's own log: the wall time from the end of the first generation round (warm-up: model loading, trainer setup,
     first calls) to the end of the last, over the optimizer steps between, so whole rounds (each with its
-    generation) and no setup are timed. ``steps`` must be a whole number of rounds, at least 2.
+    generation) and no setup are timed. ``steps`` must be a whole number of rounds, at least 2. ``progress``: a
+    progress bar over the ``2 * rounds`` training runs (stderr).
 
     Returns:
         rows ``{"case", "ms", "x_grpo"}`` (ms per step, best round; ``x_grpo`` = band's / grpo's).
@@ -517,8 +572,9 @@ def bench_train_step(steps: int = 24, rounds: int = 2, workdir: str | None = Non
         build_model(tokenizer).save_pretrained(root / "model")
         tokenizer.save_pretrained(root / "model")
         best: dict[str, float] = {}
-        for r in range(rounds):
-            for rule in ("band", "grpo"):
+        runs = [(r, rule) for r in range(rounds) for rule in ("band", "grpo")]
+        with progress_bar("training step (TRL)" if progress else None, len(runs), unit="run") as bar:
+            for r, rule in runs:
                 out = root / f"{rule}-{r}"
                 overrides = [
                     f"model.path={root / 'model'}",
@@ -536,6 +592,7 @@ def bench_train_step(steps: int = 24, rounds: int = 2, workdir: str | None = Non
                 with contextlib.redirect_stdout(io.StringIO()):  # the per-step log lines of logging_steps=1
                     train(config, overwrite=True)
                 best[rule] = min(best.get(rule, math.inf), step_seconds(out / METRICS_FILE, per_round, steps))
+                bar.update()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return [

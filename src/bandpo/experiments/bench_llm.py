@@ -57,9 +57,10 @@ RECIPE = {
 """The recipe of ``configs/smollm2-arith.yaml``, as the bench runs it."""
 
 
-def _best(fn: Callable[[], object], rounds: int) -> float:
-    """Best of ``rounds`` timed calls after one warm-up (:func:`bandpo.experiments.bench.time_call`)."""
-    return time_call(fn, repeats=rounds)
+def _best(fn: Callable[[], object], rounds: int, progress: str | None = None) -> float:
+    """Best of ``rounds`` timed calls after one warm-up (:func:`bandpo.experiments.bench.time_call`), with a
+    progress bar labelled ``progress`` (None: none)."""
+    return time_call(fn, repeats=rounds, progress=progress)
 
 
 def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) -> dict[str, float]:
@@ -104,14 +105,17 @@ def _generation_flops(model: Any, prompt_mask: Any, generations: int, t_new: int
     return prefill + _flops(model, decode, decode, False)
 
 
-def bench_real_step(precisions: tuple[str, ...] = ("float32", "bf16"), rounds: int = 2) -> dict[str, Any]:
+def bench_real_step(
+    precisions: tuple[str, ...] = ("float32", "bf16"), rounds: int = 2, progress: bool = False
+) -> dict[str, Any]:
     """The parts of one optimizer step of :data:`RECIPE` in each precision, with floors and ratios (module
-    docstring). Returns ``{"rates": ..., "rows": [...], "steps": {precision: {...}}}``."""
+    docstring); ``progress``: a progress bar per part (stderr). Returns ``{"rates": ..., "rows": [...], "steps":
+    {precision: {...}}}``."""
     with freed_memory_kept():
-        return _bench_real_step(precisions, rounds)
+        return _bench_real_step(precisions, rounds, progress)
 
 
-def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]:
+def _bench_real_step(precisions: tuple[str, ...], rounds: int, progress: bool) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.utils import add_fused_lm_head
 
@@ -159,7 +163,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int) -> dict[str, Any]
         labels[:, :-t_new] = -100
         mb = RECIPE["micro_batch"]
         parts = _time_parts(
-            model, optimizer, precision, prompt_ids, prompt_mask, ids, att, labels, mb, rounds
+            model, optimizer, precision, prompt_ids, prompt_mask, ids, att, labels, mb, rounds, progress
         )
         n_seq, spg = ids.shape[0], RECIPE["steps_per_generation"]
         tokens_mb = int(att[:mb].sum())
@@ -239,9 +243,10 @@ def _time_parts(
     labels: torch.Tensor,
     mb: int,
     rounds: int,
+    progress: bool = False,
 ) -> dict[str, float]:
     """Best-of-``rounds`` seconds of each part, whole (generation and old log-probs over the whole round; the
-    old-log-prob pass skips the first micro-batch, as the trainer does)."""
+    old-log-prob pass skips the first micro-batch, as the trainer does); ``progress``: a bar per part."""
     from bandpo.losses import make_clip_rule, policy_loss
 
     rule = make_clip_rule("band", divergence="kl", delta=0.05, cap=10.0)
@@ -305,16 +310,20 @@ def _time_parts(
     def optimizer_step() -> None:
         optimizer.step()
 
-    parts = {
-        "generation": _best(generation, rounds),
-        "generation by generate": _best(generation_by_generate, rounds),
-        "old log-probs": _best(old_log_probs, rounds),
-        "forward + backward": _best(forward_backward, rounds),
-        "loss + diagnostics": _best(loss_and_diagnostics, max(rounds, 5)),
+    def label(part: str) -> str | None:
+        return f"{precision.name}: {part}" if progress else None
+
+    timed = {
+        "generation": (generation, rounds),
+        "generation by generate": (generation_by_generate, rounds),
+        "old log-probs": (old_log_probs, rounds),
+        "forward + backward": (forward_backward, rounds),
+        "loss + diagnostics": (loss_and_diagnostics, max(rounds, 5)),
     }
+    parts = {part: _best(fn, n, label(part)) for part, (fn, n) in timed.items()}
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
-    parts["optimizer"] = _best(optimizer_step, rounds)
+    parts["optimizer"] = _best(optimizer_step, rounds, label("optimizer"))
     model.zero_grad(set_to_none=True)
     return parts
 
