@@ -147,7 +147,8 @@ def fake_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             ["--model", "my model", "warmup_steps=3"],
             ["'model.path=my model'", "max_steps=24", "save_steps=1000", "warmup_steps=3"],
         ),
-        (["--steps", "7", "method=dcpo", "seed=3"], ["max_steps=7", "seed=3"]),  # the baseline sets the method
+        # the baseline sets the method itself
+        (["--steps", "7", "method=dcpo", "seed=3"], ["max_steps=7", "seed=3"]),
     ],
     ids=["llm-defaults", "tiny-steps-and-override", "quoted", "other-method"],
 )
