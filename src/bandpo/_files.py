@@ -1,7 +1,7 @@
 """Tolerant readers of the JSON files runs write (run info, lock records, training logs): a file a killed
 process left half-written reads as what it holds so far, never as an exception. And the checks of an output path
 that a command makes before any work (:func:`output_dir_problem`, :func:`output_file_problem`). And the one atomic
-JSON writer (:func:`write_json`)."""
+JSON writer (:func:`write_json`). And :func:`expand_path`, the one reading of a path a user typed."""
 
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ from typing import Any
 
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 """The recipes folder of a source checkout (``configs/`` beside ``src/``); an installed wheel has none."""
+
+
+def expand_path(path: str | Path) -> Path:
+    """``path`` with ``$VAR`` / ``${VAR}`` and a leading ``~`` expanded, as a shell would (an unset variable stays
+    as written): read a path a user typed through this once, so that every check and every writer sees the same
+    directory (transformers expands ``~`` in ``output_dir`` by itself)."""
+    return Path(os.path.expandvars(str(path))).expanduser()
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -425,6 +425,24 @@ def test_prepare_refuses_to_mix_runs(tmp_path: Path) -> None:
         prepare(config, resume=True, overwrite=True)
 
 
+@pytest.mark.parametrize("written", ["~/runs/a", "$RUNS_ROOT/a"])
+def test_a_home_or_variable_output_dir_is_the_directory_the_trainer_writes(
+    written: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers expands ``~`` in ``output_dir``: the lock, resume and the refusal must look in that directory
+    too (they looked in ``./~/runs/a``, so --resume started over and a fresh run wrote over the checkpoints)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RUNS_ROOT", str(tmp_path / "runs"))
+    out = tmp_path / "runs" / "a"
+    fake_checkpoint(out, 4)
+    config = load_train_config(TINY, [f"output_dir={written}", "report_to=none"])
+    assert config.output_dir == out
+    assert prepare(config, resume=True).resume_from == out / "checkpoint-4"
+    with pytest.raises(ConfigError, match=r"already holds checkpoints \(last: checkpoint-4\)"):
+        prepare(config)
+    assert Path(prepare(config, overwrite=True).args.output_dir) == out
+
+
 def test_bf16_true_with_use_cpu_is_refused_and_a_gpu_recipe_on_a_cpu_gets_a_warning(tmp_path: Path) -> None:
     """TRL's bf16 autocast on a CPU run rounds the ratio's log-probs: refused when the config asks for the CPU;
     a GPU recipe (bf16: true, no use_cpu) checked on a machine without a GPU runs its CPU precision instead, with

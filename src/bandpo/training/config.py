@@ -74,7 +74,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import output_dir_problem
+from bandpo._files import expand_path, output_dir_problem
 from bandpo.config import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
@@ -388,10 +388,12 @@ class TrainConfig:
 
     @property
     def output_dir(self) -> Path:
-        """``output_dir``, or ``runs/<config file stem>`` when the config does not set it."""
+        """``output_dir`` with ``~`` and ``$VAR`` expanded (:func:`bandpo._files.expand_path`: the lock, resume, the
+        refusal of an earlier run's directory and the trainer all use this one path), or ``runs/<config file stem>``
+        when the config does not set it."""
         value = self.trainer.get("output_dir")
         if value:
-            return Path(value)
+            return expand_path(value)
         stem = Path(self.source).stem if self.source else "bandpo"
         return Path(_DEFAULT_OUTPUT_ROOT) / stem
 
