@@ -68,6 +68,24 @@ def test_custom_columns(tmp_path: Path, fmt: str) -> None:
     ]
 
 
+@pytest.mark.parametrize("max_samples", [None, 3, 2])
+def test_answers_mixing_strings_and_lists_become_lists_with_or_without_max_samples(
+    max_samples: int | None, tmp_path: Path
+) -> None:
+    """One list answer makes every answer a list (Arrow refuses a column of strings and lists); with
+    data.max_samples the early stop skipped that and building the dataset raised ArrowTypeError."""
+    rows = [
+        {"prompt": "q1", "answer": "1"},
+        {"prompt": "q2", "answer": ["2", "two"]},
+        {"prompt": "q3", "answer": "3"},
+    ]
+    cfg = data_config(write_jsonl(tmp_path / "mixed.jsonl", rows), max_samples=max_samples)
+    problems = load_problems(cfg, need_answer=True)
+    expected = [["1"], ["2", "two"], ["3"]][: max_samples or 3]
+    assert [p["answer"] for p in problems] == expected
+    assert build_prompt_dataset(problems, cfg, build_tokenizer())["answer"] == expected
+
+
 def test_verl_parquet_with_messages_and_nested_answer(tmp_path: Path) -> None:
     rows = [
         {

@@ -250,7 +250,13 @@ def load_problems(
                 problem[column] = value
             problems.append(problem)
             if cfg.max_samples is not None and len(problems) >= cfg.max_samples:
-                return problems
+                return _answers_alike(problems)
+    return _answers_alike(problems)
+
+
+def _answers_alike(problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``problems`` with every answer wrapped in a list when any answer is a list (one column type: Arrow refuses
+    a column of strings and lists)."""
     if any(isinstance(p.get("answer"), list) for p in problems):
         for p in problems:
             if "answer" in p and not isinstance(p["answer"], list):
