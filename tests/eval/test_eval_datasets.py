@@ -78,6 +78,26 @@ def test_task_options_of_run(tmp_path: Path) -> None:
     assert task_options_of_run(tmp_path / "a" / "nowhere", "countdown") is None
 
 
+def test_home_paths_of_the_run_and_of_dataset_files_are_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``~`` path is a file (no task options passed to it, which was refused) and a ``~`` run directory gives
+    its task options."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train_config.yaml").write_text(
+        "data: {task: countdown, task_options: {n_test: 30}}\n"
+    )
+    write_jsonl(tmp_path / "math.jsonl", [{"prompt": "p", "answer": "1"}])
+    assert task_options_of_run("~/run", "countdown") == {"n_test": 30}
+    messages: list[str] = []
+    data = resolve_eval_datasets(["countdown", "~/math.jsonl"], "~/run", report=messages.append)
+    assert [(d.name, len(d.problems)) for d in data] == [("countdown/test", 30), ("math", 1)]
+    assert messages == ["countdown: task options of the training run: {'n_test': 30}"]
+    given = resolve_eval_datasets(["countdown", "~/math.jsonl"], task_options={"n_test": 20})
+    assert [(d.name, len(d.problems)) for d in given] == [("countdown/test", 20), ("math", 1)]
+
+
 def test_resolve_eval_datasets(tmp_path: Path) -> None:
     """The run's task options reach its task (and are reported), files get none, repeated names get #2."""
     (tmp_path / "train_config.yaml").write_text("data: {task: countdown, task_options: {n_test: 30}}\n")

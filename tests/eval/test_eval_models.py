@@ -70,6 +70,18 @@ def test_resolve_model_dir(tmp_path: Path, model_dir: Path) -> None:
     )
 
 
+def test_resolve_model_dir_returns_the_expanded_path(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~`` and ``$VAR`` are expanded where the model is checked, and the path returned is the one checked: the
+    run's train_config.yaml is looked up there (an unexpanded ``~/run`` found none and dropped its task options)."""
+    monkeypatch.setenv("HOME", str(model_dir.parent))
+    monkeypatch.setenv("MODELS", str(model_dir.parent))
+    for given in (f"~/{model_dir.name}", f"$MODELS/{model_dir.name}"):
+        assert resolve_model_dir(given) == model_dir
+        assert check_model_dir(given) == (model_dir, model_dir)
+
+
 @pytest.mark.parametrize(
     ("device", "message"),
     [

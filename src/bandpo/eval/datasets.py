@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import expand_path
 from bandpo.eval.errors import EvalError
 from bandpo.eval.scorers import TASK_SCORERS, get_scorer
 from bandpo.training.layout import CONFIG_FILE
@@ -75,7 +76,7 @@ def load_eval_dataset(
     """Load the problems of a built-in task split or of local JSONL / JSON / parquet files.
 
     Args:
-        spec: a built-in task name (``countdown``) or a path: a file, or a directory holding ``<split>.<ext>`` /
+        spec: a built-in task name (``countdown``) or a path (``~`` and ``$VAR`` expanded): a file, or a directory holding ``<split>.<ext>`` /
             ``<split>-*.<ext>`` files (also under ``data/``).
         split: the task split (``train`` / ``test``), or the file-name prefix inside a directory.
         verifier: :func:`bandpo.eval.scorers.verifier_names`; default: the task's own (``countdown``) or ``dapo``
@@ -103,7 +104,7 @@ def load_eval_dataset(
         raise EvalError(
             f"dataset must be a task name ({', '.join(TASKS.names())}) or a file path, got {spec!r}"
         )
-    is_task = spec in TASKS and not Path(spec).exists()
+    is_task = spec in TASKS and not expand_path(spec).exists()
     if is_task:
         task = TASKS.get(spec)
         verifier = verifier or task.default_reward
@@ -179,10 +180,12 @@ def load_eval_dataset(
 
 def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | None:
     """The ``data.task_options`` a training run used, read from ``train_config.yaml`` in ``model_dir`` or its
-    parent (a ``checkpoint-N`` directory), when that run trained on ``task``; ``None`` otherwise."""
+    parent (a ``checkpoint-N`` directory), when that run trained on ``task``; ``None`` otherwise. ``~`` and ``$VAR``
+    in ``model_dir`` are expanded."""
     import yaml
 
-    for folder in (Path(model_dir), Path(model_dir).parent):
+    model_dir = expand_path(model_dir)
+    for folder in (model_dir, model_dir.parent):
         path = folder / CONFIG_FILE
         if path.is_file():
             try:
@@ -257,7 +260,7 @@ def resolve_eval_datasets(
     """
     datasets = []
     for spec in specs:
-        is_file = Path(spec).exists()
+        is_file = expand_path(spec).exists()  # as load_eval_dataset reads it
         run_options = None if is_file or model_dir is None else task_options_of_run(model_dir, spec)
         options = task_options
         if options is None:

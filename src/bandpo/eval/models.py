@@ -4,11 +4,11 @@ loads, resolve ``tiny`` to the built-in task's cached model, and load model and 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import expand_path
 from bandpo.eval.errors import EvalError
 from bandpo.training.layout import MODEL_CONFIG_FILE
 
@@ -31,7 +31,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 def check_model_dir(path: str | Path) -> tuple[Path, Path]:
-    """Check that ``path`` is a transformers model directory; returns ``(model_dir, tokenizer_dir)``.
+    """Check that ``path`` is a transformers model directory; returns ``(model_dir, tokenizer_dir)``, with ``~``
+    and ``$VAR`` expanded (:func:`bandpo._files.expand_path`).
 
     A checkpoint without tokenizer files uses its parent's (the run directory) when that has them.
 
@@ -40,7 +41,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
             ``checkpoint-*`` folders names the last one), no weights, or no tokenizer; the message names the path and
             what is missing.
     """
-    p = Path(os.path.expandvars(str(path))).expanduser()
+    p = expand_path(path)
     if not p.exists():
         raise EvalError(f"model directory {str(path)!r} does not exist (relative to {Path.cwd()})")
     if not p.is_dir():
@@ -139,7 +140,8 @@ def load_model(path: str | Path, device: str = "auto", dtype: str = "auto") -> t
 def resolve_model_dir(
     model: str | Path, datasets: Sequence[str] = (), task_options: Mapping[str, Any] | None = None
 ) -> Path:
-    """``model`` as a path, checked by :func:`check_model_dir` (a wrong path fails before any dataset loads).
+    """``model`` as a path, checked by :func:`check_model_dir` (a wrong path fails before any dataset loads), with
+    ``~`` and ``$VAR`` expanded as that check reads them (the run's ``train_config.yaml`` is looked up there).
 
     A built-in model name (:data:`bandpo.models.MODELS`, e.g. ``smollm2-135m``) stands for its converted directory
     (converted now when it is not cached yet). ``"tiny"`` stands for the cached warm-started model of the first built-in task among ``datasets``, built with
@@ -157,8 +159,7 @@ def resolve_model_dir(
             path = builtin_model_dir(str(model), default_cache_dir())
         except ModelUnavailableError as err:
             raise EvalError(f"--model {model}: {err}") from err
-        check_model_dir(path)
-        return path
+        return check_model_dir(path)[0]
     if model == "tiny":
         from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
 
@@ -174,5 +175,4 @@ def resolve_model_dir(
         path = Path(build_task_model(task, task_options or {}, {}, default_cache_dir()))
     else:
         path = Path(model)
-    check_model_dir(path)
-    return path
+    return check_model_dir(path)[0]
