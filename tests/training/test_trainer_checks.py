@@ -38,6 +38,21 @@ TINY = CONFIGS / "tiny.yaml"
         ),
         (["optim_args=foo"], r"^optim='adamw_torch_fused' \(with optim_args='foo'\): "),
         (["generation_kwargs={max_new_tokens: 0}"], r"^the generation settings .*`max_new_tokens` must be"),
+        (["seed=-1"], r"^seed must be an integer in \[0, 4294967295\] \(numpy's seed range\), got -1$"),
+        (["seed=4294967296"], r"^seed must be an integer in \[0, 4294967295\] .*, got 4294967296$"),
+        (["scale_rewards=bogus"], r"^scale_rewards must be one of group, batch, none, got 'bogus'$"),
+        (["scale_rewards=true"], r"^scale_rewards must be one of group, batch, none, got 'true'$"),
+        (
+            ["multi_objective_aggregation=bogus"],
+            r"^multi_objective_aggregation must be one of sum_then_normalize, normalize_then_sum, got 'bogus'$",
+        ),
+        (
+            ["report_to=bogus"],
+            r"^report_to must be none, all, or one or a list of transformers' reporting integrations "
+            r"\(azure_ml, .*tensorboard.*wandb.*\), got 'bogus'$",
+        ),
+        (["report_to=[tensorboard, bogus]"], r"^report_to must be .*, got \['tensorboard', 'bogus'\]$"),
+        (["report_to=[none, tensorboard]"], r"^report_to must be .*, got \['none', 'tensorboard'\]$"),
     ],
 )
 def test_values_refused_late_by_trl_are_refused_before_loading(
@@ -46,6 +61,43 @@ def test_values_refused_late_by_trl_are_refused_before_loading(
     config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=none", *overrides])
     with pytest.raises(ConfigError, match=match):
         prepare(config)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["seed=0"],
+        ["seed=4294967295"],
+        ["scale_rewards=batch", "multi_objective_aggregation=normalize_then_sum"],
+        ["scale_rewards=none"],
+        ["report_to=all"],
+        ["report_to=[none]"],
+        ["report_to=null"],
+        ["report_to=[tensorboard, wandb]"],
+    ],
+)
+def test_the_values_trl_and_transformers_take_pass(overrides: list[str], tmp_path: Path) -> None:
+    config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=none", *overrides])
+    prepare(config)
+
+
+def test_the_choices_are_those_the_installed_trl_branches_on() -> None:
+    """TRL compares these settings with literals in ``_generate_and_score_completions`` and raises on any other
+    value at the first step; a TRL that adds one shows here."""
+    import inspect
+    import re
+
+    from trl import GRPOTrainer
+
+    from bandpo.training.trainer_checks import MULTI_OBJECTIVE_AGGREGATIONS, SCALE_REWARDS
+
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for setting, choices in (
+        ("scale_rewards", SCALE_REWARDS),
+        ("multi_objective_aggregation", MULTI_OBJECTIVE_AGGREGATIONS),
+    ):
+        compared = re.findall(rf"self\.{setting} (?:==|!=|in) (\[[^]]*\]|\"[^\"]*\")", source)
+        assert set(re.findall(r'"([^"]*)"', " ".join(compared))) == set(choices)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 ``GRPOConfig`` accepts ``temperature=0``, ``per_device_train_batch_size=0`` or ``learning_rate=-1``; the sampler,
 the batch arithmetic or the optimizer then fail after both models loaded, with a long traceback.
-:func:`check_trainer_values` checks the values by the ranges below (one line: key, value, what is allowed), and
+:func:`check_trainer_values` checks the values by the ranges and choices below, and ``report_to`` against
+transformers' reporting integrations (one line: key, value, what is allowed), and
 :func:`check_trainer_components` builds what can be built without a model (the optimizer and learning-rate
 scheduler on a one-element parameter, the generation config) so anything else those classes refuse is found in
 :func:`bandpo.training.run.prepare` too. :func:`check_training_length` refuses a run that would train no step.
@@ -17,7 +18,16 @@ from typing import Any
 from bandpo.training.config import ConfigError
 from bandpo.validation import is_int_in
 
-__all__ = ["VALUE_RULES", "check_trainer_components", "check_trainer_values", "check_training_length"]
+__all__ = [
+    "MULTI_OBJECTIVE_AGGREGATIONS",
+    "SCALE_REWARDS",
+    "SEED_MAX",
+    "VALUE_RULES",
+    "check_report_to",
+    "check_trainer_components",
+    "check_trainer_values",
+    "check_training_length",
+]
 
 Predicate = Callable[[Any], bool]
 
@@ -36,6 +46,21 @@ def _number(ok: Callable[[float], bool]) -> Predicate:
 
 def _or_null(ok: Predicate) -> Predicate:
     return lambda v: v is None or ok(v)
+
+
+def _one_of(*choices: str) -> Predicate:
+    return lambda v: isinstance(v, str) and v in choices
+
+
+SEED_MAX = 2**32 - 1
+"""numpy's largest seed: transformers seeds numpy with ``seed`` when it builds the trainer."""
+
+SCALE_REWARDS = ("group", "batch", "none")
+"""TRL 1.16's ``scale_rewards`` (its Python ``True`` / ``False`` are ``group`` / ``none``; a config's value is
+text, and TRL refuses ``"true"`` at the first step)."""
+
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+"""TRL 1.16's ``multi_objective_aggregation``."""
 
 
 VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
@@ -64,12 +89,20 @@ VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
     ("top_k", _or_null(_integer(0)), "an integer >= 0 (0: no top-k filtering)"),
     ("min_p", _or_null(_number(lambda v: 0 <= v <= 1)), "a number in [0, 1] or null"),
     ("repetition_penalty", _number(lambda v: v > 0), "a finite number > 0 (1: no penalty)"),
+    ("seed", lambda v: is_int_in(v, 0, SEED_MAX), f"an integer in [0, {SEED_MAX}] (numpy's seed range)"),
+    ("scale_rewards", _one_of(*SCALE_REWARDS), f"one of {', '.join(SCALE_REWARDS)}"),
+    (
+        "multi_objective_aggregation",
+        _one_of(*MULTI_OBJECTIVE_AGGREGATIONS),
+        f"one of {', '.join(MULTI_OBJECTIVE_AGGREGATIONS)}",
+    ),
 )
 """``(key, valid, what is allowed)`` for the trainer settings whose range TRL or transformers enforce late."""
 
 
 def check_trainer_values(get: Callable[[str], Any]) -> None:
-    """Check the :data:`VALUE_RULES` keys; ``get(key)`` gives the value the run would use (config or default).
+    """Check the :data:`VALUE_RULES` keys and ``report_to`` (:func:`check_report_to`); ``get(key)`` gives the
+    value the run would use (config or default).
 
     ``num_train_epochs`` is checked only when ``max_steps`` is -1 (otherwise it is unused).
 
@@ -82,6 +115,29 @@ def check_trainer_values(get: Callable[[str], Any]) -> None:
         value = get(key)
         if not valid(value):
             raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+    check_report_to(get("report_to"))
+
+
+def check_report_to(value: Any) -> None:
+    """``report_to`` must be what transformers' ``TrainingArguments`` and ``Trainer`` take: null, ``none``,
+    ``all``, the name of one of its reporting integrations, or a list of names (``[none]`` and ``[all]`` too).
+    Whether the integration's library is installed is left to transformers (a dry run may be made elsewhere).
+
+    Raises:
+        ConfigError: naming the value and the integrations of the installed transformers (it refuses an unknown
+            name only when it builds the trainer, after the run's files are written).
+    """
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    names = [value] if isinstance(value, str) else value
+    if value is None or names in (["none"], ["all"]):
+        return
+    if isinstance(names, list) and all(isinstance(n, str) and n in INTEGRATION_TO_CALLBACK for n in names):
+        return
+    raise ConfigError(
+        f"report_to must be none, all, or one or a list of transformers' reporting integrations "
+        f"({', '.join(INTEGRATION_TO_CALLBACK)}), got {value!r}"
+    )
 
 
 def _plain(value: Any) -> Any:
