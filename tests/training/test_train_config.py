@@ -425,6 +425,43 @@ def test_prepare_refuses_to_mix_runs(tmp_path: Path) -> None:
         prepare(config, resume=True, overwrite=True)
 
 
+@pytest.mark.parametrize(
+    ("files", "holds"),
+    [
+        ({"metrics.jsonl": '{"step": 5, "loss": 0.1}\n'}, r"logged metrics \(metrics.jsonl\)"),
+        ({"run_info.json": '{"finished": {"global_step": 8}}'}, r"a finished run \(run_info.json\)"),
+    ],
+)
+def test_prepare_refuses_a_directory_an_earlier_run_finished_in_without_checkpoints(
+    files: dict[str, str], holds: str, tmp_path: Path
+) -> None:
+    """A run with save_strategy: no leaves its metrics and run info but no checkpoint: a fresh run there was
+    accepted and wrote over them."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    config = load_train_config(TINY, run_dir(tmp_path))
+    with pytest.raises(
+        ConfigError,
+        match=rf"^output_dir '{out}' already holds {holds} from an earlier run: pass --resume to continue it, "
+        r"--overwrite to discard it, or choose another output_dir$",
+    ):
+        prepare(config)
+    assert prepare(config, overwrite=True).resume_from is None
+    prepare(config, resume=True)
+
+
+def test_prepare_accepts_a_directory_with_nothing_of_an_earlier_run(tmp_path: Path) -> None:
+    """An empty metrics.jsonl and the run info of a run that never finished (killed before its first log) are
+    not an earlier run to keep."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("")
+    (out / "run_info.json").write_text('{"model_path": "m"}')
+    assert prepare(load_train_config(TINY, run_dir(tmp_path))).resume_from is None
+
+
 @pytest.mark.parametrize("written", ["~/runs/a", "$RUNS_ROOT/a"])
 def test_a_home_or_variable_output_dir_is_the_directory_the_trainer_writes(
     written: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import read_json_object, read_jsonl
 from bandpo.decode import sampling_generate
 from bandpo.models import builtin_model_dir, is_builtin_model
 from bandpo.rewards import SafeRewardFunc
@@ -111,12 +112,14 @@ def prepare(
     """Check the whole run without loading a model: batch arithmetic, value ranges, the method and every TRL
     setting (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native method, plus the optimizer, scheduler and generation config built as TRL will), reward name
     and options, model path, dataset files and columns (and that they fill one generation round), chat-template
-    use, and the output directory (not in use by another run; with ``resume``, its checkpoints and config).
+    use, and the output directory (not in use by another run; with ``resume``, its checkpoints and config;
+    otherwise, unless ``overwrite``, free of an earlier run's checkpoints, metrics or finished record).
 
     Args:
         config: the training config.
         resume: continue from the newest complete checkpoint in ``output_dir`` (none there: start from scratch).
-        overwrite: a fresh run may replace the checkpoints and metrics of an earlier one in ``output_dir``.
+        overwrite: a fresh run may replace the checkpoints, metrics and run info of an earlier one in
+            ``output_dir``.
         allow_config_change: with ``resume``, continue even if the config changes the experiment
             (:mod:`bandpo.training.resume`).
 
@@ -155,13 +158,12 @@ def prepare(
     plan = None
     if resume:
         plan = plan_resume(output_dir, config, args, allow_config_change)
-    else:
-        scan = scan_checkpoints(output_dir)
-        if scan.any_found and not overwrite:
-            last = scan.latest or scan.skipped[0][0]
+    elif not overwrite:
+        earlier = _earlier_run(output_dir)
+        if earlier is not None:
             raise ConfigError(
-                f"output_dir {str(output_dir)!r} already holds checkpoints (last: {last.name}) from an earlier "
-                "run: pass --resume to continue it, --overwrite to discard it, or choose another output_dir"
+                f"output_dir {str(output_dir)!r} already holds {earlier} from an earlier run: pass --resume to "
+                "continue it, --overwrite to discard it, or choose another output_dir"
             )
     prepared = PreparedRun(
         config=config,
@@ -178,6 +180,21 @@ def prepare(
         prepared.tokenizer = preflight.load_tokenizer(model_path)
         prepared.dataset = build_prompt_dataset(problems, config.data, prepared.tokenizer)
     return prepared
+
+
+def _earlier_run(output_dir: Path) -> str | None:
+    """What an earlier run left in ``output_dir`` that a fresh run would mix with or write over: its checkpoints,
+    its logged metrics (a non-empty ``metrics.jsonl``) or the ``run_info.json`` of a finished run (one that saved
+    no checkpoint, ``save_strategy: no``); ``None`` when there is none of these."""
+    scan = scan_checkpoints(output_dir)
+    if scan.any_found:
+        last = scan.latest or scan.skipped[0][0]
+        return f"checkpoints (last: {last.name})"
+    if read_jsonl(output_dir / METRICS_FILE):
+        return f"logged metrics ({METRICS_FILE})"
+    if "finished" in read_json_object(output_dir / RUN_INFO_FILE):
+        return f"a finished run ({RUN_INFO_FILE})"
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ training
@@ -360,8 +377,9 @@ def train(
             and data position included; one saved in the middle of a generation round starts a new round, as TRL
             does); with none there, start from scratch (refused where the run saved only models,
             ``save_only_model=true``: none can be continued); for a run that already finished, do nothing. ``metrics.jsonl`` keeps the rows up to the checkpoint's step, so no step is logged twice.
-        overwrite: discard an earlier run's checkpoints, metrics and TensorBoard folders in ``output_dir``
-            (otherwise a fresh run into such a directory is refused).
+        overwrite: discard an earlier run's checkpoints, metrics, run info and TensorBoard folders in
+            ``output_dir`` (otherwise a fresh run into a directory holding its checkpoints, logged metrics or the
+            ``run_info.json`` of a finished run is refused).
         callbacks: more ``transformers.TrainerCallback`` objects.
         prepared: the result of :func:`prepare` for this config, to skip checking twice.
         allow_config_change: with ``resume``, continue even if the config changes the experiment.
