@@ -59,6 +59,17 @@ def test_seeded_and_batch_size_invariant_when_greedy(model, tok) -> None:
     assert all(row[0] == row[1] for row in batched)
 
 
+def test_a_tokenizer_without_a_pad_token_pads_with_the_eos_and_is_left_as_it_was(model) -> None:
+    """The pad token only fills masked positions: the completions are those of a tokenizer with one (it raised
+    "Asking to pad but the tokenizer does not have a padding token")."""
+    with_pad = build_tokenizer()
+    without = build_tokenizer()
+    without.pad_token = None
+    expected = sample_completions(model, with_pad, PROMPTS, k=2, temperature=0.0, max_new_tokens=6)
+    assert sample_completions(model, without, PROMPTS, k=2, temperature=0.0, max_new_tokens=6) == expected
+    assert without.pad_token is None and without.pad_token_id is None
+
+
 def test_global_rng_and_training_mode_restored(model, tok) -> None:
     model.train()
     state = torch.random.get_rng_state()

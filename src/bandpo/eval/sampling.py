@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,20 @@ def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list
     return [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)]
 
 
+@contextlib.contextmanager
+def _pad_token(tokenizer: PreTrainedTokenizerBase, pad_id: int) -> Iterator[None]:
+    """``tokenizer`` pads with the token ``pad_id`` in the block when it has no pad token (it cannot pad a batch
+    then); its pad token is unset again afterwards."""
+    if tokenizer.pad_token is not None:
+        yield
+        return
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad_id)
+    try:
+        yield
+    finally:
+        tokenizer.pad_token = None
+
+
 def generate_samples(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -89,7 +103,8 @@ def generate_samples(
 
     Args:
         model: a causal LM; it is put in eval mode for the call and its mode restored afterwards.
-        tokenizer: its tokenizer; needs an eos token, and a pad token (the eos is used when it has none).
+        tokenizer: its tokenizer; needs an eos token (its own or the model's generation config's), and a pad
+            token (without one it pads with the eos for the call and is left without one).
         prompts: ``P`` prompt strings, tokenized as given (apply a chat template beforehand if needed).
         k: completions per prompt, >= 1.
         temperature: > 0 samples from ``softmax(logits / temperature)``; 0 decodes greedily (then the ``k``
@@ -134,13 +149,14 @@ def generate_samples(
                 torch.manual_seed(seed)
             for start in range(0, len(prompts), batch_size):
                 chunk = list(prompts[start : start + batch_size])
-                enc = tokenizer(
-                    chunk,
-                    return_tensors="pt",
-                    padding=True,
-                    padding_side="left",
-                    add_special_tokens=add_special_tokens,
-                ).to(device)
+                with _pad_token(tokenizer, pad_id):
+                    enc = tokenizer(
+                        chunk,
+                        return_tensors="pt",
+                        padding=True,
+                        padding_side="left",
+                        add_special_tokens=add_special_tokens,
+                    ).to(device)
                 recorder = _EntropyRecorder(1.0 if greedy else float(temperature))
                 # Each prompt repeated k times, prompt-major; bandpo.decode.sample encodes each prompt once.
                 input_ids = enc["input_ids"].repeat_interleave(k, dim=0)  # (len(chunk) * k, T_prompt)
