@@ -124,6 +124,17 @@ def test_evaluate_pass_rates_structure(model, tok) -> None:
     assert half["pass@1"] == pytest.approx(0.5) and half["pass@2"] == 1.0
 
 
+def test_evaluate_pass_rates_takes_a_numpy_integer_k(model, tok) -> None:
+    """``k`` from a numpy array (np.int64 has no bit_length: it raised after all the sampling)."""
+    import numpy as np
+
+    result = evaluate_pass_rates(model, tok, PROMPTS, countdown_reward, k=np.int64(4), max_new_tokens=2)
+    assert type(result["k"]) is int and result["k"] == 4
+    assert [j for j in result if j.startswith("pass@")] == ["pass@1", "pass@2", "pass@4"]
+    with pytest.raises(ValueError, match=r"^k must be an integer >= 1, got 0$"):
+        evaluate_pass_rates(model, tok, PROMPTS, countdown_reward, k=0)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

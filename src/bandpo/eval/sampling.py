@@ -256,6 +256,7 @@ def evaluate_pass_rates(
         "mean_reward", "entropy" (nats per generated token), "mean_length" (tokens, eos included),
         "truncated_frac" (share of samples cut by max_new_tokens), "k", "temperature", "n_problems"}``.
     """
+    k = check_int_in("k", k, 1)  # a plain int: numpy's integers have no bit_length
     if isinstance(problems, (str, Mapping)) or not problems:
         raise ValueError("problems must be a non-empty sequence of problems (dicts with 'prompt' or strings)")
     prompts = [_prompt_of(i, p) for i, p in enumerate(problems)]
