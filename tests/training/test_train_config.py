@@ -193,6 +193,15 @@ def test_default_output_dir_is_named_after_the_config(tmp_path: Path) -> None:
         (["data.split=validation"], r"data.split must be one of train, test for task 'countdown'"),
         (["data.prompt_template=no field"], r"data.prompt_template must contain \{prompt\}"),
         (
+            ["data.prompt_template={prompt.x}"],
+            r"^data.prompt_template must be a format string whose only field is \{prompt\} .*, got "
+            r"'\{prompt.x\}': AttributeError",
+        ),
+        (
+            ["data.prompt_template={prompt.upper:x}"],
+            r"^data.prompt_template must be a format string whose only field is \{prompt\} .*: TypeError",
+        ),
+        (
             ["data.task_options.n_trian=5"],
             r"unknown config key 'data.task_options.n_trian' \(did you mean 'data.task_options.n_train'\?\)",
         ),

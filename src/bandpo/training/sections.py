@@ -167,7 +167,7 @@ class DataConfig:
         if self.prompt_template is not None:
             try:
                 self.prompt_template.format(prompt="")
-            except (KeyError, IndexError, ValueError) as err:
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as err:
                 raise ConfigError(
                     f"data.prompt_template must be a format string whose only field is {{prompt}} (write literal "
                     f"braces as {{{{ }}}}), got {self.prompt_template!r}: {err!r}"
