@@ -78,10 +78,20 @@ class TransformersSampler:
 
 class VLLMSampler:
     """vLLM sampling (no entropy: vLLM does not return the full distributions). Prompts are tokenized here, with
-    or without special tokens as the transformers path does, and passed to vLLM as token ids."""
+    or without special tokens as the transformers path does, and passed to vLLM as token ids.
+
+    ``tokenizer_dir`` is where the tokenizer files are (:func:`bandpo.eval.models.check_model_dir`: a checkpoint
+    without its own uses the run directory's); ``None``: ``model_dir``.
+    """
 
     def __init__(
-        self, model_dir: Path, tokenizer: Any, settings: EvalSettings, max_new_tokens: int, dtype: str
+        self,
+        model_dir: Path,
+        tokenizer: Any,
+        settings: EvalSettings,
+        max_new_tokens: int,
+        dtype: str,
+        tokenizer_dir: Path | None = None,
     ) -> None:
         try:
             from vllm import LLM
@@ -91,7 +101,12 @@ class VLLMSampler:
                 "transformers"
             ) from err
         self.tokenizer, self.settings, self.max_new_tokens = tokenizer, settings, max_new_tokens
-        self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=settings.seed or 0)
+        self.llm = LLM(
+            model=str(model_dir),
+            tokenizer=str(tokenizer_dir or model_dir),
+            dtype=dtype,
+            seed=settings.seed or 0,
+        )
 
     def __call__(self, prompts: list[str], add_special_tokens: bool, seed: int | None) -> Chunk:
         from vllm import SamplingParams

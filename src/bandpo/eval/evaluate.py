@@ -238,7 +238,7 @@ def evaluate_model_dir(
             except OSError:
                 max_new = None
         settings = dataclasses.replace(settings, max_new_tokens=int(max_new or 1024))
-        sampler = VLLMSampler(model_path, tokenizer, settings, settings.max_new_tokens, dtype)
+        sampler = VLLMSampler(model_path, tokenizer, settings, settings.max_new_tokens, dtype, tokenizer_dir)
         out = evaluate_model(None, tokenizer, datasets, settings, keep_samples=keep_samples, sampler=sampler)
     else:
         model, tokenizer = load_model(model_path, device=device, dtype=dtype)
