@@ -43,8 +43,10 @@ def test_overrides() -> None:
             "eval.ks=[1,4]",
             "train.overrides.max_steps=2",
             "train.overrides.model.cache_dir=/c",
+            "baseline=false",
         ],
     )
+    assert cfg.baseline is False
     assert cfg.seeds == [3] and cfg.eval.k == 4 and cfg.eval.ks == [1, 4]
     assert cfg.train_overrides["max_steps"] == 2 and cfg.train_overrides["model.cache_dir"] == "/c"
 
@@ -84,6 +86,12 @@ def test_overrides() -> None:
         (["eval.at_steps=5"], r"eval.at_steps \(from the overrides\) must be a list, got 5"),
         (["eval.at_steps=[0, 4]"], r"eval.at_steps entries must be an integer >= 1, got 0"),
         (["eval.at_steps=[4, 2]"], r"eval.at_steps must be increasing and distinct, got \[4, 2\]"),
+        # an empty or null output_dir was the directory 'None', anything but a bool a true baseline
+        (["output_dir="], r"output_dir must be a directory path \(a non-empty string.*\), got None$"),
+        (["output_dir=null"], r"output_dir must be a directory path .*, got None$"),
+        (["baseline='false'"], r"^baseline must be true or false, got 'false'$"),
+        (["baseline=nope"], r"^baseline must be true or false, got 'nope'$"),
+        (["baseline=[0]"], r"^baseline must be true or false, got \[0\]$"),
     ],
 )
 def test_config_errors_name_the_key_and_value(overrides: list[str], message: str) -> None:

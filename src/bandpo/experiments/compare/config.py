@@ -262,7 +262,12 @@ class CompareConfig:
             check_int_in("num_threads", self.num_threads, 1, error=CompareError)
         check_int_in("report.smooth", self.smooth, 1, error=CompareError)
         if not isinstance(self.output_dir, str) or not self.output_dir.strip():
-            raise CompareError(f"output_dir must be a directory path, got {self.output_dir!r}")
+            raise CompareError(
+                "output_dir must be a directory path (a non-empty string; quote a name YAML reads as a number), "
+                f"got {self.output_dir!r}"
+            )
+        if not isinstance(self.baseline, bool):
+            raise CompareError(f"baseline must be true or false, got {self.baseline!r}")
 
     def seeds_of(self, method: MethodSpec) -> list[int]:
         """The seeds ``method`` runs on: the config's ``seeds``, or those of them in the method's own ``seeds``."""
@@ -430,7 +435,7 @@ def load_compare_config(
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
     return CompareConfig(
-        output_dir=str(data.get("output_dir", "runs/compare")),
+        output_dir=data.get("output_dir", "runs/compare"),
         train_config=str(resolved),
         train_overrides=dict(train.overrides),
         methods=methods,
@@ -438,7 +443,7 @@ def load_compare_config(
         reference=data.get("reference"),
         eval=data["eval"],
         curves=data["curves"],
-        baseline=bool(data.get("baseline", True)),
+        baseline=data.get("baseline", True),
         num_threads=data.get("num_threads"),
         smooth=data["report"].smooth,
         source=None if path is None else str(path),
