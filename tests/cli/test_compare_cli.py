@@ -51,6 +51,12 @@ def bandpo(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
             "methods[gspo]: unknown parameter 'band_delta' for method 'gspo' (GSPO (Group Sequence Policy "
             "Optimization)); its parameters (GRPOConfig fields): epsilon, epsilon_high",
         ),
+        # the eval data was read after training only (--dry-run passed)
+        (
+            ["eval.split=nosplit"],
+            "eval: split must be one of train, test for task 'countdown', got 'nosplit'",
+        ),
+        (["eval.dataset=5"], "eval: dataset '5' does not exist"),
     ],
 )
 def test_compare_config_errors(overrides: list[str], message: str, tmp_path: Path) -> None:
@@ -58,6 +64,34 @@ def test_compare_config_errors(overrides: list[str], message: str, tmp_path: Pat
     assert out.returncode == 2, out.stdout + out.stderr
     assert "bandpo compare: error: " in out.stderr and message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow  # a subprocess that validates every run with the trainer: ~10 s
+def test_dry_run_refuses_runs_made_with_other_settings_unless_redo(tmp_path: Path) -> None:
+    """--dry-run says what the comparison would: runs finished with other settings are refused without --redo, and
+    with it they are checked as the fresh runs it makes of them (they were checked as resumes, which the trainer
+    refuses for a changed learning rate, naming an option compare does not have)."""
+    from bandpo.experiments.compare import load_compare_config, plan_runs
+    from bandpo.training.config import TrainConfig
+
+    config = load_compare_config(PRESET, [f"output_dir={tmp_path}", "seeds=[0]"])
+    for p in plan_runs(config):
+        p.run_dir.mkdir(parents=True)
+        (p.run_dir / "run_spec.json").write_text(json.dumps(p.spec(config)))
+        (p.run_dir / "results.json").write_text(json.dumps({"fingerprint": p.fingerprint}))
+        (p.run_dir / "train_config.yaml").write_text(TrainConfig.from_dict(p.train_config).to_yaml())
+        (p.run_dir / "config.json").write_text("{}")  # a final model, and the end of training recorded
+        (p.run_dir / "run_info.json").write_text(
+            json.dumps({"finished": {"global_step": 40, "max_steps": 40}})
+        )
+    args = ("compare", "--config", str(PRESET), f"output_dir={tmp_path}", "seeds=[0]", "--dry-run")
+    out = bandpo(*args, "train.overrides.learning_rate=0.5")
+    assert out.returncode == 2 and "grpo seed 0 (differs in: train_config.learning_rate)" in out.stderr, (
+        out.stderr
+    )
+    out = bandpo(*args, "train.overrides.learning_rate=0.5", "--redo")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "grpo             seed 0   stale" in out.stdout
 
 
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:

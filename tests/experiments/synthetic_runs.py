@@ -110,3 +110,33 @@ def trl_rows(n_steps: int = 10) -> list[dict[str, Any]]:
         for i in range(1, n_steps + 1)
     ]
     return [*rows, {"step": 2 * n_steps, "train_runtime": 12.5, "train_loss": 0.1}]
+
+
+# ------------------------------------------------------------------------------- runs of a compare config
+def make_planned_runs(config: Any, skip: Any = (), train_files: bool = False) -> list[Any]:
+    """Finished fake runs of every planned ``(label, seed)`` of the compare ``config`` but those in ``skip``: their
+    spec and results carry the plan's fingerprint, so the comparison counts them done. ``train_files``: also what a
+    finished training run leaves besides its model (``train_config.yaml``, ``config.json``, ``run_info.json``
+    recording the end of training), which a resume compares its config with. Returns the plans."""
+    from bandpo.experiments.compare import plan_runs
+    from bandpo.training.config import TrainConfig
+
+    plans = plan_runs(config)
+    for p in plans:
+        if (p.method.label, p.seed) in skip:
+            continue
+        p.run_dir.mkdir(parents=True, exist_ok=True)
+        (p.run_dir / "run_spec.json").write_text(json.dumps(p.spec(config)))
+        rows = metrics_rows(0.01 * p.seed + 0.02 * p.method_index)
+        (p.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        mean = 0.1 + 0.01 * p.seed + 0.03 * p.method_index
+        results = results_payload(p.method.label, p.method.method, p.seed, mean, 0.5)
+        (p.run_dir / RESULTS_FILE).write_text(json.dumps({**results, "fingerprint": p.fingerprint}))
+        if train_files:
+            train_config = TrainConfig.from_dict(p.train_config, source=p.train_source)
+            (p.run_dir / "train_config.yaml").write_text(train_config.to_yaml())
+            (p.run_dir / "config.json").write_text("{}")
+            max_steps = p.train_config["max_steps"]
+            finished = {"finished": {"global_step": max_steps, "max_steps": max_steps}}
+            (p.run_dir / "run_info.json").write_text(json.dumps(finished))
+    return plans

@@ -55,6 +55,35 @@ def test_plan_statuses_and_stale_runs(tmp_path: Path) -> None:
     check_plans(changed, plans, redo=True)  # allowed with redo
 
 
+def test_a_run_that_cannot_resume_with_its_settings_is_refused_naming_redo(tmp_path: Path) -> None:
+    """A started run (its spec of this config) whose training began with other settings: the trainer's refusal
+    named --allow-config-change, which compare does not have; it names --redo, which retrains it from scratch."""
+    from synthetic_runs import make_planned_runs
+
+    from bandpo.experiments.compare import validate_with_trainer
+
+    out = tmp_path / "out"
+    cfg = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={out}", "seeds=[0]"])
+    changed = load_compare_config(
+        CONFIGS / "compare-tiny.yaml", [f"output_dir={out}", "seeds=[0]", "train.overrides.learning_rate=0.5"]
+    )
+    make_planned_runs(cfg, train_files=True)
+    for p in plan_runs(changed):  # started under the changed config's spec, not finished
+        (p.run_dir / RESULTS_FILE).unlink()
+        (p.run_dir / "run_spec.json").write_text(json.dumps(p.spec(changed)))
+    plans = plan_runs(changed)
+    assert [p.status for p in plans] == ["partial", "partial"]
+    with pytest.raises(
+        CompareError,
+        match=r"^methods\[grpo\] seed 0: the run started in '.*seed0' cannot resume with this config \(it started "
+        r"with other training settings: learning_rate: 0.0005 -> 0.5\): pass --redo to retrain it from scratch, or "
+        r"choose another output_dir$",
+    ):
+        validate_with_trainer(plans)
+    validate_with_trainer(plans, redo=True)
+    assert [p.status for p in plans] == ["stale", "stale"]  # the driver discards them before training
+
+
 def test_the_plan_keeps_every_call_with_its_time_and_code(tmp_path: Path) -> None:
     from bandpo.experiments.compare.plan import write_plan
     from bandpo.provenance import provenance

@@ -73,7 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "models) to DIR, from which --report-only with output_dir=DIR rebuilds the report",
     )
     parser.add_argument(
-        "--redo", action="store_true", help="retrain finished runs whose config differs from this one"
+        "--redo",
+        action="store_true",
+        help="retrain runs (finished or started) whose config differs from this one, from scratch",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -82,12 +84,14 @@ def run(args: argparse.Namespace) -> int:
     from bandpo._files import output_dir_problem
     from bandpo.experiments.compare import (
         CompareError,
+        check_eval_data,
         export_results,
         load_compare_config,
         plan_runs,
         run_compare,
         validate_with_trainer,
     )
+    from bandpo.experiments.compare.plan import check_plans
 
     try:
         config = load_compare_config(args.config, args.overrides)
@@ -124,8 +128,10 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.dry_run:
             plans = plan_runs(config)
-            # every run's training config as the trainer will build it
-            validate_with_trainer(plans, locked_ok=True)
+            check_plans(config, plans, redo=args.redo)
+            # the eval data, and every run's training config as the trainer will build it
+            check_eval_data(config, plans)
+            validate_with_trainer(plans, locked_ok=True, redo=args.redo)
             print(f"output_dir {config.output_dir}; reference {config.reference}; eval k={config.eval.k}")
             for p in plans:
                 print(

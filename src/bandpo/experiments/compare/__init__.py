@@ -60,7 +60,7 @@ from bandpo.experiments.compare.config import (
 from bandpo.experiments.compare.driver import run_compare
 from bandpo.experiments.compare.export import export_results
 from bandpo.experiments.compare.layout import PLAN_FILE, RESULTS_FILE, RUN_SPEC_FILE
-from bandpo.experiments.compare.plan import RunPlan, plan_runs, validate_with_trainer
+from bandpo.experiments.compare.plan import RunPlan, check_eval_data, plan_runs, validate_with_trainer
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -73,6 +73,7 @@ __all__ = [
     "EvalSpec",
     "MethodSpec",
     "RunPlan",
+    "check_eval_data",
     "export_results",
     "load_compare_config",
     "plan_runs",

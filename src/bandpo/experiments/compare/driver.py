@@ -13,9 +13,15 @@ from typing import Any
 import bandpo
 from bandpo._files import write_json
 from bandpo.experiments.compare.baseline import evaluate_baseline
-from bandpo.experiments.compare.config import CompareConfig
+from bandpo.experiments.compare.config import CompareConfig, CompareError
 from bandpo.experiments.compare.layout import LOG_FILE, RESULTS_FILE, RUN_SPEC_FILE
-from bandpo.experiments.compare.plan import check_plans, plan_runs, validate_with_trainer, write_plan
+from bandpo.experiments.compare.plan import (
+    check_eval_data,
+    check_plans,
+    plan_runs,
+    validate_with_trainer,
+    write_plan,
+)
 from bandpo.experiments.compare.worker import headline
 
 
@@ -58,7 +64,8 @@ def run_compare(
 
     Args:
         config: from :func:`load_compare_config`.
-        redo: retrain finished runs whose config differs from ``config`` (otherwise they are refused).
+        redo: retrain runs (finished or started) whose config differs from ``config``, and started runs that
+            cannot resume with it, from scratch (otherwise they are refused).
         report_only: train nothing; build the report from the runs that exist.
         progress: progress bar over runs (with ETA) and over the baseline evaluation.
         log: a file for the one-line messages (default ``sys.stdout``).
@@ -68,7 +75,8 @@ def run_compare(
         run's ``train.log``.
 
     Raises:
-        CompareError: bad config, or finished runs made with another config (without ``redo``).
+        CompareError: bad config (the training settings of every run, the eval dataset and split: all checked
+            before anything trains), or runs made with another config (without ``redo``).
     """
     from tqdm.auto import tqdm
 
@@ -83,7 +91,8 @@ def run_compare(
     check_plans(config, plans, redo=redo)
     failures: list[str] = []
     if not report_only:
-        validate_with_trainer(plans)
+        check_eval_data(config, plans)
+        validate_with_trainer(plans, redo=redo)
         write_plan(config, plans)
         todo = [p for p in plans if p.status != "done"]
         done = len(plans) - len(todo)
@@ -95,6 +104,8 @@ def run_compare(
             say("bandpo compare: evaluating the starting policy (baseline)")
             try:
                 evaluate_baseline(config, progress=progress)
+            except CompareError:  # a config error: the runs would meet it too
+                raise
             except Exception as err:  # the comparison itself does not depend on it
                 say(f"bandpo compare: warning: baseline evaluation failed: {err}")
         env = _child_env(config)

@@ -173,10 +173,19 @@ def check_plans(config: CompareConfig, plans: Sequence[RunPlan], redo: bool = Fa
     )
 
 
-def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False) -> None:
+def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False, redo: bool = False) -> None:
     """Every unfinished run's config through ``prepare`` (batch arithmetic, the method's TRL config, reward, data;
     no model loaded). ``locked_ok``: a run whose directory another live process holds (a comparison in progress)
-    is skipped instead of refused (for ``--dry-run``)."""
+    is skipped instead of refused (for ``--dry-run``).
+
+    A run made (or started) with another config (``stale``) is checked as the fresh run ``--redo`` makes of it
+    (the driver discards it first), so with ``redo`` a change of training settings is no reason to refuse it. A
+    run that resumes must resume with its config: when only its earlier start stands in the way, it is refused
+    naming ``--redo``, unless ``redo``, which then retrains it from scratch too (its status becomes ``stale``).
+
+    Raises:
+        CompareError: the first run the trainer refuses, naming its method and seed.
+    """
     from bandpo.training.config import ConfigError, TrainConfig
     from bandpo.training.lock import OutputDirLockedError
     from bandpo.training.run import prepare
@@ -184,12 +193,70 @@ def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False) -> 
     for plan in plans:
         if plan.status == "done":
             continue
+        train_config = TrainConfig.from_dict(plan.train_config, source=plan.train_source)
+        fresh = plan.status == "stale" and redo  # discarded before it trains
         try:
-            prepare(TrainConfig.from_dict(plan.train_config, source=plan.train_source), resume=True)
+            prepare(train_config, resume=not fresh, overwrite=fresh)
         except ConfigError as err:
             if locked_ok and isinstance(err, OutputDirLockedError):
                 continue
-            raise CompareError(f"methods[{plan.method.label}] seed {plan.seed}: {err}") from err
+            if fresh or not _starts_afresh(train_config):
+                raise CompareError(f"methods[{plan.method.label}] seed {plan.seed}: {err}") from err
+            if not redo:  # the settings are fine; the run started in its directory cannot continue with them
+                raise CompareError(
+                    f"methods[{plan.method.label}] seed {plan.seed}: the run started in {str(plan.run_dir)!r} "
+                    f"cannot resume with this config ({_resume_problem(plan, train_config, err)}): pass --redo "
+                    "to retrain it from scratch, or choose another output_dir"
+                ) from err
+            plan.status = "stale"
+
+
+def _starts_afresh(train_config: Any) -> bool:
+    """Whether ``train_config`` passes ``prepare`` as a fresh run (its output directory's earlier run discarded)."""
+    from bandpo.training.config import ConfigError
+    from bandpo.training.run import prepare
+
+    try:
+        prepare(train_config, overwrite=True)
+    except ConfigError:
+        return False
+    return True
+
+
+def _resume_problem(plan: RunPlan, train_config: Any, err: Exception) -> str:
+    """Why the run in ``plan.run_dir`` cannot resume: the training settings that changed since it started (keys,
+    before and now), else the trainer's words."""
+    from bandpo.training.layout import CONFIG_FILE
+    from bandpo.training.resume import ConfigChanges, config_changes
+
+    try:
+        saved = yaml.safe_load((plan.run_dir / CONFIG_FILE).read_text())
+        altering = config_changes(saved, yaml.safe_load(train_config.to_yaml())).altering
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        altering = {}
+    if altering:
+        return f"it started with other training settings: {ConfigChanges.describe(altering)}"
+    return str(err)
+
+
+def check_eval_data(config: CompareConfig, plans: Sequence[RunPlan]) -> None:
+    """The evaluation data loads: ``eval.dataset`` and ``eval.split`` read as the runs and the baseline read them
+    (:func:`bandpo.experiments.compare.worker.eval_dataset`), once per training task and its options, before
+    anything trains (it is read after training otherwise).
+
+    Raises:
+        CompareError: an unknown dataset or split, a missing file or column (``eval: ...``).
+    """
+    from bandpo.experiments.compare.worker import eval_dataset
+
+    spec = dataclasses.asdict(config.eval)
+    seen = set()
+    for plan in plans:
+        data = plan.train_config.get("data") or {}
+        key = json.dumps([data.get("task"), data.get("task_options")], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            eval_dataset(spec, plan.train_config, config.eval.max_problems)
 
 
 # ------------------------------------------------------------------------------------------------ the driver
