@@ -174,3 +174,29 @@ def test_settings_added_later_keep_earlier_fingerprints() -> None:
         "eval": {"k": 8},
     }
     assert fingerprint(bf16) != fingerprint(before)
+
+
+def test_exporting_again_drops_the_files_a_redone_run_no_longer_has(tmp_path: Path) -> None:
+    """A run being redone kept its old results.json in the export next to its new spec: the rebuilt report counted
+    it finished, with the old config's numbers."""
+    from synthetic_runs import make_planned_runs
+
+    from bandpo.experiments.compare import export_results
+
+    src, dest = tmp_path / "out", tmp_path / "export"
+    make_planned_runs(load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={src}"]))
+    export_results(src, dest)
+    changed = load_compare_config(
+        CONFIGS / "compare-tiny.yaml", [f"output_dir={src}", "train.overrides.max_steps=30"]
+    )
+    redone = next(p for p in plan_runs(changed) if (p.method.label, p.seed) == ("band-kl", 1))
+    for name in ("results.json", "metrics.jsonl"):  # --redo discarded it; the new run has started
+        (redone.run_dir / name).unlink()
+    (redone.run_dir / "run_spec.json").write_text(json.dumps(redone.spec(changed)))
+    export_results(src, dest)
+    run = dest / "runs" / "band-kl" / "seed1"
+    assert sorted(p.name for p in run.iterdir()) == ["run_spec.json"]
+    assert json.loads((run / "run_spec.json").read_text())["fingerprint"] == redone.fingerprint
+    report = build_report(dest, figures=False)
+    assert json.loads((report / "results.json").read_text())["missing"] == ["band-kl seed 1"]
+    assert (dest / "runs" / "grpo" / "seed1" / "results.json").is_file()  # the others are as they were

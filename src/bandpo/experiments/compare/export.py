@@ -26,7 +26,9 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
     gzipped (``metrics.jsonl.gz``, byte-for-byte reproducible), and the report directory if there is one (but its
     ``report.html``, which embeds the figures again). A report
     rebuilt from ``dest`` (``bandpo compare --config ... output_dir=DEST --report-only``) equals one built
-    from ``output_dir``.
+    from ``output_dir``. Exporting again into ``dest`` updates it: of a run's files there, those the run no longer
+    has are removed (a run being redone loses the results of its earlier config); a run directory whose run is
+    gone from ``output_dir`` is left as it is.
 
     Returns:
         The files written.
@@ -71,11 +73,18 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
         if path.is_file():
             copy(path)
     for run_dir in run_dirs:
-        for name in run_files:
-            if (run_dir / name).is_file():
-                copy(run_dir / name)
         metrics = run_dir / METRICS_FILE
         packed = metrics.with_name(metrics.name + ".gz")  # read_jsonl's fallback
+        # an earlier export's files that the run no longer has (a run being redone: its old results) go
+        has = {name for name in run_files if (run_dir / name).is_file()}
+        has |= {packed.name} if metrics.is_file() or packed.is_file() else set()
+        for name in (*run_files, packed.name):
+            stale = out / run_dir.relative_to(src) / name
+            if name not in has and stale.is_file():
+                stale.unlink()
+        for name in run_files:
+            if name in has:
+                copy(run_dir / name)
         if metrics.is_file():
             target = out / packed.relative_to(src)
             target.write_bytes(gzip.compress(metrics.read_bytes(), compresslevel=9, mtime=0))
