@@ -106,3 +106,21 @@ def test_a_config_error_of_the_baseline_stops_the_comparison(
     log = io.StringIO()
     driver.run_compare(_config(tmp_path / "cmp", "baseline=true"), progress=False, log=log)
     assert "warning: baseline evaluation failed: out of memory" in log.getvalue() and len(launched) == 2
+
+
+def test_the_run_count_of_methods_on_their_own_seeds(tmp_path: Path, launched: list[dict[str, Any]]) -> None:
+    """grpo on seeds 0-2 and band-kl on seed 0 printed "2 methods x 3 seeds = 4 runs"."""
+    methods = (
+        "methods=[{label: grpo, clip_rule: grpo}, {label: band-kl, clip_rule: band, params: {divergence: kl, "
+        "delta: 0.05}, seeds: [0]}]"
+    )
+    config = _config(tmp_path / "cmp", "seeds=[0,1,2]", methods)
+    make_planned_runs(config)
+    log = io.StringIO()
+    driver.run_compare(config, progress=False, log=log)
+    assert (
+        f"2 methods x 3 seeds, band-kl on 1 seed = 4 runs in {tmp_path / 'cmp'} (4 finished" in log.getvalue()
+    )
+    log = io.StringIO()
+    driver.run_compare(_config(tmp_path / "other", "seeds=[0,1]"), progress=False, log=log)
+    assert "2 methods x 2 seeds = 4 runs in" in log.getvalue()

@@ -202,6 +202,28 @@ def test_missing_runs_and_no_heldout_curve(tmp_path: Path) -> None:
     assert sorted(data["missing"]) == ["band-kl seed 1", "grpo seed 1"]
 
 
+def test_the_setup_counts_the_runs_of_methods_on_their_own_seeds_and_names_a_reference_without_runs(
+    tmp_path: Path,
+) -> None:
+    """The Setup said "2 methods x 3 seeds" of grpo on seeds 0-2 and band-kl on seed 0 (4 runs), and named the
+    method compared against when the planned reference had no runs, as if it were the reference."""
+    root = tmp_path / "cmp"
+    for seed in (0, 1, 2):
+        make_run(root, "grpo", "grpo", {}, seed, 0, 0.1, 0.0, heldout=False)
+    make_run(root, "band-kl", "band", {}, 0, 1, 0.12, 0.01, heldout=False)
+    report = build_report(root, seeds=[0, 1, 2], method_seeds={"band-kl": [0]}, figures=False)
+    setup = (report / "report.md").read_text().split("## Setup")[1].split("##")[0]
+    assert "2 methods (grpo, band-kl) x 3 seeds (0, 1, 2), band-kl on 1 seed (0): 4 runs; " in setup
+    assert "Reference method: grpo." in setup
+    report = build_report(
+        root, methods=["ref", "grpo", "band-kl"], seeds=[0, 1, 2], reference="ref", figures=False
+    )
+    text = (report / "report.md").read_text()
+    assert "2 methods (grpo, band-kl) x 3 seeds (0, 1, 2); " in text  # no method on its own seeds
+    assert "Reference method: ref, which has no runs, so the others are compared against grpo." in text
+    assert "ref seed 0, ref seed 1, ref seed 2" in text.split("## Missing runs")[1]
+
+
 def test_report_of_an_empty_directory_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="has no runs"):
         build_report(tmp_path)

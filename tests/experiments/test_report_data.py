@@ -155,3 +155,37 @@ def test_a_method_planned_on_fewer_seeds_is_not_missing_the_others(tmp_path: Pat
         json.dumps({"methods": [{"label": "ch", "seeds": [0]}], "seeds": [0, 1, 2]})
     )
     assert ReportData.load(root).missing == []  # the plan's seeds of the method
+
+
+def test_a_planned_method_without_runs_is_missing_and_a_reference_without_runs_is_named(
+    tmp_path: Path,
+) -> None:
+    """A method with no run folder dropped out of ``missing`` (computed over the folders on disk), and a reference
+    without runs was replaced by another method without a word."""
+    root = tmp_path / "cmp"
+    for seed in (0, 1):
+        make_run(root, "grpo", "grpo", {}, seed, 0, 0.1, 0.0, heldout=False)
+    data = ReportData.load(root, methods=["grpo", "band-kl"], seeds=[0, 1], reference="grpo")
+    assert data.labels == ["grpo"] and data.missing == ["band-kl seed 0", "band-kl seed 1"]
+    assert data.reference_missing is None
+    (root / "compare_plan.json").write_text(
+        json.dumps(
+            {"methods": [{"label": "band-kl"}, {"label": "grpo"}], "seeds": [0, 1], "reference": "band-kl"}
+        )
+    )
+    data = ReportData.load(root)  # the plan's methods, seeds and reference
+    assert data.missing == ["band-kl seed 0", "band-kl seed 1"]
+    assert (data.reference, data.reference_missing) == ("grpo", "band-kl")
+    with pytest.raises(
+        ValueError, match=r"reference must be one of the methods of .* \(band-kl, grpo\), got 'gpro'"
+    ):
+        ReportData.load(root, reference="gpro")
+
+
+def test_the_planned_seeds_of_each_method(tmp_path: Path) -> None:
+    root = tmp_path / "cmp"
+    for seed in (0, 1, 2):
+        make_run(root, "grpo", "grpo", {}, seed, 0, 0.1, 0.0, heldout=False)
+    make_run(root, "band-kl", "band", {}, 0, 1, 0.1, 0.0, heldout=False)
+    data = ReportData.load(root, seeds=[0, 1, 2], method_seeds={"band-kl": [0]})
+    assert data.planned == {"grpo": [0, 1, 2], "band-kl": [0]} and data.missing == []

@@ -44,6 +44,16 @@ def _child_env(config: CompareConfig) -> dict[str, str]:
     return env
 
 
+def _run_count(config: CompareConfig) -> str:
+    """``"2 methods x 3 seeds"``, and the methods on their own seeds: ``"..., band-kl on 1 seed"``."""
+    own = "".join(
+        f", {m.label} on {len(config.seeds_of(m))} seed{'s' * (len(config.seeds_of(m)) != 1)}"
+        for m in config.methods
+        if config.seeds_of(m) != config.seeds
+    )
+    return f"{len(config.methods)} methods x {len(config.seeds)} seeds{own}"
+
+
 def _tail(path: Path, n: int = 15) -> str:
     try:
         lines = path.read_text(errors="replace").splitlines()
@@ -97,8 +107,8 @@ def run_compare(
         todo = [p for p in plans if p.status != "done"]
         done = len(plans) - len(todo)
         say(
-            f"bandpo compare: {len(config.methods)} methods x {len(config.seeds)} seeds = {len(plans)} runs in "
-            f"{config.output_dir} ({done} finished already, {len(todo)} to run)"
+            f"bandpo compare: {_run_count(config)} = {len(plans)} runs in {config.output_dir} ({done} finished "
+            f"already, {len(todo)} to run)"
         )
         if config.baseline:
             say("bandpo compare: evaluating the starting policy (baseline)")

@@ -83,9 +83,11 @@ def build_report(
 
     Args:
         reference: the method the others are compared against (default: ``compare_plan.json``'s, else ``grpo`` if
-            present, else the first method).
+            present, else the first method). A planned reference without runs is named in the report, and the
+            others are compared against the first method with runs instead.
         smooth: rolling-mean window (in logged points) of the training curves.
-        methods: method labels in display order (default: the plan's, else the run specs' ``method_index``).
+        methods: method labels in display order (default: the plan's, else the run specs' ``method_index``); a
+            method here without any run is reported missing on its seeds.
         seeds: the planned seeds (runs of these seeds that are missing are reported as missing).
         method_seeds: ``label -> seeds`` of the methods planned on other seeds than ``seeds`` (default: the
             plan's, for methods that name their own seeds).
@@ -94,7 +96,7 @@ def build_report(
         figures: draw the PNGs (``False``: tables and text only, e.g. for a quick look).
 
     Raises:
-        ValueError: no run directory in ``output_dir``.
+        ValueError: no run directory in ``output_dir``; a ``reference`` that is no method of it.
     """
     data = ReportData.load(
         output_dir,

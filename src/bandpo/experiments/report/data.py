@@ -78,9 +78,12 @@ class ReportData:
     source: str | None  # the config the comparison was made with (compare_plan.json)
     runs: list[RunData]
     finished: list[RunData]  # the runs with a results.json
-    labels: list[str]
+    labels: list[str]  # the methods with runs, in display order
     seeds: list[int]  # the planned seeds
+    planned: dict[str, list[int]]  # label -> its planned seeds, of every method planned or with runs
     reference: str
+    reference_missing: str | None  # the planned reference when it has no runs (the others are then compared
+    # against ``reference``, the first method with runs)
     rule_of: dict[str, tuple[str, dict[str, Any]]]  # label -> (clip rule or method, params)
     smooth: int
     groups: dict[str, list[RunData]]  # label -> every run
@@ -97,7 +100,7 @@ class ReportData:
     per_method: dict[str, dict[str, dict[str, Any]]]
     comparisons: list[dict[str, Any]]
     outcome: Outcome
-    missing: list[str]  # "<label> seed <seed>" of the planned runs without results
+    missing: list[str]  # "<label> seed <seed>" of the planned runs without results (of every planned method)
     colors: dict[str, str]
     heldout_key: str | None  # the mean@k logged in heldout.jsonl, if any
     # held-out main_key per method: at step 0 (the baseline) and the mean final point of its runs
@@ -127,7 +130,8 @@ class ReportData:
         """Read ``output_dir`` (arguments as :func:`bandpo.experiments.report.build_report`'s).
 
         Raises:
-            ValueError: no run directory in ``output_dir``.
+            ValueError: no run directory in ``output_dir``; a ``reference`` that is no method of it (planned or with
+                runs).
         """
         output_dir = Path(output_dir)
         plan = read_json_object(output_dir / PLAN_FILE)
@@ -144,10 +148,15 @@ class ReportData:
             method_seeds = {
                 m["label"]: m["seeds"] for m in plan.get("methods", []) if isinstance(m.get("seeds"), list)
             }
-        planned = {label: list(method_seeds.get(label, seeds)) for label in labels}
+        planned = {label: list(method_seeds.get(label, seeds)) for label in order}
         reference = reference or plan.get("reference") or ("grpo" if "grpo" in labels else labels[0])
-        if reference not in labels:
-            reference = labels[0]
+        if reference not in order:
+            raise ValueError(
+                f"reference must be one of the methods of {str(output_dir)!r} ({', '.join(order)}), got {reference!r}"
+            )
+        reference_missing = None
+        if reference not in labels:  # planned, without runs: the report says so, and which one is used
+            reference_missing, reference = reference, labels[0]
         rule_of = {r.label: (r.clip_rule, r.params) for r in runs}
         rule_of.update({key: (v[0], dict(v[1])) for key, v in (rules or {}).items()})
 
@@ -197,7 +206,9 @@ class ReportData:
             finished=finished,
             labels=labels,
             seeds=seeds,
+            planned=planned,
             reference=reference,
+            reference_missing=reference_missing,
             rule_of=rule_of,
             smooth=smooth,
             groups=groups,
@@ -217,9 +228,9 @@ class ReportData:
             outcome=outcome_of(comparisons, main_key, reference, rule_of),
             missing=[
                 f"{label} seed {seed}"
-                for label in labels
+                for label in planned
                 for seed in planned[label]
-                if not any(r.seed == seed for r in done_groups[label])
+                if not any(r.seed == seed for r in done_groups.get(label, []))
             ],
             colors={label: _PALETTE[i % len(_PALETTE)] for i, label in enumerate(labels)},
             heldout_key=_heldout_key(runs),

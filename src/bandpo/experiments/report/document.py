@@ -145,12 +145,25 @@ def _runs_table(data: ReportData) -> Table:
 
 def _setup(data: ReportData) -> str:
     labels, seeds = data.labels, data.seeds
+    own = [label for label in labels if data.planned[label] != seeds]  # methods planned on their own seeds
+    per_method = "".join(
+        f", {label} on {_count(len(data.planned[label]), 'seed')} ({', '.join(map(str, data.planned[label]))})"
+        for label in own
+    )
+    runs = f": {_count(sum(len(data.planned[label]) for label in labels), 'run')}" if own else ""
+    reference = (
+        f"Reference method: {data.reference_missing}, which has no runs, so the others are compared against "
+        f"{data.reference}."
+        if data.reference_missing
+        else f"Reference method: {data.reference}."
+    )
     text = (
-        f"{len(labels)} methods ({', '.join(labels)}) x {len(seeds)} seeds ({', '.join(map(str, seeds))}); "
+        f"{len(labels)} methods ({', '.join(labels)}) x {len(seeds)} seeds ({', '.join(map(str, seeds))})"
+        f"{per_method}{runs}; "
         f"{'?' if data.max_steps is None else data.max_steps} optimizer steps per run; final evaluation on "
         f"{data.dataset or 'the held-out set'} with k={data.k} samples per problem"
         + (f" at temperature {data.temperature:g}" if isinstance(data.temperature, (int, float)) else "")
-        + f". Reference method: {data.reference}. Intervals are 95% Student-t intervals over seeds."
+        + f". {reference} Intervals are 95% Student-t intervals over seeds."
     )
     if data.source:
         text += f" Config: {data.source}."
