@@ -114,7 +114,34 @@ def test_the_plan_keeps_every_call_with_its_time_and_code(tmp_path: Path) -> Non
     for call in calls[1:]:
         assert call["time"] and call["config"] == cfg.to_dict() and isinstance(call["argv"], list)
         assert call["provenance"]["commit"] == now["commit"] and call["provenance"]["torch"] == now["torch"]
-    assert plan["seeds"] == [0]  # the top level is the last call's
+    assert plan["seeds"] == [0]  # a plan without methods (older than them) adds none of its seeds
+
+
+def test_the_plan_describes_the_study_over_every_call(tmp_path: Path) -> None:
+    """A call on some methods or seeds (``--methods band-kl seeds=[2]``) replaced the plan's methods, seeds and
+    reference with its own, so that the report built from the plan alone misdescribed the study."""
+    from bandpo.experiments.compare.plan import write_plan
+
+    out = tmp_path / "out"
+    preset = CONFIGS / "compare-tiny.yaml"
+    first = load_compare_config(preset, [f"output_dir={out}", "seeds=[0, 1]"])
+    write_plan(first, plan_runs(first))
+    partial = load_compare_config(preset, [f"output_dir={out}", "seeds=[2]"])
+    partial.methods, partial.reference = partial.methods[1:], "band-kl"  # as --methods band-kl makes it
+    write_plan(partial, plan_runs(partial))
+    plan = json.loads((out / "compare_plan.json").read_text())
+    assert plan["seeds"] == [0, 1, 2] and plan["reference"] == "grpo"
+    assert [(m["label"], m.get("seeds")) for m in plan["methods"]] == [("grpo", [0, 1]), ("band-kl", None)]
+    assert [(r["label"], r["seed"]) for r in plan["runs"]] == [
+        ("grpo", 0), ("grpo", 1), ("band-kl", 0), ("band-kl", 1), ("band-kl", 2),
+    ]  # fmt: skip
+    assert [c["config"]["seeds"] for c in plan["calls"]] == [[0, 1], [2]]  # each call's own subset
+    assert plan["calls"][1]["config"]["reference"] == "band-kl"
+    # a call on every method that names another reference changes it
+    again = load_compare_config(preset, [f"output_dir={out}", "seeds=[0]", "reference=band-kl"])
+    write_plan(again, plan_runs(again))
+    plan = json.loads((out / "compare_plan.json").read_text())
+    assert plan["reference"] == "band-kl" and plan["seeds"] == [0, 1, 2]
 
 
 def test_export_keeps_what_the_report_needs_and_no_model(compare_dir: Path, tmp_path: Path) -> None:

@@ -261,9 +261,10 @@ def check_eval_data(config: CompareConfig, plans: Sequence[RunPlan]) -> None:
 
 # ------------------------------------------------------------------------------------------------ the driver
 def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
-    """``<output_dir>/compare_plan.json``: the config and the runs (the report reads method order, reference and
-    eval settings from it), and ``calls``: every call that queued runs here, oldest first (:func:`queue_call`);
-    also ``compare_config.yaml``."""
+    """``<output_dir>/compare_plan.json``: the config of this call (``config``, ``source``), the study's methods,
+    seeds, reference and runs over every call that queued runs here (the report reads method order, planned seeds
+    and reference from them; :func:`_over_calls`), and ``calls``: each of those calls, oldest first, with its own
+    config (:func:`queue_call`); also ``compare_config.yaml`` (this call's)."""
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / COMPARE_CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -284,9 +285,40 @@ def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
     }
     call = queue_call(config, plans)  # before the lock: provenance runs git
     with file_lock(out / (PLAN_FILE + ".lock")):  # another queue of this comparison may be writing it
-        plan["calls"] = [*earlier_calls(read_json_object(out / PLAN_FILE)), call]
+        earlier = read_json_object(out / PLAN_FILE)
+        plan = {**plan, **_over_calls(earlier, plan), "calls": [*earlier_calls(earlier), call]}
         write_json(out / PLAN_FILE, plan)
     return out / PLAN_FILE
+
+
+def _over_calls(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """``methods``, ``seeds``, ``runs`` and ``reference`` of the plan ``earlier`` (the file) and this call's (``now``)
+    together: a call on some of the methods or seeds (``--methods``, ``seeds=[...]``) adds to the study rather than
+    replacing it. Seeds and methods in the order they were first planned; a method's entry and a run's are the
+    latest call's (a method keeps ``seeds`` when it is planned on fewer than all: the union of its calls'). The
+    reference is this call's, unless the earlier one is a method this call does not run (a call on other methods
+    names one of its own). A plan without methods (none yet, or older than them) adds nothing."""
+    methods_before = [m for m in earlier.get("methods") or [] if isinstance(m, dict) and "label" in m]
+    if not methods_before:
+        return {k: now[k] for k in ("methods", "seeds", "runs", "reference")}
+    seeds = list(dict.fromkeys([*(earlier.get("seeds") or []), *now["seeds"]]))
+    entries = {m["label"]: m for m in methods_before} | {m["label"]: m for m in now["methods"]}
+    own: dict[str, set[Any]] = {}
+    for plan, methods in ((earlier, methods_before), (now, now["methods"])):
+        for m in methods:
+            own.setdefault(m["label"], set()).update(m.get("seeds", plan.get("seeds") or []))
+    methods = []
+    for label, entry in entries.items():
+        entry = {k: v for k, v in entry.items() if k != "seeds"}
+        if own[label] != set(seeds):
+            entry["seeds"] = [s for s in seeds if s in own[label]]
+        methods.append(entry)
+    runs = [r for r in earlier.get("runs") or [] if isinstance(r, dict)] + list(now["runs"])
+    runs = list({(r.get("label"), r.get("seed")): r for r in runs}.values())
+    reference = earlier.get("reference")
+    if reference not in entries or reference in {m["label"] for m in now["methods"]}:
+        reference = now["reference"]
+    return {"methods": methods, "seeds": seeds, "runs": runs, "reference": reference}
 
 
 def queue_call(config: CompareConfig, plans: Sequence[RunPlan]) -> dict[str, Any]:
