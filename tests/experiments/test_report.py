@@ -100,6 +100,18 @@ def test_run_summary_holds_exactly_the_metrics_file_numbers(compare_dir: Path) -
     assert len(run.heldout) == 3  # the torn last line is skipped
 
 
+def test_a_run_that_clipped_nothing_has_no_tail_share(compare_dir: Path) -> None:
+    """0 of 0 clipped tokens is no share (it read 0% and pulled the method's mean down); nor is a non-finite log."""
+    import dataclasses
+
+    run = next(r for r in load_runs(compare_dir) if r.label == "band-kl" and r.seed == 1)
+    zero = [{**r, "clip/frac": 0.0, "clip/frac/p0.0-0.2": 0.0} for r in run.metrics]
+    assert run_summary(dataclasses.replace(run, metrics=zero))["train/tail_share"] is None
+    broken = [{**r, "clip/frac/p0.0-0.2": math.nan} for r in run.metrics]
+    assert run_summary(dataclasses.replace(run, metrics=broken))["train/tail_share"] is None
+    assert run_summary(run)["train/tail_share"] > 0
+
+
 # ---------------------------------------------------------------------------------------------- the report
 def test_report_tables_match_the_run_files(compare_dir: Path, report: Path) -> None:
     data = json.loads((report / "results.json").read_text())

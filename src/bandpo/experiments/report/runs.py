@@ -8,7 +8,8 @@ Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key wh
 * ``train/tail_up_rate``: the mean of ``clip/frac_up/p0.0-0.2`` (share of tail tokens clipped at the upper bound);
 * ``train/tail_share``: the share of all clipped tokens with ``p_old < 0.2``, pooled over steps with each step
   weighted equally: ``sum(clip/frac/p0.0-0.2 * tokens/share/p0.0-0.2) / sum(clip/frac)`` (the mean of
-  ``clip/tail_share`` when the bin keys are absent). Weighting each step by its ``tokens/count`` (Study 4's
+  ``clip/tail_share`` when the bin keys are absent); ``None`` (not measured) for a run that clipped no token.
+  Weighting each step by its ``tokens/count`` (Study 4's
   registered clip fraction and tail share, ``scripts/study4_analysis.py``) gives somewhat other numbers;
 * ``train/hi_mean``, ``train/lo_mean``: the mean of ``band/hi_mean``, ``band/lo_mean``;
 * ``train/reward_last``: the last logged ``reward``; ``train/steps``: the last logged step.
@@ -17,6 +18,7 @@ Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key wh
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -158,7 +160,8 @@ def run_summary(run: RunData) -> dict[str, Any]:
     if pooled:
         clipped = sum(float(r["clip/frac"]) for r in pooled)
         tail = sum(float(r[f"clip/frac/{TAIL_BIN}"]) * float(r[f"tokens/share/{TAIL_BIN}"]) for r in pooled)
-        out["train/tail_share"] = tail / clipped if clipped > 0 else 0.0
+        # no clipped token (or a non-finite log): no share to speak of, not a share of 0 (it would pull the mean)
+        out["train/tail_share"] = tail / clipped if math.isfinite(tail) and clipped > 0 else None
     else:
         out["train/tail_share"] = _mean(_values(rows, "clip/tail_share"))
     names = {k.split("/")[-1] for r in rows for k in r if k.startswith("clip/frac_up/")}
