@@ -98,3 +98,21 @@ def test_files_without_any_record_read_not_recorded(report: Path) -> None:
         "- Not recorded: these files hold no record of the code the runs ran (bandpo version, git commit, "
         "uncommitted changes) or of the library versions."
     )
+
+
+def test_many_calls_are_counted_by_code_not_listed() -> None:
+    """A study resumed over many sessions by two queues made 124 calls: listing each made one line of 20,000
+    characters; past LISTED_CALLS they are counted (span, work, code), and compare_plan.json holds each."""
+    from bandpo.experiments.report.document import LISTED_CALLS, _calls_summary
+    from bandpo.experiments.report.provenance import Call
+
+    a, b = ("0.1.0", "a" * 40, False), ("0.1.0", "b" * 40, True)
+    calls = [Call(f"2026-01-0{1 + i // 4}T00:00:0{i % 4}+0000", a if i < 5 else b, i % 2) for i in range(8)]
+    calls.append(Call(None, None, None))
+    assert len(calls) > LISTED_CALLS
+    assert _calls_summary(calls) == (
+        "Queued by 9 calls of bandpo compare, 2026-01-01T00:00:00+0000 to 2026-01-02T00:00:03+0000; 4 queued runs "
+        "to train or resume (4 in all), 4 found nothing left to run, 1 did not record it: 5 calls with bandpo 0.1.0 "
+        "at commit aaaaaaaaaa (clean); 3 calls with bandpo 0.1.0 at commit bbbbbbbbbb (with uncommitted changes); "
+        "1 call with code not recorded (each call, its arguments and its code: compare_plan.json)."
+    )

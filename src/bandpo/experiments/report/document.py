@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bandpo.experiments.compare.layout import PLAN_FILE
 from bandpo.experiments.report.data import ReportData
+from bandpo.experiments.report.provenance import Call
 from bandpo.experiments.report.runs import TAIL_BIN
 from bandpo.provenance import UNKNOWN
 
@@ -193,6 +195,36 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
+LISTED_CALLS = 6
+"""Up to this many calls of ``bandpo compare`` are listed one by one; more (a study resumed over many sessions, two
+queues side by side) are counted by code (:func:`_calls_summary`)."""
+
+
+def _calls_summary(calls: Sequence[Call]) -> str:
+    """The calls counted: their span in time, how many queued runs and how many found nothing to run, and how many
+    ran each code (in order of first appearance); each call itself is in ``compare_plan.json``."""
+    times = sorted(c.time for c in calls if c.time)
+    span = f", {times[0]} to {times[-1]}" if times else ""
+    by_code: dict[str, int] = {}
+    for c in calls:
+        key = _code(c.code) if c.code else "code not recorded"
+        by_code[key] = by_code.get(key, 0) + 1
+    queued = [c.queued for c in calls if c.queued is not None]
+    work = ""
+    if queued:
+        work = (
+            f"; {sum(q > 0 for q in queued)} queued runs to train or resume ({sum(queued)} in all), "
+            f"{sum(q == 0 for q in queued)} found nothing left to run"
+        )
+        if len(queued) < len(calls):
+            work += f", {len(calls) - len(queued)} did not record it"
+    codes = "; ".join(f"{_count(n, 'call')} with {code}" for code, n in by_code.items())
+    return (
+        f"Queued by {_count(len(calls), 'call')} of bandpo compare{span}{work}: {codes} (each call, its arguments "
+        f"and its code: {PLAN_FILE})."
+    )
+
+
 def _provenance(data: ReportData) -> list[str]:
     p = data.provenance
     if not p.recorded:
@@ -214,7 +246,9 @@ def _provenance(data: ReportData) -> list[str]:
         items.append(
             "Libraries: " + ", ".join(f"{name} {' / '.join(v)}" for name, v in p.versions.items()) + "."
         )
-    if p.calls:
+    if len(p.calls) > LISTED_CALLS:
+        items.append(_calls_summary(p.calls))
+    elif p.calls:
         calls = [
             f"{c.time or 'time not recorded'}"
             + ("" if c.queued is None else f" ({_count(c.queued, 'run')} to run)")
