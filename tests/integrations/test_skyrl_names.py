@@ -52,6 +52,32 @@ def test_skyrl_names_translate_the_section_into_a_clip_method() -> None:
         bskyrl.clip_method_for("band", SimpleNamespace(bandpo={"delta_schedule": "cosine", "delta_end": -1}))
 
 
+@pytest.mark.parametrize(
+    ("rule", "alg", "message"),
+    [
+        (
+            "band",
+            {"bandpo": {"delta": -1}},
+            r"\): trainer\.algorithm\.bandpo\.delta must be a finite number > 0",
+        ),
+        (
+            "grpo",
+            {"eps_clip_low": 1.5},
+            r"\): trainer\.algorithm\.eps_clip_low must be a finite number in \[0\.0, 1\.0\]",
+        ),
+        (
+            "dppo_tv",
+            {"bandpo": {"rule_kwargs": {"truncation_c": 1.0}}},
+            r"\): trainer\.algorithm\.bandpo\.rule_kwargs\['truncation_c'\] must be a finite number > 1, got 1\.0$",
+        ),
+    ],
+)
+def test_rule_parameter_errors_name_skyrls_setting(rule: str, alg: dict, message: str) -> None:
+    """A rule parameter's error names SkyRL's key it came from, not the rule's parameter (``eps_low``)."""
+    with pytest.raises(ValueError, match=message):
+        bskyrl.clip_method_for(rule, SimpleNamespace(**alg))
+
+
 # ---- without SkyRL (every environment) -------------------------------------------------------------------------
 
 

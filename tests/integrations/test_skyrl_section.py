@@ -56,7 +56,10 @@ def test_config_defaults_select_band_and_build_from_cli() -> None:
         ),
         ("policy_loss_type=bandpo_adaptive_band", r"'adaptive_band' needs the per-token entropy"),
         ("clip_ratio_c=1.0", r"trainer\.algorithm\.clip_ratio_c must be a number > 1 .*got 1\.0"),
-        ("eps_clip_low=1.5", r"eps_low must be a finite number in \[0\.0, 1\.0\], got 1\.5"),
+        (
+            "eps_clip_low=1.5",
+            r"trainer\.algorithm\.eps_clip_low must be a finite number in \[0\.0, 1\.0\], got 1\.5",
+        ),
     ],
 )
 def test_bad_config_is_refused_at_construction_in_one_line(override: str, message: str) -> None:

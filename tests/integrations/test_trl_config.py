@@ -140,10 +140,14 @@ def test_config_from_command_line(tmp_path: Path) -> None:
     ("overrides", "match"),
     [
         ({"clip_rule": "bandd"}, r"unknown clip rule 'bandd'.*valid names: grpo, clip_higher, dcpo, band"),
-        ({"band_delta": -0.1}, r"delta must be a finite number > 0, got -0\.1"),
-        ({"band_divergence": "nope"}, r"unknown divergence 'nope'.*valid names"),
-        ({"band_cap": 0.5}, r"cap must be a finite number >= 1 \(or None for no cap\), got 0\.5"),
-        ({"band_relax": [0.2]}, r"relax must be None or a pair"),
+        ({"band_delta": -0.1}, r"\): band_delta must be a finite number > 0, got -0\.1$"),
+        ({"band_divergence": "nope"}, r"\): band_divergence: unknown divergence 'nope'.*valid names"),
+        ({"band_cap": 0.5}, r"\): band_cap must be a finite number >= 1 \(or None for no cap\), got 0\.5$"),
+        ({"band_relax": [0.2]}, r"\): band_relax must be None or a pair"),
+        (
+            {"clip_rule": "grpo", "clip_rule_kwargs": {"eps_low": 1.5}},
+            r"\): clip_rule_kwargs\['eps_low'\] must be a finite number in \[0\.0, 1\.0\], got 1\.5$",
+        ),
         (
             {"clip_rule": "grpo", "band_delta": 0.1},
             r"band_delta=0\.1 does not apply to clip_rule='grpo'.*eps_low",
@@ -152,7 +156,10 @@ def test_config_from_command_line(tmp_path: Path) -> None:
             {"band_delta": 0.1, "clip_rule_kwargs": {"delta": 0.2}},
             r"band_delta=0\.1 and clip_rule_kwargs\['delta'\]=0\.2 both set",
         ),
-        ({"clip_rule_kwargs": {"detla": 0.1}}, r"unknown parameter\(s\) 'detla'.*valid: divergence, delta"),
+        (
+            {"clip_rule_kwargs": {"detla": 0.1}},
+            r"clip_rule_kwargs: unknown parameter\(s\) 'detla'.*valid: divergence, delta",
+        ),
         ({"clip_rule_kwargs": "{delta: 0.1}"}, r"clip_rule_kwargs must be a dict or a JSON object string"),
         (
             {"clip_rule_kwargs": [0.1]},

@@ -42,15 +42,15 @@ def test_config_builds_dppo_rules(tmp_path: Path) -> None:
     [
         (
             {"clip_rule": "dppo_kl", "clip_rule_kwargs": {"clip_divergence_high": 0}},
-            r"clip_rule='dppo_kl'\): clip_divergence_high must be a finite number > 0, got 0",
+            r"clip_rule='dppo_kl'\): clip_rule_kwargs\['clip_divergence_high'\] must be a finite number > 0, got 0",
         ),
         (
             {"clip_rule": "dppo_tv", "clip_rule_kwargs": {"clip_divergence_low": -0.1}},
-            r"clip_divergence_low must be a finite number > 0, got -0\.1",
+            r"clip_rule_kwargs\['clip_divergence_low'\] must be a finite number > 0, got -0\.1",
         ),
         (
             {"clip_rule": "dppo_tv", "clip_rule_kwargs": {"truncation_c": 1}},
-            r"clip_rule='dppo_tv'\): truncation_c must be a finite number > 1, got 1",
+            r"clip_rule='dppo_tv'\): clip_rule_kwargs\['truncation_c'\] must be a finite number > 1, got 1",
         ),
         (
             {"clip_rule": "dppo_kl", "band_delta": 0.1},

@@ -291,6 +291,34 @@ def test_every_rule_is_a_loss_mode_and_its_parameters_are_checked_when_the_confi
         bverl.BandPOPolicyLossConfig(loss_mode="bandpo_adaptive_band")
 
 
+@pytest.mark.parametrize(
+    ("loss_mode", "setting", "message"),
+    [
+        (
+            "bandpo_grpo",
+            {"clip_ratio_low": 1.5},
+            r": clip_ratio_low must be a finite number in \[0\.0, 1\.0\]",
+        ),
+        (
+            "bandpo_dppo_kl",
+            {"clip_ratio_high": 5000.0},
+            r": clip_ratio_high must be a finite number in \(0, 1000\]",
+        ),
+        ("bandpo_dppo_tv", {"clip_ratio_c": 1.0}, r": clip_ratio_c must be a finite number > 1, got 1\.0$"),
+        ("dcpo", {"clip_ratio_low": -0.1}, r": clip_ratio_low must be a finite number >= 0, got -0\.1$"),
+        ("bandpo", {"delta": -1}, r": policy_loss\.delta must be a finite number > 0, got -1"),
+    ],
+)
+def test_rule_parameter_errors_name_verls_setting(
+    loss_mode: str, setting: dict[str, Any], message: str
+) -> None:
+    """A rule parameter's error names the actor config's key it came from (``clip_ratio_low``, not the rule's
+    ``eps_low``; ``clip_ratio_c``, not ``truncation_c``), when the config is built or at the loss."""
+    with pytest.raises(Exception, match=message):
+        cfg = actor_config(loss_mode, **setting)
+        call_verl_style(get_policy_loss_fn(loss_mode), make_batch(), cfg)
+
+
 def test_unknown_loss_mode_fails_when_the_config_is_built() -> None:
     """A typo in loss_mode fails when verl builds the actor config, listing verl's registered names, not at the
     first actor update."""

@@ -110,6 +110,57 @@ def test_strict_translation_is_trls_band_shortcuts() -> None:
         clip_method({"clip_rule": "bnad"}, TRL_NAMES, where="x")
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"band_delta": -1}, r"\(clip_rule='band'\): band_delta must be a finite number > 0, got -1$"),
+        ({"band_cap": 0.5}, r": band_cap must be a finite number >= 1 \(or None for no cap\), got 0\.5$"),
+        (
+            {"band_relax": [1.5, 0.2]},
+            r": band_relax eps_low must be a finite number in \[0\.0, 1\.0\], got 1\.5$",
+        ),
+        ({"band_divergence": "foo"}, r": band_divergence: unknown divergence 'foo'; valid names: kl"),
+        (
+            {"clip_rule": "grpo", "clip_rule_kwargs": {"eps_low": 1.5}},
+            r"\(clip_rule='grpo'\): clip_rule_kwargs\['eps_low'\] must be a finite number in \[0\.0, 1\.0\]",
+        ),
+        (
+            {"clip_rule_kwargs": {"delta": -1}},
+            r": clip_rule_kwargs\['delta'\] must be a finite number > 0, got -1$",
+        ),
+        (
+            {"clip_rule_kwargs": {"detla": 0.1}},
+            r": clip_rule_kwargs: unknown parameter\(s\) 'detla' for clip rule",
+        ),
+    ],
+)
+def test_rule_parameter_errors_name_the_callers_spelling(settings: dict, message: str) -> None:
+    """The rule's own check words its message with bandpo's name (``delta must ...``); the method's message
+    names the setting as the caller's config spells it (TRL: ``band_delta``, or the ``clip_rule_kwargs`` entry)."""
+    with pytest.raises(ValueError, match=message) as err:
+        clip_method(settings, TRL_NAMES, where="clip rule configuration")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("rule", "settings", "message"),
+    [
+        (
+            "grpo",
+            {"clip_ratio_low": 1.5},
+            r": clip_ratio_low must be a finite number in \[0\.0, 1\.0\], got 1\.5$",
+        ),
+        ("dppo_kl", {"clip_ratio_low": 5000.0}, r": clip_ratio_low must be a finite number in \(0, 1000\]"),
+        ("band", {"policy_loss.delta": -1}, r": policy_loss\.delta must be a finite number > 0, got -1$"),
+    ],
+)
+def test_lenient_rule_parameter_errors_name_the_callers_spelling(
+    rule: str, settings: dict, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        clip_method(settings, VERL_LIKE, where="x", strict=False, rule=rule)
+
+
 def test_lenient_translation_applies_each_setting_where_the_rule_has_it() -> None:
     """verl's and SkyRL's mode: a setting applies to the rules with that parameter, one spelling may give several
     parameters, ``None`` passes where the rule takes it (Band's cap) and leaves the default elsewhere (DCPO's)."""

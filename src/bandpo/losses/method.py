@@ -141,8 +141,9 @@ class ClipMethod:
 
     Raises:
         ValueError: one line ``invalid <where> (clip_rule='<rule>'): ...`` naming the setting in the caller's
-            spelling (the schedule's fields, the diagnostics level) or the rule's parameter, the value and what
-            is allowed.
+            spelling (the schedule's fields, the diagnostics level, the rule's parameters: ``band_delta must be a
+            finite number > 0, got -1``; a parameter the caller has no spelling for keeps bandpo's name), the
+            value and what is allowed.
     """
 
     rule: str = "band"
@@ -174,7 +175,10 @@ class ClipMethod:
         object.__setattr__(self, "params", MappingProxyType(params))
         object.__setattr__(self, "spelling", MappingProxyType(dict(self.spelling)))
         try:
-            rule = _cached_rule(self.rule, freeze(params))
+            try:
+                rule = _cached_rule(self.rule, freeze(params))
+            except ValueError as err:
+                raise ValueError(self._spelled(str(err))) from err
             labels = {ours: self.label(name) for ours, name in _SCHEDULE_FIELDS.items()}
             schedule = radius_schedule(
                 rule,
@@ -191,6 +195,24 @@ class ClipMethod:
 
     def __hash__(self) -> int:
         return hash((self.rule, freeze(self.params), self.schedule, self.diagnostics))
+
+    def _spelled(self, message: str) -> str:
+        """A clip rule's error ``message`` in the caller's spelling: a leading parameter name (``delta must be
+        ...``, ``relax eps_low must be ...``) replaced by the caller's spelling of it (``band_delta must be ...``);
+        a lookup of an unknown value (``unknown divergence 'foo'; ...``) or unknown parameters prefixed with the
+        setting (``band_divergence: unknown divergence 'foo'; ...``). Other messages are returned as they are."""
+        if message.startswith("unknown parameter"):
+            return f"{self.label('params')}: {message}" if self.label("params") != "params" else message
+        names = clip_rule_params(self.rule) if self.rule in CLIP_RULES else {}
+        for name in sorted(names, key=len, reverse=True):
+            label = self.label(name)
+            if label == name:
+                continue
+            if message.startswith(f"{name} "):
+                return label + message[len(name) :]
+            if message.startswith(f"unknown {name} "):
+                return f"{label}: {message}"
+        return message
 
     def label(self, name: str) -> str:
         """The caller's spelling of bandpo's setting ``name`` (``name`` itself where the caller gave none)."""
@@ -248,7 +270,8 @@ def clip_method(
         names: the framework's table, its spelling -> bandpo's name (:data:`METHOD_NAMES` or a rule parameter),
             or a tuple of names for a setting that gives several rule parameters (verl's ``clip_ratio_low`` is
             ``eps_low`` and DPPO's ``clip_divergence_low``). Settings absent from ``settings`` are unset; the
-            rule is ``band`` unless set.
+            rule is ``band`` unless set. Where the table spells ``params``, the messages name a parameter set
+            there as ``<its spelling>['<name>']`` (``clip_rule_kwargs['delta']``).
         where: the slot, for the messages (``BandPOConfig``, ``policy_loss``, ``trainer.algorithm.bandpo``).
         strict: how a setting of a rule parameter meets the rule. ``True`` (TRL's ``band_*`` shortcuts): ``None``
             is unset; a set value the rule has no parameter for raises, and so does one that ``params`` sets too.
@@ -284,6 +307,8 @@ def clip_method(
     if extra is not None and not isinstance(extra, Mapping):
         raise ValueError(f"{params_label} must be a mapping of the rule's parameters, got {extra!r}")
     extra = dict(extra or {})
+    if "params" in spelling:  # a parameter set there is named there in the messages
+        spelling.update({ours: f"{params_label}[{ours!r}]" for ours in extra})
     params: dict[str, Any] = {}
     for key, name in names.items():
         if key not in settings:
