@@ -140,6 +140,7 @@ def test_config_from_command_line(tmp_path: Path) -> None:
     ("overrides", "match"),
     [
         ({"clip_rule": "bandd"}, r"unknown clip rule 'bandd'.*valid names: grpo, clip_higher, dcpo, band"),
+        ({"clip_rule": None}, r"^clip_rule must be a registered clip rule name, got None; valid names: grpo"),
         ({"band_delta": -0.1}, r"\): band_delta must be a finite number > 0, got -0\.1$"),
         ({"band_divergence": "nope"}, r"\): band_divergence: unknown divergence 'nope'.*valid names"),
         ({"band_cap": 0.5}, r"\): band_cap must be a finite number >= 1 \(or None for no cap\), got 0\.5$"),

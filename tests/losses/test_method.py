@@ -161,6 +161,16 @@ def test_lenient_rule_parameter_errors_name_the_callers_spelling(
         clip_method(settings, VERL_LIKE, where="x", strict=False, rule=rule)
 
 
+def test_a_rule_setting_of_none_is_refused_not_band_by_default() -> None:
+    """``clip_rule=None`` selected Band at its defaults; a rule given by the caller (verl, SkyRL) still works."""
+    with pytest.raises(
+        ValueError, match=r"^clip_rule must be a registered clip rule name, got None; valid names: grpo"
+    ):
+        clip_method({"clip_rule": None, "band_delta": 0.1}, TRL_NAMES, where="x")
+    assert clip_method({"clip_rule": None}, TRL_NAMES, where="x", rule="grpo").rule == "grpo"
+    assert clip_method({"band_delta": 0.1}, TRL_NAMES, where="x").rule == "band"  # absent: Band
+
+
 def test_lenient_translation_applies_each_setting_where_the_rule_has_it() -> None:
     """verl's and SkyRL's mode: a setting applies to the rules with that parameter, one spelling may give several
     parameters, ``None`` passes where the rule takes it (Band's cap) and leaves the default elsewhere (DCPO's)."""

@@ -270,7 +270,8 @@ def clip_method(
         names: the framework's table, its spelling -> bandpo's name (:data:`METHOD_NAMES` or a rule parameter),
             or a tuple of names for a setting that gives several rule parameters (verl's ``clip_ratio_low`` is
             ``eps_low`` and DPPO's ``clip_divergence_low``). Settings absent from ``settings`` are unset; the
-            rule is ``band`` unless set. Where the table spells ``params``, the messages name a parameter set
+            rule is ``band`` unless set (a rule setting present with the value ``None`` raises, unless ``rule``
+            is given). Where the table spells ``params``, the messages name a parameter set
             there as ``<its spelling>['<name>']`` (``clip_rule_kwargs['delta']``).
         where: the slot, for the messages (``BandPOConfig``, ``policy_loss``, ``trainer.algorithm.bandpo``).
         strict: how a setting of a rule parameter meets the rule. ``True`` (TRL's ``band_*`` shortcuts): ``None``
@@ -293,6 +294,12 @@ def clip_method(
             spelling.setdefault(ours, key)
             if ours in METHOD_NAMES and settings.get(key) is not None:
                 method[ours] = settings[key]
+    rule_keys = [key for key, name in names.items() if name == "rule" and key in settings]
+    if rule is None and any(settings[key] is None for key in rule_keys):
+        raise ValueError(
+            f"{rule_keys[0]} must be a registered clip rule name, got None; valid names: "
+            f"{', '.join(CLIP_RULES.names())}"
+        )
     selected = method.pop("rule", "band")
     rule = selected if rule is None else rule
     if isinstance(rule, str):
