@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -524,6 +525,43 @@ def test_both_entry_points_check_the_same_inputs(entry: str, kwargs: dict, match
         ENTRY_POINTS[entry](**args)
     with pytest.raises(TypeError, match=r"advantages must be a floating-point tensor"):
         ENTRY_POINTS[entry](**(args | {"advantages": torch.zeros(2, dtype=torch.long)}))
+
+
+_BAD_TYPES = [
+    ({"rollout_is_weights": [[1.0] * 3] * 2}, r"^rollout_is_weights must be a torch\.Tensor, got list$"),
+    (
+        {"rollout_is_weights": torch.ones(2, 3, dtype=torch.long)},
+        r"^rollout_is_weights must be a floating-point",
+    ),
+    ({"entropy": np.ones((2, 3))}, r"^entropy must be a torch\.Tensor, got ndarray$"),
+    (
+        {"entropy": torch.ones(2, 3, dtype=torch.long)},
+        r"^entropy must be a floating-point tensor .*torch\.int64$",
+    ),
+    ({"ref_log_prob": np.ones((2, 3))}, r"^ref_log_prob must be a torch\.Tensor, got ndarray$"),
+    ({"ref_log_prob": torch.zeros(2, 3, dtype=torch.long)}, r"^ref_log_prob must be a floating-point tensor"),
+    (
+        {"clip_rule": {"name": "band"}},
+        r"^clip_rule must be a registered clip rule name \(grpo, .*band.*\) or a ClipRule .*got dict",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("entry", "kwargs", "match"),
+    [
+        (entry, kwargs, match)
+        for entry in ENTRY_POINTS
+        for kwargs, match in _BAD_TYPES
+        if entry == "policy_loss"
+        or "ref_log_prob" not in kwargs  # per_token_policy_loss takes no ref_log_prob
+    ],
+)
+def test_optional_tensors_and_the_clip_rule_are_type_checked(entry: str, kwargs: dict, match: str) -> None:
+    """A list, an array or an integer tensor as an optional tensor, or a dict as the rule, is refused in one line
+    naming the argument (it raised AttributeError deep in the objective, or passed silently)."""
+    with pytest.raises(TypeError, match=match):
+        ENTRY_POINTS[entry](**(_good_args() | kwargs))
 
 
 def test_group_advantages() -> None:

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from bandpo.core.checks import FLOAT_DTYPES, check_float_tensor
 from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_mean
-from bandpo.losses.clip_rules import ClipRule, make_clip_rule
+from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, make_clip_rule
 from bandpo.losses.diagnostics import DIAGNOSTICS, check_diagnostics
 from bandpo.registry import Registry
 from bandpo.validation import check_number_above, check_positive_number
@@ -167,8 +167,9 @@ def _check_objective_inputs(
     the checks that sync with the host (a 0/1 mask, finite values at real tokens).
 
     Raises:
-        TypeError: a non-float ``log_prob``, ``old_log_prob`` or ``advantages``; a ``response_mask`` that is not a
-            tensor of :data:`MASK_DTYPES`.
+        TypeError: a ``log_prob``, ``old_log_prob`` or ``advantages``, or a ``rollout_is_weights``, ``entropy`` or
+            ``ref_log_prob`` passed, that is not a floating-point tensor; a ``response_mask`` that is not a tensor
+            of :data:`MASK_DTYPES`; a ``clip_rule`` that is neither a registered name nor a ``ClipRule``.
         ValueError: every other bad input, naming the argument, its value and what is allowed.
     """
     for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
@@ -189,7 +190,15 @@ def _check_objective_inputs(
         )
     if loss_agg_mode is not None:
         LOSS_AGG_MODES.canonical(loss_agg_mode)
-    rule = make_clip_rule(clip_rule) if isinstance(clip_rule, str) else clip_rule
+    if isinstance(clip_rule, str):
+        rule = make_clip_rule(clip_rule)
+    elif isinstance(clip_rule, ClipRule):
+        rule = clip_rule
+    else:
+        raise TypeError(
+            f"clip_rule must be a registered clip rule name ({', '.join(CLIP_RULES.names())}) or a ClipRule "
+            f"(bandpo.make_clip_rule(name, **params)), got {type(clip_rule).__name__} {clip_rule!r}"
+        )
     if clip_ratio_c is not None and not (
         isinstance(clip_ratio_c, Real) and not isinstance(clip_ratio_c, bool) and clip_ratio_c > 1.0
     ):
@@ -222,7 +231,9 @@ def _check_objective_inputs(
         ("ref_log_prob", ref_log_prob),
         ("entropy", entropy),
     ):
-        _check_like_log_prob(name, x, log_prob)
+        if x is not None:
+            check_float_tensor(name, x)
+            _check_like_log_prob(name, x, log_prob)
     if rule.needs_entropy and entropy is None:
         raise ValueError(
             f"clip rule {rule.name!r} needs the per-token entropy of the policy: pass entropy=(B, T) float, "
@@ -390,6 +401,9 @@ def per_token_policy_loss(
         entropy: (B, T) float, per-token policy entropy, for entropy-driven clip rules (detached here).
 
     Raises:
+        TypeError: a tensor argument that is not a floating-point tensor (``rollout_is_weights`` and ``entropy``
+            where passed; the mask: not a tensor of bool, integer or float dtype); a ``clip_rule`` that is neither
+            a ``ClipRule`` nor a registered name.
         ValueError: on shapes that do not match ``log_prob`` (B, T), ``clip_ratio_c <= 1`` or
             ``truncation_c <= 1``, a ``clip_ratio_c`` passed with the truncated objective that differs from its
             ``c``, a missing entropy for an entropy-driven rule.
@@ -495,6 +509,13 @@ def policy_loss(
             (default: every ``clip/``, ``band/`` and ``policy/`` metric below), ``basic`` (``clip/frac``,
             ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_dual``, ``policy/ppo_kl``: what verl's and TRL's own
             losses log, the same values) or ``none``; the loss is the same at every level.
+
+    Raises:
+        TypeError: a tensor argument (the optional ones where passed) that is not a floating-point tensor (the
+            mask: not a tensor of bool, integer or float dtype); a ``clip_rule`` that is neither a ``ClipRule``
+            nor a registered name.
+        ValueError: every other bad argument (shapes, names, constants, values with ``check_values``), naming
+            it, its value and what is allowed.
 
     Returns:
         ``(loss, metrics)``: () loss in the compute dtype (float32, float64 for float64 input; the module
