@@ -148,6 +148,27 @@ def test_a_mask_that_is_not_a_real_tensor_is_refused(entry: str, mask: object, m
         ENTRY_POINTS[entry](**(args | {"response_mask": torch.ones(2, 3, dtype=dtype)}))
 
 
+@pytest.mark.parametrize("rule", ["band", "grpo", "dcpo", "dppo_tv"])
+def test_padded_positions_hold_what_token_terms_documents(rule: str) -> None:
+    """TokenTerms' docstring: padding computes as old log-prob 0 (p_old = 1) and advantage 0, so lo / hi hold the
+    rule's bounds at p_old = 1 (not 0) while the other float fields hold 0 (ratio 1)."""
+    nan = float("nan")
+    log_prob = torch.tensor([[-1.0, nan, -2.0]], dtype=torch.float64)
+    old = torch.tensor([[-1.1, nan, 5.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, False]])
+    clip_rule = make_clip_rule(rule)
+    terms = per_token_policy_loss(log_prob, old, torch.tensor([-1.0], dtype=torch.float64), mask, clip_rule)
+    lo1, hi1 = clip_rule.bounds(torch.zeros(1, 1, dtype=torch.float64))
+    pad = ~mask
+    assert torch.equal(terms.lo[pad], lo1.expand(1, 2).reshape(-1))
+    assert torch.equal(terms.hi[pad], hi1.expand(1, 2).reshape(-1))
+    for name in ("loss", "log_ratio", "advantages", "old_log_prob"):
+        assert torch.equal(getattr(terms, name)[pad].abs(), torch.zeros(2, dtype=torch.float64)), name
+    assert torch.equal(terms.ratio[pad], torch.ones(2, dtype=torch.float64))
+    assert not terms.dual_active[pad].any()
+    assert float(lo1) < 1.0 or float(hi1) > 1.0  # not the 0 the docstring used to claim
+
+
 def test_clipped_tokens_get_exactly_zero_gradient() -> None:
     old = torch.log(torch.tensor([[0.5, 0.5, 0.5, 0.5]], dtype=torch.float64))
     # ratios 2.0 (above hi), 1.05 (inside), 0.3 (below lo), 1.0

@@ -309,7 +309,9 @@ def _check_values(
 class TokenTerms(NamedTuple):
     """The per-token terms of one batch: the one object bandpo's objective, its diagnostics and every framework
     adapter pass around. All (B, T); float fields in the compute dtype (float32, or float64 for float64 input).
-    Padded positions (mask 0) hold 0 in every float field (``ratio`` holds 1).
+    At padded positions (mask 0) :func:`per_token_policy_loss` computes as at a token with old log-prob 0 (p_old = 1)
+    and advantage 0: ``loss``, ``log_ratio``, ``advantages`` and ``old_log_prob`` hold 0, ``ratio`` 1, ``lo`` and
+    ``hi`` the rule's bounds at p_old = 1 (GRPO's 0.8 and 1.2; Band's upper bound 1), ``dual_active`` False.
 
     :func:`per_token_policy_loss` fills every field but ``entropy``; an adapter whose framework computes the loss
     itself (TRL) builds one with ``loss=None`` and ``dual_active=None`` for the diagnostics.
