@@ -12,6 +12,10 @@ from bandpo.rewards import (
     last_boxed,
     normalize_answer,
 )
+from bandpo.rewards.answers import ascii_minus
+
+MINUS = "\u2212"  # the Unicode minus sign models write
+EN_DASH = "\u2013"
 
 
 # ------------------------------------------------------------------------------------------- normalisation
@@ -80,6 +84,26 @@ def test_equivalent_forms_normalise_alike(a: str, b: str) -> None:
 )
 def test_different_answers_stay_different(a: str, b: str) -> None:
     assert normalize_answer(a) != normalize_answer(b)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"{MINUS}5", "-5"),
+        (f"3 {MINUS} 8 = {MINUS}5", "3 - 8 = -5"),
+        (f"x = {EN_DASH}5", "x = -5"),
+        (f"{EN_DASH}.5", "-.5"),
+        (f"pages 3{EN_DASH}5", f"pages 3{EN_DASH}5"),  # a range stays a range
+        (f"3 {EN_DASH} 5", f"3 {EN_DASH} 5"),  # a spaced dash is not a sign
+    ],
+)
+def test_ascii_minus(text: str, expected: str) -> None:
+    assert ascii_minus(text) == expected
+
+
+@pytest.mark.parametrize("raw", [f"{MINUS}5", f"{EN_DASH}5", f"$\\boxed{{{MINUS}5}}$", f"x = {MINUS}5."])
+def test_unicode_minus_normalises_as_minus(raw: str) -> None:
+    assert normalize_answer(raw) == "-5"
 
 
 # ---------------------------------------------------------------------------------------------- extraction

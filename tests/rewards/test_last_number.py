@@ -24,6 +24,9 @@ from bandpo.rewards.verifiers import last_number, verify_last_number
         ("no digits here", None),
         ("first 3 then 12 finally 5, done", "5"),
         ("version .5", None),
+        ("So 3 \u2212 8 = \u22125", "-5"),  # U+2212, the Unicode minus sign
+        ("it drops to \u20135.", "-5"),  # an en dash used as a minus
+        ("pages 3\u20135", "5"),  # an en dash in a range is not a sign
     ],
 )
 def test_last_number(text: str, expected: str | None) -> None:
@@ -37,6 +40,9 @@ def test_verify_last_number() -> None:
     assert verify_last_number("3 + 4 = 8", "7") == (False, "8")
     assert verify_last_number("seven", "7") == (False, None)
     assert verify_last_number([{"role": "assistant", "content": "It is 12"}], ["11", "12"]).correct
+    assert verify_last_number("So 3 \u2212 8 = \u22125", 5) == (False, "-5")
+    assert verify_last_number("So 3 \u2212 8 = \u22125", -5) == (True, "-5")
+    assert verify_last_number("-5", "\u22125").correct  # a ground truth written with U+2212
     with pytest.raises(ValueError, match="numeric ground truth, got 'seven'"):
         verify_last_number("7", "seven")
 

@@ -23,6 +23,14 @@ def test_verify_dapo() -> None:
     assert verify_dapo([{"role": "assistant", "content": "Answer: $34$."}], r"\boxed{34}").correct
 
 
+def test_unicode_minus_is_a_minus() -> None:
+    assert verify_dapo("Answer: \u22125", -5) == VerifyResult(True, "-5")  # U+2212
+    assert verify_dapo("Answer: \u20135", -5) == VerifyResult(True, "-5")  # an en dash before a digit
+    assert verify_dapo("Answer: \u22125", 5) == VerifyResult(False, "-5")
+    assert verify_boxed("\\boxed{\u22125}", -5, use_math_verify=False) == VerifyResult(True, "-5")
+    assert verify_boxed("\\boxed{\u22125}", 5, use_math_verify=False) == VerifyResult(False, "-5")
+
+
 @pytest.mark.parametrize(
     ("ground_truth", "match"),
     [

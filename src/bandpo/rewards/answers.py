@@ -17,6 +17,7 @@ from numbers import Integral, Real
 from typing import Any
 
 __all__ = [
+    "ascii_minus",
     "completion_text",
     "extract_answer",
     "ground_truth_strs",
@@ -27,6 +28,16 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------- completion text
+_EN_DASH_MINUS = re.compile(r"(?<![\w.])\u2013(?=\.?\d)")
+
+
+def ascii_minus(text: str) -> str:
+    """``text`` with the minus signs models write in Unicode made ASCII ``-``: every U+2212 (``−``), and an en
+    dash (``–``) directly before a number that does not follow a word or number (``x = –5``; the range
+    ``3–5`` is left alone)."""
+    return _EN_DASH_MINUS.sub("-", text.replace("\u2212", "-"))
+
+
 def completion_text(completion: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> str:
     """The text of a completion as TRL passes it: a string, or a chat message list.
 
@@ -196,8 +207,9 @@ def normalize_answer(answer: object) -> str:
 
     Steps, in order:
 
-    1. ``\\$`` (a dollar sign) is dropped; with two or more ``$``, the first ``$...$`` (or ``$$...$$``) span is
-       kept (``"$5$ dollars"`` -> ``5``), else lone ``$`` are removed.
+    1. Unicode minus signs become ``-`` (:func:`ascii_minus`: ``−5`` -> ``-5``); ``\\$`` (a dollar sign) is
+       dropped; with two or more ``$``, the first ``$...$`` (or ``$$...$$``) span is kept (``"$5$ dollars"``
+       -> ``5``), else lone ``$`` are removed.
     2. ``\\dfrac``/``\\tfrac`` -> ``\\frac``; ``\\left``, ``\\right``, ``\\displaystyle``, spacing (``\\,``,
        ``\\!``, ``\\;``, ``~``), ``\\(``/``\\)``/``\\[``/``\\]``, degrees (``^\\circ``) and percent signs are
        removed.
@@ -212,7 +224,7 @@ def normalize_answer(answer: object) -> str:
     Fractions are not reduced and decimals are not compared with fractions (``0.5`` != ``1/2``): the
     recipe is exact match. Returns ``""`` when nothing is left.
     """
-    s = str(answer).strip().replace("\\$", "")
+    s = ascii_minus(str(answer)).strip().replace("\\$", "")
     if s.count("$") >= 2:
         m = re.search(r"\$+(.*?)\$+", s, flags=re.DOTALL)
         s = m.group(1) if m else s.replace("$", "")

@@ -19,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 
 from bandpo.rewards.answers import (
+    ascii_minus,
     completion_text,
     extract_answer,
     ground_truth_strs,
@@ -144,14 +145,16 @@ def verify_boxed(
 
 # ------------------------------------------------------------------------------------------------ last number
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
-"""A number as a reply writes it: optional minus, digits with optional thousands commas, optional decimals
-(``-1,234.50``); not part of a word (``x2``) and not the tail of a decimal (``.5`` is skipped)."""
+"""A number as a reply writes it (after :func:`ascii_minus`): optional minus, digits with optional thousands
+commas, optional decimals (``-1,234.50``); not part of a word (``x2``) and not the tail of a decimal (``.5`` is
+skipped)."""
 
 
 def last_number(text: str) -> str | None:
     """The last number in ``text`` in canonical form (commas removed, trailing decimal zeros dropped, ``-0`` is
-    ``0``: ``"1,234.50"`` -> ``"1234.5"``), or ``None`` when it holds none."""
-    found = _NUMBER_RE.findall(text)
+    ``0``: ``"1,234.50"`` -> ``"1234.5"``), or ``None`` when it holds none. Unicode minus signs count as ``-``
+    (:func:`~bandpo.rewards.answers.ascii_minus`: ``"−5"`` -> ``"-5"``)."""
+    found = _NUMBER_RE.findall(ascii_minus(text))
     return _canonical_number(found[-1]) if found else None
 
 
@@ -175,7 +178,7 @@ def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_tru
     """
     truths = set()
     for gt in ground_truth_strs(ground_truth):
-        text = gt.strip().removeprefix("+")  # a ground truth "+5" is the number 5
+        text = ascii_minus(gt).strip().removeprefix("+")  # a ground truth "+5" is the number 5
         canonical = _canonical_number(text) if _NUMBER_RE.fullmatch(text) else None
         if canonical is None:
             raise ValueError(f"the last_number verifier needs a numeric ground truth, got {gt!r}")
