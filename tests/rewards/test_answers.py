@@ -114,6 +114,11 @@ def test_unicode_minus_normalises_as_minus(raw: str) -> None:
         ("Answer: 42\n", "42"),
         ("...\nAnswer: $\\frac{1}{2}$.\n", "1/2"),
         ("**Answer:** 42", "42"),
+        ("**Answer**: 42", "42"),
+        ("**Final Answer**: 42", "42"),
+        ("*Answer*: 42", "42"),
+        ("*Answer:* 42", "42"),
+        ("**Answer** : 42", "42"),
         ("Answer: **42**.", "42"),
         ("Final Answer: 7", "7"),
         ("answer:\n  13", "13"),  # DAPO's Answer\s*:\s* lets the answer start on the next line

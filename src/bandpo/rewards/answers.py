@@ -284,14 +284,16 @@ def normalized_ground_truth(ground_truth: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- extraction
-_ANSWER = re.compile(r"(?<![A-Za-z])answer\s*:", flags=re.IGNORECASE)
+_ANSWER = re.compile(r"(?<![A-Za-z])answer\s*\**\s*:\**", flags=re.IGNORECASE)
+"""``Answer:`` with the Markdown emphasis a model puts around it: ``**Answer**:``, ``*Answer*:``, ``*Answer:*``."""
 
 
 def extract_answer(completion: str | Sequence[Mapping[str, Any]], *, normalize: bool = True) -> str | None:
     """The DAPO answer of a completion: the rest of the line after the last ``Answer:``.
 
     The match is case-insensitive and may follow other words (``Final Answer: 42``); the answer may start on
-    the line after ``Answer:`` (DAPO's ``Answer\\s*:\\s*``). Markdown bold (``**``) is removed. With
+    the line after ``Answer:`` (DAPO's ``Answer\\s*:\\s*``). Markdown emphasis around the label is allowed
+    (``**Answer**: 42``, ``**Answer:** 42``, ``*Answer*: 42``) and bold (``**``) in the answer is removed. With
     ``normalize`` (default) the result goes through :func:`normalize_answer`.
 
     Returns:
