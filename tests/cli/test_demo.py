@@ -179,6 +179,24 @@ def test_demo_grpo_command_repeats_the_runs_settings(
 
 
 @pytest.mark.usefixtures("fake_work")
+@pytest.mark.parametrize("override", ["output_dir=elsewhere", " output_dir = elsewhere"])
+def test_demo_output_dir_override_is_refused(
+    override: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ``output_dir=`` override was silently replaced by the demo's own directory (runs/demo, whose earlier run
+    the demo then discarded); it is refused in one line naming --output-dir, before any work."""
+    from bandpo.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--output-dir", str(tmp_path / "d"), override])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bandpo demo: error: override {override!r} is not taken: ")
+    assert "--output-dir" in err and err.count("\n") == 1
+    assert not (tmp_path / "d").exists() and not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.usefixtures("fake_work")
 def test_demo_config_without_a_task_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A recipe without ``data.task`` is refused in one line naming ``--config`` and the tasks the demo takes
     (through ``cli.bounds.usage_error``, as ``bandpo bench``: exit status 2)."""

@@ -105,6 +105,11 @@ _BASELINE_SETS = ("method", "clip_rule", "output_dir")
 """The override keys the GRPO baseline sets itself (a run's ``method=dcpo`` next to ``clip_rule=grpo`` is refused)."""
 
 
+def _override_key(override: str) -> str:
+    """The top-level key of a ``KEY=VALUE`` override (``clip_rule_kwargs.delta=0.1`` -> ``clip_rule_kwargs``)."""
+    return override.partition("=")[0].strip().partition(".")[0]
+
+
 def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -> str:
     """The ``bandpo train`` command of the GRPO baseline: the demo's run (same recipe, model, steps and
     overrides) with only the method and the output directory changed."""
@@ -132,6 +137,13 @@ def run(args: argparse.Namespace) -> int:
     from bandpo.training.run import prepare, train
     from bandpo.training.tasks import TASKS, build_task_model, default_cache_dir
 
+    for override in args.overrides:
+        if _override_key(override) == "output_dir":
+            usage_error(
+                "demo",
+                f"override {override!r} is not taken: the demo's run directory is set with --output-dir "
+                "(default: runs/demo; --model: runs/demo-llm)",
+            )
     real = args.model is not None and args.model != "tiny"
     config_file = args.config or str(LLM_CONFIG if real else DEFAULT_CONFIG)
     output_dir = args.output_dir or ("runs/demo-llm" if real else "runs/demo")
