@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -149,16 +150,45 @@ def fake_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         ),
         # the baseline sets the method itself
         (["--steps", "7", "method=dcpo", "seed=3"], ["max_steps=7", "seed=3"]),
+        # Band's settings do not apply to GRPO (train refused the printed command); the diagnostics level does
+        (
+            ["--steps", "7", "band_delta=0.1", "band_cap=5", "diagnostics=full", "seed=3"],
+            ["max_steps=7", "diagnostics=full", "seed=3"],
+        ),
+        (
+            [
+                "band_delta_schedule=linear",
+                "band_delta_end=0.01",
+                "band_delta_hold_frac=0.1",
+                "clip_rule=band",
+            ],
+            [],
+        ),
+        (["clip_rule_kwargs.relax=[0.5, 0.5]", "band_divergence=tv"], []),
     ],
-    ids=["llm-defaults", "tiny-steps-and-override", "quoted", "other-method"],
+    ids=[
+        "llm-defaults",
+        "tiny-steps-and-override",
+        "quoted",
+        "other-method",
+        "band",
+        "schedule",
+        "rule-kwargs",
+    ],
 )
 @pytest.mark.usefixtures("fake_work")
 def test_demo_grpo_command_repeats_the_runs_settings(
-    argv: list[str], settings: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    settings: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The printed GRPO baseline is the demo's own run (model, steps and the user's overrides) with only the
-    clip rule and the output directory changed, quoted for the shell; it used to drop all of them (100 steps of
-    the recipe against the demo's 24). The printed tail share is the pooled one."""
+    """The printed GRPO baseline is the demo's own run (model, steps and the user's overrides) with the clip
+    method at GRPO's defaults and its own output directory, quoted for the shell; it used to drop all of them (100
+    steps of the recipe against the demo's 24), then kept Band's settings, which ``bandpo train`` refuses next to
+    ``clip_rule=grpo``. On the tiny recipe the printed command passes ``prepare`` (``bandpo train --dry-run``).
+    The printed tail share is the pooled one."""
     from bandpo.cli.main import main
     from bandpo.training.layout import METRICS_FILE
 
@@ -171,6 +201,13 @@ def test_demo_grpo_command_repeats_the_runs_settings(
     assert words[:3] == ["bandpo", "train", "--config"] and words[3].endswith(f"configs/{config}")
     expected = [*settings, "clip_rule=grpo", f"output_dir={out}-grpo"]
     assert " ".join(words[4:]) == " ".join(expected)
+    if "--model" not in argv:  # what train --dry-run checks, with the real prepare
+        from bandpo.training.config import load_train_config
+
+        monkeypatch.undo()
+        from bandpo.training.run import prepare
+
+        prepare(load_train_config(words[3], shlex.split(" ".join(words[4:]))))
     assert f"metrics: {out / METRICS_FILE} " in stdout
     assert f"figure: {out / 'training.png'}\n" in stdout
     assert (out / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -101,8 +101,9 @@ def _training_figure(out: Path, title: str) -> str:
     return str(path) if drawn else "none (the run logged no reward, entropy or clipping)"
 
 
-_BASELINE_SETS = ("method", "clip_rule", "output_dir")
-"""The override keys the GRPO baseline sets itself (a run's ``method=dcpo`` next to ``clip_rule=grpo`` is refused)."""
+_BASELINE_SETS = ("method", "output_dir")
+"""The override keys the GRPO baseline sets itself (a run's ``method=dcpo`` next to ``clip_rule=grpo`` is refused).
+It also leaves out the clip method's settings that GRPO refuses (:func:`_baseline_command`)."""
 
 
 def _override_key(override: str) -> str:
@@ -112,8 +113,14 @@ def _override_key(override: str) -> str:
 
 def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -> str:
     """The ``bandpo train`` command of the GRPO baseline: the demo's run (same recipe, model, steps and
-    overrides) with only the method and the output directory changed."""
-    kept = [o for o in overrides if o.partition("=")[0].strip() not in _BASELINE_SETS]
+    overrides) with the clip method at GRPO's defaults and its own output directory: the overrides of the method,
+    the output directory and the clip method's settings other than the run's length and the diagnostics level
+    (``clip_rule``, ``clip_rule_kwargs``, ``band_*``, the radius schedule: ``band_delta`` does not apply to
+    ``clip_rule='grpo'``) are left out."""
+    from bandpo.losses.method import TRL_NAMES
+
+    dropped = {*_BASELINE_SETS, *(k for k, v in TRL_NAMES.items() if v not in ("total_steps", "diagnostics"))}
+    kept = [o for o in overrides if _override_key(o) not in dropped]
     return shlex.join(
         ["bandpo", "train", "--config", config_file, *kept, "clip_rule=grpo", f"output_dir={output_dir}-grpo"]
     )
