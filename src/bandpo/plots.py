@@ -22,9 +22,21 @@ def default_rules(divergences: Sequence[str], delta: float, cap: float | None) -
     return rules
 
 
+def figure_formats() -> list[str]:
+    """The file suffixes (lower case, without the dot) matplotlib can write a figure in, sorted: ``eps``,
+    ``jpeg``, ..., ``pdf``, ``png``, ``svg``, ...; the suffix of a figure's path picks its format."""
+    from bandpo._optional import pyplot
+
+    pyplot()  # matplotlib is installed (else MissingDependencyError)
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
 def plot_bounds(path: str | Path, rules: dict[str, ClipRule], n_points: int = 400) -> Path:
-    """Write a two-panel PNG: ratio bounds [lo, hi] against p_old, and the allowed probability change
-    ``Delta pi = (hi - 1) p`` (up) / ``(1 - lo) p`` (down), for each rule, with the simplex limit 1/p."""
+    """Write a two-panel figure: ratio bounds [lo, hi] against p_old, and the allowed probability change
+    ``Delta pi = (hi - 1) p`` (up) / ``(1 - lo) p`` (down), for each rule, with the simplex limit 1/p. The suffix
+    of ``path`` picks the format (:func:`figure_formats`; ``.png`` for the PNG)."""
     from bandpo._optional import pyplot
 
     plt = pyplot()

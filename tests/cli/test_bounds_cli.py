@@ -143,6 +143,31 @@ def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("out_path", "got"),
+    [("x.txt", "'.txt'"), ("bnoext", "none"), ("fig.", "none")],
+)
+def test_plot_bounds_refuses_an_output_without_a_figure_suffix(
+    out_path: str, got: str, tmp_path: Path
+) -> None:
+    """A suffix matplotlib cannot write was a traceback after the plotting (``Format 'txt' is not supported``),
+    and no suffix printed ``wrote bnoext`` while matplotlib wrote ``bnoext.png``: one line, status 2, nothing
+    written."""
+    out = bandpo("plot-bounds", "--output", out_path, "--divergence", "kl", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr.startswith(
+        f"bandpo plot-bounds: error: --output {out_path!r} must end in a figure suffix, "
+    )
+    assert ".png, " in out.stderr and ".pdf, " in out.stderr and out.stderr.endswith(f"; got {got}\n")
+    assert out.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
+def test_plot_bounds_suffix_picks_the_format(tmp_path: Path) -> None:
+    out = bandpo("plot-bounds", "--output", "fig.SVG", "--divergence", "kl", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "wrote fig.SVG\n" and b"<svg" in (tmp_path / "fig.SVG").read_bytes()[:500]
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--repeats", "0"], "--repeats must be an integer >= 1, got 0"),

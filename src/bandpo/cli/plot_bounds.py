@@ -1,8 +1,9 @@
-"""``bandpo plot-bounds``: the Figure-1-style PNG (ratio bounds and Delta pi against p)."""
+"""``bandpo plot-bounds``: the Figure-1-style figure (ratio bounds and Delta pi against p), a PNG by default."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from bandpo.cli._args import add_deprecated_spelling
 from bandpo.cli.bounds import check_delta_and_cap, usage_error
@@ -11,7 +12,11 @@ from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", default="bounds.png", help="PNG file to write (default: bounds.png)")
+    parser.add_argument(
+        "--output",
+        default="bounds.png",
+        help="figure file to write; its suffix picks the format: .png, .pdf, .svg, ... (default: bounds.png)",
+    )
     add_deprecated_spelling(parser, "--out", "--output")
     parser.add_argument(
         "--divergence", nargs="+", default=["kl", "tv", "chi2", "hellinger"], choices=DIVERGENCES.names(),
@@ -29,12 +34,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bandpo._files import output_file_problem
-    from bandpo.plots import default_rules, plot_bounds
+    from bandpo.plots import default_rules, figure_formats, plot_bounds
 
     cap = check_delta_and_cap("plot-bounds", args.delta, args.cap)
     problem = output_file_problem(args.output, "--output")
     if problem is not None:
         usage_error("plot-bounds", problem)
+    suffix = Path(args.output).suffix
+    formats = figure_formats()
+    if suffix.lower().removeprefix(".") not in formats:
+        usage_error(
+            "plot-bounds",
+            f"--output {args.output!r} must end in a figure suffix, one of "
+            f"{', '.join('.' + f for f in formats)}; got {repr(suffix) if suffix else 'none'}",
+        )
     try:
         rules = default_rules(args.divergence, args.delta, cap)
     except ValueError as err:
