@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +109,37 @@ def test_eval_errors_name_the_problem(model_dir: Path, tmp_path: Path, args: lis
     assert out.returncode == 2, out.stdout + out.stderr
     assert "bandpo eval: error: " + message.format(**fill) in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-problems", "0"], "--max-problems must be an integer >= 1, got 0"),
+        (["--split", "val"], "split must be one of train, test for task 'countdown', got 'val'"),
+        (["--dataset", "countdwon"], "dataset 'countdwon' does not exist"),
+        (
+            ["--dataset", "countdown", "--dataset", "{tmp}/nope.jsonl"],
+            "dataset '{tmp}/nope.jsonl' does not exist",
+        ),
+    ],
+)
+def test_eval_dataset_flags_are_checked_before_the_model(
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The dataset flags that need no model are refused before ``--model tiny`` is warm-started (minutes), not
+    after; in process, with a ``resolve_model_dir`` that fails the test if it is reached."""
+    from bandpo.cli.main import main
+
+    def resolve_model_dir(*args: Any, **kwargs: Any) -> None:
+        pytest.fail("the model was resolved before the dataset flags were checked")
+
+    monkeypatch.setattr("bandpo.eval.models.resolve_model_dir", resolve_model_dir)
+    (tmp_path / "d.jsonl").write_text(json.dumps({"prompt": "p", "answer": "1"}) + "\n")
+    fill = {"tmp": str(tmp_path)}
+    assert main(["eval", "--model", "tiny", *[a.format(**fill) for a in args], "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bandpo eval: error: {message.format(**fill)}") and err.count("\n") == 1

@@ -11,7 +11,12 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bandpo.eval.datasets import load_eval_dataset, resolve_eval_datasets, task_options_of_run
+from bandpo.eval.datasets import (
+    check_eval_specs,
+    load_eval_dataset,
+    resolve_eval_datasets,
+    task_options_of_run,
+)
 from bandpo.eval.errors import EvalError
 from bandpo.eval.scorers import verifier_names
 
@@ -129,3 +134,18 @@ def test_resolve_eval_datasets(tmp_path: Path) -> None:
     assert len(resolve_eval_datasets(["countdown"])[0].problems) == 200  # no model: the task's defaults
     with pytest.raises(EvalError, match=r"split must be one of train, test for task 'countdown', got 'dev'"):
         resolve_eval_datasets(["countdown"], tmp_path, split="dev")
+
+
+def test_check_eval_specs_reads_no_data(tmp_path: Path) -> None:
+    """The checks a command makes before it loads a model: tasks and their splits, files that exist; the tasks
+    are returned (``[]``: files only, which take no task options)."""
+    (tmp_path / "d.jsonl").write_text("not JSON: the check does not read it\n")
+    assert check_eval_specs(["countdown", str(tmp_path / "d.jsonl"), "arith"]) == ["countdown", "arith"]
+    assert check_eval_specs([str(tmp_path / "d.jsonl")]) == []
+    assert check_eval_specs(["countdown"], split="train") == ["countdown"]
+    with pytest.raises(EvalError, match="split must be one of train, test for task 'countdown', got 'val'"):
+        check_eval_specs(["countdown"], split="val")
+    with pytest.raises(EvalError, match="dataset 'countdwon' does not exist"):
+        check_eval_specs(["countdown", "countdwon"])
+    with pytest.raises(EvalError, match="dataset must be a task name"):
+        check_eval_specs([" "])

@@ -147,6 +147,18 @@ def _check_outputs(output: Path, samples: str | None) -> None:
             raise EvalError(problem)
 
 
+def _check_datasets(args: argparse.Namespace, specs: list[str]) -> None:
+    """The dataset flags that need no model: ``--max-problems`` and each ``--dataset`` (a task with ``--split``, or
+    files that exist). Raises ``EvalError`` naming the flag."""
+    from bandpo.eval.datasets import check_eval_specs
+    from bandpo.eval.errors import EvalError
+    from bandpo.validation import check_int_in
+
+    if args.max_problems is not None:
+        check_int_in("--max-problems", args.max_problems, 1, error=EvalError)
+    check_eval_specs(specs, split=args.split)
+
+
 def run(args: argparse.Namespace) -> int:
     from bandpo._files import write_json
     from bandpo.eval.datasets import resolve_eval_datasets
@@ -172,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         )
         options = _task_options(args.task_options)
         check_device(args.device)  # before the model and the datasets load
+        _check_datasets(args, specs)  # before the model, which "tiny" may warm-start for minutes
         model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
         output = Path(args.output) if args.output else model / "eval_results.json"
         _check_outputs(output, args.save_samples)  # before the work, which writes only at its end

@@ -18,6 +18,7 @@ from bandpo.validation import check_int_in
 
 __all__ = [
     "EvalDataset",
+    "check_eval_specs",
     "load_eval_dataset",
     "prompt_texts",
     "raw_prompt_text",
@@ -100,16 +101,10 @@ def load_eval_dataset(
 
     if max_problems is not None:
         max_problems = check_int_in("max_problems", max_problems, 1, note=" or None", error=EvalError)
-    if not isinstance(spec, str) or not spec.strip():
-        raise EvalError(
-            f"dataset must be a task name ({', '.join(TASKS.names())}) or a file path, got {spec!r}"
-        )
-    is_task = spec in TASKS and not expand_path(spec).exists()
+    is_task = _is_task(spec, split)
     if is_task:
         task = TASKS.get(spec)
         verifier = verifier or task.default_reward
-        if split not in task.splits:
-            raise EvalError(f"split must be one of {', '.join(task.splits)} for task {spec!r}, got {split!r}")
         try:
             options = task.options(dict(task_options or {}), "task_options")
         except (TypeError, ValueError) as err:
@@ -176,6 +171,53 @@ def load_eval_dataset(
         system_prompt=system_prompt,
         chat_template=chat_template,
     )
+
+
+def _is_task(spec: str, split: str) -> bool:
+    """Whether ``spec`` names a built-in task (a name that is not an existing path); a task's ``split`` must be
+    one of its splits.
+
+    Raises:
+        EvalError: ``spec`` is not a non-empty string; a task's split it does not have.
+    """
+    from bandpo.training.tasks import TASKS
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise EvalError(
+            f"dataset must be a task name ({', '.join(TASKS.names())}) or a file path, got {spec!r}"
+        )
+    if spec not in TASKS or expand_path(spec).exists():
+        return False
+    task = TASKS.get(spec)
+    if split not in task.splits:
+        raise EvalError(f"split must be one of {', '.join(task.splits)} for task {spec!r}, got {split!r}")
+    return True
+
+
+def check_eval_specs(specs: Sequence[str], *, split: str = "test", data_format: str = "auto") -> list[str]:
+    """The checks of :func:`load_eval_dataset` that need no model and read no data, for every spec: a task name
+    with a split it has, or files that exist (a directory holding ``<split>`` files); cheap, so a command can
+    make them before it loads (or warm-starts) a model.
+
+    Returns:
+        The specs that are built-in tasks, in order (``[]`` when every spec is a file or directory).
+
+    Raises:
+        EvalError: the first spec that fails, as :func:`load_eval_dataset` words it.
+    """
+    from bandpo.training.config import ConfigError, DataConfig
+    from bandpo.training.data import resolve_data_files
+
+    tasks = []
+    for spec in specs:
+        if _is_task(spec, split):
+            tasks.append(spec)
+            continue
+        try:
+            resolve_data_files(DataConfig(path=spec, split=split, format=data_format))
+        except ConfigError as err:
+            raise _translate(err) from err
+    return tasks
 
 
 def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | None:
