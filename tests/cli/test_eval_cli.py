@@ -121,6 +121,12 @@ def test_eval_errors_name_the_problem(model_dir: Path, tmp_path: Path, args: lis
             ["--dataset", "countdown", "--dataset", "{tmp}/nope.jsonl"],
             "dataset '{tmp}/nope.jsonl' does not exist",
         ),
+        # task options apply to built-in tasks only: with files alone they were silently ignored
+        (
+            ["--dataset", "{tmp}/d.jsonl", "--task-options", "{{n_test: 5}}"],
+            "--task-options '{{n_test: 5}}' applies to a built-in task (countdown, arith), and no --dataset is "
+            "one: '{tmp}/d.jsonl' (files take no task options)",
+        ),
     ],
 )
 def test_eval_dataset_flags_are_checked_before_the_model(

@@ -148,15 +148,22 @@ def _check_outputs(output: Path, samples: str | None) -> None:
 
 
 def _check_datasets(args: argparse.Namespace, specs: list[str]) -> None:
-    """The dataset flags that need no model: ``--max-problems`` and each ``--dataset`` (a task with ``--split``, or
-    files that exist). Raises ``EvalError`` naming the flag."""
+    """The dataset flags that need no model: ``--max-problems``, each ``--dataset`` (a task with ``--split``, or
+    files that exist) and ``--task-options`` (only with a built-in task among the datasets: files take none).
+    Raises ``EvalError`` naming the flag."""
     from bandpo.eval.datasets import check_eval_specs
     from bandpo.eval.errors import EvalError
+    from bandpo.training.tasks import TASKS
     from bandpo.validation import check_int_in
 
     if args.max_problems is not None:
         check_int_in("--max-problems", args.max_problems, 1, error=EvalError)
-    check_eval_specs(specs, split=args.split)
+    tasks = check_eval_specs(specs, split=args.split)
+    if args.task_options is not None and not tasks:
+        raise EvalError(
+            f"--task-options {args.task_options!r} applies to a built-in task ({', '.join(TASKS.names())}), and "
+            f"no --dataset is one: {', '.join(map(repr, specs))} (files take no task options)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
