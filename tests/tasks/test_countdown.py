@@ -128,9 +128,25 @@ def test_evaluate_expression_matches_python_precedence() -> None:
 
 
 def test_parse_prompt_rejects_non_countdown() -> None:
-    with pytest.raises(ValueError, match="prompt must end with"):
+    with pytest.raises(ValueError, match="prompt must hold a puzzle"):
         parse_prompt("what is 2+2?")
     assert parse_prompt("Solve: 3,7,2:-4= ") == ([3, 7, 2], -4)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{prompt}\nWrite only the expression.",
+        "Puzzle {prompt} (use every digit once)",
+        "e.g. 1,2:3= 1+2\n{prompt}",
+    ],
+)
+def test_parse_prompt_reads_the_puzzle_inside_a_template(template: str) -> None:
+    """A ``data.prompt_template`` that adds text after ``{prompt}`` made every reward call raise (the puzzle had to
+    end the prompt): training crashed at step 1 although ``--dry-run`` passed."""
+    prompt = template.format(prompt="3,7,2:23=")
+    assert parse_prompt(prompt) == ([3, 7, 2], 23)
+    assert countdown_reward_func([prompt, prompt], ["3*7+2", "3*7+3"]) == [1.0, 0.0]
 
 
 # --------------------------------------------------------------------------------------------------- reward

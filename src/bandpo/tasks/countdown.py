@@ -55,7 +55,7 @@ END_OF_TEXT_MARKERS = ("<eos>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "</
 MAX_N_NUMBERS = 4  # exhaustive enumeration: 495 multisets x 24 orders x 27 operator choices at n=4
 MAX_ABS_TARGET = 10**6
 
-_PROMPT_RE = re.compile(r"(?P<digits>\d+(?:,\d+)*):(?P<target>-?\d+)=\s*$")
+_PROMPT_RE = re.compile(r"(?P<digits>\d+(?:,\d+)*):(?P<target>-?\d+)=")
 _TOKEN_RE = re.compile(r"\s*(?:(?P<number>[0-9]+)|(?P<op>[-+*]))")
 
 
@@ -231,13 +231,16 @@ def format_prompt(digits: Sequence[int], target: int) -> str:
 
 
 def parse_prompt(prompt: str) -> tuple[list[int], int]:
-    """Digits and target of a prompt ending in ``"3,7,2:23="`` (text before it, e.g. instructions, is ignored).
+    """Digits and target of the last puzzle ``"3,7,2:23="`` in a prompt. Text around it is ignored: instructions
+    before it, and what a ``data.prompt_template`` adds after ``{prompt}`` (a prompt that ends with the puzzle,
+    as the task writes it, reads as when the puzzle had to be at the end).
 
-    Raises ``ValueError`` when the prompt does not end with that pattern.
+    Raises ``ValueError`` when the prompt holds no such pattern.
     """
-    match = _PROMPT_RE.search(prompt)
-    if match is None:
-        raise ValueError(f"prompt must end with 'd,d,...,d:target=' (e.g. '3,7,2:23='), got {prompt!r}")
+    matches = list(_PROMPT_RE.finditer(prompt))
+    if not matches:
+        raise ValueError(f"prompt must hold a puzzle 'd,d,...,d:target=' (e.g. '3,7,2:23='), got {prompt!r}")
+    match = matches[-1]
     return [int(d) for d in match.group("digits").split(",")], int(match.group("target"))
 
 
