@@ -36,6 +36,11 @@ def one_string(prompts, completions, **kwargs):
 def needs_column(prompts, completions, level, **kwargs):
     return [1.0 for _ in completions]
 
+def prompt_ends_with_the_puzzle(prompts, completions, **kwargs):
+    if not all(p.endswith("=") for p in prompts):
+        raise ValueError(f"no puzzle at the end of {prompts[0]!r}")
+    return [1.0 for _ in completions]
+
 class Holder:
     @staticmethod
     def nested(prompts, completions, **kwargs):
@@ -154,3 +159,19 @@ def test_prepare_refuses_a_bad_reward_before_any_model_loads(user_rewards: str, 
     config = _config(f"reward.name={user_rewards}:one_value", f"output_dir={tmp_path / 'out'}")
     with pytest.raises(ConfigError, match="must return 2 rewards"):
         prepare(config)
+
+
+def test_prepare_tries_the_rewards_on_the_formatted_prompt(user_rewards: str, tmp_path: Path) -> None:
+    """The trial call used the unformatted prompt, so a reward that cannot read the prompt a
+    ``data.prompt_template`` makes passed ``--dry-run`` and crashed training at step 1; the countdown reward
+    reads such a prompt."""
+    from bandpo.training.run import prepare
+
+    template = "data.prompt_template={prompt} Solve it."
+    out = f"output_dir={tmp_path / 'out'}"
+    prepare(_config(f"reward.name={user_rewards}:prompt_ends_with_the_puzzle", out))  # the task's prompt
+    with pytest.raises(
+        ConfigError, match=r"failed on a trial call .*no puzzle at the end of '.*= Solve it\.'"
+    ):
+        prepare(_config(f"reward.name={user_rewards}:prompt_ends_with_the_puzzle", template, out))
+    prepare(_config("reward.name=countdown", template, out))

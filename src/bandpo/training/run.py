@@ -111,7 +111,7 @@ def prepare(
 ) -> PreparedRun:
     """Check the whole run without loading a model: batch arithmetic, value ranges, the method and every TRL
     setting (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native method, plus the optimizer, scheduler and generation config built as TRL will), reward name
-    and options, model path, dataset files and columns (and that they fill one generation round), chat-template
+    and options (and a trial call of each reward on the first problem, its prompt formatted as in training), model path, dataset files and columns (and that they fill one generation round), chat-template
     use, and the output directory (not in use by another run; with ``resume``, its checkpoints and config;
     otherwise, unless ``overwrite``, free of an earlier run's checkpoints, metrics or finished record).
 
@@ -153,7 +153,7 @@ def prepare(
     problems = load_problems(
         config.data, need_answer="answer" in keys, answer_columns=sorted(keys - {"answer"})
     )
-    check_rewards_on(rewards, problems[0])
+    check_rewards_on(rewards, problems[0] if model_path is not None else _first_formatted(problems, config))
     check_training_length(args, len(problems))
     plan = None
     if resume:
@@ -179,7 +179,19 @@ def prepare(
     if model_path is not None:  # the tokenizer is small: check the prompts against it now
         prepared.tokenizer = preflight.load_tokenizer(model_path)
         prepared.dataset = build_prompt_dataset(problems, config.data, prepared.tokenizer)
+        first = prepared.dataset[0]
+        if first["prompt"] != problems[0]["prompt"]:  # the trial again, on the prompt as TRL passes it
+            check_rewards_on(rewards, first)
     return prepared
+
+
+def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dict[str, Any]:
+    """The first problem with its prompt formatted as training formats it for a task's own model, whose
+    tokenizer has no chat template (``data.prompt_template``, ``data.system_prompt`` as plain text): the reward
+    trial's problem when no tokenizer is loaded before training."""
+    if config.data.chat_template == "always":  # refused with the task's tokenizer, when the model is built
+        return problems[0]
+    return dict(build_prompt_dataset(problems[:1], config.data, None)[0])
 
 
 def _earlier_run(output_dir: Path) -> str | None:
