@@ -9,13 +9,18 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import Tensor
 
 from bandpo.experiments.bench import naive_clip_metrics
 from bandpo.losses import make_clip_rule, policy_loss
 from bandpo.losses.diagnostics import (
+    _N_CODES,
+    _PADDING,
     DIAGNOSTICS,
     PROB_BIN_EDGES,
+    _count_codes,
     basic_clip_metrics,
     check_diagnostics,
     clip_metrics,
@@ -207,3 +212,21 @@ def test_levels_are_registered_and_an_unknown_one_is_refused() -> None:
         ):
             check_diagnostics("x.diagnostics", bad)
     assert check_diagnostics("x", "basic") == "basic"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    codes=st.lists(
+        st.one_of(st.integers(0, _N_CODES - 1), st.integers(_PADDING, _PADDING + _N_CODES - 1)), max_size=300
+    ),
+    cols=st.integers(1, 4),
+)
+def test_code_counts_by_scatter_equal_bincount(codes: list[int], cols: int) -> None:
+    """The scatter-add count (the path off the CPU: no host sync, capturable in a CUDA graph) equals bincount's and
+    a Python count of the real codes, padding codes left out, for any shape."""
+    rows = len(codes) // cols
+    code = torch.tensor(codes[: rows * cols], dtype=torch.uint8).view(rows, cols)
+    want = torch.tensor([codes[: rows * cols].count(c) for c in range(_N_CODES)], dtype=torch.int64)
+    for scatter in (False, True):
+        got = _count_codes(code, scatter=scatter)
+        assert got.dtype == torch.int64 and torch.equal(got, want), scatter

@@ -275,7 +275,8 @@ def band_bounds(
             return lo.to(old_logp.dtype), hi.to(old_logp.dtype)
     else:
         if delta_t is None:
-            delta_t = torch.tensor(delta_f, dtype=cdt, device=old_logp.device)
+            # a fill on the device, not a copy from the host (refused while a CUDA graph is captured)
+            delta_t = torch.full((), delta_f, dtype=cdt, device=old_logp.device)
         lo, hi = _chunked(_exact_solver(div, method), logp, delta_t)
 
     if relax is not None:

@@ -1,7 +1,7 @@
 """The clipping diagnostics of the policy loss (:func:`clip_metrics`), computed in one fused pass.
 
 Every count the metrics need (clipped up / down / outside the bounds / by the constant ``c``, per old-probability
-bin, padding apart) comes from one ``bincount`` over a uint8 code per token, instead of one masked sum per metric;
+bin, padding apart) comes from one count (``bincount`` on the CPU) over a uint8 code per token, instead of one masked sum per metric;
 the bound, ratio and KL statistics are one masked sum per tensor and one ``aminmax`` for a minimum and maximum.
 Equivalent to the naive masked means (one per metric, as :mod:`bandpo.losses.aggregation`'s ``masked_mean`` /
 ``masked_min`` / ``masked_max`` compute them), which ``tests/losses/test_diagnostics.py`` keeps as its reference
@@ -58,6 +58,22 @@ _OUT, _DUAL = 3, 6
 _PER_BIN = 12
 _N_CODES = len(PROB_BINS) * _PER_BIN
 _PADDING = 64  # >= _N_CODES, and _N_CODES - 1 + _PADDING fits in uint8
+
+
+def _count_codes(code: Tensor, scatter: bool | None = None) -> Tensor:
+    """int64 ``(_N_CODES,)``: how many entries of the uint8 ``code`` (any shape) hold each real code; padding codes
+    (``>= _PADDING``) are not counted. On the CPU ``torch.bincount``; on another device (``scatter`` None), or with
+    ``scatter`` True, a scatter-add into a buffer of fixed size, which never waits on the host: CUDA's ``bincount``
+    reads the largest code back first, which stalls the stream and which a captured CUDA graph refuses. Both are
+    exact integer counts (tests/losses/test_diagnostics.py::test_code_counts_by_scatter_equal_bincount)."""
+    flat = code.reshape(-1)
+    if not (flat.device.type != "cpu" if scatter is None else scatter):
+        return torch.bincount(flat, minlength=_N_CODES)[:_N_CODES]
+    counts = torch.zeros(_PADDING + _N_CODES, dtype=torch.int64, device=flat.device)
+    ones = torch.ones((), dtype=torch.int64, device=flat.device).expand(flat.numel())
+    return counts.scatter_add_(0, flat.long(), ones)[:_N_CODES]
+
+
 _COUNT_METRICS = [
     "clip/frac",
     "clip/frac_up",
@@ -139,7 +155,7 @@ def clip_metrics(
         if dual_active is not None:
             code.add_(dual_active if dual_active.dtype == torch.bool else dual_active.bool(), alpha=_DUAL)
         code.add_((~m).view(torch.uint8), alpha=_PADDING)  # padding: past the real codes (a where costs more)
-        counts = torch.bincount(code.reshape(-1), minlength=_N_CODES)[:_N_CODES]  # int64, exact
+        counts = _count_codes(code)  # int64, exact
         # [bin, dual, out, side]: tokens (the codes' bins run from the last to the first)
         c = counts.view(len(PROB_BINS), 2, 2, 3).flip(0)
         per_bin = c.sum(dim=(1, 2))  # (bins, side)
