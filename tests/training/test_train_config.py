@@ -511,3 +511,32 @@ def test_a_cpu_run_uses_torchs_fused_adamw_unless_optim_is_set() -> None:
         pytest.skip("this machine has a GPU")
     assert load_train_config(TINY).trainer_kwargs()["optim"] == "adamw_torch_fused"
     assert load_train_config(TINY, ["optim=adamw_torch"]).trainer_kwargs()["optim"] == "adamw_torch"
+
+
+def test_checkpointing_takes_the_installed_transformers_spelling() -> None:
+    """transformers 5.17's TrainingArguments has only ``gradient_checkpointing`` (a GPU machine's stack failed with
+    "unexpected keyword argument 'activation_checkpointing'"); a newer one has the new name, which stays."""
+    import dataclasses
+
+    from bandpo.training.config import _installed_spelling
+
+    @dataclasses.dataclass
+    class Old:
+        gradient_checkpointing: bool = True
+        gradient_checkpointing_kwargs: dict | None = None
+
+    @dataclasses.dataclass
+    class New(Old):
+        activation_checkpointing: bool | None = None
+        activation_checkpointing_kwargs: dict | None = None
+
+    kwargs = {"activation_checkpointing": False, "activation_checkpointing_kwargs": {"a": 1}, "seed": 3}
+    old = _installed_spelling(dict(kwargs), lambda: Old)
+    assert old == {"gradient_checkpointing": False, "gradient_checkpointing_kwargs": {"a": 1}, "seed": 3}
+    Old(**{k: v for k, v in old.items() if k != "seed"})  # the old class takes them
+    assert _installed_spelling(dict(kwargs), lambda: New) == kwargs
+
+    def no_trl() -> type:
+        raise ImportError("no trl")
+
+    assert _installed_spelling(dict(kwargs), no_trl) == kwargs

@@ -443,7 +443,24 @@ class TrainConfig:
                 )
             init_kwargs[key] = value
         kwargs["model_init_kwargs"] = init_kwargs
+        return _installed_spelling(kwargs, self.training_method().config_class)
+
+
+def _installed_spelling(kwargs: dict[str, Any], config_class: Any) -> dict[str, Any]:
+    """``kwargs`` with bandpo's ``activation_checkpointing`` (and ``..._kwargs``) under their older names
+    ``gradient_checkpointing`` where the installed transformers predates the rename (5.17 has only the old names;
+    5.24 both, the old ones deprecated). ``config_class``: a callable returning the config class (imports TRL);
+    without TRL the names stay as they are."""
+    try:
+        fields = {f.name for f in dataclasses.fields(config_class())}
+    except ImportError:
         return kwargs
+    if "activation_checkpointing" in fields:
+        return kwargs
+    for old, renamed in RENAMED_FIELDS.items():
+        if renamed.renamed_in == "transformers 5" and renamed.new in kwargs:
+            kwargs[old] = kwargs.pop(renamed.new)
+    return kwargs
 
 
 def _select_clip_rule(trainer: dict[str, Any], name: str, where: Any) -> None:
