@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="also write the rows as JSON to this file (default: none)",
     )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="where the bound solvers, the loss and the radius schedule are timed: auto (CUDA when available), cpu, "
+        "cuda, cuda:1, ...; the KL accuracy, the diagnostics and the loss against verl run on the CPU",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (stderr)")
     add_deprecated_spelling(parser, "--json", "--output")
 
@@ -76,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
     sys.stdout.reconfigure(line_buffering=True)  # progress shows even when redirected to a file
     problem = _argument_problem(args)
+    if problem is None:
+        problem = _device_problem(args)
     if problem is None and args.output is not None:
         problem = output_file_problem(args.output, "--output")
     if problem is not None:  # before minutes of timing, which write only at the end
@@ -87,12 +95,12 @@ def run(args: argparse.Namespace) -> int:
     dirty = {True: ", uncommitted changes", False: ""}.get(code["dirty"], ", dirty flag unknown")
     print(
         f"bandpo {code['bandpo']} (commit {code['commit'][:10]}{dirty}), torch {code['torch']}, verl {code['verl']}; "
-        f"{torch.get_num_threads()} threads, float32 inputs, cap 10, delta 0.05"
+        f"{torch.get_num_threads()} threads, float32 inputs, cap 10, delta 0.05; device {_device_name(args.device)}"
     )
     if args.real_model:
         return _run_real_model(args, code)
     progress = not args.no_progress
-    rows = bench.bench_bounds(tuple(args.sizes), repeats=args.repeats, progress=progress)
+    rows = bench.bench_bounds(tuple(args.sizes), repeats=args.repeats, device=args.device, progress=progress)
     print(f"\n{'tokens':>9}  {'case':<38} {'ms/call':>10} {'x TV':>8} {'bisection/x':>12}")
     for r in rows:
         print(
@@ -109,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
     loss_rows = (
         []
         if args.skip_loss
-        else bench.bench_loss(*args.loss_shape, repeats=6 * args.repeats, progress=progress)
+        else bench.bench_loss(
+            *args.loss_shape, repeats=6 * args.repeats, progress=progress, device=args.device
+        )
     )
     if loss_rows:
         print(
@@ -120,7 +130,9 @@ def run(args: argparse.Namespace) -> int:
     schedule_rows = (
         []
         if args.skip_schedule
-        else bench.bench_schedule(*args.loss_shape, repeats=6 * args.repeats, progress=progress)
+        else bench.bench_schedule(
+            *args.loss_shape, repeats=6 * args.repeats, progress=progress, device=args.device
+        )
     )
     if schedule_rows:
         print(
@@ -184,6 +196,26 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
     if not (args.skip_train or args.real_model or TINY_RECIPE.is_file()):
         return f"the training-step benchmark needs {TINY_RECIPE} (a source checkout of bandpo); pass --skip-train"
     return None
+
+
+def _device_problem(args: argparse.Namespace) -> str | None:
+    """``--device`` checked (``bandpo.eval.models.check_device``) and resolved in place (``auto`` -> cuda or cpu);
+    the problem as one line naming the flag, or None."""
+    from bandpo.eval.models import EvalError, check_device
+
+    try:
+        args.device = check_device(args.device)
+    except EvalError as err:
+        return f"--device: {err}"
+    return None
+
+
+def _device_name(device: str) -> str:
+    """``device`` with the GPU's name where it is a CUDA device."""
+    import torch
+
+    dev = torch.device(device)
+    return f"{device} ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else device
 
 
 def _print_diagnostics(rows: list[dict], shape: list[int]) -> None:

@@ -215,25 +215,31 @@ def time_interleaved_samples(
     return times
 
 
-def _dense_loss_inputs(batch: int, length: int, g: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _dense_loss_inputs(
+    batch: int, length: int, g: torch.Generator, device: str = "cpu"
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(old_log_prob, log_prob, advantages, mask)`` of the loss and schedule benchmarks: float32 (B, T) log-probs
     shaped like sampled tokens (:func:`sample_logp`) and 5% apart, one advantage per sequence (B,), every token
-    counted (a mask of ones). ``g`` draws the noise and the advantages."""
+    counted (a mask of ones), on ``device``. ``g`` (a CPU generator) draws the noise and the advantages, so the
+    values are the same on every device."""
     old = sample_logp(batch * length).view(batch, length)
     log_prob = (old + 0.05 * torch.randn(batch, length, generator=g)).clamp(max=0)
-    return old, log_prob, torch.randn(batch, generator=g), torch.ones(batch, length)
+    tensors = (old, log_prob, torch.randn(batch, generator=g), torch.ones(batch, length))
+    return tuple(t.to(device) for t in tensors)  # type: ignore[return-value]
 
 
-def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30, progress: bool = False) -> list[dict]:
+def bench_loss(
+    batch: int = 64, length: int = 4096, repeats: int = 30, progress: bool = False, device: str = "cpu"
+) -> list[dict]:
     """Forward + backward time of the policy loss with every registered clip rule at its defaults (band: KL;
-    dppo_tv / dppo_kl: DPPO's truncated objective) against grpo (``repeats`` interleaved rounds, best of each).
-    ``progress``: a progress bar (stderr)."""
+    dppo_tv / dppo_kl: DPPO's truncated objective) against grpo (``repeats`` interleaved rounds, best of each), on
+    ``device``. ``progress``: a progress bar (stderr)."""
     g = torch.Generator().manual_seed(0)
-    old, log_prob, adv, mask = _dense_loss_inputs(batch, length, g)
+    old, log_prob, adv, mask = _dense_loss_inputs(batch, length, g, device)
     steps = {}
     for name in ["grpo", *(n for n in CLIP_RULES.names() if n != "grpo")]:
         rule = make_clip_rule(name)
-        ent = torch.rand(batch, length, generator=g) if rule.needs_entropy else None
+        ent = torch.rand(batch, length, generator=g).to(device) if rule.needs_entropy else None
 
         def step(rule=rule, ent=ent) -> None:
             lp = log_prob.clone().requires_grad_(True)
@@ -249,16 +255,22 @@ def bench_loss(batch: int = 64, length: int = 4096, repeats: int = 30, progress:
 
 
 def bench_schedule(
-    batch: int = 64, length: int = 4096, repeats: int = 30, steps: int = 1000, progress: bool = False
+    batch: int = 64,
+    length: int = 4096,
+    repeats: int = 30,
+    steps: int = 1000,
+    progress: bool = False,
+    device: str = "cpu",
 ) -> list[dict]:
     """Band-KL with a radius that changes every step (``linear`` 0.2 -> 0.02 over ``steps``: the tensor-radius
     solver, Halley's method) against the same rule at a constant radius (the cached table), in one interleaved run:
     the bounds alone and the loss forward + backward, each call at the next step's radius. Returns rows with
     ``x_constant`` (scheduled / constant). That no table is built per radius is tested
-    (tests/losses/test_schedule.py::test_a_radius_per_step_builds_no_table). ``progress``: a progress bar (stderr)."""
+    (tests/losses/test_schedule.py::test_a_radius_per_step_builds_no_table). On ``device``; ``progress``: a
+    progress bar (stderr)."""
     from bandpo.losses import radius_schedule, rule_at_step
 
-    old, log_prob, adv, mask = _dense_loss_inputs(batch, length, torch.Generator().manual_seed(0))
+    old, log_prob, adv, mask = _dense_loss_inputs(batch, length, torch.Generator().manual_seed(0), device)
     rule = make_clip_rule("band", delta=0.2)
     schedules = {"constant": radius_schedule(rule), "scheduled": radius_schedule(rule, "linear", end=0.02)}
     schedules["scheduled"] = schedules["scheduled"].for_run(steps)
