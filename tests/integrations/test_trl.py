@@ -72,9 +72,16 @@ def make_trainer(args: BandPOConfig, model: Any, tokenizer: Any, dataset: Any) -
 
 
 def harness_trainer(
-    cls: type[BandPOTrainer], precision: str, args: BandPOConfig, model: Any, tokenizer: Any, dataset: Any
+    cls: type[BandPOTrainer],
+    precision: str,
+    args: BandPOConfig,
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    on_gpu: bool = False,
 ) -> BandPOTrainer:
-    """``cls`` as ``bandpo train`` builds it (the harness's trainer mixin) at ``precision`` (bandpo.runtime)."""
+    """``cls`` as ``bandpo train`` builds it (the harness's trainer mixin) at ``precision`` (bandpo.runtime), on a
+    GPU with ``on_gpu`` (precision ``framework``: TRL's own)."""
     from bandpo.runtime import resolve_precision
     from bandpo.training.run import _trainer_class
 
@@ -92,7 +99,7 @@ def harness_trainer(
         return trainer
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bf16 on a CPU without native bf16 warns that it is slower
-        trainer.precision = resolve_precision(precision)
+        trainer.precision = resolve_precision(precision, on_gpu=on_gpu)
     return trainer
 
 
@@ -539,14 +546,23 @@ def test_first_update_of_a_round_has_ratio_exactly_one(
         # inside a step, under exact()) each emulate their bf16 products (the tiny model's float32 backward
         # products are below the size that fp32_precision "bf16" rounds)
         assert len(modes) == 6 + 2 and all(m.emulated > 0 for m in modes)
-    assert len(spy.records) == 6
+    assert_rounds_open_at_ratio_one(trainer, spy, steps=6, per_round=4)
+
+
+def assert_rounds_open_at_ratio_one(
+    trainer: BandPOTrainer, spy: ClampSpy, steps: int, per_round: int
+) -> None:
+    """``steps`` loss calls recorded, the tokens behind each step's logged shares the recorded mask's, every old
+    log-prob filled, the ratio exactly 1 (bit for bit) at the first update of each round of ``per_round`` updates
+    and not 1 somewhere at the others (the policy moved)."""
+    assert len(spy.records) == steps
     counts = [row["tokens/count"] for row in _log_rows(trainer)]
     assert counts == [float(rec["mask"].sum()) for rec in spy.records]  # the tokens behind each step's shares
     for step, rec in enumerate(spy.records):
         mask = rec["mask"]
         assert not torch.isnan(rec["old"][mask]).any(), f"step {step}: a deferred old log-prob was not filled"
         diff = (rec["current"] - rec["old"])[mask].abs().max().item()
-        if step % 4 == 0:
+        if step % per_round == 0:
             assert diff == 0.0, f"step {step} opens a round: ratio must be exactly 1, max |log r| = {diff}"
         else:
             assert diff > 0.0, f"step {step}: the policy moved (lr 3e-2), the ratio cannot be exactly 1"
