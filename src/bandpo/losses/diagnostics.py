@@ -1,8 +1,9 @@
 """The clipping diagnostics of the policy loss (:func:`clip_metrics`), computed in one fused pass.
 
 Every count the metrics need (clipped up / down / outside the bounds / by the constant ``c``, per old-probability
-bin, padding apart) comes from one count (``bincount`` on the CPU) over a uint8 code per token, instead of one masked sum per metric;
-the bound, ratio and KL statistics are one masked sum per tensor and one ``aminmax`` for a minimum and maximum.
+bin, padding apart) comes from one count (``bincount`` on the CPU) over a uint8 code per token, instead of one
+masked sum per metric; the bound, ratio and KL statistics are one masked sum per tensor and one ``aminmax`` for a
+minimum and maximum.
 Equivalent to the naive masked means (one per metric, as :mod:`bandpo.losses.aggregation`'s ``masked_mean`` /
 ``masked_min`` / ``masked_max`` compute them), which ``tests/losses/test_diagnostics.py`` keeps as its reference
 and matches bit for bit: counts are exact integers, the means the same ``where(mask, x, 0).sum()`` divided by the
@@ -67,7 +68,9 @@ def _count_codes(code: Tensor, scatter: bool | None = None) -> Tensor:
     reads the largest code back first, which stalls the stream and which a captured CUDA graph refuses. Both are
     exact integer counts (tests/losses/test_diagnostics.py::test_code_counts_by_scatter_equal_bincount)."""
     flat = code.reshape(-1)
-    if not (flat.device.type != "cpu" if scatter is None else scatter):
+    if scatter is None:
+        scatter = flat.device.type != "cpu"
+    if not scatter:
         return torch.bincount(flat, minlength=_N_CODES)[:_N_CODES]
     counts = torch.zeros(_PADDING + _N_CODES, dtype=torch.int64, device=flat.device)
     ones = torch.ones((), dtype=torch.int64, device=flat.device).expand(flat.numel())

@@ -447,18 +447,16 @@ class TrainConfig:
 
 
 def _installed_spelling(kwargs: dict[str, Any], config_class: Any) -> dict[str, Any]:
-    """``kwargs`` with bandpo's ``activation_checkpointing`` (and ``..._kwargs``) under their older names
-    ``gradient_checkpointing`` where the installed transformers predates the rename (5.17 has only the old names;
-    5.24 both, the old ones deprecated). ``config_class``: a callable returning the config class (imports TRL);
-    without TRL the names stay as they are."""
+    """``kwargs`` with each renamed field (:data:`RENAMED_FIELDS`) under its old name where the installed config
+    class has only the old one: transformers 5.17's TrainingArguments knows ``gradient_checkpointing`` but not
+    bandpo's ``activation_checkpointing`` (5.25 has both, the old one deprecated). ``config_class``: a callable
+    returning the config class (imports TRL); without TRL the names stay as they are."""
     try:
         fields = {f.name for f in dataclasses.fields(config_class())}
     except ImportError:
         return kwargs
-    if "activation_checkpointing" in fields:
-        return kwargs
     for old, renamed in RENAMED_FIELDS.items():
-        if renamed.renamed_in == "transformers 5" and renamed.new in kwargs:
+        if renamed.new in kwargs and renamed.new not in fields and old in fields:
             kwargs[old] = kwargs.pop(renamed.new)
     return kwargs
 
