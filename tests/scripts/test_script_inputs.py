@@ -5,27 +5,16 @@ step_speed_vs_commit.sh's failed runs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from helpers import REPO
-
-
-def _load(relpath: str) -> ModuleType:
-    """A script as a module (scripts/ and benchmarks/ are not packages); its ``main`` does not run."""
-    path = REPO / relpath
-    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_script as _load
 
 
 def _usage_error(main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

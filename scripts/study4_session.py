@@ -1,0 +1,279 @@
+"""Study 4's per-session bookkeeping (docs/study.md, Study 4, "Resume"), one command each, from the main checkout:
+
+    .venv/bin/python scripts/study4_session.py resume    # the worktree at the study's commit, its runs/, the queues
+    .venv/bin/python scripts/study4_session.py status    # finished runs, and where each unfinished one stands
+    .venv/bin/python scripts/study4_session.py export    # finished runs into docs/results/study4, the report rebuilt
+
+``resume`` makes ``.venv`` if it is missing (``make setup``), recreates the worktree ``../study4`` at 5b5c294 with a
+link to this checkout's ``.venv``, copies the committed export back into the worktree's ``runs/study/study4`` if
+that is gone (finished runs are recognised by their fingerprints and skipped), removes every unfinished run that
+started on the other kind of machine (native bf16 against emulated: a run computes on one kind from its first step
+to its final evaluation, so it restarts from step 0 here), and starts ``configs/study/run_study4.sh`` in its own
+session unless it is already running. Its log goes to ``runs/study/run_study4.out`` in the worktree (ignored, so
+the runs' provenance does not list it as a change to the checkout).
+
+``status`` reads only step numbers, checkpoints and times: it prints no metric of any run, so checking on the study
+is not an interim look at its outcomes.
+
+``export`` runs ``bandpo compare --export`` in the worktree, drops the runs that have not finished from the
+export, rebuilds the report with ``--report-only``, runs ``scripts/study_checks.py``, and prints for each finished
+run the time of its results and its training + final-evaluation wall time (docs/study.md's Progress rows). It
+commits nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bandpo.runtime import cpu_bf16_flags
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study4_analysis import machine_kind
+
+MAIN = Path(__file__).resolve().parent.parent
+COMMIT = (
+    "5b5c294fa68c0b866acfedd774ffd9c0b225be77"  # the study's code (docs/study.md, Study 4: the deviation)
+)
+CONFIG = "configs/study/study4.yaml"
+OUT = Path("runs/study/study4")  # in the worktree
+EXPORT = Path("docs/results/study4")  # in the main checkout
+PLANNED_RUNS = 66  # registered: GRPO and Band-KL on 30 seeds, Clip-Higher on 6 of them
+QUEUE = "configs/study/run_study4.sh"
+LOG = Path("runs/study/run_study4.out")  # in the worktree; runs/ is ignored
+
+
+def this_machine_kind(cpuinfo: str | None = None) -> str:
+    """``"native"`` where this CPU has native bf16 matrix instructions, else ``"emulated"`` (the study's commit
+    emulates bf16 products there)."""
+    return "native" if cpu_bf16_flags(cpuinfo) else "emulated"
+
+
+def run_dirs(out: Path) -> list[Path]:
+    """The run folders ``<out>/runs/<method>/seed<N>``, sorted."""
+    return sorted(p for p in out.glob("runs/*/seed*") if p.is_dir())
+
+
+def is_finished(run_dir: Path) -> bool:
+    return (run_dir / "results.json").is_file()
+
+
+def last_step(run_dir: Path) -> int:
+    """The last logged training step (0 if none), read from the ``step`` field alone of ``metrics.jsonl``."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    step = 0
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a stopped process
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            step = max(step, row["step"])
+    return step
+
+
+def last_checkpoint(run_dir: Path) -> int | None:
+    """The step of the run's newest ``checkpoint-<step>`` folder, ``None`` without one."""
+    steps = [
+        int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
+    ]
+    return max(steps, default=None)
+
+
+def progress(run_dir: Path) -> dict[str, Any]:
+    """Where a run stands, without any of its metrics: finished or not, last logged step, newest checkpoint, the
+    machine kind it computed on (``run_info.json``) and when its log last changed (UTC)."""
+    log = run_dir / "metrics.jsonl"
+    updated = None
+    if log.is_file():
+        updated = dt.datetime.fromtimestamp(log.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return {
+        "run": f"{run_dir.parent.name}/{run_dir.name}",
+        "finished": is_finished(run_dir),
+        "step": last_step(run_dir),
+        "checkpoint": last_checkpoint(run_dir),
+        "kind": machine_kind(run_dir),
+        "updated": updated,
+    }
+
+
+def to_restart(out: Path, kind: str) -> list[Path]:
+    """Unfinished runs that started on the other kind of machine than ``kind``: they may not resume here."""
+    return [r for r in run_dirs(out) if not is_finished(r) and machine_kind(r) not in (None, kind)]
+
+
+def drop_unfinished(export: Path) -> list[Path]:
+    """Remove the run folders of an export that have no ``results.json``; returns them."""
+    dropped = [r for r in run_dirs(export) if not is_finished(r)]
+    for r in dropped:
+        shutil.rmtree(r)
+    return dropped
+
+
+def finished_rows(export: Path) -> list[str]:
+    """``method/seedN: results at <UTC>, <train> + <eval> s ...`` for each finished run (no outcome): the end of
+    training (``train_done.json``) plus the final evaluation's wall time."""
+    rows = []
+    for r in run_dirs(export):
+        if not is_finished(r):
+            continue
+        results = json.loads((r / "results.json").read_text())
+        train, evaluation = (results.get(k) for k in ("train_wall_s", "eval_wall_s"))
+        done = r / "train_done.json"
+        finished = json.loads(done.read_text()).get("finished") if done.is_file() else None
+        when = "?"
+        if isinstance(finished, (int, float)) and isinstance(evaluation, (int, float)):
+            when = dt.datetime.fromtimestamp(finished + evaluation, dt.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M"
+            )
+        wall = " + ".join(f"{w:,.0f}" if isinstance(w, (int, float)) else "?" for w in (train, evaluation))
+        rows.append(
+            f"{r.parent.name}/{r.name}: results at {when} UTC, {wall} s of training + final evaluation"
+        )
+    return rows
+
+
+def queue_running() -> bool:
+    """Whether a ``run_study4.sh`` process is alive on this machine."""
+    return subprocess.run(["pgrep", "-f", QUEUE], capture_output=True).returncode == 0
+
+
+def _env(pythonpath: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return env
+
+
+def _call(cmd: list[str], cwd: Path, pythonpath: Path | None = None) -> None:
+    print("$", " ".join(cmd), f"(in {cwd})", flush=True)
+    subprocess.run(cmd, cwd=cwd, env=_env(pythonpath), check=True)
+
+
+def ensure_runs(worktree: Path, main: Path) -> bool:
+    """Copy the committed export back as the worktree's output folder if that is gone; ``True`` if copied."""
+    if (worktree / OUT).exists():
+        return False
+    (worktree / OUT).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(main / EXPORT, worktree / OUT)
+    return True
+
+
+def resume(main: Path, worktree: Path) -> int:
+    venv = main / ".venv"
+    if not (venv / "bin" / "bandpo").exists():
+        _call(["make", "setup"], main)
+    _call(["git", "worktree", "prune"], main)
+    if not worktree.exists():
+        _call(["git", "worktree", "add", "--detach", str(worktree), COMMIT], main)
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=worktree, capture_output=True, text=True
+    ).stdout.strip()
+    if head != COMMIT:
+        print(f"error: {worktree} is at {head or 'no commit'}, not the study's {COMMIT}", file=sys.stderr)
+        return 2
+    if not (worktree / ".venv").exists():
+        (worktree / ".venv").symlink_to(venv.resolve())
+    if ensure_runs(worktree, main):
+        print(f"copied {main / EXPORT} to {worktree / OUT} (its finished runs are skipped)")
+    kind = this_machine_kind()
+    for run in to_restart(worktree / OUT, kind):
+        print(
+            f"removing {run}: unfinished, started on a machine with {machine_kind(run)} bf16, this one {kind}"
+        )
+        shutil.rmtree(run)
+    bandpo = str(worktree / ".venv" / "bin" / "bandpo")
+    _call(
+        [bandpo, "compare", "--config", CONFIG, f"output_dir={OUT}", "--dry-run"], worktree, worktree / "src"
+    )
+    if queue_running():
+        print(f"{QUEUE} is already running: not started again")
+        return 0
+    (worktree / LOG).parent.mkdir(parents=True, exist_ok=True)
+    with open(worktree / LOG, "w") as log:
+        subprocess.Popen(
+            [QUEUE],
+            cwd=worktree,
+            env=_env(None),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    print(
+        f"started {QUEUE} in {worktree} ({kind} bf16); log: {worktree / LOG}; queues: {worktree / OUT}.queue*.log"
+    )
+    return 0
+
+
+def status(worktree: Path) -> int:
+    out = worktree / OUT
+    runs = [progress(r) for r in run_dirs(out)]
+    done = sum(r["finished"] for r in runs)
+    print(
+        f"this machine: {this_machine_kind()} bf16; queue {'running' if queue_running() else 'not running'}"
+    )
+    print(f"{done} of {PLANNED_RUNS} runs finished in {out}")
+    for r in runs:
+        if not r["finished"]:
+            ckpt = f"checkpoint at step {r['checkpoint']}" if r["checkpoint"] is not None else "no checkpoint"
+            print(
+                f"  {r['run']}: step {r['step']}, {ckpt}, {r['kind'] or 'unknown'} bf16, log updated {r['updated']}"
+            )
+    return 0
+
+
+def export(main: Path, worktree: Path) -> int:
+    bandpo = str(main / ".venv" / "bin" / "bandpo")
+    _call(
+        [
+            bandpo,
+            "compare",
+            "--config",
+            CONFIG,
+            f"output_dir={OUT}",
+            "--export",
+            str(main / EXPORT),
+            "--no-progress",
+        ],
+        worktree,
+        worktree / "src",
+    )
+    for run in drop_unfinished(main / EXPORT):
+        print(f"dropped unfinished {run.relative_to(main)} from the export")
+    _call(
+        [bandpo, "compare", "--config", CONFIG, f"output_dir={EXPORT}", "--report-only", "--no-progress"],
+        main,
+    )
+    _call([str(main / ".venv" / "bin" / "python"), "scripts/study_checks.py"], main)
+    rows = finished_rows(main / EXPORT)
+    print(f"{len(rows)} of {PLANNED_RUNS} runs finished and exported:")
+    print("\n".join(f"  {row}" for row in rows))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("resume", "status", "export"))
+    parser.add_argument("--worktree", type=Path, default=MAIN.parent / "study4", help="default: ../study4")
+    args = parser.parse_args(argv)
+    worktree = args.worktree.resolve()
+    commands = {
+        "resume": lambda: resume(MAIN, worktree),
+        "status": lambda: status(worktree),
+        "export": lambda: export(MAIN, worktree),
+    }
+    return commands[args.command]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
