@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,20 @@ def step_rows(out: Path) -> list[dict[str, Any]]:
             ["clip_rule_kwargs.delta=0.1"],
             "both set the clip rule's 'delta': set it once, with band_delta (e.g. band_delta=0.1)",
         ),
+        (  # a value out of range names where it and the rule were set
+            ["band_delta=0"],
+            f"band_delta must be a finite number > 0, got 0.0 (clip_rule: in {TINY}:39; band_delta: from the overrides)",
+        ),
+        (
+            ["temperature=0"],
+            "temperature must be a finite number > 0 (TRL divides the logits by it), got 0.0 "
+            "(temperature: from the overrides)",
+        ),
+        (  # band_cap=None keeps the default: the message does not offer None as "no cap"
+            ["band_cap=0.5"],
+            "band_cap must be a finite number >= 1 (band_cap=None keeps the rule's default; no cap: "
+            "clip_rule_kwargs={'cap': None}), got 0.5",
+        ),
         (
             ["vllm_importance_sampling_cap=3"],
             "vllm_importance_sampling_cap=3.0 (from the overrides) is the old name of "
@@ -142,6 +157,44 @@ def test_dry_run_names_the_settings_a_method_switch_dropped(
         f"method: band_divergence='kl', band_delta=0.05, band_cap=10.0 (in {TINY}); 'grpo' starts from its defaults "
         "and what the overrides set"
     ]
+
+
+def test_a_range_error_in_a_file_names_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "my.yaml"
+    config.write_text(f"base: {TINY}\nband_delta: -1\n")
+    code = main(["train", "--config", str(config), "--dry-run", f"output_dir={tmp_path / 'out'}"])
+    assert code == 2
+    assert (
+        capsys.readouterr()
+        .err.rstrip()
+        .endswith(f"got -1.0 (clip_rule: in {TINY}:39; band_delta: in {config}:2)")
+    )
+
+
+def test_an_unknown_clip_rule_is_refused_without_a_switch_notice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter(
+            "error", ConfigWarning
+        )  # the notice would say that 'bnad' starts from its defaults
+        code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={tmp_path}", "clip_rule=bnad"])
+    assert code == 2 and "unknown clip rule 'bnad' (did you mean 'band'?)" in capsys.readouterr().err
+
+
+def test_dry_run_warns_when_every_update_is_on_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "steps_per_generation=1"])
+    captured = capsys.readouterr()
+    assert code == 0 and "# ok: 1000 prompts" in captured.out
+    assert captured.err.startswith("bandpo train: warning: Every update is on-policy (num_iterations=1, ")
+    assert "never binds" in captured.err
+    code = main(
+        ["train", "--config", str(TINY), "--dry-run", f"output_dir={out}"]
+    )  # 4 steps per round: binds
+    assert code == 0 and "on-policy" not in capsys.readouterr().err
 
 
 def test_dry_run_refuses_an_output_dir_that_is_a_file(

@@ -143,7 +143,11 @@ def test_config_from_command_line(tmp_path: Path) -> None:
         ({"clip_rule": None}, r"^clip_rule must be a registered clip rule name, got None; valid names: grpo"),
         ({"band_delta": -0.1}, r"\): band_delta must be a finite number > 0, got -0\.1$"),
         ({"band_divergence": "nope"}, r"\): band_divergence: unknown divergence 'nope'.*valid names"),
-        ({"band_cap": 0.5}, r"\): band_cap must be a finite number >= 1 \(or None for no cap\), got 0\.5$"),
+        (  # band_cap=None keeps the default cap: the message names where None means no cap
+            {"band_cap": 0.5},
+            r"\): band_cap must be a finite number >= 1 \(band_cap=None keeps the rule's default; no cap: "
+            r"clip_rule_kwargs=\{'cap': None\}\), got 0\.5$",
+        ),
         ({"band_relax": [0.2]}, r"\): band_relax must be None or a pair"),
         (
             {"clip_rule": "grpo", "clip_rule_kwargs": {"eps_low": 1.5}},

@@ -114,7 +114,15 @@ def test_strict_translation_is_trls_band_shortcuts() -> None:
     ("settings", "message"),
     [
         ({"band_delta": -1}, r"\(clip_rule='band'\): band_delta must be a finite number > 0, got -1$"),
-        ({"band_cap": 0.5}, r": band_cap must be a finite number >= 1 \(or None for no cap\), got 0\.5$"),
+        (  # TRL's band_cap=None keeps the default cap: the message points to the entry where None is "no cap"
+            {"band_cap": 0.5},
+            r": band_cap must be a finite number >= 1 \(band_cap=None keeps the rule's default; no cap: "
+            r"clip_rule_kwargs=\{'cap': None\}\), got 0\.5$",
+        ),
+        (
+            {"clip_rule_kwargs": {"cap": 0.5}},
+            r": clip_rule_kwargs\['cap'\] must be .* \(or None for no cap\), got 0\.5$",
+        ),
         (
             {"band_relax": [1.5, 0.2]},
             r": band_relax eps_low must be a finite number in \[0\.0, 1\.0\], got 1\.5$",
@@ -169,6 +177,16 @@ def test_a_rule_setting_of_none_is_refused_not_band_by_default() -> None:
         clip_method({"clip_rule": None, "band_delta": 0.1}, TRL_NAMES, where="x")
     assert clip_method({"clip_rule": None}, TRL_NAMES, where="x", rule="grpo").rule == "grpo"
     assert clip_method({"band_delta": 0.1}, TRL_NAMES, where="x").rule == "band"  # absent: Band
+
+
+def test_a_cap_error_offers_none_where_the_spelling_reads_it_as_no_cap() -> None:
+    """verl's and SkyRL's ``cap: null`` is no cap, so their message offers it; TRL's ``band_cap`` does not."""
+    with pytest.raises(
+        ValueError, match=r": policy_loss.cap must be a finite number >= 1 \(or None for no cap\), got 0\.5$"
+    ):
+        clip_method({"policy_loss.cap": 0.5}, VERL_LIKE, where="x", strict=False, rule="band")
+    with pytest.raises(ValueError, match=r"band_cap=None keeps the rule's default"):
+        clip_method({"band_cap": 0.5}, TRL_NAMES, where="x")
 
 
 def test_lenient_translation_applies_each_setting_where_the_rule_has_it() -> None:

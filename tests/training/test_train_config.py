@@ -132,6 +132,22 @@ def test_override_mapping_and_with_overrides() -> None:
     assert changed.trainer["seed"] == 5 and changed.data.task_options["seed"] == 1
     assert config.trainer["seed"] == 0, "with_overrides must not change the original"
     assert TrainConfig.from_dict(changed.to_dict(), source=changed.source) == changed
+    # where each key was set survives with_overrides, for the messages
+    assert (
+        changed.where("seed") == "from the overrides" and changed.where("max_steps") == "from the overrides"
+    )
+    assert changed.where("learning_rate") == f"in {TINY}:{_line_of(TINY, 'learning_rate:')}"
+    assert changed.locate("learning_rate must be > 0") == (
+        f"learning_rate must be > 0 (learning_rate: in {TINY}:{_line_of(TINY, 'learning_rate:')})"
+    )
+    assert (
+        changed.locate("nothing named here; max_steps_x, model.seed")
+        == "nothing named here; max_steps_x, model.seed"
+    )
+
+
+def _line_of(path: Path, start: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(start))
 
 
 def test_switching_the_clip_rule_resets_its_parameters() -> None:

@@ -59,6 +59,9 @@ def test_values_refused_late_by_trl_are_refused_before_loading(
     overrides: list[str], match: str, tmp_path: Path
 ) -> None:
     config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=none", *overrides])
+    if match.endswith("$"):  # the message ends by naming where the key was set
+        key = match[1:].split(" ")[0]  # the key the message starts with
+        match = match[:-1] + rf" \({key}: from the overrides\)$"
     with pytest.raises(ConfigError, match=match):
         prepare(config)
 
@@ -113,7 +116,8 @@ def test_dry_run_names_the_key_in_one_line(
 ) -> None:
     code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={tmp_path / 'out'}", override])
     assert code == 2
-    assert capsys.readouterr().err == f"bandpo train: error: {message}\n"
+    key = override.partition("=")[0]
+    assert capsys.readouterr().err == f"bandpo train: error: {message} ({key}: from the overrides)\n"
 
 
 @pytest.mark.parametrize(

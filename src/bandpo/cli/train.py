@@ -132,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
             config, resume=args.resume, overwrite=args.overwrite, allow_config_change=args.allow_config_change
         )
         if args.dry_run:
+            note = getattr(
+                prepared.args, "on_policy_note", lambda: None
+            )()  # BandPOConfig; GRPOConfig has none
+            if note is not None:
+                print(f"bandpo train: warning: {note}", file=sys.stderr)
             print(config.to_yaml(), end="")
             print(
                 f"# ok: {len(prepared.problems)} prompts, output_dir {config.output_dir}{_dry_run_plan(prepared)}"

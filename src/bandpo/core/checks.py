@@ -45,6 +45,11 @@ def check_delta(name: str, value: object, divergence: Divergence) -> float:
     return delta
 
 
+NO_CAP_HINT = " (or None for no cap)"
+"""What :func:`check_cap`'s message says of ``None``; a caller whose spelling of ``cap`` reads ``None`` as unset
+replaces it (``bandpo.losses.method.ClipMethod``)."""
+
+
 def check_cap(value: object, *, allow_none: bool = True) -> float | None:
     """The upper cap on a ratio bound: a finite number >= 1 (``None``, no cap, where ``allow_none``).
 
@@ -54,7 +59,7 @@ def check_cap(value: object, *, allow_none: bool = True) -> float | None:
         return None
     ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
     if not ok or not float(value) >= 1.0:
-        alt = " (or None for no cap)" if allow_none else ""
+        alt = NO_CAP_HINT if allow_none else ""
         raise ValueError(f"cap must be a finite number >= 1{alt}, got {value!r}")
     return float(value)
 

@@ -198,18 +198,9 @@ class BandPOTrainer(GRPOTrainer):
         self._bandpo_forward_log_probs: Tensor | None = None
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self.add_callback(_StepGuard(self))
-        if not args.clipping_can_bind and self.accelerator.is_main_process:
-            warnings.warn(
-                f"Every update is on-policy (num_iterations={args.num_iterations}, "
-                f"steps_per_generation={args.steps_per_generation}, gradient_accumulation_steps="
-                f"{args.gradient_accumulation_steps}): the ratio pi / pi_old is exactly 1, so the clip rule "
-                f"{self.clip_rule.describe()} never binds and training equals unclipped GRPO. Clipping binds when "
-                "gradient_accumulation_steps is not a multiple of steps_per_generation * num_iterations, e.g. "
-                "steps_per_generation > gradient_accumulation_steps (several optimizer steps per generation "
-                "batch, the authors use 4) or num_iterations > 1.",
-                OnPolicyClipWarning,
-                stacklevel=2,
-            )
+        note = args.on_policy_note()
+        if note is not None and self.accelerator.is_main_process:
+            warnings.warn(note, OnPolicyClipWarning, stacklevel=2)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
         """TRL's loss with the clip rule's bounds: arm the hook, call the parent, log our metrics."""

@@ -219,3 +219,18 @@ class BandPOConfig(GRPOConfig):
         """
         generate_every = self.steps_per_generation * self.num_iterations
         return self.gradient_accumulation_steps % generate_every != 0
+
+    def on_policy_note(self) -> str | None:
+        """Where :attr:`clipping_can_bind` is false, the one-line note that says so and how to make clipping bind
+        (``BandPOTrainer`` warns it, ``bandpo train --dry-run`` prints it); ``None`` otherwise."""
+        if self.clipping_can_bind:
+            return None
+        return (
+            f"Every update is on-policy (num_iterations={self.num_iterations}, "
+            f"steps_per_generation={self.steps_per_generation}, gradient_accumulation_steps="
+            f"{self.gradient_accumulation_steps}): the ratio pi / pi_old is exactly 1, so the clip rule "
+            f"{self.build_clip_rule().describe()} never binds and training equals unclipped GRPO. Clipping binds "
+            "when gradient_accumulation_steps is not a multiple of steps_per_generation * num_iterations, e.g. "
+            "steps_per_generation > gradient_accumulation_steps (several optimizer steps per generation batch, the "
+            "authors use 4) or num_iterations > 1."
+        )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from bandpo.core.checks import NO_CAP_HINT
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params, make_clip_rule
 from bandpo.losses.diagnostics import check_diagnostics
 from bandpo.losses.schedule import RadiusSchedule, radius_schedule, rule_at_radius
@@ -134,6 +135,8 @@ class ClipMethod:
             ``{"delta": "band_delta"}``.
         where: (not compared) what the caller's config slot holds, for the messages (``"clip rule configuration"``,
             ``"BandPO policy_loss config"``).
+        unset_by_none: (not compared) the rule parameters whose caller's spelling reads ``None`` as "keep the
+            rule's default" (TRL's ``band_cap``), so that a message does not offer ``None`` there as "no cap".
 
     Attributes:
         clip_rule: the built rule (cached per parameter set), at the schedule's start radius.
@@ -155,6 +158,7 @@ class ClipMethod:
     diagnostics: str = "full"
     spelling: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     where: str = field(default="clip method", repr=False, compare=False)
+    unset_by_none: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     clip_rule: ClipRule = field(init=False, repr=False, compare=False)
     schedule: RadiusSchedule = field(init=False, repr=False, compare=False)
 
@@ -209,6 +213,12 @@ class ClipMethod:
             if label == name:
                 continue
             if message.startswith(f"{name} "):
+                if name in self.unset_by_none:
+                    message = message.replace(
+                        NO_CAP_HINT,
+                        f" ({label}=None keeps the rule's default; no cap: {self.label('params')}"
+                        f"={{{name!r}: None}})",
+                    )
                 return label + message[len(name) :]
             if message.startswith(f"unknown {name} "):
                 return f"{label}: {message}"
@@ -339,4 +349,7 @@ def clip_method(
             elif ours not in valid or (value is None and not _takes_none(rule, ours)):
                 continue
             params[ours] = value
-    return ClipMethod(rule, {**params, **extra}, **method, spelling=spelling, where=where)
+    unset_by_none = frozenset(p for p in params if strict and p not in extra)
+    return ClipMethod(
+        rule, {**params, **extra}, **method, spelling=spelling, where=where, unset_by_none=unset_by_none
+    )

@@ -215,7 +215,7 @@ def _merge_overrides(values: dict[str, Any], origins: dict[str, str], layer: Lay
     (a derived file that switches method is its writer's choice, e.g. ``configs/tiny-grpo.yaml``: no line)."""
     old = _selected_method(values) or _DEFAULT_CLIP_RULE
     dropped = _merge_layer(values, origins, layer)
-    if dropped:
+    if dropped and _selected_method(values) in METHODS:  # an unknown name: its error follows, not this line
         _warn(_switch_notice(layer, old, dropped))
 
 
@@ -264,7 +264,8 @@ class TrainConfig:
             trained by plain ``GRPOTrainer``; ``None``: the clip rule ``trainer["clip_rule"]`` (default ``band``)
             trained by ``BandPOTrainer``.
         source: the config file, if any.
-        origins: (init only) where each dotted key was set, for the messages of the checks.
+        origins: where each dotted key was set (``in <file>:<line>``, ``from the overrides``), for the messages
+            of the checks; not compared.
 
     Raises:
         ConfigError: an unknown method or clip rule (with the closest name), a TRL-native method with clip-rule
@@ -278,11 +279,13 @@ class TrainConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     method: str | None = None
     source: str | None = None
-    origins: dataclasses.InitVar[Mapping[str, str] | None] = None
+    origins: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
-    def __post_init__(self, origins: Mapping[str, str] | None) -> None:
+    def __post_init__(self) -> None:
+        self.origins = dict(self.origins or {})
+
         def at(key: str) -> str:
-            return f" ({where(origins or {}, key)})"
+            return f" ({self.where(key)})"
 
         if self.method is not None:
             try:
@@ -303,6 +306,22 @@ class TrainConfig:
         problem = output_dir_problem(self.output_dir)
         if problem is not None:
             raise ConfigError(problem)
+
+    def where(self, key: str) -> str:
+        """Where the dotted ``key`` was set (``in configs/my.yaml:12``, ``from the overrides``, ``default``)."""
+        return where(self.origins, key)
+
+    def locate(self, message: str) -> str:
+        """``message`` with where each top-level key it names was set, e.g. ``band_delta must be a finite number
+        > 0, got 0.0 (band_delta: from the overrides)``; keys the config does not set are not named."""
+        named = [
+            k
+            for k in self.trainer
+            if k in self.origins and re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", message)
+        ]
+        if not named:
+            return message
+        return f"{message} ({'; '.join(f'{k}: {self.origins[k]}' for k in named)})"
 
     def training_method(self) -> Any:
         """The method to train with (:data:`bandpo.training.methods.METHODS`): ``config_class()``,
@@ -382,7 +401,7 @@ class TrainConfig:
     def with_overrides(self, overrides: Iterable[str] | Mapping[str, Any]) -> TrainConfig:
         """A new config with ``overrides`` (``["key=value", ...]`` or ``{"dotted.key": value}``) applied."""
         merged = self.to_dict()
-        origins: dict[str, str] = {}
+        origins = dict(self.origins)
         _merge_overrides(merged, origins, override_layer(overrides))
         return TrainConfig.from_dict(merged, source=self.source, origins=origins)
 

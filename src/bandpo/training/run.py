@@ -137,7 +137,10 @@ def prepare(
     if preflight.is_main_rank():
         check_unlocked(output_dir)
     world_size = preflight.world_size()
-    check_trainer_values(lambda name: preflight.trainer_value(config, name))
+    try:
+        check_trainer_values(lambda name: preflight.trainer_value(config, name))
+    except ConfigError as err:
+        raise ConfigError(config.locate(str(err))) from err
     preflight.check_batch(config, world_size)
     method = config.training_method()
     try:
@@ -145,7 +148,7 @@ def prepare(
     except ConfigError:
         raise
     except (TypeError, ValueError) as err:
-        raise ConfigError(str(err)) from err
+        raise ConfigError(config.locate(str(err))) from err
     check_trainer_components(args)
     rewards = build_rewards(config, args.reward_weights)
     model_path = preflight.check_model(config)
