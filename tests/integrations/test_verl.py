@@ -281,13 +281,20 @@ def test_every_rule_is_a_loss_mode_and_its_parameters_are_checked_when_the_confi
     """``bandpo_<rule>`` (SkyRL's names) select each rule verl can run; the rule's parameters and Band's are checked
     when verl builds the config, a schedule with a rule without a radius is refused, adaptive_band is not offered."""
     assert bverl.clip_rule_from_config(loss_mode, actor_config(loss_mode)).name == loss_mode[len("bandpo_") :]
-    with pytest.raises(Exception, match=r"cap must be a finite number >= 1"):
+    named = "dcpo" if loss_mode == "bandpo_dcpo" else "band"  # the mode's own rule first, where it has a cap
+    with pytest.raises(
+        Exception, match=rf"\(clip rule '{named}'\): policy_loss\.cap must be a finite number >= 1"
+    ):
         actor_config(loss_mode, cap=0.5)
     with pytest.raises(
         Exception, match=rf"delta_schedule='linear' schedules Band's radius, which loss_mode='{loss_mode}'"
     ):
         actor_config(loss_mode, delta_schedule="linear", delta_end=0.02)
-    with pytest.raises(ValueError, match=r"policy_loss\.loss_mode must be a policy loss registered in verl"):
+    with pytest.raises(
+        ValueError,
+        match=r"policy_loss\.loss_mode must be a policy loss registered in verl, got 'bandpo_adaptive_band' "
+        r"\('adaptive_band' needs the per-token entropy, which verl does not pass to a policy loss\); valid names",
+    ):
         bverl.BandPOPolicyLossConfig(loss_mode="bandpo_adaptive_band")
 
 
@@ -330,6 +337,7 @@ def test_unknown_loss_mode_fails_when_the_config_is_built() -> None:
         actor_config("bandp")
     for name in ("bandpo", "dcpo", "vanilla"):
         assert bverl.BandPOPolicyLossConfig(loss_mode=name).loss_mode == name
+    assert "needs the per-token entropy" not in str(info.value)  # only for a rule that does
 
 
 @pytest.mark.parametrize(

@@ -96,9 +96,9 @@ from torch import Tensor
 
 from bandpo.integrations.verl_env import TrlConflictWarning, trl_conflict
 from bandpo.integrations.verl_steps import record_global_steps, set_global_step, update_step
-from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA, ClipRule, clip_rule_params
+from bandpo.losses.clip_rules import CLIP_RULES, PAPER_CAP, PAPER_DELTA, ClipRule, clip_rule_params
 from bandpo.losses.diagnostics import check_diagnostics, metrics_to_floats
-from bandpo.losses.method import ClipMethod, clip_method, freeze, loss_names
+from bandpo.losses.method import RULE_PREFIX, ClipMethod, clip_method, freeze, loss_names
 from bandpo.losses.policy_loss import TokenTerms, framework_metrics, per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule
 
@@ -137,6 +137,16 @@ VERL_METRIC_NAMES: dict[str, str] = {
     "actor/ppo_kl": "policy/ppo_kl",
     "actor/pg_clipfrac_lower": "clip/frac_dual",
 }
+
+
+def _entropy_rule_note(loss_mode: object) -> str:
+    """Why ``bandpo_<rule>`` is not a verl loss where the rule needs the per-token entropy (``adaptive_band``):
+    verl passes a policy loss none. Empty for any other name."""
+    if isinstance(loss_mode, str) and loss_mode.startswith(RULE_PREFIX):
+        rule = loss_mode[len(RULE_PREFIX) :]
+        if rule in CLIP_RULES and CLIP_RULES.get(rule).needs_entropy:
+            return f" ({rule!r} needs the per-token entropy, which verl does not pass to a policy loss)"
+    return ""
 
 
 @dataclass
@@ -194,22 +204,29 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
         if self.loss_mode not in POLICY_LOSS_REGISTRY:
             # verl itself looks the name up only at the first actor update (get_policy_loss_fn).
             raise ValueError(
-                f"policy_loss.loss_mode must be a policy loss registered in verl, got {self.loss_mode!r}; valid "
-                f"names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
+                f"policy_loss.loss_mode must be a policy loss registered in verl, got {self.loss_mode!r}"
+                f"{_entropy_rule_note(self.loss_mode)}; valid names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
             )
         # verl's configs are frozen: checked, not replaced by the canonical name
         if not isinstance(self.relax, bool):
             raise ValueError(f"policy_loss.relax must be true or false, got {self.relax!r}")
-        # Band's parameters whatever the mode (the defaults of every bandpo mode), then the mode's own rule
-        band = _method("band", _settings(self))
+        # Band's parameters whatever the mode (the defaults of every bandpo mode), then the mode's own rule; where
+        # Band's fail, the mode's own rule speaks first if it fails too (its message names it: DCPO's cap)
         rule = _MODE_RULES.get(self.loss_mode)
+        settings = _settings(self)
+        try:
+            band = _method("band", settings)
+        except ValueError:
+            if rule is not None:
+                _method(rule, settings)
+            raise
         if not band.schedule.is_constant and (rule is None or "delta" not in clip_rule_params(rule)):
             raise ValueError(
                 f"policy_loss.delta_schedule={band.schedule.kind!r} schedules Band's radius, which loss_mode="
                 f"{self.loss_mode!r} does not have: use loss_mode='bandpo' or delta_schedule='constant'"
             )
         if rule is not None:
-            _method(rule, _settings(self))
+            _method(rule, settings)
         if not band.schedule.is_constant:
             record_global_steps()
 
