@@ -132,9 +132,10 @@ def run(args: argparse.Namespace) -> int:
             config, resume=args.resume, overwrite=args.overwrite, allow_config_change=args.allow_config_change
         )
         if args.dry_run:
-            note = getattr(
-                prepared.args, "on_policy_note", lambda: None
-            )()  # BandPOConfig; GRPOConfig has none
+            on_policy_note = getattr(
+                prepared.args, "on_policy_note", None
+            )  # BandPOConfig's; GRPOConfig has none
+            note = on_policy_note() if on_policy_note is not None else None
             if note is not None:
                 print(f"bandpo train: warning: {note}", file=sys.stderr)
             print(config.to_yaml(), end="")
