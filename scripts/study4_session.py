@@ -33,7 +33,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import read_jsonl
+from bandpo.experiments.compare.layout import RESULTS_FILE, TRAIN_DONE_FILE
 from bandpo.runtime import cpu_bf16_flags
+from bandpo.training.checkpoints import CHECKPOINT_PATTERN, checkpoint_dirs
+from bandpo.training.layout import METRICS_FILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from study4_analysis import machine_kind
@@ -62,37 +66,25 @@ def run_dirs(out: Path) -> list[Path]:
 
 
 def is_finished(run_dir: Path) -> bool:
-    return (run_dir / "results.json").is_file()
+    return (run_dir / RESULTS_FILE).is_file()
 
 
 def last_step(run_dir: Path) -> int:
-    """The last logged training step (0 if none), read from the ``step`` field alone of ``metrics.jsonl``."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    step = 0
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a stopped process
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            step = max(step, row["step"])
-    return step
+    """The last logged training step (0 if none), read from the ``step`` field alone of the metrics log."""
+    steps = [row["step"] for row in read_jsonl(run_dir / METRICS_FILE) if isinstance(row.get("step"), int)]
+    return max(steps, default=0)
 
 
 def last_checkpoint(run_dir: Path) -> int | None:
     """The step of the run's newest ``checkpoint-<step>`` folder, ``None`` without one."""
-    steps = [
-        int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()
-    ]
-    return max(steps, default=None)
+    dirs = checkpoint_dirs(run_dir)
+    return int(CHECKPOINT_PATTERN.match(dirs[-1].name).group(1)) if dirs else None  # type: ignore[union-attr]
 
 
 def progress(run_dir: Path) -> dict[str, Any]:
     """Where a run stands, without any of its metrics: finished or not, last logged step, newest checkpoint, the
     machine kind it computed on (``run_info.json``) and when its log last changed (UTC)."""
-    log = run_dir / "metrics.jsonl"
+    log = run_dir / METRICS_FILE
     updated = None
     if log.is_file():
         updated = dt.datetime.fromtimestamp(log.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
@@ -126,9 +118,9 @@ def finished_rows(export: Path) -> list[str]:
     for r in run_dirs(export):
         if not is_finished(r):
             continue
-        results = json.loads((r / "results.json").read_text())
+        results = json.loads((r / RESULTS_FILE).read_text())
         train, evaluation = (results.get(k) for k in ("train_wall_s", "eval_wall_s"))
-        done = r / "train_done.json"
+        done = r / TRAIN_DONE_FILE
         finished = json.loads(done.read_text()).get("finished") if done.is_file() else None
         when = "?"
         if isinstance(finished, (int, float)) and isinstance(evaluation, (int, float)):

@@ -132,10 +132,9 @@ def run(args: argparse.Namespace) -> int:
             config, resume=args.resume, overwrite=args.overwrite, allow_config_change=args.allow_config_change
         )
         if args.dry_run:
-            on_policy_note = getattr(
-                prepared.args, "on_policy_note", None
-            )  # BandPOConfig's; GRPOConfig has none
-            note = on_policy_note() if on_policy_note is not None else None
+            # BandPOConfig says when every update is on-policy; a TRL-native method's GRPOConfig has no clip rule
+            note_of = getattr(prepared.args, "on_policy_note", None)
+            note = note_of() if note_of is not None else None
             if note is not None:
                 print(f"bandpo train: warning: {note}", file=sys.stderr)
             print(config.to_yaml(), end="")

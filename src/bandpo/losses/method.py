@@ -349,7 +349,8 @@ def clip_method(
             elif ours not in valid or (value is None and not _takes_none(rule, ours)):
                 continue
             params[ours] = value
-    unset_by_none = frozenset(p for p in params if strict and p not in extra)
+    # strict: the shortcuts set these (none also set in params, refused above) and read None as unset
+    unset_by_none = frozenset(params) if strict else frozenset()
     return ClipMethod(
         rule, {**params, **extra}, **method, spelling=spelling, where=where, unset_by_none=unset_by_none
     )
