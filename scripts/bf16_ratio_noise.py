@@ -9,13 +9,18 @@ and log r_k = logp_k - logp_0 is compared with float64's:
   float32          every product in float32
   autocast         torch.autocast(bfloat16): products and their outputs in bfloat16 (TRL's bf16=True on a CPU)
   autocast_head32  the same with the LM head in float32
-  bf16_inputs      float32 tensors, products with bfloat16 inputs and float32 outputs (oneDNN fp32_precision bf16)
+  bf16_inputs      float32 tensors, products with bfloat16 inputs and float32 outputs (oneDNN fp32_precision bf16;
+                   CPU only)
+  tf32             float32 tensors, matrix products in TF32 (10-bit mantissa inputs; TRL's tf32=True; CUDA only)
+
+With --device cuda everything (sampling, updates, the float64 reference) runs on the GPU, autocast is CUDA's (TRL's
+bf16=True on a GPU), and float32 products are IEEE (TF32 off) except in the tf32 mode.
 
 Printed per precision: the largest |log r| between the two layouts at theta_0 (0 = layout-independent), and per
 update the standard deviation and maximum of the error of log r, and the tokens outside [0.8, 1.2] in this
 precision vs in float64 and how many of them disagree.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bf16_ratio_noise.py [--lr 1e-5] [--seed 0]
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/bf16_ratio_noise.py [--lr 1e-5] [--seed 0] [--device cpu]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+from collections.abc import Iterator
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -31,24 +37,43 @@ from bandpo.models import builtin_model_dir
 from bandpo.tasks.arith import ArithConfig, make_arith_splits
 from bandpo.training.tasks import default_cache_dir
 
-MODES = ("float32", "autocast", "autocast_head32", "bf16_inputs")
+MODES = {
+    "cpu": ("float32", "autocast", "autocast_head32", "bf16_inputs"),
+    "cuda": ("float32", "autocast", "autocast_head32", "tf32"),
+}
+
+
+@contextlib.contextmanager
+def fp32_products(device: str, precision: str) -> Iterator[None]:
+    """Float32 matrix products in ``precision`` ("ieee", "bf16" on the CPU's oneDNN, "tf32" on CUDA), reset after."""
+    backend = torch.backends.mkldnn.matmul if device == "cpu" else torch.backends.cuda.matmul
+    before = backend.fp32_precision  # "none" by default: the legacy flags decide (TF32 off)
+    backend.fp32_precision = precision
+    try:
+        yield
+    finally:
+        backend.fp32_precision = before
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=sorted(MODES), default="cpu")
     args = parser.parse_args()
+    dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     path = builtin_model_dir("smollm2-135m", default_cache_dir(), progress=False)
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(dev)
     train, _ = make_arith_splits(ArithConfig(digits=[1, 2], n_train=200, n_test=10))
     prompts = [
         tok.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in train[:4]
     ]
-    enc = tok(prompts * 8, return_tensors="pt", padding=True, padding_side="left")
+    enc = tok(prompts * 8, return_tensors="pt", padding=True, padding_side="left").to(dev)
     with torch.no_grad():
         ids = model.generate(
             **enc, do_sample=True, top_k=0, top_p=1.0, max_new_tokens=16, pad_token_id=tok.eos_token_id
@@ -61,33 +86,31 @@ def main() -> None:
     n, t = comp.shape
 
     def logps(m: torch.nn.Module, mode: str, rows: list[int], chunk: int) -> torch.Tensor:
-        out = torch.empty(n, t, dtype=torch.float64)
-        setting = torch.backends.mkldnn.matmul
+        out = torch.empty(n, t, dtype=torch.float64, device=dev)
+        products = {"bf16_inputs": "bf16", "tf32": "tf32"}.get(mode, "ieee")
         for s in range(0, len(rows), chunk):
             r = rows[s : s + chunk]
             ctx = (
-                torch.autocast("cpu", dtype=torch.bfloat16)
+                torch.autocast(dev, dtype=torch.bfloat16)
                 if mode.startswith("autocast")
                 else contextlib.nullcontext()
             )
-            setting.fp32_precision = "bf16" if mode == "bf16_inputs" else "ieee"
-            with torch.no_grad(), ctx:
+            with torch.no_grad(), ctx, fp32_products(dev, products):
                 h = m.model(input_ids=ids[r], attention_mask=att[r]).last_hidden_state[:, p_len - 1 : -1]
                 if mode == "autocast_head32":
-                    with torch.autocast("cpu", enabled=False):
+                    with torch.autocast(dev, enabled=False):
                         logits = h.float() @ m.lm_head.weight.float().t()
                 else:
                     logits = m.lm_head(h)
                 lp = logits.float().log_softmax(-1).gather(-1, comp[r, :, None]).squeeze(-1)
-            setting.fp32_precision = "ieee"
             out[r] = lp.double()
         return out
 
-    adv = torch.randn(n).sign()
+    adv = torch.randn(n).sign().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     states = [copy.deepcopy(model.state_dict())]
     for _ in range(3):
-        r = torch.randperm(n)[:16]
+        r = torch.randperm(n)[:16].to(dev)
         lp = model(input_ids=ids[r], attention_mask=att[r]).logits[:, p_len - 1 : -1].log_softmax(-1)
         lp = lp.gather(-1, comp[r, :, None]).squeeze(-1)
         loss = -(adv[r, None] * lp * cmask[r]).sum() / cmask[r].sum()
@@ -103,8 +126,8 @@ def main() -> None:
         ref_model.load_state_dict({k: v.double() for k, v in st.items()})
         ref.append(logps(ref_model, "float64", rows_a, n))
     mask = cmask.bool()
-    print(f"{n} completions, {int(mask.sum())} tokens, lr {args.lr}, seed {args.seed}")
-    for mode in MODES:
+    print(f"{n} completions, {int(mask.sum())} tokens, lr {args.lr}, seed {args.seed}, device {dev}")
+    for mode in MODES[dev]:
         model.load_state_dict(states[0])
         old = logps(model, mode, rows_a, n)
         layout = (old - logps(model, mode, perm, 16))[mask].abs().max().item()
