@@ -11,6 +11,7 @@ import importlib.metadata
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,6 +133,54 @@ def test_a_file_with_another_hash_is_refused(tmp_path: Path, monkeypatch: pytest
     assert calls == []
 
 
+def _word_tokenizer(eos: str | None) -> Any:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<start>": 1, "<end>": 2, "hello": 3, "world": 4}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=eos)
+
+
+def test_special_tokens_are_the_files_own() -> None:
+    """A tokenizer read with the wrong end-of-sequence token and no padding token (transformers 5.17 on the built-in
+    model's file) gets the ids the file names, and so do the model and generation configs; unk stays off them."""
+    from types import SimpleNamespace
+
+    tokenizer = _word_tokenizer(eos="<start>")
+    config, generation = SimpleNamespace(eos_token_id=2), SimpleNamespace(eos_token_id=1)
+    texts = smollm2.set_special_tokens(
+        tokenizer, [config, generation], {"bos": 1, "eos": 2, "unk": 0, "pad": 2}
+    )
+    assert texts == {"bos": "<start>", "eos": "<end>", "unk": "<unk>", "pad": "<end>"}
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) == (1, 2, 2)
+    assert tokenizer.unk_token_id == 0
+    for cfg in (config, generation):
+        assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) == (1, 2, 2)
+        assert not hasattr(cfg, "unk_token_id")
+    assert tokenizer("hello world")["input_ids"] == [3, 4]
+
+
+def test_special_token_outside_the_vocabulary_is_refused() -> None:
+    with pytest.raises(
+        ModelUnavailableError, match=r"token 9 as its eos token, outside its 5-token vocabulary"
+    ):
+        smollm2.set_special_tokens(_word_tokenizer(eos=None), [], {"eos": 9})
+
+
+def test_cache_folder_names_the_conversion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder written by another conversion format is not taken for this one's (it is converted again)."""
+    calls: list[int] = []
+    _fake_conversion(monkeypatch, tmp_path, calls)
+    cache = tmp_path / "cache"
+    first = builtin_model_dir("smollm2-135m", cache, progress=False)
+    assert first.name.endswith(f"-c{smollm2.CONVERSION}")
+    monkeypatch.setattr(smollm2, "CONVERSION", smollm2.CONVERSION + 1)
+    second = builtin_model_dir("smollm2-135m", cache, progress=False)
+    assert second != first and calls == [1, 1]
+
+
 # --------------------------------------------------------------------------------------- the real conversion
 @needs_package
 @pytest.mark.slow
@@ -158,3 +207,14 @@ def test_conversion_equals_transformers_gguf_loading(smollm2_dir: Path) -> None:
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         assert torch.equal(model(ids).logits, reference(ids).logits)
+    # the special tokens are the file's own, in the tokenizer, the model config and the generation config
+    assert smollm2.gguf_special_tokens(source) == {"bos": 1, "eos": 2, "unk": 0, "pad": 2}
+    assert info["special_tokens"] == {
+        "bos": "<|im_start|>",
+        "eos": "<|im_end|>",
+        "unk": "<|endoftext|>",
+        "pad": "<|im_end|>",
+    }
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) == (1, 2, 2)
+    for cfg in (model.config, model.generation_config):
+        assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) == (1, 2, 2)

@@ -29,6 +29,7 @@ from typing import Any
 from bandpo.models.base import BuiltinModel, ModelUnavailableError, register_model
 
 __all__ = [
+    "CONVERSION",
     "GGUF_FILE",
     "GGUF_SHA256",
     "INSTALL",
@@ -37,6 +38,8 @@ __all__ = [
     "PACKAGE_VERSION",
     "convert",
     "gguf_path",
+    "gguf_special_tokens",
+    "set_special_tokens",
 ]
 
 NAME = "smollm2-135m"
@@ -51,8 +54,21 @@ MARKER = "builtin_model.json"
 """The file a finished conversion writes last (package version, the GGUF file's hash, versions, wall time)."""
 
 
+CONVERSION = 2
+"""The conversion's format, part of the cache folder's name: raised whenever the conversion's output changes, so
+that a folder written by an older conversion is never taken for a new one (2: the special tokens are the GGUF
+file's own, see :func:`gguf_special_tokens`)."""
+GGUF_TOKEN_KEYS = {
+    "bos": "tokenizer.ggml.bos_token_id",
+    "eos": "tokenizer.ggml.eos_token_id",
+    "unk": "tokenizer.ggml.unknown_token_id",
+    "pad": "tokenizer.ggml.padding_token_id",
+}
+"""The GGUF metadata key of each special token's id."""
+
+
 def _cache_name() -> str:
-    return f"{NAME}-{PACKAGE_VERSION}-{GGUF_SHA256[:12]}"
+    return f"{NAME}-{PACKAGE_VERSION}-{GGUF_SHA256[:12]}-c{CONVERSION}"
 
 
 def gguf_path() -> Path:
@@ -129,8 +145,10 @@ def convert(gguf_file: Path, out_dir: Path) -> dict[str, Any]:
     try:
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        special = gguf_special_tokens(gguf_file)
     except Exception as err:  # transformers raises many types for a bad file
         raise ModelUnavailableError(f"the GGUF file {str(gguf_file)!r} does not load: {err}") from err
+    tokens = set_special_tokens(tokenizer, [loaded.config, loaded.generation_config], special)
     config = loaded.config
     config.quantization_config = None  # a plain float model from here on
     if hasattr(config, "quantization_config"):
@@ -145,7 +163,55 @@ def convert(gguf_file: Path, out_dir: Path) -> dict[str, Any]:
         "architecture": type(model).__name__,
         "n_parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": int(config.vocab_size),
+        "special_tokens": tokens,
     }
+
+
+def gguf_special_tokens(gguf_file: Path) -> dict[str, int]:
+    """The ids of the special tokens (``bos``, ``eos``, ``unk``, ``pad``) that ``gguf_file``'s own metadata names
+    (:data:`GGUF_TOKEN_KEYS`); a role the file does not name is left out. For SmolLM2-135M-Instruct:
+    ``{"bos": 1, "eos": 2, "unk": 0, "pad": 2}`` (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``)."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf_file).fields
+    ids = {}
+    for role, key in GGUF_TOKEN_KEYS.items():
+        field = fields.get(key)
+        if field is not None:
+            ids[role] = int(field.parts[field.data[0]][0])
+    return ids
+
+
+def set_special_tokens(tokenizer: Any, configs: list[Any], ids: dict[str, int]) -> dict[str, str]:
+    """Give ``tokenizer`` and each of ``configs`` (model and generation config) the special tokens ``ids`` (role ->
+    token id, :func:`gguf_special_tokens`); returns role -> token text.
+
+    transformers' reading of a GGUF tokenizer depends on its release: 5.25 takes the file's ids, 5.17 made
+    ``<|im_start|>`` the end-of-sequence token and set no padding token (its generation then stops at the next
+    turn's start instead of the end of the reply), while the model config it built had the file's ids. Setting
+    them here makes the conversion the same under both.
+
+    Raises:
+        ModelUnavailableError: an id outside the vocabulary, or a tokenizer that does not take the token.
+    """
+    size = len(tokenizer)
+    texts = {}
+    for role, idx in ids.items():
+        if not 0 <= idx < size:
+            raise ModelUnavailableError(
+                f"the GGUF file names token {idx} as its {role} token, outside its {size}-token vocabulary"
+            )
+        texts[role] = tokenizer.convert_ids_to_tokens(idx)
+        setattr(tokenizer, f"{role}_token", texts[role])
+        if getattr(tokenizer, f"{role}_token_id") != idx:
+            raise ModelUnavailableError(
+                f"the tokenizer did not take {texts[role]!r} (id {idx}) as its {role} token: "
+                f"{role}_token_id is {getattr(tokenizer, f'{role}_token_id')}"
+            )
+        for config in configs:
+            if role != "unk":
+                setattr(config, f"{role}_token_id", idx)
+    return texts
 
 
 def _build(cache_dir: Path, progress: bool) -> Path:
