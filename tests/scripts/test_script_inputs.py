@@ -257,3 +257,39 @@ def test_step_speed_needs_steps_after_the_warm_up(tmp_path, steps: str) -> None:
     assert out.stderr == (
         f"step_speed_vs_commit.sh: STEPS must be an integer >= 3 (the mean is over steps 3..STEPS), got '{steps}'\n"
     )
+
+
+# scripts/bf16_ratio_noise.py
+
+
+def test_ratio_noise_restores_the_float32_product_setting() -> None:
+    """Each precision's products are set for its passes only: the setting before (PyTorch's "none") comes back,
+    also after an error, so the updates and the float64 reference run with the default products."""
+    import torch
+
+    noise = _load("scripts/bf16_ratio_noise.py")
+    setting = torch.backends.mkldnn.matmul
+    before = setting.fp32_precision
+    with noise.fp32_products("cpu", "bf16"):
+        assert setting.fp32_precision == "bf16"
+    assert setting.fp32_precision == before
+    with pytest.raises(RuntimeError, match="inside"), noise.fp32_products("cpu", "bf16"):
+        raise RuntimeError("inside")
+    assert setting.fp32_precision == before
+    assert set(noise.MODES) == {"cpu", "cuda"} and "tf32" in noise.MODES["cuda"]
+
+
+def test_ratio_noise_refuses_cuda_without_a_gpu() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts/bf16_ratio_noise.py"), "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith("error: --device cuda: no CUDA device here")
