@@ -15,6 +15,7 @@ import torch
 from bandpo.bf16_emulation import onednn_matmul_setting
 from bandpo.runtime import (
     BF16_MIN_PARAMS,
+    GPU_REASON,
     PRECISIONS,
     Bf16SlowWarning,
     Precision,
@@ -247,11 +248,32 @@ def test_precision_for_a_model_counts_its_parameters_and_reads_its_device() -> N
     assert p.name == "float32"
     assert p.name == resolve_precision("auto", n_params=110).name
     assert precision_for("auto", small, on_gpu=True).name == "framework"
+    gpu = precision_for("bf16", small, on_gpu=True, framework="TRL's bf16 and fp16 off: float32")
+    assert gpu.describe() == "framework (GPU: TRL's bf16 and fp16 off: float32)"
+    assert precision_for("auto", small, on_gpu=True).reason == GPU_REASON
+
+
+def test_gpu_precision_reason_says_what_trl_computes() -> None:
+    """On a GPU the run's precision line and run_info.json say what TRL's own flags compute (it said "mixed
+    precision (TRL: bf16)" also with bf16 off)."""
+    from types import SimpleNamespace
+
+    from bandpo.training.run import gpu_precision_reason
+
+    def reason(**flags: bool | None) -> str:
+        return gpu_precision_reason(SimpleNamespace(**{"bf16": False, "fp16": False, "tf32": None, **flags}))
+
+    assert reason() == "TRL's bf16 and fp16 off: float32"
+    assert reason(tf32=True) == "TRL's bf16 and fp16 off: float32, TF32 products (tf32: true)"
+    assert reason(bf16=True) == "TRL's bf16: true: autocast, the ratio's log-probs in bf16 too"
+    assert reason(fp16=True, tf32=True) == (
+        "TRL's fp16: true: autocast, the ratio's log-probs in fp16 too, TF32 products (tf32: true)"
+    )
 
 
 def test_weights_note_says_when_the_ratio_cannot_be_float32() -> None:
     """Weights loaded in bfloat16 (``model.dtype: bfloat16``) make every forward bfloat16 on a CPU, whatever the
-    precision: one line says so; float32 weights or a GPU run (the frameworks' mixed precision) need none."""
+    precision, on a CPU or a GPU: one line says so, with what keeps them float32 there; float32 weights need none."""
     from bandpo.runtime import weights_note
 
     bf16, f32 = torch.nn.Linear(4, 4).to(torch.bfloat16), torch.nn.Linear(4, 4)
@@ -259,4 +281,6 @@ def test_weights_note_says_when_the_ratio_cannot_be_float32() -> None:
     note = weights_note(cpu, bf16)
     assert note is not None and note.startswith("the weights are bfloat16: the log-probs of the ratio")
     assert weights_note(cpu, f32) is None
-    assert weights_note(Precision("auto", "framework", "GPU"), bf16) is None
+    gpu = weights_note(Precision("auto", "framework", "GPU"), bf16)
+    assert gpu is not None and gpu.endswith("(model.dtype float32 with bf16: false keeps them float32)")
+    assert weights_note(Precision("auto", "framework", "GPU"), f32) is None

@@ -26,7 +26,9 @@ the backward pass only shapes the gradient (a 0.3 % relative error per product, 
 the gradient), and sampling from a bf16 copy of the policy is the usual rollout-engine mismatch (the ratio is
 taken between float32 log-probs of the sampled tokens, exactly 1 on the first update of a round).
 
-On a GPU the frameworks' own mixed precision applies (TRL's ``bf16``), and ``precision`` changes nothing.
+On a GPU the frameworks' own mixed precision applies (TRL's ``bf16``), and ``precision`` changes nothing; TRL's
+``bf16: true`` autocasts the ratio's forward passes too, which moves tokens across clip boundaries (measured on an
+H200: docs/smollm2.md, "On a GPU"), so the run's precision line says which of TRL's flags are on.
 
 The allocator (:func:`freed_memory_kept`): one step of a real model allocates and frees buffers of 100 MB and more
 (the gradient of a 49,152 x 576 embedding, its tied twin, chunks of logits). glibc returns blocks above its mmap
@@ -50,6 +52,7 @@ from typing import Any
 __all__ = [
     "BF16_MIN_PARAMS",
     "FLOAT32",
+    "GPU_REASON",
     "PRECISIONS",
     "Bf16SlowWarning",
     "Precision",
@@ -214,22 +217,31 @@ def matmul_precision(value: str | None) -> Iterator[None]:
         setting.fp32_precision = before
 
 
+GPU_REASON = "GPU: the framework's own mixed precision"
+
+
 def resolve_precision(
-    requested: str, *, on_gpu: bool = False, n_params: int | None = None, cpuinfo: str | None = None
+    requested: str,
+    *,
+    on_gpu: bool = False,
+    n_params: int | None = None,
+    cpuinfo: str | None = None,
+    framework: str | None = None,
 ) -> Precision:
     """What ``requested`` (one of :data:`PRECISIONS`) runs as here.
 
     ``auto``: ``bf16`` where the CPU reports :data:`NATIVE_BF16_FLAGS` and the model has at least
     :data:`BF16_MIN_PARAMS` parameters (``n_params``; ``None``: unknown, counts as large), else ``float32``.
     ``bf16`` on a CPU without the flags runs emulated (:attr:`Precision.emulated`) and warns
-    (:class:`Bf16SlowWarning`). On a GPU: ``framework``.
+    (:class:`Bf16SlowWarning`). On a GPU: ``framework``, its reason ``framework`` when given (what the framework's
+    own settings compute: :func:`bandpo.training.run.gpu_precision_reason`), else :data:`GPU_REASON`.
 
     Raises:
         ValueError: ``requested`` is not one of :data:`PRECISIONS`.
     """
     requested = check_precision(requested)
     if on_gpu:
-        return Precision(requested, "framework", "GPU: the framework's own mixed precision (TRL: bf16)")
+        return Precision(requested, "framework", f"GPU: {framework}" if framework else GPU_REASON)
     flags = cpu_bf16_flags(cpuinfo)
     has = (
         f"this CPU has {', '.join(flags)}"
@@ -256,25 +268,33 @@ def resolve_precision(
     return Precision(requested, requested, f"asked for; {has}")
 
 
-def precision_for(requested: str, model: Any, on_gpu: bool | None = None) -> Precision:
+def precision_for(
+    requested: str, model: Any, on_gpu: bool | None = None, framework: str | None = None
+) -> Precision:
     """:func:`resolve_precision` for ``model`` (a ``torch.nn.Module``): its parameter count, and ``on_gpu`` from
     the device of its parameters unless given."""
     params = list(model.parameters())
     if on_gpu is None:
         on_gpu = bool(params) and params[0].device.type != "cpu"
-    return resolve_precision(requested, on_gpu=on_gpu, n_params=sum(p.numel() for p in params))
+    n_params = sum(p.numel() for p in params)
+    return resolve_precision(requested, on_gpu=on_gpu, n_params=n_params, framework=framework)
 
 
 def weights_note(precision: Precision, model: Any) -> str | None:
-    """One line for a CPU run whose weights are not float32 (``model.dtype: bfloat16``, say): every forward then
-    computes in their dtype, so the log-probs that form the ratio are not float32, whatever ``precision`` says;
-    ``None`` for float32 weights or a GPU run (the frameworks' mixed precision)."""
+    """One line for a run whose weights are not float32 (``model.dtype: bfloat16``, say): every forward then
+    computes in their dtype, so the log-probs that form the ratio are not float32, whatever ``precision`` (on a
+    CPU) or TRL's ``bf16`` (on a GPU) says; ``None`` for float32 weights."""
     dtypes = {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()}
-    if precision.name == "framework" or not dtypes or dtypes == {"float32"}:
+    if not dtypes or dtypes == {"float32"}:
         return None
+    keeps = (
+        "model.dtype float32 with bf16: false keeps them float32"
+        if precision.name == "framework"
+        else "precision keeps them float32 with model.dtype float32"
+    )
     return (
         f"the weights are {', '.join(sorted(dtypes))}: the log-probs of the ratio are computed in that dtype, "
-        "not float32 (precision keeps them float32 with model.dtype float32)"
+        f"not float32 ({keeps})"
     )
 
 

@@ -64,7 +64,15 @@ from bandpo.training.trainer_checks import (
     check_training_length,
 )
 
-__all__ = ["CONFIG_FILE", "RUN_INFO_FILE", "PreparedRun", "last_checkpoint", "prepare", "train"]
+__all__ = [
+    "CONFIG_FILE",
+    "RUN_INFO_FILE",
+    "PreparedRun",
+    "gpu_precision_reason",
+    "last_checkpoint",
+    "prepare",
+    "train",
+]
 
 
 @dataclass
@@ -474,6 +482,18 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
     return output_dir
 
 
+def gpu_precision_reason(args: Any) -> str:
+    """What TRL's own settings compute on a GPU (``args``: its ``GRPOConfig``), for the run's precision line and
+    ``run_info.json``: ``bf16`` / ``fp16`` autocast, which also computes the ratio's log-probs in that precision
+    (after one update TRL's ``bf16`` moved 15-19% of the tokens across a 0.2 clip boundary that float64 did not:
+    docs/smollm2.md, "On a GPU"), or float32, with or without TF32 products."""
+    tf32 = ", TF32 products (tf32: true)" if getattr(args, "tf32", None) else ""
+    for name in ("bf16", "fp16"):
+        if getattr(args, name, False):
+            return f"TRL's {name}: true: autocast, the ratio's log-probs in {name} too{tf32}"
+    return f"TRL's bf16 and fp16 off: float32{tf32}"
+
+
 def _run_trainer(
     prepared: PreparedRun, model_path: str, callbacks: Sequence[Any], on_gpu: bool, is_main: bool
 ) -> int:
@@ -494,7 +514,9 @@ def _run_trainer(
         processing_class=prepared.tokenizer,
         callbacks=[MetricsJSONLCallback(output_dir / METRICS_FILE), *callbacks],
     )
-    trainer.precision = precision_for(config.model.precision, trainer.model, on_gpu=on_gpu)
+    trainer.precision = precision_for(
+        config.model.precision, trainer.model, on_gpu=on_gpu, framework=gpu_precision_reason(args)
+    )
     if is_main:
         print(f"  precision  {trainer.precision.describe()}", flush=True)
         note = weights_note(trainer.precision, trainer.model)
