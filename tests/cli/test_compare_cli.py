@@ -44,11 +44,11 @@ def bandpo(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
         (["methods=[{method: sapoo}]"], "unknown method 'sapoo' (did you mean 'sapo'?); clip rules: grpo"),
         (
             ["methods=[{method: cispo, params: {delta: 0.05}}]"],
-            "methods[cispo]: unknown parameter 'delta' for method 'cispo'",
+            "methods[cispo] (from the overrides): unknown parameter 'delta' for method 'cispo'",
         ),
         (
             ["methods=[{method: gspo, params: {band_delta: 0.1}}]", "reference=gspo"],
-            "methods[gspo]: unknown parameter 'band_delta' for method 'gspo' (GSPO (Group Sequence Policy "
+            "methods[gspo] (from the overrides): unknown parameter 'band_delta' for method 'gspo' (GSPO (Group Sequence Policy "
             "Optimization)); its parameters (GRPOConfig fields): epsilon, epsilon_high",
         ),
         # the eval data was read after training only (--dry-run passed)

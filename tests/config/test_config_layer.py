@@ -166,3 +166,13 @@ def test_overrides_of_one_mapping_merge() -> None:
     assert layer.values == {"opts": {"a": 1, "b": {"c": 2, "d": 3}}, "x": 1}
     with pytest.raises(ConfigError, match="conflicts with another override of 'x'"):
         override_layer(["x=1", "x.y=2"])
+
+
+def test_list_items_have_the_line_where_they_start(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("methods:\n  - grpo\n  - label: b\n    params: {delta: 1}\nseeds: [1, 2]\n")
+    (layer,) = read_layers(path, base_key=None)
+    assert layer.origins["methods.0"] == f"in {path}:2"
+    assert layer.origins["methods.1"] == f"in {path}:3"
+    assert layer.origins["methods.1.params"] == f"in {path}:4"
+    assert layer.origins["seeds.1"] == f"in {path}:5"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,10 @@ def test_overrides() -> None:
             ["methods=[{clip_rule: bnad}]"],
             r"unknown clip rule 'bnad' \(did you mean 'band'\?\); valid names: grpo",
         ),
-        (["methods=[{clip_rule: band, params: {delta: -1}}]"], r"methods\[band\]: delta must be"),
+        (
+            ["methods=[{clip_rule: band, params: {delta: -1}}]"],
+            r"methods\[band\] \(from the overrides\): delta must be",
+        ),
         (["methods=[grpo, grpo]"], r"labels must be unique, got grpo"),
         (["reference=dcpo"], r"reference must be one of the method labels \(grpo, band-kl\), got 'dcpo'"),
         (["eval.ks=[1,16]"], r"eval: ks entry 16 is larger than k=8"),
@@ -77,11 +81,11 @@ def test_overrides() -> None:
         (["methods=[{label: 'a b', clip_rule: grpo}]"], r"label must be letters"),
         (
             ["methods=[{clip_rule: grpo, seeds: []}]"],
-            r"methods\[grpo\].seeds must be a non-empty list of integers",
+            r"methods\[grpo\].seeds \(from the overrides\) must be a non-empty list of integers",
         ),
         (
             ["methods=[{clip_rule: grpo, seeds: [-1]}]"],
-            r"methods\[grpo\].seeds entries must be an integer >= 0, got -1",
+            r"methods\[grpo\].seeds entries \(from the overrides\) must be an integer >= 0, got -1",
         ),
         (["eval.at_steps=5"], r"eval.at_steps \(from the overrides\) must be a list, got 5"),
         (["eval.at_steps=[0, 4]"], r"eval.at_steps entries must be an integer >= 1, got 0"),
@@ -149,7 +153,7 @@ def test_compare_config_takes_trl_native_methods(tmp_path: Path) -> None:
         ("[{method: cipso}]", r"unknown method 'cipso' \(did you mean 'cispo'\?\); clip rules: grpo"),
         (
             "[{clip_rule: cispo}]",
-            r"methods\[cispo\]: clip_rule='cispo' is a TRL-native method.*method: cispo",
+            r"methods\[cispo\] \(from the overrides\): clip_rule='cispo' is a TRL-native method.*method: cispo",
         ),
         (
             "[{clip_rule: bnad}]",
@@ -157,7 +161,7 @@ def test_compare_config_takes_trl_native_methods(tmp_path: Path) -> None:
         ),
         (
             "[{method: cispo, params: {band_delta: 0.1}}]",
-            r"methods\[cispo\]: unknown parameter 'band_delta' for method 'cispo'.*its parameters .*: epsilon_high",
+            r"methods\[cispo\] \(from the overrides\): unknown parameter 'band_delta' for method 'cispo'.*its parameters .*: epsilon_high",
         ),
         ("[{method: sapo, params: {loss_type: dapo}}]", r"unknown parameter 'loss_type' for method 'sapo'"),
         (
@@ -166,7 +170,10 @@ def test_compare_config_takes_trl_native_methods(tmp_path: Path) -> None:
         ),
         ("[{method: gspo, params: {epsilon: 0}}]", r"epsilon must be a finite number in \(0, 1\)"),
         ("[{method: grpo, clip_rule: band}]", r"method='grpo' and clip_rule='band' name different methods"),
-        ("[{label: x}]", r"methods\[0\] needs method \(a method name: grpo, .*cispo, sapo, gspo\)"),
+        (
+            "[{label: x}]",
+            r"methods\[0\] \(from the overrides\) needs method \(a method name: grpo, .*cispo, sapo, gspo\)",
+        ),
         ("[{metod: cispo}]", r"unknown key\(s\) metod \(did you mean 'method'\?\)"),
     ],
 )
@@ -228,3 +235,21 @@ def test_a_method_on_fewer_seeds_plans_only_those_the_config_also_lists() -> Non
     )
     narrowed = load_compare_config(CONFIGS / "compare-tiny.yaml", [methods, "seeds=[0]"])
     assert [(p.method.label, p.seed) for p in plan_runs(narrowed)] == [("grpo", 0)]
+
+
+def test_method_errors_name_the_file_and_line_of_their_entry(tmp_path: Path) -> None:
+    """An entry of ``methods`` is named with the line where it starts, like every other key of the file."""
+    path = tmp_path / "cmp.yaml"
+    path.write_text(
+        f"train:\n  config: {CONFIGS / 'tiny.yaml'}\nmethods:\n  - grpo\n"
+        "  - {clip_rule: band, params: {delta: -1}}\n"
+    )
+    with pytest.raises(
+        CompareError, match=rf"^methods\[band\] \(in {re.escape(str(path))}:5\): delta must be"
+    ):
+        load_compare_config(path)
+    path.write_text(
+        f"train:\n  config: {CONFIGS / 'tiny.yaml'}\nmethods:\n  - grpo\n  - label: x\n    prams: {{}}\n"
+    )
+    with pytest.raises(CompareError, match=rf"^methods\[1\] \(in {re.escape(str(path))}:5\) has unknown key"):
+        load_compare_config(path)

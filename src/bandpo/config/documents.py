@@ -99,13 +99,18 @@ def parse_scalar(text: str) -> Any:
 
 
 def _key_lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
-    """Dotted key -> 1-based line of the key, for the mappings of a composed YAML document."""
+    """Dotted key -> 1-based line of the key, for the mappings of a composed YAML document; the items of a list
+    count as keys ``0``, ``1``, ... (``methods.1``: the line where the list's second item starts)."""
     lines: dict[str, int] = {}
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             dotted = f"{prefix}{key_node.value}"
             lines[dotted] = key_node.start_mark.line + 1
             lines.update(_key_lines(value_node, dotted + "."))
+    elif isinstance(node, yaml.SequenceNode) and prefix:
+        for i, item in enumerate(node.value):
+            lines[f"{prefix}{i}"] = item.start_mark.line + 1
+            lines.update(_key_lines(item, f"{prefix}{i}."))
     return lines
 
 

@@ -49,6 +49,7 @@ class MethodSpec:
             sapo, gspo). After construction: the method's name, whichever key named it.
         seeds: this method's seeds, when it runs on fewer than the others (``None``: the config's ``seeds``); it
             runs on those of them that are also in the config's ``seeds`` (:meth:`CompareConfig.seeds_of`).
+        where: where the entry was written (``in FILE:LINE``), named by its errors; not part of the method.
     """
 
     label: str
@@ -56,31 +57,39 @@ class MethodSpec:
     params: dict[str, Any] = field(default_factory=dict)
     method: str | None = None
     seeds: list[int] | None = None
+    where: str | None = field(default=None, compare=False, repr=False)
+
+    def _name(self, suffix: str = "") -> str:
+        """``methods[LABEL]SUFFIX (in FILE:LINE)``: how errors name this entry (or one of its keys)."""
+        at = f" ({self.where})" if self.where else ""
+        return f"methods[{self.label}]{suffix}{at}"
 
     def __post_init__(self) -> None:
         from bandpo.training.methods import METHODS
 
         if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
+            at = f" ({self.where})" if self.where else ""
             raise CompareError(
-                f"methods: label must be letters, digits and _.+- (it names a directory), got {self.label!r}"
+                f"methods{at}: label must be letters, digits and _.+- (it names a directory), got {self.label!r}"
             )
+        name = self._name()
         if not isinstance(self.params, Mapping):
-            raise CompareError(f"methods[{self.label}].params must be a mapping, got {self.params!r}")
+            raise CompareError(f"{self._name('.params')} must be a mapping, got {self.params!r}")
         self.params = dict(self.params)
         if self.seeds is not None:
             if not isinstance(self.seeds, list) or not self.seeds:
                 raise CompareError(
-                    f"methods[{self.label}].seeds must be a non-empty list of integers >= 0, got {self.seeds!r}"
+                    f"{self._name('.seeds')} must be a non-empty list of integers >= 0, got {self.seeds!r}"
                 )
             for seed in self.seeds:
-                check_int_in(f"methods[{self.label}].seeds entries", seed, 0, error=CompareError)
+                check_int_in(self._name(".seeds entries"), seed, 0, error=CompareError)
         if self.method is None and self.clip_rule is None:
             raise CompareError(
-                f"methods[{self.label}] needs method (a method name: {', '.join(METHODS.names())}) or clip_rule"
+                f"{name} needs method (a method name: {', '.join(METHODS.names())}) or clip_rule"
             )
         if self.method is not None and self.clip_rule is not None and self.method != self.clip_rule:
             raise CompareError(
-                f"methods[{self.label}]: method={self.method!r} and clip_rule={self.clip_rule!r} name different "
+                f"{name}: method={self.method!r} and clip_rule={self.clip_rule!r} name different "
                 "methods: set one of them"
             )
         try:
@@ -100,7 +109,7 @@ class MethodSpec:
                     ) from None
             method.check_params(copy.deepcopy(self.params))
         except (TypeError, ValueError) as err:
-            raise CompareError(f"methods[{self.label}]: {err}") from err
+            raise CompareError(f"{name}: {err}") from err
         self.method = method.name
         self.clip_rule = None if METHODS.is_trl_native(method.name) else method.name
 
@@ -333,10 +342,11 @@ _OVERRIDES_PREFIX = "train.overrides."
 
 def _read(
     path: str | Path | None, overrides: Iterable[str] | Mapping[str, Any]
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], Any, dict[str, str]]:
     """The file and the overrides (values read as YAML) merged by :mod:`bandpo.config`, top-level keys checked, the
-    sections built. ``train.overrides.KEY=VALUE`` sets one training key (dots kept: ``train.overrides.model.path``)
-    on top of the file's ``train.overrides``."""
+    sections built, and where each key was set (``methods.0``: the first entry of ``methods``).
+    ``train.overrides.KEY=VALUE`` sets one training key (dots kept: ``train.overrides.model.path``) on top of the
+    file's ``train.overrides``."""
     items = (
         list(overrides.items())
         if isinstance(overrides, Mapping)
@@ -367,7 +377,7 @@ def _read(
     train.overrides.update(
         {k[len(_OVERRIDES_PREFIX) :]: v for k, v in read.items() if k.startswith(_OVERRIDES_PREFIX)}
     )
-    return {**values, **sections}, train
+    return {**values, **sections}, train, origins
 
 
 def load_compare_config(
@@ -383,7 +393,7 @@ def load_compare_config(
             parameter, duplicate labels, a missing training config.
     """
     try:
-        data, train = _read(path, overrides)
+        data, train, origins = _read(path, overrides)
     except ConfigError as err:
         raise CompareError(str(err)) from err
     base_dir = Path.cwd() if path is None else Path(path).resolve().parent
@@ -400,16 +410,19 @@ def load_compare_config(
     methods = []
     keys = ("label", "method", "clip_rule", "params", "seeds")
     for i, item in enumerate(methods_raw):
+        found = where(origins, f"methods.{i}")
+        at = None if found == "default" else found
+        entry = f"methods[{i}]{f' ({at})' if at else ''}"
         if isinstance(item, str):
             item = {"method": item}
         if not isinstance(item, dict):
             raise CompareError(
-                f"methods[{i}] must be a mapping with method or clip_rule (and label, params), got {item!r}"
+                f"{entry} must be a mapping with method or clip_rule (and label, params), got {item!r}"
             )
         unknown = sorted(map(str, set(item) - set(keys)))
         if unknown:
             raise CompareError(
-                f"methods[{i}] has unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], keys)}; keys: "
+                f"{entry} has unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], keys)}; keys: "
                 f"{', '.join(keys)}"
             )
         name = item.get("method", item.get("clip_rule"))
@@ -417,7 +430,7 @@ def load_compare_config(
             from bandpo.training.methods import METHODS
 
             raise CompareError(
-                f"methods[{i}] needs method (a method name: {', '.join(METHODS.names())}), got {item!r}"
+                f"{entry} needs method (a method name: {', '.join(METHODS.names())}), got {item!r}"
             )
         params = item.get("params") or {}
         label = item.get("label") or _default_label(str(name), params)
@@ -428,6 +441,7 @@ def load_compare_config(
                 params=params,
                 method=item.get("method"),
                 seeds=item.get("seeds"),
+                where=at,
             )
         )
 
