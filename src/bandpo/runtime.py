@@ -59,11 +59,13 @@ __all__ = [
     "check_precision",
     "completion_tokens_only",
     "cpu_bf16_flags",
+    "cuda_tf32",
     "freed_memory_kept",
     "freed_memory_returned",
     "matmul_precision",
     "precision_for",
     "resolve_precision",
+    "weight_dtypes",
     "weights_note",
 ]
 
@@ -77,6 +79,9 @@ BF16_MIN_PARAMS = 20_000_000
 """``auto`` keeps float32 below this many parameters: a small model's step is not made of large matrix
 products, and bfloat16 autocast only adds casts to it (the 0.9M-parameter task model, measured in
 ``docs/smollm2.md``)."""
+
+GPU_REASON = "GPU: the framework's own mixed precision"
+"""The reason of a GPU run's precision when the caller does not say what its framework computes."""
 
 _CPUINFO = Path("/proc/cpuinfo")
 
@@ -217,31 +222,28 @@ def matmul_precision(value: str | None) -> Iterator[None]:
         setting.fp32_precision = before
 
 
-GPU_REASON = "GPU: the framework's own mixed precision"
-
-
 def resolve_precision(
     requested: str,
     *,
     on_gpu: bool = False,
     n_params: int | None = None,
     cpuinfo: str | None = None,
-    framework: str | None = None,
+    gpu_reason: str | None = None,
 ) -> Precision:
     """What ``requested`` (one of :data:`PRECISIONS`) runs as here.
 
     ``auto``: ``bf16`` where the CPU reports :data:`NATIVE_BF16_FLAGS` and the model has at least
     :data:`BF16_MIN_PARAMS` parameters (``n_params``; ``None``: unknown, counts as large), else ``float32``.
     ``bf16`` on a CPU without the flags runs emulated (:attr:`Precision.emulated`) and warns
-    (:class:`Bf16SlowWarning`). On a GPU: ``framework``, its reason ``framework`` when given (what the framework's
-    own settings compute: :func:`bandpo.training.run.gpu_precision_reason`), else :data:`GPU_REASON`.
+    (:class:`Bf16SlowWarning`). On a GPU: ``framework``, for the reason ``gpu_reason`` when given (what the
+    framework's own settings compute: :func:`bandpo.training.run.gpu_precision_reason`), else :data:`GPU_REASON`.
 
     Raises:
         ValueError: ``requested`` is not one of :data:`PRECISIONS`.
     """
     requested = check_precision(requested)
     if on_gpu:
-        return Precision(requested, "framework", f"GPU: {framework}" if framework else GPU_REASON)
+        return Precision(requested, "framework", f"GPU: {gpu_reason}" if gpu_reason else GPU_REASON)
     flags = cpu_bf16_flags(cpuinfo)
     has = (
         f"this CPU has {', '.join(flags)}"
@@ -269,7 +271,7 @@ def resolve_precision(
 
 
 def precision_for(
-    requested: str, model: Any, on_gpu: bool | None = None, framework: str | None = None
+    requested: str, model: Any, on_gpu: bool | None = None, gpu_reason: str | None = None
 ) -> Precision:
     """:func:`resolve_precision` for ``model`` (a ``torch.nn.Module``): its parameter count, and ``on_gpu`` from
     the device of its parameters unless given."""
@@ -277,18 +279,40 @@ def precision_for(
     if on_gpu is None:
         on_gpu = bool(params) and params[0].device.type != "cpu"
     n_params = sum(p.numel() for p in params)
-    return resolve_precision(requested, on_gpu=on_gpu, n_params=n_params, framework=framework)
+    return resolve_precision(requested, on_gpu=on_gpu, n_params=n_params, gpu_reason=gpu_reason)
+
+
+def weight_dtypes(model: Any) -> list[str]:
+    """The dtypes of ``model``'s floating-point parameters, sorted (``["float32"]``)."""
+    return sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()})
+
+
+def cuda_tf32() -> bool | None:
+    """Whether float32 matrix products on CUDA use TF32 now, by PyTorch's settings (``fp32_precision`` of
+    ``torch.backends.cuda.matmul``, else the global one, else the older ``allow_tf32`` flag: what
+    ``torch.set_float32_matmul_precision`` and TRL's ``tf32`` set); ``None`` where they cannot be read."""
+    import torch
+
+    try:
+        setting = torch.backends.cuda.matmul.fp32_precision
+        if setting == "none":
+            setting = getattr(torch.backends, "fp32_precision", "none")
+        if setting == "none":
+            return bool(torch.backends.cuda.matmul.allow_tf32)
+        return setting == "tf32"
+    except (AttributeError, RuntimeError):  # an older torch, or the two APIs mixed
+        return None
 
 
 def weights_note(precision: Precision, model: Any) -> str | None:
     """One line for a run whose weights are not float32 (``model.dtype: bfloat16``, say): every forward then
     computes in their dtype, so the log-probs that form the ratio are not float32, whatever ``precision`` (on a
     CPU) or TRL's ``bf16`` (on a GPU) says; ``None`` for float32 weights."""
-    dtypes = {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()}
-    if not dtypes or dtypes == {"float32"}:
+    dtypes = weight_dtypes(model)
+    if not dtypes or dtypes == ["float32"]:
         return None
     keeps = (
-        "model.dtype float32 with bf16: false keeps them float32"
+        "model.dtype float32 with bf16 and fp16 false keeps them float32"
         if precision.name == "framework"
         else "precision keeps them float32 with model.dtype float32"
     )

@@ -167,6 +167,51 @@ def test_special_token_outside_the_vocabulary_is_refused() -> None:
         ModelUnavailableError, match=r"token 9 as its eos token, outside its 5-token vocabulary"
     ):
         smollm2.set_special_tokens(_word_tokenizer(eos=None), [], {"eos": 9})
+    with pytest.raises(ModelUnavailableError, match=r"token -1 as its pad token, outside"):
+        smollm2.set_special_tokens(_word_tokenizer(eos=None), [], {"pad": -1})
+
+
+def test_a_tokenizer_that_refuses_a_token_is_one_line() -> None:
+    class Refusing:
+        def __len__(self) -> int:
+            return 5
+
+        def convert_ids_to_tokens(self, idx: int) -> str:
+            return f"<{idx}>"
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            raise AttributeError(f"can't set {name}")
+
+    with pytest.raises(
+        ModelUnavailableError, match=r"did not take '<2>' \(id 2\) as its eos token: can't set"
+    ):
+        smollm2.set_special_tokens(Refusing(), [], {"eos": 2})
+
+
+def test_a_list_of_stop_tokens_holding_the_files_eos_is_kept() -> None:
+    from types import SimpleNamespace
+
+    generation = SimpleNamespace(eos_token_id=[2, 4])
+    smollm2.set_special_tokens(_word_tokenizer(eos=None), [generation], {"eos": 2})
+    assert generation.eos_token_id == [2, 4]
+    smollm2.set_special_tokens(_word_tokenizer(eos=None), [generation], {"eos": 3})
+    assert generation.eos_token_id == 3
+
+
+@needs_package
+def test_special_tokens_the_file_does_not_name_are_left_out(tmp_path: Path) -> None:
+    """gguf_special_tokens reads the file's own keys; a file that names only some roles gives only those."""
+    import gguf
+
+    path = tmp_path / "few.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_eos_token_id(7)
+    writer.add_pad_token_id(3)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert smollm2.gguf_special_tokens(path) == {"eos": 7, "pad": 3}
 
 
 def test_cache_folder_names_the_conversion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

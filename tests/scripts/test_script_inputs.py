@@ -277,9 +277,18 @@ def test_ratio_noise_restores_the_float32_product_setting() -> None:
         raise RuntimeError("inside")
     assert setting.fp32_precision == before
     assert set(noise.MODES) == {"cpu", "cuda"} and "tf32" in noise.MODES["cuda"]
+    # each mode's products: the named ones set, the others IEEE float32 (autocast decides their bfloat16)
+    assert noise.PRODUCTS == {"bf16_inputs": "bf16", "tf32": "tf32"}
+    assert set(noise.PRODUCTS) <= set(noise.MODES["cpu"]) | set(noise.MODES["cuda"])
+    assert "bf16_inputs" not in noise.MODES["cuda"] and "tf32" not in noise.MODES["cpu"]
+    cuda = torch.backends.cuda.matmul  # settable without a GPU
+    before_cuda = cuda.fp32_precision
+    with noise.fp32_products("cuda", "tf32"):
+        assert cuda.fp32_precision == "tf32"
+    assert cuda.fp32_precision == before_cuda
 
 
-def test_ratio_noise_refuses_cuda_without_a_gpu() -> None:
+def test_ratio_noise_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     import torch
 
     if torch.cuda.is_available():
@@ -288,7 +297,7 @@ def test_ratio_noise_refuses_cuda_without_a_gpu() -> None:
         [sys.executable, str(REPO / "scripts/bf16_ratio_noise.py"), "--device", "cuda"],
         capture_output=True,
         text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "BANDPO_CACHE_DIR": str(tmp_path)},  # never a conversion
         timeout=120,
     )
     assert done.returncode == 2

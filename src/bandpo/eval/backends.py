@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bandpo.eval.errors import EvalError
-from bandpo.runtime import Precision, precision_for
+from bandpo.runtime import Precision, precision_for, weight_dtypes
 
 if TYPE_CHECKING:
     from bandpo.eval.settings import EvalSettings
@@ -59,7 +59,12 @@ class TransformersSampler:
         from bandpo.eval.sampling import generate_samples
 
         if self.precision is None:
-            self.precision = precision_for(self.settings.precision, self.model)
+            dtypes = ", ".join(weight_dtypes(self.model)) or "float32"
+            self.precision = precision_for(
+                self.settings.precision,
+                self.model,
+                gpu_reason=f"no autocast: sampling in the weights' {dtypes}",
+            )
         s = generate_samples(
             self.model,
             self.tokenizer,

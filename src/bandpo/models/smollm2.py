@@ -32,6 +32,7 @@ __all__ = [
     "CONVERSION",
     "GGUF_FILE",
     "GGUF_SHA256",
+    "GGUF_TOKEN_KEYS",
     "INSTALL",
     "NAME",
     "PACKAGE",
@@ -133,7 +134,8 @@ def _build_lock(cache_dir: Path) -> Iterator[None]:
 
 def convert(gguf_file: Path, out_dir: Path) -> dict[str, Any]:
     """Dequantize ``gguf_file`` into a float32 transformers directory ``out_dir`` (model, tokenizer, generation
-    config); returns what was converted (architecture, parameter count, vocabulary size).
+    config; the special tokens the file's own, :func:`set_special_tokens`); returns what was converted
+    (architecture, parameter count, vocabulary size, ``special_tokens``: role -> token text).
 
     Raises:
         ModelUnavailableError: transformers cannot read the file (one line with its error).
@@ -202,15 +204,22 @@ def set_special_tokens(tokenizer: Any, configs: list[Any], ids: dict[str, int]) 
                 f"the GGUF file names token {idx} as its {role} token, outside its {size}-token vocabulary"
             )
         texts[role] = tokenizer.convert_ids_to_tokens(idx)
-        setattr(tokenizer, f"{role}_token", texts[role])
-        if getattr(tokenizer, f"{role}_token_id") != idx:
+        try:
+            setattr(tokenizer, f"{role}_token", texts[role])
+            taken = getattr(tokenizer, f"{role}_token_id")
+        except Exception as err:  # tokenizers refuse in their own ways
+            raise ModelUnavailableError(
+                f"the tokenizer did not take {texts[role]!r} (id {idx}) as its {role} token: {err}"
+            ) from err
+        if taken != idx:
             raise ModelUnavailableError(
                 f"the tokenizer did not take {texts[role]!r} (id {idx}) as its {role} token: "
-                f"{role}_token_id is {getattr(tokenizer, f'{role}_token_id')}"
+                f"{role}_token_id is {taken}"
             )
         for config in configs:
-            if role != "unk":
-                setattr(config, f"{role}_token_id", idx)
+            current = getattr(config, f"{role}_token_id", None)
+            if role != "unk" and not (isinstance(current, list) and idx in current):
+                setattr(config, f"{role}_token_id", idx)  # a list holding it (several stop tokens) is kept
     return texts
 
 

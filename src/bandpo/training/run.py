@@ -43,6 +43,7 @@ from bandpo.runtime import (
     FLOAT32,
     Precision,
     completion_tokens_only,
+    cuda_tf32,
     freed_memory_kept,
     precision_for,
     weights_note,
@@ -482,16 +483,19 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
     return output_dir
 
 
-def gpu_precision_reason(args: Any) -> str:
+def gpu_precision_reason(args: Any, tf32: bool | None = None) -> str:
     """What TRL's own settings compute on a GPU (``args``: its ``GRPOConfig``), for the run's precision line and
     ``run_info.json``: ``bf16`` / ``fp16`` autocast, which also computes the ratio's log-probs in that precision
     (after one update TRL's ``bf16`` moved 15-19% of the tokens across a 0.2 clip boundary that float64 did not:
-    docs/smollm2.md, "On a GPU"), or float32, with or without TF32 products."""
-    tf32 = ", TF32 products (tf32: true)" if getattr(args, "tf32", None) else ""
+    docs/smollm2.md, "On a GPU"), or float32, with or without TF32 products: ``tf32`` is PyTorch's setting as the
+    run starts (:func:`bandpo.runtime.cuda_tf32`), ``None``: TRL's ``tf32`` field."""
+    if tf32 is None:
+        tf32 = bool(getattr(args, "tf32", None))
+    tf32_text = ", TF32 products" if tf32 else ""
     for name in ("bf16", "fp16"):
         if getattr(args, name, False):
-            return f"TRL's {name}: true: autocast, the ratio's log-probs in {name} too{tf32}"
-    return f"TRL's bf16 and fp16 off: float32{tf32}"
+            return f"TRL's {name}: true: autocast, the ratio's log-probs in {name} too{tf32_text}"
+    return f"TRL's bf16 and fp16 off: float32{tf32_text}"
 
 
 def _run_trainer(
@@ -515,7 +519,10 @@ def _run_trainer(
         callbacks=[MetricsJSONLCallback(output_dir / METRICS_FILE), *callbacks],
     )
     trainer.precision = precision_for(
-        config.model.precision, trainer.model, on_gpu=on_gpu, framework=gpu_precision_reason(args)
+        config.model.precision,
+        trainer.model,
+        on_gpu=on_gpu,
+        gpu_reason=gpu_precision_reason(args, cuda_tf32() if on_gpu else None),
     )
     if is_main:
         print(f"  precision  {trainer.precision.describe()}", flush=True)
