@@ -27,6 +27,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -139,6 +140,21 @@ def queue_running() -> bool:
     return subprocess.run(["pgrep", "-f", QUEUE], capture_output=True).returncode == 0
 
 
+_WORKER_RE = re.compile(r"compare\.worker \S*runs/([^/\s]+/seed\d+)/run_spec\.json")
+
+
+def parse_workers(pgrep_output: str) -> set[str]:
+    """``method/seedN`` of each run whose compare worker is in ``pgrep -af compare.worker``'s output."""
+    return {m.group(1) for m in _WORKER_RE.finditer(pgrep_output)}
+
+
+def running_workers() -> set[str]:
+    """The runs (``method/seedN``) whose training worker is alive on this machine: how a session sees that a run
+    is going without reading the queue logs (they print each finished run's result)."""
+    done = subprocess.run(["pgrep", "-af", "compare.worker"], capture_output=True, text=True)
+    return parse_workers(done.stdout)
+
+
 def _env(pythonpath: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
@@ -211,6 +227,7 @@ def status(worktree: Path) -> int:
     out = worktree / OUT
     runs = [progress(r) for r in run_dirs(out)]
     done = sum(r["finished"] for r in runs)
+    alive = running_workers()
     print(
         f"this machine: {this_machine_kind()} bf16; queue {'running' if queue_running() else 'not running'}"
     )
@@ -218,8 +235,10 @@ def status(worktree: Path) -> int:
     for r in runs:
         if not r["finished"]:
             ckpt = f"checkpoint at step {r['checkpoint']}" if r["checkpoint"] is not None else "no checkpoint"
+            worker = "worker running" if r["run"] in alive else "no worker"
             print(
-                f"  {r['run']}: step {r['step']}, {ckpt}, {r['kind'] or 'unknown'} bf16, log updated {r['updated']}"
+                f"  {r['run']}: step {r['step']}, {ckpt}, {r['kind'] or 'unknown'} bf16, log updated {r['updated']}, "
+                f"{worker}"
             )
     return 0
 

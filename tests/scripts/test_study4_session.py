@@ -65,10 +65,14 @@ def test_progress_reads_steps_and_checkpoints_only(tmp_path, capsys, monkeypatch
         "emulated",
     )
     monkeypatch.setattr(session, "queue_running", lambda: False)
+    monkeypatch.setattr(session, "running_workers", lambda: {"grpo/seed421"})
     assert session.status(tmp_path) == 0
     out = capsys.readouterr().out
     assert f"1 of {session.PLANNED_RUNS} runs finished" in out
     assert "grpo/seed421: step 87, checkpoint at step 80, emulated bf16" in out
+    lines = {line.split(":")[0].strip(): line for line in out.splitlines() if "/seed" in line}
+    assert lines["grpo/seed421"].endswith(", worker running")
+    assert lines["band-kl/seed421"].endswith(", no worker")
     assert "band-kl/seed421: step 0, no checkpoint, unknown bf16" in out
     assert "grpo/seed420" not in out  # finished runs are counted, not listed
     assert "1.23" not in out and "0.25" not in out and "entropy" not in out
@@ -99,3 +103,16 @@ def test_status_without_runs_counts_none(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setattr(session, "queue_running", lambda: True)
     assert session.main(["status", "--worktree", str(tmp_path)]) == 0
     assert f"0 of {session.PLANNED_RUNS} runs finished" in capsys.readouterr().out
+
+
+def test_workers_are_read_from_the_process_list() -> None:
+    """A run's worker, seen in ``pgrep -af compare.worker``'s output: the session sees that a run is going without
+    reading the queue logs, which print each finished run's result."""
+    listing = (
+        "7282 /work/main/.venv/bin/python -m bandpo.experiments.compare.worker "
+        "runs/study/study4/runs/band-kl/seed423/run_spec.json\n"
+        "7350 python -m bandpo.experiments.compare.worker /abs/runs/study/study4/runs/grpo/seed7/run_spec.json\n"
+        "9999 grep compare.worker\n"
+    )
+    assert session.parse_workers(listing) == {"band-kl/seed423", "grpo/seed7"}
+    assert session.parse_workers("") == set()
