@@ -317,7 +317,7 @@ def weights_note(precision: Precision, model: Any) -> str | None:
         else "precision keeps them float32 with model.dtype float32"
     )
     return (
-        f"the weights are {', '.join(sorted(dtypes))}: the log-probs of the ratio are computed in that dtype, "
+        f"the weights are {', '.join(dtypes)}: the log-probs of the ratio are computed in that dtype, "
         f"not float32 ({keeps})"
     )
 

@@ -216,10 +216,14 @@ def set_special_tokens(tokenizer: Any, configs: list[Any], ids: dict[str, int]) 
                 f"the tokenizer did not take {texts[role]!r} (id {idx}) as its {role} token: "
                 f"{role}_token_id is {taken}"
             )
+        if role == "unk":  # the configs have no unknown token
+            continue
         for config in configs:
             current = getattr(config, f"{role}_token_id", None)
-            if role != "unk" and not (isinstance(current, list) and idx in current):
-                setattr(config, f"{role}_token_id", idx)  # a list holding it (several stop tokens) is kept
+            if not (
+                isinstance(current, list) and idx in current
+            ):  # a list holding it (several stop tokens): kept
+                setattr(config, f"{role}_token_id", idx)
     return texts
 
 

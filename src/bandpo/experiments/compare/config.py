@@ -34,6 +34,11 @@ class CompareError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------------- config
+def _located(name: str, where: str | None) -> str:
+    """``NAME (in FILE:LINE)`` for an error, or ``NAME`` where it is not known where the key was set."""
+    return f"{name} ({where})" if where else name
+
+
 @dataclass
 class MethodSpec:
     """One method with its parameters, under a label (also its directory name).
@@ -61,16 +66,14 @@ class MethodSpec:
 
     def _name(self, suffix: str = "") -> str:
         """``methods[LABEL]SUFFIX (in FILE:LINE)``: how errors name this entry (or one of its keys)."""
-        at = f" ({self.where})" if self.where else ""
-        return f"methods[{self.label}]{suffix}{at}"
+        return _located(f"methods[{self.label}]{suffix}", self.where)
 
     def __post_init__(self) -> None:
         from bandpo.training.methods import METHODS
 
         if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
-            at = f" ({self.where})" if self.where else ""
             raise CompareError(
-                f"methods{at}: label must be letters, digits and _.+- (it names a directory), got {self.label!r}"
+                f"{_located('methods', self.where)}: label must be letters, digits and _.+- (it names a directory), got {self.label!r}"
             )
         name = self._name()
         if not isinstance(self.params, Mapping):
@@ -412,7 +415,7 @@ def load_compare_config(
     for i, item in enumerate(methods_raw):
         found = where(origins, f"methods.{i}")
         at = None if found == "default" else found
-        entry = f"methods[{i}]{f' ({at})' if at else ''}"
+        entry = _located(f"methods[{i}]", at)
         if isinstance(item, str):
             item = {"method": item}
         if not isinstance(item, dict):
