@@ -18,9 +18,11 @@ from bandpo.config import (
     Layer,
     build_dataclass,
     coerce_value,
+    located,
     merge,
     override_layer,
     read_layers,
+    unknown_key,
     where,
 )
 
@@ -137,6 +139,17 @@ def test_values_take_the_field_type(value: Any, tp: Any, expected: Any) -> None:
 def test_values_refused_name_the_key_where_and_type(value: Any, tp: Any, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         coerce_value(value, tp, "key", "in f.yaml:3")
+
+
+def test_every_message_names_where_a_key_was_set_the_same_way() -> None:
+    assert located("methods[0]", "in f.yaml:3") == "methods[0] (in f.yaml:3)"
+    assert located("methods[0]", "") == located("methods[0]", None) == "methods[0]"
+    with pytest.raises(ConfigError, match=r"^key \(in f.yaml:3\) must be an integer"):
+        coerce_value("x", int, "key", "in f.yaml:3")
+    assert str(unknown_key("stpes", ["steps"], at="in f.yaml:3")) == (
+        "unknown config key 'stpes' (in f.yaml:3) (did you mean 'steps'?)"
+    )
+    assert str(unknown_key("stpes", ["steps"])) == "unknown config key 'stpes' (did you mean 'steps'?)"
 
 
 def test_build_dataclass_checks_keys_and_types() -> None:

@@ -27,7 +27,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from bandpo._optional import require
-from bandpo.config.documents import NULL_TEXTS, OVERRIDES_LABEL, ConfigError, parse_scalar, unknown_key, where
+from bandpo.config.documents import (
+    NULL_TEXTS,
+    OVERRIDES_LABEL,
+    ConfigError,
+    located,
+    parse_scalar,
+    unknown_key,
+    where,
+)
 
 
 @functools.cache
@@ -98,8 +106,7 @@ def coerce_value(value: Any, tp: Any, key: str, where: str | None = None) -> Any
             continue
         if _kinds_agree(reading, result):
             return _plain(result)
-    at = f" ({where})" if where else ""
-    raise ConfigError(f"{key}{at} must be {type_words(tp)}, got {value!r}")
+    raise ConfigError(f"{located(key, where)} must be {type_words(tp)}, got {value!r}")
 
 
 def _read_override_leaves(value: Any, dotted: str, origins: Mapping[str, str], inherited: str = "") -> Any:

@@ -218,14 +218,18 @@ def merge(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None
     walk(values, layer.values, "")
 
 
+def located(name: str, at: str | None) -> str:
+    """``NAME (AT)`` for an error, ``AT`` being where the key was set (``in FILE:LINE``, ``overrides``, ...), or just
+    ``NAME`` where that is not known."""
+    return f"{name} ({at})" if at else name
+
+
 def unknown_key(
     key: str, valid: Iterable[str], what: str = "config", at: str = "", known: str = ""
 ) -> ConfigError:
     """The error of an unknown key: ``unknown {what} key 'KEY' (AT) (did you mean 'X'?){known}``, with the
     closest of ``valid`` (:func:`bandpo.registry.did_you_mean`); ``at`` is where it was set, ``known`` lists keys."""
-    return ConfigError(
-        f"unknown {what} key {key!r}{f' ({at})' if at else ''}{did_you_mean(key, valid)}{known}"
-    )
+    return ConfigError(f"unknown {what} key {located(repr(key), at)}{did_you_mean(key, valid)}{known}")
 
 
 def where(origins: Mapping[str, str], dotted: str) -> str:

@@ -15,6 +15,7 @@ from bandpo.config import (
     ConfigError,
     build_dataclass,
     dataclass_types,
+    located,
     merge,
     override_layer,
     parse_scalar,
@@ -34,11 +35,6 @@ class CompareError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------------- config
-def _located(name: str, where: str | None) -> str:
-    """``NAME (in FILE:LINE)`` for an error, or ``NAME`` where it is not known where the key was set."""
-    return f"{name} ({where})" if where else name
-
-
 @dataclass
 class MethodSpec:
     """One method with its parameters, under a label (also its directory name).
@@ -66,14 +62,14 @@ class MethodSpec:
 
     def _name(self, suffix: str = "") -> str:
         """``methods[LABEL]SUFFIX (in FILE:LINE)``: how errors name this entry (or one of its keys)."""
-        return _located(f"methods[{self.label}]{suffix}", self.where)
+        return located(f"methods[{self.label}]{suffix}", self.where)
 
     def __post_init__(self) -> None:
         from bandpo.training.methods import METHODS
 
         if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
             raise CompareError(
-                f"{_located('methods', self.where)}: label must be letters, digits and _.+- (it names a directory), got {self.label!r}"
+                f"{located('methods', self.where)}: label must be letters, digits and _.+- (it names a directory), got {self.label!r}"
             )
         name = self._name()
         if not isinstance(self.params, Mapping):
@@ -415,7 +411,7 @@ def load_compare_config(
     for i, item in enumerate(methods_raw):
         found = where(origins, f"methods.{i}")
         at = None if found == "default" else found
-        entry = _located(f"methods[{i}]", at)
+        entry = located(f"methods[{i}]", at)
         if isinstance(item, str):
             item = {"method": item}
         if not isinstance(item, dict):
