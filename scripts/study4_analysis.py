@@ -1,7 +1,7 @@
 """Study 4's registered analysis (docs/study.md, "Registration"), from a compare export or output directory.
 
     .venv/bin/python scripts/study4_analysis.py docs/results/study4 \
-        --config configs/study/study4.yaml                                   # the study
+        --config configs/study/study4.yaml --figure docs/results/study4/paired.png  # the study
     .venv/bin/python scripts/study4_analysis.py docs/results/study4-pilot/p4 docs/results/study4-pilot/p5 \
         docs/results/study4-pilot/p6                                          # the pilot (no late mean)
 
@@ -13,7 +13,7 @@ detect at 80% power at that spread), then the secondary outcomes: final mean@8, 
 against first 8 logged steps), the clip fraction and the tail share of clipping (``p_old < 0.2``) pooled over steps
 with the token counts behind them (per run, paired, and pooled per method), and the completion length. Then the
 registered decision (better / worse / no difference detected, and whether the interval excludes +5 points).
-``--json FILE`` writes the same numbers.
+``--json FILE`` writes the same numbers; ``--figure FILE.png`` draws the paired differences (:func:`figure`).
 
 Every seed the comparison leaves out is named with its reason (no run folder, not finished, no late mean);
 ``--config`` (the study's compare config) gives each method's planned seeds, so that a seed that never ran is
@@ -260,6 +260,7 @@ def paired(
     out = compare_methods({s: ref[s][key] for s in seeds}, {s: other[s][key] for s in seeds})
     diffs = [other[s][key] - ref[s][key] for s in seeds]
     out["seeds"] = seeds
+    out["diffs"] = diffs
     out["sd"] = statistics.stdev(diffs) if len(diffs) > 1 else None
     out["mdd80"] = minimum_detectable(out["sd"], len(diffs)) if out["sd"] and len(diffs) > 2 else None
     return out
@@ -303,12 +304,92 @@ def pooled(runs: dict[int, dict[str, Any]], seeds: list[int]) -> str:
     return f"{clipped:,} of {tokens:,} tokens clipped ({frac}), {tail:,} of them p_old < 0.2 ({share})"
 
 
+#: The figure's panels: the comparison key and the axis label of each, the primary outcome first.
+FIGURE_PANELS = (
+    ("late_mean", "late mean@8 (primary), points"),
+    ("entropy_end", "training entropy at the end, nats"),
+)
+
+
+def figure(
+    comparisons: dict[str, dict[str, Any]], path: Path, powered_for: float = 5.0
+) -> list[dict[str, Any]]:
+    """Draw each comparison's paired differences (other method minus GRPO), one panel per :data:`FIGURE_PANELS`
+    entry: a dot per seed, the mean with its 95% paired t-interval, a line at 0 and, on the primary outcome, one at
+    ``+powered_for`` (the size the study is powered for). The suffix of ``path`` picks the format.
+
+    Returns:
+        What was drawn, one entry per (panel, comparison) with pairs: ``{"key", "label", "seeds", "diffs",
+        "diff", "lo", "hi"}`` (``lo``/``hi`` ``None`` with fewer than 2 pairs).
+    """
+    from bandpo._optional import pyplot
+
+    plt = pyplot()
+    labels = [label for label in OTHERS if label in comparisons]
+    fig, axes = plt.subplots(1, len(FIGURE_PANELS), figsize=(5.5 * len(FIGURE_PANELS), 4.6), squeeze=False)
+    drawn = []
+    for ax, (key, ylabel) in zip(axes[0], FIGURE_PANELS):
+        for x, label in enumerate(labels):
+            c = comparisons[label].get(key)
+            if not c:
+                continue
+            diffs = c["diffs"]
+            offsets = [
+                0.18 * ((i % 7) - 3) / 3 for i in range(len(diffs))
+            ]  # spread the dots, deterministically
+            ax.scatter([x + o for o in offsets], diffs, s=14, alpha=0.55, color="tab:grey", zorder=2)
+            if c.get("lo") is not None:
+                ax.errorbar(
+                    x, c["diff"], yerr=[[c["diff"] - c["lo"]], [c["hi"] - c["diff"]]], fmt="o", color="tab:blue",
+                    capsize=6, markersize=7, zorder=3, label="mean, 95% paired t-interval" if x == 0 else None,
+                )  # fmt: skip
+            else:
+                ax.plot([x], [c["diff"]], "o", color="tab:blue", markersize=7, zorder=3)
+            drawn.append(
+                {"key": key, "label": label, "seeds": c["seeds"], "diffs": diffs}
+                | {k: c.get(k) for k in ("diff", "lo", "hi")}
+            )
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        if key == "late_mean":
+            ax.axhline(powered_for, color="tab:green", linestyle=":", label=f"+{powered_for:g} (powered for)")
+        ax.set_xticks(
+            range(len(labels)),
+            [
+                f"{label} - {REFERENCE}\n({len((comparisons[label].get(key) or {}).get('seeds', []))} seeds)"
+                for label in labels
+            ],
+        )
+        ax.set_xlim(-0.6, len(labels) - 0.4)
+        ax.set_ylabel(ylabel)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize=8)
+    fig.suptitle("Study 4: paired differences against GRPO, one dot per seed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, help="compare exports or output directories")
     parser.add_argument("--config", type=Path, help="the study's compare config: each method's planned seeds")
     parser.add_argument("--json", type=Path, help="also write the numbers as JSON here")
+    parser.add_argument(
+        "--figure", type=Path, help="also draw the paired differences here (.png, .pdf, .svg, ...)"
+    )
     args = parser.parse_args(argv)
+    if args.figure is not None:
+        from bandpo.plots import figure_formats
+
+        suffix = args.figure.suffix.lower().lstrip(".")
+        if suffix not in figure_formats():
+            parser.error(
+                f"--figure {str(args.figure)!r} must end in a figure format's suffix "
+                f"({', '.join('.' + f for f in figure_formats())}), got {('.' + suffix) if suffix else 'none'}"
+            )
+        if not args.figure.parent.is_dir():
+            parser.error(f"--figure {str(args.figure)!r}: {str(args.figure.parent)!r} is not a directory")
     try:
         runs, unfinished = load(args.dirs)
     except AnalysisError as err:
@@ -410,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    if args.figure is not None:
+        figure(summary["comparisons"], args.figure)
+        print(f"\nfigure: {args.figure}")
     return 0
 
 

@@ -86,6 +86,29 @@ def test_analysis_splits_native_and_emulated_seeds(tmp_path) -> None:
     assert line.count(", 2 seeds") == 2 and "in neither (mixed or unknown): 3 seeds" in line, line
 
 
+def test_analysis_draws_the_paired_differences_it_prints(tmp_path) -> None:
+    """``--figure`` writes a PNG of the differences the JSON holds, per seed; a path matplotlib cannot write is
+    refused before any run is read."""
+    import json
+
+    lates = {"grpo": (30.0, 40.0, 50.0), "band-kl": (31.0, 43.0, 52.0), "clip-higher": (29.0, 40.0, 54.0)}
+    for label, values in lates.items():
+        for seed, late in zip((410, 411, 412), values):
+            _fake_run(tmp_path, label, seed, late, True)
+    out = _run_all(str(tmp_path), "--json", str(tmp_path / "a.json"), "--figure", str(tmp_path / "d.png"))
+    assert out.returncode == 0, out.stderr
+    assert f"figure: {tmp_path / 'd.png'}" in out.stdout
+    assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    comparisons = json.loads((tmp_path / "a.json").read_text())["comparisons"]
+    for label, expected in (("band-kl", [1.0, 3.0, 2.0]), ("clip-higher", [-1.0, 0.0, 4.0])):
+        late = comparisons[label]["late_mean"]
+        assert late["seeds"] == [410, 411, 412]
+        assert [round(d, 9) for d in late["diffs"]] == expected
+    for bad, match in (("d.txt", "must end in a figure format's suffix"), ("no/d.png", "is not a directory")):
+        refused = _run_all(str(tmp_path / "missing"), "--figure", str(tmp_path / bad))
+        assert refused.returncode == 2 and match in refused.stderr, refused.stderr
+
+
 def _run_all(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(REPO / "scripts" / "study4_analysis.py"), *args],
