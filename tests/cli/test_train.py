@@ -28,6 +28,7 @@ from helpers.tiny import SMALL_RUN, warm_start_overrides
 pytest.importorskip("trl")
 
 from bandpo.cli.main import main
+from bandpo.config import shown_path
 from bandpo.losses import CLIP_RULES
 from bandpo.training.callbacks import read_metrics
 from bandpo.training.checkpoints import scan_checkpoints
@@ -106,7 +107,7 @@ def step_rows(out: Path) -> list[dict[str, Any]]:
         ),
         (  # a value out of range names where it and the rule were set
             ["band_delta=0"],
-            f"band_delta must be a finite number > 0, got 0.0 (clip_rule: in {TINY}:39; band_delta: from the overrides)",
+            f"band_delta must be a finite number > 0, got 0.0 (clip_rule: in {shown_path(TINY)}:39; band_delta: from the overrides)",
         ),
         (
             ["temperature=0"],
@@ -154,7 +155,7 @@ def test_dry_run_names_the_settings_a_method_switch_dropped(
     lines = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning)]
     assert lines == [
         "method='grpo' (from the overrides) switches the method from 'band' and drops the inherited settings of the "
-        f"method: band_divergence='kl', band_delta=0.05, band_cap=10.0 (in {TINY}); 'grpo' starts from its defaults "
+        f"method: band_divergence='kl', band_delta=0.05, band_cap=10.0 (in {shown_path(TINY)}); 'grpo' starts from its defaults "
         "and what the overrides set"
     ]
 
@@ -167,7 +168,7 @@ def test_a_range_error_in_a_file_names_its_line(tmp_path: Path, capsys: pytest.C
     assert (
         capsys.readouterr()
         .err.rstrip()
-        .endswith(f"got -1.0 (clip_rule: in {TINY}:39; band_delta: in {config}:2)")
+        .endswith(f"got -1.0 (clip_rule: in {shown_path(TINY)}:39; band_delta: in {config}:2)")
     )
 
 

@@ -22,6 +22,7 @@ from bandpo.config import (
     merge,
     override_layer,
     read_layers,
+    shown_path,
     unknown_key,
     where,
 )
@@ -150,6 +151,17 @@ def test_every_message_names_where_a_key_was_set_the_same_way() -> None:
         "unknown config key 'stpes' (in f.yaml:3) (did you mean 'steps'?)"
     )
     assert str(unknown_key("stpes", ["steps"])) == "unknown config key 'stpes' (did you mean 'steps'?)"
+
+
+def test_a_file_under_the_working_directory_is_named_relative_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "f.yaml").write_text("a: 1\n")
+    monkeypatch.chdir(tmp_path)
+    assert read_layers("sub/f.yaml")[0].origins == {"a": f"in {Path('sub', 'f.yaml')}:1"}
+    monkeypatch.chdir(tmp_path / "sub")
+    assert shown_path(tmp_path / "other.yaml") == str(tmp_path / "other.yaml")  # outside it: absolute
 
 
 def test_build_dataclass_checks_keys_and_types() -> None:

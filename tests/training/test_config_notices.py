@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bandpo.config import shown_path
 from bandpo.training.config import ConfigError, ConfigWarning, TrainConfig, load_train_config
 from bandpo.training.trl_fields import RENAMED_FIELDS
 from helpers import CONFIGS
@@ -35,7 +36,7 @@ def test_an_override_that_switches_method_names_the_dropped_keys() -> None:
     config, lines = notices(lambda: load_train_config(TINY, ["method=grpo"]))
     assert lines == [
         f"method='grpo' (from the overrides) switches the method from 'band' and drops the inherited settings of "
-        f"the method: band_divergence='kl', band_delta=0.05, band_cap=10.0 (in {TINY}); 'grpo' starts from its "
+        f"the method: band_divergence='kl', band_delta=0.05, band_cap=10.0 (in {shown_path(TINY)}); 'grpo' starts from its "
         "defaults and what the overrides set"
     ]
     assert "\n" not in lines[0]
@@ -101,7 +102,7 @@ def test_every_renamed_field_is_tested() -> None:
             "gradient_checkpointing=true",
             "gradient_checkpointing=True (from the overrides) has no effect: it is the old name of "
             "activation_checkpointing (renamed in transformers 5), which the config also sets "
-            f"(activation_checkpointing=False, in {TINY}:61) and which wins; set activation_checkpointing only",
+            f"(activation_checkpointing=False, in {shown_path(TINY)}:61) and which wins; set activation_checkpointing only",
         ),
         (
             "gradient_checkpointing_kwargs={use_reentrant: false}",

@@ -17,6 +17,7 @@ from helpers.tiny import save_countdown_model_dir
 
 pytest.importorskip("trl")
 
+from bandpo.config import shown_path
 from bandpo.integrations.trl import BandPOConfig
 from bandpo.training.config import ConfigError, TrainConfig, load_train_config
 from bandpo.training.run import prepare
@@ -136,9 +137,9 @@ def test_override_mapping_and_with_overrides() -> None:
     assert (
         changed.where("seed") == "from the overrides" and changed.where("max_steps") == "from the overrides"
     )
-    assert changed.where("learning_rate") == f"in {TINY}:{_line_of(TINY, 'learning_rate:')}"
+    assert changed.where("learning_rate") == f"in {shown_path(TINY)}:{_line_of(TINY, 'learning_rate:')}"
     assert changed.locate("learning_rate must be > 0") == (
-        f"learning_rate must be > 0 (learning_rate: in {TINY}:{_line_of(TINY, 'learning_rate:')})"
+        f"learning_rate must be > 0 (learning_rate: in {shown_path(TINY)}:{_line_of(TINY, 'learning_rate:')})"
     )
     assert (
         changed.locate("nothing named here; max_steps_x, model.seed")

@@ -114,6 +114,15 @@ def _key_lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
     return lines
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as messages show it: relative to the working directory where it lies under it
+    (``configs/x.yaml``), else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _read_file(path: Path, what: str) -> Layer:
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r} does not exist")
@@ -130,7 +139,7 @@ def _read_file(path: Path, what: str) -> Layer:
     finally:
         loader.dispose()
     lines = _key_lines(node) if node is not None else {}
-    origins = {key: f"in {path}:{line}" for key, line in lines.items()}
+    origins = {key: f"in {shown_path(path)}:{line}" for key, line in lines.items()}
     return Layer(data, origins)
 
 
