@@ -233,6 +233,32 @@ def test_demo_output_dir_override_is_refused(
     assert not (tmp_path / "d").exists() and not (tmp_path / "elsewhere").exists()
 
 
+@pytest.mark.parametrize(("model", "name"), [(None, "DEFAULT_CONFIG"), ("smollm2-135m", "LLM_CONFIG")])
+def test_demo_without_its_recipe_says_where_it_comes_from(
+    model: str | None,
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An installed wheel has no configs/: the demo says its recipe comes with a clone, in one line, before any
+    work; with --config it needs none."""
+    import bandpo.cli.demo as demo
+    from bandpo.cli.main import main
+
+    missing = tmp_path / "configs" / "recipe.yaml"
+    monkeypatch.setattr(demo, name, missing)
+    model_args = [] if model is None else ["--model", model]
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", *model_args, "--output-dir", str(tmp_path / "d")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        f"bandpo demo: error: the demo's recipe {missing} comes with a source checkout of bandpo (an installed "
+        "wheel has none): run the demo from a clone, or pass --config FILE\n"
+    )
+    assert not (tmp_path / "d").exists()
+
+
 @pytest.mark.usefixtures("fake_work")
 def test_demo_config_without_a_task_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A recipe without ``data.task`` is refused in one line naming ``--config`` and the tasks the demo takes

@@ -152,7 +152,14 @@ def run(args: argparse.Namespace) -> int:
                 "(default: runs/demo; --model: runs/demo-llm)",
             )
     real = args.model is not None and args.model != "tiny"
-    config_file = args.config or str(LLM_CONFIG if real else DEFAULT_CONFIG)
+    recipe = LLM_CONFIG if real else DEFAULT_CONFIG
+    if args.config is None and not recipe.is_file():
+        usage_error(
+            "demo",
+            f"the demo's recipe {recipe} comes with a source checkout of bandpo (an installed wheel has none): "
+            "run the demo from a clone, or pass --config FILE",
+        )
+    config_file = args.config or str(recipe)
     output_dir = args.output_dir or ("runs/demo-llm" if real else "runs/demo")
     k = args.k if args.k is not None else (4 if real else 8)  # 0 is refused below, not read as unset
     n_problems = (
