@@ -113,6 +113,20 @@ def test_skyrl_facing_names_raise_one_line_on_python_311(name: str) -> None:
         getattr(bskyrl, name)
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the Python 3.11 message; SkyRL imports on 3.12")
+def test_the_loss_called_without_skyrl_raises_one_line() -> None:
+    """SkyRLPolicyLoss builds without SkyRL, but its call needs SkyRL's reduction: one line saying so, not a
+    ModuleNotFoundError from inside the call."""
+    import torch
+
+    loss = bskyrl.SkyRLPolicyLoss("bandpo", "band")
+    zeros = torch.zeros(2, 3)
+    with pytest.raises(
+        bskyrl.SkyRLUnavailableError, match=r"^[^\n]*needs Python >= 3.12[^\n]*make test-skyrl"
+    ):
+        loss(zeros, zeros, zeros, SimpleNamespace())
+
+
 def test_import_bandpo_does_not_import_skyrl() -> None:
     code = "import bandpo, bandpo.integrations.skyrl, sys; print('skyrl' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)

@@ -142,8 +142,8 @@ def require_skyrl() -> None:
     """Raise :class:`SkyRLUnavailableError` (one line: why, and how to get an environment with SkyRL) unless
     SkyRL's policy-loss registry and config import."""
     build = (
-        "build its environment with `make test-skyrl` (a Python 3.12 .venv-skyrl) or pip install 'bandpo[skyrl]' "
-        "under Python >= 3.12"
+        "build its environment with `make test-skyrl` (a Python 3.12 .venv-skyrl) or pip install '.[skyrl]' in "
+        "bandpo's clone under Python >= 3.12"
     )
     if sys.version_info < (3, 12):
         version = ".".join(map(str, sys.version_info[:3]))
@@ -242,6 +242,7 @@ class SkyRLPolicyLoss:
             ``(loss, metrics)``: the () float masked sum of the per-token loss (in the compute dtype, at least
             float32), and Python-float metrics (module docstring).
         """
+        require_skyrl()  # one line on Python 3.11 or without skyrl, not a ModuleNotFoundError
         from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import apply_off_policy_correction
         from skyrl.backends.skyrl_train.utils.ppo_utils import reduce_loss
 
