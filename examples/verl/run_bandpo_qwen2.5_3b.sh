@@ -6,7 +6,7 @@
 # k3 ("low_var_kl") KL loss 0.001, no entropy bonus, seq-mean-token-mean, dual clip c = 10,
 # and the BandPO policy loss (Band-KL, delta 0.05, upper bound capped at 10) instead of the fixed clip.
 #
-# Needs: pip install bandpo verl (same environment on every node: verl finds bandpo's `verl.plugins` entry
+# Needs: pip install ./bandpo verl, bandpo from its clone (same environment on every node: verl finds bandpo's `verl.plugins` entry
 # point at `import verl` in each Ray worker), plus verl's GPU stack (vLLM, ...).
 # Data: parquet files in verl's RL format (prompt, reward_model.ground_truth, data_source). With
 # data_source = "math_dapo" (or "aime*") verl's default reward is the authors' one: the final line

@@ -42,8 +42,8 @@ refused in ``BandPOConfig.__post_init__`` (before any model loads):
 ``importance_sampling_level="sequence"`` (GSPO: one ratio per sequence, no token probability to build Band on)
 and the loss types whose ``epsilon`` is not a token-ratio clip (``cispo``, ``sapo``, ``vespo``) or which are
 sequence-level objectives (``luspo``); TRL's own ``epsilon`` / ``epsilon_high`` are refused too (the clip rule
-sets the bounds), and so is TRL's own ``delta`` at or below 1 next to a rule with a radius (``band_delta`` is
-Band's; ``delta: 10``, an upper clamp, stays). When every update is on-policy the ratio is exactly 1 and no clip rule can bind: the trainer
+sets the bounds), and so is TRL's own ``delta`` at or below 1, with every rule (``band_delta`` is Band's radius;
+``delta: 10``, an upper clamp of the ratio, stays). When every update is on-policy the ratio is exactly 1 and no clip rule can bind: the trainer
 warns once (``OnPolicyClipWarning``).
 
 The radius schedule (``band_delta_schedule``: ``constant`` by default, ``linear``, ``hold_then_linear``,

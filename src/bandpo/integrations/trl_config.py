@@ -73,8 +73,9 @@ class BandPOConfig(GRPOConfig):
         clip_rule_kwargs: parameters of the rule, a dict or its JSON string (from the command line), e.g.
             ``{"divergence": "kl", "delta": 0.05}``; unknown names raise with the valid ones.
         band_divergence: shortcut for ``clip_rule_kwargs["divergence"]`` (kl, tv, chi2, ...).
-        band_delta: shortcut for the trust-region radius ``clip_rule_kwargs["delta"]`` (not TRL's ``delta``,
-            the INTELLECT-2 two-sided clip, which still works as in TRL).
+        band_delta: shortcut for the trust-region radius ``clip_rule_kwargs["delta"]``. Not TRL's ``delta``,
+            the INTELLECT-2 two-sided clamp of the ratio: that one still works as in TRL when it is a finite
+            number > 1 (``delta: 10``), and is refused at or below 1, where it would be a radius by mistake.
         band_cap: shortcut for the upper-bound cap ``clip_rule_kwargs["cap"]``. ``None`` keeps the rule's
             default (10); to remove the cap pass ``clip_rule_kwargs={"cap": None}``.
         band_relax: shortcut for ``clip_rule_kwargs["relax"]``: ``[eps_low, eps_high]``, union with the fixed
@@ -86,8 +87,9 @@ class BandPOConfig(GRPOConfig):
         band_delta_hold_frac: ``hold_then_linear``'s share of the run held at the start radius, in [0, 1)
             (default 0.25, the authors' effective value).
 
-    TRL's ``epsilon`` / ``epsilon_high`` are not used: leave them at their defaults (for GRPO's fixed interval
-    use ``clip_rule="grpo"`` with ``clip_rule_kwargs={"eps_low": 0.2, "eps_high": 0.28}``).
+    TRL's ``epsilon`` / ``epsilon_high`` are not used: leave them at their defaults (GRPO's fixed interval is
+    ``clip_rule="grpo"``, ``[0.8, 1.2]``; an asymmetric one ``clip_rule="clip_higher"`` or
+    ``clip_rule_kwargs={"eps_low": 0.2, "eps_high": 0.28}``).
     """
 
     clip_rule: str = field(
