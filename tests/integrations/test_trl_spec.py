@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from bandpo.integrations.trl_spec import SUPPORTED_LOSS_TYPES, check_loss_type, loss_type_problem
+from bandpo.integrations.trl_spec import (
+    SUPPORTED_LOSS_TYPES,
+    TRL_NAMES,
+    TRL_RULE_SHORTCUTS,
+    check_loss_type,
+    loss_type_problem,
+)
+from bandpo.losses.method import METHOD_NAMES
 
 
 @pytest.mark.parametrize("loss_type", SUPPORTED_LOSS_TYPES)
@@ -45,3 +52,18 @@ def test_a_refused_loss_type_gets_one_line_with_what_is_allowed(
     assert problem is not None and problem.startswith(message) and "\n" not in problem
     with pytest.raises(ValueError, match=r"^(unknown loss_type|loss_type=)"):
         check_loss_type(loss_type)
+
+
+def test_trl_names_is_the_one_table_of_trls_spellings() -> None:
+    """Every TRL spelling maps to a method setting of bandpo or, through a ``band_*`` shortcut, to a rule
+    parameter; the table lives with the adapter, not in ``bandpo.losses``."""
+    import bandpo.losses.method as method
+
+    assert TRL_RULE_SHORTCUTS == {
+        "band_divergence": "divergence",
+        "band_delta": "delta",
+        "band_cap": "cap",
+        "band_relax": "relax",
+    }
+    assert set(TRL_NAMES.values()) - set(TRL_RULE_SHORTCUTS.values()) <= set(METHOD_NAMES)
+    assert not hasattr(method, "TRL_NAMES") and not hasattr(method, "TRL_RULE_SHORTCUTS")

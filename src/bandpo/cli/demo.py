@@ -117,7 +117,7 @@ def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -
     the output directory and the clip method's settings other than the run's length and the diagnostics level
     (``clip_rule``, ``clip_rule_kwargs``, ``band_*``, the radius schedule: ``band_delta`` does not apply to
     ``clip_rule='grpo'``) are left out."""
-    from bandpo.losses.method import TRL_NAMES
+    from bandpo.integrations.trl_spec import TRL_NAMES
 
     dropped = {*_BASELINE_SETS, *(k for k, v in TRL_NAMES.items() if v not in ("total_steps", "diagnostics"))}
     kept = [o for o in overrides if _override_key(o) not in dropped]

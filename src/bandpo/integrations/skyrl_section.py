@@ -1,7 +1,7 @@
 """SkyRL's section ``trainer.algorithm.bandpo`` -> the clip method, without SkyRL: the section's fields and their
 defaults (``_LossFields``), the checks of the fields that are SkyRL's own, and :data:`SKYRL_NAMES`, the one table
 from SkyRL's spelling to bandpo's names, which :func:`clip_method_for` translates a config with
-(``bandpo.losses.method.clip_method``, as verl's ``VERL_NAMES`` and TRL's ``TRL_NAMES``). ``bandpo.integrations.skyrl``
+(``bandpo.losses.method.clip_method``, as verl's ``VERL_NAMES`` and TRL's ``trl_spec.TRL_NAMES``). ``bandpo.integrations.skyrl``
 re-exports the public names; its module docstring describes the section.
 """
 

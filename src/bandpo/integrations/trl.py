@@ -37,7 +37,7 @@ with the same values, so TRL's ratio keeps its value and its gradient becomes ``
 loss value stays its ratio surrogate (verl's DPPO loss is ``-A sg(min(r, c)) log pi``); the gradient is DPPO's.
 
 ``BandPOConfig`` (``trl_config.py``) translates its fields into a ``bandpo.losses.method.ClipMethod`` with
-``bandpo.losses.method.TRL_NAMES`` (``band_delta`` -> ``delta``, ...; docs/names.md). Settings that cannot work are
+``bandpo.integrations.trl_spec.TRL_NAMES`` (``band_delta`` -> ``delta``, ...; docs/names.md). Settings that cannot work are
 refused in ``BandPOConfig.__post_init__`` (before any model loads):
 ``importance_sampling_level="sequence"`` (GSPO: one ratio per sequence, no token probability to build Band on)
 and the loss types whose ``epsilon`` is not a token-ratio clip (``cispo``, ``sapo``, ``vespo``) or which are

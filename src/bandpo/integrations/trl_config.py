@@ -21,10 +21,10 @@ except ImportError as err:  # pragma: no cover - exercised only without trl
         "bandpo.integrations.trl needs TRL 1.16.x: pip install 'bandpo[trl]' (or 'trl>=1.16,<1.17')"
     ) from err
 
-from bandpo.integrations.trl_spec import SUPPORTED_TRL, check_loss_type, check_trl_delta
+from bandpo.integrations.trl_spec import SUPPORTED_TRL, TRL_NAMES, check_loss_type, check_trl_delta
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule
 from bandpo.losses.diagnostics import DIAGNOSTICS
-from bandpo.losses.method import TRL_NAMES, ClipMethod, clip_method
+from bandpo.losses.method import ClipMethod, clip_method
 from bandpo.losses.schedule import RADIUS_SCHEDULES, RadiusSchedule
 
 __all__ = ["ALLOW_UNSUPPORTED_TRL_ENV", "BandPOConfig", "check_trl_version"]
@@ -187,7 +187,7 @@ class BandPOConfig(GRPOConfig):
         check_trl_delta(self.delta, method.rule)
 
     def clip_method(self) -> ClipMethod:
-        """The clip method these fields describe (``bandpo.losses.method.TRL_NAMES`` translates them), over
+        """The clip method these fields describe (``bandpo.integrations.trl_spec.TRL_NAMES`` translates them), over
         ``max_steps`` when it is set (``> 0``); a trainer sets the run's length when training starts.
 
         Raises:

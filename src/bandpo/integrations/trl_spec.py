@@ -2,8 +2,8 @@
 checks of TRL's own settings next to a clip rule.
 
 ``bandpo.integrations.trl`` (which imports TRL) re-exports these names; the config layer reads them from here, so
-that reading a ``bandpo train`` YAML file imports no TRL. The table from TRL's spellings to bandpo's names is
-``bandpo.losses.method.TRL_NAMES``.
+that reading a ``bandpo train`` YAML file imports no TRL. :data:`TRL_NAMES` is the one table from TRL's spellings
+(``BandPOConfig``'s fields, a ``bandpo train`` YAML's keys) to bandpo's names (``bandpo.losses.method``).
 """
 
 from __future__ import annotations
@@ -12,16 +12,40 @@ import math
 from typing import Any
 
 from bandpo.losses.clip_rules import clip_rule_params
+from bandpo.losses.method import METHOD_NAMES
 from bandpo.registry import did_you_mean
 
 __all__ = [
     "REFUSED_LOSS_TYPES",
     "SUPPORTED_LOSS_TYPES",
     "SUPPORTED_TRL",
+    "TRL_NAMES",
+    "TRL_RULE_SHORTCUTS",
     "check_loss_type",
     "check_trl_delta",
     "loss_type_problem",
 ]
+
+TRL_NAMES: dict[str, str] = {
+    "clip_rule": "rule",
+    "clip_rule_kwargs": "params",
+    "band_divergence": "divergence",
+    "band_delta": "delta",
+    "band_cap": "cap",
+    "band_relax": "relax",
+    "band_delta_schedule": "delta_schedule",
+    "band_delta_end": "delta_end",
+    "band_delta_hold_frac": "delta_hold_frac",
+    "max_steps": "total_steps",
+    "diagnostics": "diagnostics",
+}
+"""TRL's spelling (``BandPOConfig`` fields, the top-level keys of a ``bandpo train`` YAML) -> bandpo's name. TRL
+owns ``delta`` (its two-sided clamp of the ratio) and ``epsilon``, so Band's parameters carry the prefix
+``band_``."""
+
+TRL_RULE_SHORTCUTS: dict[str, str] = {k: v for k, v in TRL_NAMES.items() if v not in METHOD_NAMES}
+"""The ``band_*`` fields of ``BandPOConfig`` that set a clip-rule parameter (shortcuts for the entries of
+``clip_rule_kwargs``): TRL spelling -> the rule's parameter (``band_delta`` -> ``delta``, ...)."""
 
 SUPPORTED_TRL = ">=1.16,<1.17"
 """TRL versions whose ``GRPOTrainer._compute_loss`` the TRL adapter was written against and tested with."""

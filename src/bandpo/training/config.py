@@ -90,8 +90,12 @@ from bandpo.config import (
     unknown_key,
     where,
 )
-from bandpo.integrations.trl_spec import REFUSED_LOSS_TYPES, check_trl_delta, loss_type_problem
-from bandpo.losses.method import TRL_RULE_SHORTCUTS
+from bandpo.integrations.trl_spec import (
+    REFUSED_LOSS_TYPES,
+    TRL_RULE_SHORTCUTS,
+    check_trl_delta,
+    loss_type_problem,
+)
 from bandpo.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
 from bandpo.training.sections import (
     DTYPES,

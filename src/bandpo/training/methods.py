@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bandpo.losses.method import TRL_NAMES
+from bandpo.integrations.trl_spec import TRL_NAMES
 from bandpo.registry import Registry, did_you_mean
 
 __all__ = [
