@@ -253,3 +253,66 @@ def test_method_errors_name_the_file_and_line_of_their_entry(tmp_path: Path) -> 
     )
     with pytest.raises(CompareError, match=rf"^methods\[1\] \(in {re.escape(str(path))}:5\) has unknown key"):
         load_compare_config(path)
+
+
+def test_a_method_takes_its_radius_schedule_in_its_params(tmp_path: Path) -> None:
+    """``params.delta_schedule`` / ``delta_end`` / ``delta_hold_frac`` become the run's ``band_delta_*`` keys (its
+    rule's parameters stay in ``clip_rule_kwargs``); a schedule the rule cannot take is refused when the config is
+    read, naming bandpo's names."""
+    methods = (
+        "methods=[{label: grpo, clip_rule: grpo}, {label: band-decay, clip_rule: band, params: {divergence: kl, "
+        "delta: 0.2, delta_schedule: hold_then_linear, delta_end: 0.02, delta_hold_frac: 0.5}}]"
+    )
+    cfg = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={tmp_path}", methods, "seeds=[0]"])
+    grpo, band = (plan.train_config for plan in plan_runs(cfg))
+    assert band["clip_rule_kwargs"] == {"divergence": "kl", "delta": 0.2}
+    assert (band["band_delta_schedule"], band["band_delta_end"], band["band_delta_hold_frac"]) == (
+        "hold_then_linear", 0.02, 0.5
+    )  # fmt: skip
+    assert not any(key.startswith("band_") for key in grpo)
+    assert cfg.methods[1].rule().delta == 0.2
+    for params, message in (
+        ("{delta_schedule: linear}", "delta_end must be set"),
+        ("{delta_schedule: lin, delta_end: 0.02}", "unknown radius schedule 'lin' (did you mean 'linear'?)"),
+    ):
+        with pytest.raises(CompareError, match=re.escape(message)):
+            load_compare_config(None, [f"methods=[{{label: b, clip_rule: band, params: {params}}}]"])
+    with pytest.raises(CompareError, match=r"grpo\(.*\) has no delta parameter"):
+        load_compare_config(
+            None, ["methods=[{clip_rule: grpo, params: {delta_schedule: linear, delta_end: 0.1}}]"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("key", "instead"),
+    [
+        ("band_delta=0.1", "set it as methods[].params.delta on the methods it applies to"),
+        (
+            "band_delta_schedule=linear",
+            "set it as methods[].params.delta_schedule on the methods it applies to",
+        ),
+        ("clip_rule_kwargs={delta: 0.1}", "set the rule's parameters as methods[].params"),
+        ("clip_rule=grpo", "choose each run's method in methods[] (clip_rule or method)"),
+        ("method=cispo", "choose each run's method in methods[] (clip_rule or method)"),
+    ],
+)
+def test_train_overrides_may_not_set_the_method_or_its_settings(
+    key: str, instead: str, tmp_path: Path
+) -> None:
+    """Every run drops the recipe's method settings for its methods[] entry's, so such a key would silently have no
+    effect (a schedule set there never ran): refused, from the command line or from the file, with where it went."""
+    name = key.split("=")[0]
+    with pytest.raises(CompareError) as err:
+        load_compare_config(CONFIGS / "compare-tiny.yaml", [f"train.overrides.{key}"])
+    assert str(err.value) == (
+        f"train.overrides.{name} (from the overrides) is a setting of the method, which every run takes from its "
+        f"methods[] entry (the recipe's own method settings are dropped, so it would have no effect): {instead}"
+    )
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        f"train:\n  config: {CONFIGS / 'tiny.yaml'}\n  overrides:\n    {key.replace('=', ': ')}\n"
+    )
+    with pytest.raises(
+        CompareError, match=rf"^train\.overrides\.{name} \(in .*c\.yaml:4\) is a setting of the"
+    ):
+        load_compare_config(path)

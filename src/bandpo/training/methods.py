@@ -45,11 +45,13 @@ __all__ = [
     "CLIP_RULE_KEYS",
     "METHODS",
     "RULE_PARAM_KEYS",
+    "SCHEDULE_PARAMS",
     "TRL_METHODS",
     "ClipRuleMethod",
     "MethodParam",
     "TrainingMethods",
     "TrlNativeMethod",
+    "split_schedule",
     "switch_keys",
 ]
 
@@ -57,6 +59,20 @@ RULE_PARAM_KEYS = tuple(k for k, v in TRL_NAMES.items() if v not in ("rule", "to
 """Trainer keys that parametrise the clip rule or its radius schedule (reset when a layer switches method):
 TRL's spellings of every method setting but the rule's name, the run's length and the diagnostics level
 (``clip_rule_kwargs``, ``band_divergence``, ``band_delta``, ..., ``band_delta_hold_frac``)."""
+
+SCHEDULE_PARAMS: dict[str, str] = {
+    name: key for key, name in TRL_NAMES.items() if name in ("delta_schedule", "delta_end", "delta_hold_frac")
+}
+"""The radius schedule's settings a clip-rule method's ``params`` (a compare config's ``methods[].params``) may
+hold beside the rule's parameters, by bandpo's name -> the trainer key (``delta_end`` -> ``band_delta_end``)."""
+
+
+def split_schedule(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``params`` of a clip-rule method -> ``(the rule's parameters, the schedule's settings)``, both by bandpo's
+    names (:data:`SCHEDULE_PARAMS`)."""
+    rule = {k: v for k, v in params.items() if k not in SCHEDULE_PARAMS}
+    return rule, {k: v for k, v in params.items() if k in SCHEDULE_PARAMS}
+
 
 CLIP_RULE_KEYS = ("clip_rule", *RULE_PARAM_KEYS)
 """Every trainer key of the clip-rule kind: the rule's name and its parameters (BandPOConfig's own fields)."""
@@ -117,18 +133,30 @@ class ClipRuleMethod:
         return CLIP_RULE_KEYS
 
     def check_params(self, params: Mapping[str, Any]) -> None:
-        """Build the rule with ``params``; ``ValueError`` / ``TypeError`` from the rule's own validation."""
+        """Build the rule and its radius schedule from ``params`` (the rule's parameters, and the schedule's
+        :data:`SCHEDULE_PARAMS`); ``ValueError`` / ``TypeError`` from their own validation, naming bandpo's names."""
         from bandpo.losses import make_clip_rule
+        from bandpo.losses.method import clip_method
 
-        make_clip_rule(self.name, **dict(params))
+        rule, schedule = split_schedule(params)
+        make_clip_rule(self.name, **rule)
+        if schedule:
+            names = {"rule": "rule", "params": "params", **{name: name for name in SCHEDULE_PARAMS}}
+            clip_method({"rule": self.name, "params": rule, **schedule}, names, where="params")
 
     def defaults(self, trainer: Mapping[str, Any]) -> dict[str, Any]:
         """Trainer fields the method adds to a config's own (none: ``BandPOConfig`` builds the rule itself)."""
         return {}
 
     def config_entries(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The training-config keys that select this method with ``params``."""
-        return {"clip_rule": self.name, "clip_rule_kwargs": dict(params) or None}
+        """The training-config keys that select this method with ``params``: ``clip_rule``, ``clip_rule_kwargs``
+        (the rule's parameters) and the schedule's ``band_delta_*`` keys (:data:`SCHEDULE_PARAMS`)."""
+        rule, schedule = split_schedule(params)
+        return {
+            "clip_rule": self.name,
+            "clip_rule_kwargs": rule or None,
+            **{SCHEDULE_PARAMS[name]: value for name, value in schedule.items()},
+        }
 
     def describe(self, args: Any) -> str:
         """One line for the run's header: the clip rule with its parameters and, when the radius changes, its

@@ -11,10 +11,12 @@ A compare config (YAML; ``key=value`` overrides with dotted keys apply on top, e
     output_dir: runs/compare-tiny          # relative to the working directory
     train:
       config: tiny.yaml                    # the base training recipe, relative to this file
-      overrides: {max_steps: 60}           # training keys applied to every run (dotted keys allowed)
+      overrides: {max_steps: 60}           # training keys applied to every run (dotted keys allowed; not the
+                                           # method or its settings: those come from methods[])
     methods:                               # default: all of DEFAULT_METHODS
       - {label: grpo, clip_rule: grpo}
       - {label: band-kl, clip_rule: band, params: {divergence: kl, delta: 0.05}}
+      - {label: band-decay, clip_rule: band, params: {delta: 0.2, delta_schedule: linear, delta_end: 0.02}}
       - {label: cispo, method: cispo, params: {epsilon_high: 5.0}}   # TRL-native: plain GRPOTrainer
       - {label: clip-higher, clip_rule: clip_higher, seeds: [0, 1]}  # on fewer seeds than the others
     seeds: [0, 1, 2]
@@ -28,7 +30,8 @@ A compare config (YAML; ``key=value`` overrides with dotted keys apply on top, e
     report: {smooth: 1}                    # rolling-mean window of the training curves
 
 A method is any name of :data:`bandpo.training.methods.METHODS`: a clip rule (``clip_rule: NAME`` or
-``method: NAME``, ``params`` its parameters, trained by ``BandPOTrainer``) or a TRL-native method (``method: cispo``,
+``method: NAME``, ``params`` its parameters and, for a rule with a radius, its schedule ``delta_schedule``,
+``delta_end``, ``delta_hold_frac``; trained by ``BandPOTrainer``) or a TRL-native method (``method: cispo``,
 ``sapo``, ``gspo``; ``params`` the ``GRPOConfig`` fields it takes, e.g. ``{epsilon_high: 5.0}``; trained by plain
 ``GRPOTrainer`` with the same data, reward, callbacks, checkpoints and evaluation). Its runs log TRL's metrics and
 not our clip diagnostics, which the report shows as ``-``.

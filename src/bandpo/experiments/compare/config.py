@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.config import (
+    OVERRIDES_LABEL,
     ConfigError,
     build_dataclass,
     dataclass_types,
@@ -44,7 +45,8 @@ class MethodSpec:
         clip_rule: a clip rule of :data:`bandpo.losses.CLIP_RULES` (grpo, clip_higher, dcpo, band, adaptive_band,
             ...); the same as ``method`` for a clip rule. After construction: the rule, or ``None`` for a
             TRL-native method.
-        params: a clip rule's parameters (``make_clip_rule(clip_rule, **params)``), or the ``GRPOConfig`` fields a
+        params: a clip rule's parameters (``make_clip_rule(clip_rule, **params)``) and, for a rule with a radius,
+            its schedule (``delta_schedule``, ``delta_end``, ``delta_hold_frac``); or the ``GRPOConfig`` fields a
             TRL-native method takes (``{epsilon_high: 5.0}`` for cispo); empty: its defaults.
         method: any name of :data:`bandpo.training.methods.METHODS`: a clip rule or a TRL-native method (cispo,
             sapo, gspo). After construction: the method's name, whichever key named it.
@@ -126,7 +128,9 @@ class MethodSpec:
             raise CompareError(
                 f"methods[{self.label}]: method {self.method!r} is TRL-native and has no clip rule"
             )
-        return make_clip_rule(self.clip_rule, **copy.deepcopy(self.params))
+        from bandpo.training.methods import split_schedule
+
+        return make_clip_rule(self.clip_rule, **split_schedule(copy.deepcopy(self.params))[0])
 
     def to_dict(self) -> dict[str, Any]:
         """``{label, clip_rule | method, params}`` as a compare config lists it (``clip_rule`` for a clip rule)."""
@@ -376,7 +380,34 @@ def _read(
     train.overrides.update(
         {k[len(_OVERRIDES_PREFIX) :]: v for k, v in read.items() if k.startswith(_OVERRIDES_PREFIX)}
     )
+    _check_no_method_overrides(train.overrides, origins, read)
     return {**values, **sections}, train, origins
+
+
+def _check_no_method_overrides(
+    overrides: Mapping[str, Any], origins: Mapping[str, str], read: Mapping[str, Any]
+) -> None:
+    """``train.overrides`` may not set the method (``clip_rule``, ``method``) or its settings (``clip_rule_kwargs``,
+    ``band_*``): every run takes them from its ``methods[]`` entry and drops the recipe's, so they would be
+    silently without effect. ``ConfigError`` naming the key, where it was set and where it belongs."""
+    from bandpo.integrations.trl_spec import TRL_NAMES
+    from bandpo.training.methods import CLIP_RULE_KEYS, METHOD_KEY
+
+    for key in overrides:
+        if key not in CLIP_RULE_KEYS and key != METHOD_KEY:
+            continue
+        dotted = _OVERRIDES_PREFIX + key
+        at = OVERRIDES_LABEL if dotted in read else where(origins, dotted)
+        if key in (METHOD_KEY, "clip_rule"):
+            instead = "choose each run's method in methods[] (clip_rule or method)"
+        elif key == "clip_rule_kwargs":
+            instead = "set the rule's parameters as methods[].params"
+        else:
+            instead = f"set it as methods[].params.{TRL_NAMES[key]} on the methods it applies to"
+        raise ConfigError(
+            f"{located(dotted, at)} is a setting of the method, which every run takes from its methods[] entry "
+            f"(the recipe's own method settings are dropped, so it would have no effect): {instead}"
+        )
 
 
 def load_compare_config(
