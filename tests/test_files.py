@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bandpo._files import file_lock, read_json_object, write_json
+from bandpo._files import file_lock, output_dir_problem, output_file_problem, read_json_object, write_json
 
 
 def test_write_json_replaces_the_file_in_one_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,3 +76,25 @@ def test_the_lock_keeps_every_read_modify_write_of_two_processes(tmp_path: Path)
     assert [p.exitcode for p in procs] == [0, 0]
     calls = read_json_object(Path(path))["calls"]
     assert sorted(calls) == sorted(f"{t}{i}" for t in "ab" for i in range(40))
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a folder that takes no new entry")
+def test_an_output_where_nothing_can_be_created_is_refused_up_front() -> None:
+    """``/proc`` exists and is a directory, so the old checks let ``/proc/x`` through and the command failed at its
+    first write (a traceback from ``mkdir``, or after minutes of work): the nearest existing folder is now asked
+    for a new entry."""
+    assert output_dir_problem("/proc/x/run", "output_dir") == (
+        "output_dir '/proc/x/run' cannot be written: '/proc' takes no new entry (No such file or directory)"
+    )
+    assert output_file_problem("/proc/x.json", "--output") == (
+        "--output '/proc/x.json' cannot be written: '/proc' takes no new entry (No such file or directory)"
+    )
+
+
+def test_output_checks_leave_nothing_behind_and_refuse_an_empty_path(tmp_path: Path) -> None:
+    assert output_dir_problem(tmp_path / "a" / "b") is None
+    assert output_dir_problem(tmp_path) is None
+    assert output_file_problem(tmp_path / "r.json", "--output") is None
+    assert list(tmp_path.iterdir()) == []  # the probe folder is removed
+    assert output_dir_problem("", "--output-dir") == "--output-dir must be a directory path, got ''"
+    assert output_file_problem(" ", "--output") == "--output must be a file path, got ' '"

@@ -102,23 +102,42 @@ def _file_above(path: Path) -> Path | None:
     return None
 
 
+def _write_problem(path: str | Path, name: str, start: Path | None = None) -> str | None:
+    """Why nothing can be created at ``path`` (a directory or a file a command will write), or ``None``: the nearest
+    existing folder at or above ``start`` (default ``path``) refuses a new entry (read-only, no permission, a pseudo
+    file system such as ``/proc``). Learned by creating one empty temporary folder there and removing it at once."""
+    base = Path(path) if start is None else start
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        return None  # a file in the way: the callers' own message
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=base, prefix=".bandpo-write-check-"))
+    except OSError as err:
+        return f"{name} {str(path)!r} cannot be written: {str(base)!r} takes no new entry ({err.strerror or err})"
+    return None
+
+
 def output_dir_problem(path: str | Path, name: str = "output_dir") -> str | None:
     """Why ``path`` cannot be the directory a command writes into, in one line naming ``name`` (the setting or
-    option), or ``None``: it is a directory, or it does not exist and nothing above it is a file. Only looks
-    (one ``stat`` per level); creates nothing. A path it cannot inspect (no permission) gives ``None``: the
-    command's own write reports it."""
+    option), or ``None``: it is a directory, or it does not exist and nothing above it is a file, and the nearest
+    existing folder takes a new entry (:func:`_write_problem`, which creates and removes one empty temporary
+    folder there; nothing else is created). A path it cannot inspect gives ``None``: the command's own write
+    reports it."""
     p = Path(path)
+    if not str(path).strip():
+        return f"{name} must be a directory path, got {str(path)!r}"
     try:
         if p.exists() or p.is_symlink():
             if p.is_dir():
-                return None
+                return _write_problem(p, name)
             kind = "a file" if p.is_file() else "not a directory"
             return f"{name} {str(path)!r} is {kind}; it must be a directory (or not exist yet)"
         above = _file_above(p)
     except OSError:
         return None
     if above is None:
-        return None
+        return _write_problem(p, name)
     return (
         f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; {name} must be a directory (or not exist "
         "yet)"
@@ -126,9 +145,12 @@ def output_dir_problem(path: str | Path, name: str = "output_dir") -> str | None
 
 
 def output_file_problem(path: str | Path, name: str) -> str | None:
-    """Why ``path`` cannot be a file a command writes, in one line naming ``name``, or ``None``: it is an existing
-    directory, or something above it is a file. Only looks; creates nothing."""
+    """Why ``path`` cannot be a file a command writes, in one line naming ``name``, or ``None``: it is empty, an
+    existing directory, something above it is a file, or its nearest existing folder takes no new entry
+    (:func:`_write_problem`)."""
     p = Path(path)
+    if not str(path).strip():
+        return f"{name} must be a file path, got {str(path)!r}"
     try:
         if p.is_dir():
             return f"{name} {str(path)!r} is a directory; it must be a file path"
@@ -136,5 +158,7 @@ def output_file_problem(path: str | Path, name: str) -> str | None:
     except OSError:
         return None
     if above is None:
-        return None
+        return _write_problem(
+            path, name, start=p.parent
+        )  # the folder: files are replaced through a temporary one
     return f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; its folder must be a directory"

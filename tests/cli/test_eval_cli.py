@@ -127,6 +127,20 @@ def test_eval_errors_name_the_problem(model_dir: Path, tmp_path: Path, args: lis
             "--task-options '{{n_test: 5}}' applies to a built-in task (countdown, arith), and no --dataset is "
             "one: '{tmp}/d.jsonl' (files take no task options)",
         ),
+        # the task checks its options (an unknown key or a bad value was a traceback from the warm start)
+        (
+            ["--task-options", "{{bogus_key: 3}}"],
+            "--task-options of task 'countdown': unknown config key 'task_options.bogus_key'",
+        ),
+        (
+            ["--task-options", "{{n_test: -5}}"],
+            "--task-options of task 'countdown': n_test must be an integer >= 1",
+        ),
+        # flags and files named on the command line (checked after the warm start before)
+        (["--threads", "0"], "--threads must be an integer >= 1, got 0"),
+        (["--output", "{tmp}"], "--output '{tmp}' is a directory; it must be a file path"),
+        (["--save-samples", "{tmp}"], "--save-samples '{tmp}' is a directory; it must be a file path"),
+        (["--output", ""], "--output must be a file path, got ''"),
     ],
 )
 def test_eval_dataset_flags_are_checked_before_the_model(
@@ -136,8 +150,9 @@ def test_eval_dataset_flags_are_checked_before_the_model(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The dataset flags that need no model are refused before ``--model tiny`` is warm-started (minutes), not
-    after; in process, with a ``resolve_model_dir`` that fails the test if it is reached."""
+    """The flags that need no model (datasets, task options, threads, the files it writes) are refused before
+    ``--model tiny`` is warm-started (minutes), not after; in process, with a ``resolve_model_dir`` that fails the
+    test if it is reached."""
     from bandpo.cli.main import main
 
     def resolve_model_dir(*args: Any, **kwargs: Any) -> None:

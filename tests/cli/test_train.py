@@ -206,7 +206,7 @@ def test_dry_run_refuses_an_output_dir_that_is_a_file(
     code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={a_file}"])
     assert code == 2 and a_file.read_text() == "keep me"
     assert capsys.readouterr().err == (
-        f"bandpo train: error: output_dir '{a_file}' is a file; it must be a directory (or not exist yet)\n"
+        f"bandpo train: error: output_dir '{a_file}' is a file; it must be a directory (or not exist yet) (from the overrides)\n"
     )
 
 

@@ -310,12 +310,19 @@ def test_an_output_dir_that_is_a_file_is_refused(tmp_path: Path, monkeypatch: py
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as err:
         load_train_config(TINY, ["output_dir=README.md"])
-    assert str(err.value) == "output_dir 'README.md' is a file; it must be a directory (or not exist yet)"
+    assert str(err.value) == (
+        "output_dir 'README.md' is a file; it must be a directory (or not exist yet) (from the overrides)"
+    )
     with pytest.raises(ConfigError) as err:
         load_train_config(TINY, ["output_dir=README.md/run"])
     assert str(err.value) == (
         "output_dir 'README.md/run' is inside 'README.md', which is a file; output_dir must be a directory (or not "
-        "exist yet)"
+        "exist yet) (from the overrides)"
+    )
+    with pytest.raises(ConfigError) as err:  # output_dir=$OUT with OUT unset: it silently meant runs/tiny
+        load_train_config(TINY, ["output_dir="])
+    assert str(err.value) == (
+        "output_dir (from the overrides) must be a directory path, got ''; leave it out for runs/tiny"
     )
     assert load_train_config(TINY, ["output_dir=runs/new"]).output_dir == Path("runs/new")  # created later
     assert a_file.read_text() == "keep me" and not (tmp_path / "runs").exists()

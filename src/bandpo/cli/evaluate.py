@@ -135,7 +135,7 @@ def _task_options(text: str | None) -> dict[str, Any] | None:
         raise EvalError(str(err)) from None
 
 
-def _check_outputs(output: Path, samples: str | None) -> None:
+def _check_outputs(output: str | Path | None, samples: str | None) -> None:
     """The results file (``--output``) and the samples file (``--save-samples``) can be written: neither is a
     directory nor below a file. Raises ``EvalError`` naming the flag."""
     from bandpo._files import output_file_problem
@@ -147,10 +147,10 @@ def _check_outputs(output: Path, samples: str | None) -> None:
             raise EvalError(problem)
 
 
-def _check_datasets(args: argparse.Namespace, specs: list[str]) -> None:
+def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[str, Any] | None) -> None:
     """The dataset flags that need no model: ``--max-problems``, each ``--dataset`` (a task with ``--split``, or
-    files that exist) and ``--task-options`` (only with a built-in task among the datasets: files take none).
-    Raises ``EvalError`` naming the flag."""
+    files that exist) and ``--task-options`` (``options``: only with a built-in task among the datasets, files take
+    none; keys and values checked by each such task). Raises ``EvalError`` naming the flag."""
     from bandpo.eval.datasets import check_eval_specs
     from bandpo.eval.errors import EvalError
     from bandpo.training.tasks import TASKS
@@ -164,6 +164,11 @@ def _check_datasets(args: argparse.Namespace, specs: list[str]) -> None:
             f"--task-options {args.task_options!r} applies to a built-in task ({', '.join(TASKS.names())}), and "
             f"no --dataset is one: {', '.join(map(repr, specs))} (files take no task options)"
         )
+    for task in dict.fromkeys(tasks) if options is not None else ():
+        try:
+            TASKS.get(task).options(options, "task_options")
+        except ValueError as err:  # an unknown key (ConfigError) or a value the task refuses
+            raise EvalError(f"--task-options of task {task!r}: {err}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,12 +196,15 @@ def run(args: argparse.Namespace) -> int:
         )
         options = _task_options(args.task_options)
         check_device(args.device)  # before the model and the datasets load
-        _check_datasets(args, specs)  # before the model, which "tiny" may warm-start for minutes
-        model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
-        output = Path(args.output) if args.output else model / "eval_results.json"
-        _check_outputs(output, args.save_samples)  # before the work, which writes only at its end
         if args.threads is not None:
             check_int_in("--threads", args.threads, 1, error=EvalError)
+        _check_datasets(args, specs, options)  # before the model, which "tiny" may warm-start for minutes
+        # the files named on the command line, before the model; the default one (in the model's folder) after it
+        _check_outputs(args.output, args.save_samples)
+        model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
+        output = Path(args.output) if args.output else model / "eval_results.json"
+        _check_outputs(output, None)  # before the work, which writes only at its end
+        if args.threads is not None:
             import torch
 
             torch.set_num_threads(args.threads)

@@ -307,9 +307,15 @@ class TrainConfig:
                 raise ConfigError(str(err)) from err
         else:
             _check_clip_rule_fields(self.trainer, at)
+        given = self.trainer.get("output_dir")
+        if isinstance(given, str) and not given.strip():  # e.g. output_dir=$OUT with OUT unset
+            raise ConfigError(
+                f"output_dir{at('output_dir')} must be a directory path, got {given!r}; leave it out for "
+                f"{self.output_dir}"
+            )
         problem = output_dir_problem(self.output_dir)
         if problem is not None:
-            raise ConfigError(problem)
+            raise ConfigError(f"{problem}{at('output_dir')}" if "output_dir" in self.trainer else problem)
 
     def where(self, key: str) -> str:
         """Where the dotted ``key`` was set (``in configs/my.yaml:12``, ``from the overrides``, ``default``)."""
