@@ -82,6 +82,15 @@ def test_file_errors(tmp_path: Path) -> None:
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(ConfigError, match=r"must hold a mapping of keys"):
         read_layers(tmp_path / "list.yaml")
+    with pytest.raises(ConfigError, match=r"^config file '.*' is a directory; it must be a YAML file$"):
+        read_layers(tmp_path)
+    (tmp_path / "broken.yaml").write_text("a: 1\nfoo: [unclosed\n")
+    with pytest.raises(ConfigError) as err:  # the parser's own message spans lines, with a caret drawing
+        read_layers(tmp_path / "broken.yaml")
+    assert str(err.value).endswith(
+        "is not valid YAML: line 3, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow "
+        "sequence)"
+    )
 
 
 @pytest.mark.parametrize(

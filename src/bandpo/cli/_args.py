@@ -80,7 +80,9 @@ def yaml_mapping(flag: str, text: str, example: str) -> dict[str, Any]:
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        reason = " ".join(str(err).split())  # the YAML parser's message spans several lines
+        from bandpo.config import yaml_error_line
+
+        reason = yaml_error_line(err)  # the YAML parser's message spans several lines
         raise ValueError(f"{flag} must be a YAML mapping like '{example}', got {text!r}: {reason}") from None
     if not isinstance(value, dict):
         raise ValueError(f"{flag} must be a YAML mapping like '{example}', got {text!r}")

@@ -26,6 +26,7 @@ from bandpo.config.documents import (
     split_override,
     unknown_key,
     where,
+    yaml_error_line,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "type_words",
     "unknown_key",
     "where",
+    "yaml_error_line",
 ]

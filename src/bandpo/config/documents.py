@@ -123,7 +123,20 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
+def yaml_error_line(err: yaml.YAMLError) -> str:
+    """The YAML parser's error in one line: ``line L, column C: PROBLEM (CONTEXT)`` (the parser's own message
+    spans several lines, with a caret drawing)."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    if not problem:
+        return " ".join(str(err).split())
+    context = getattr(err, "context", None)
+    at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{at}{problem}" + (f" ({context})" if context else "")
+
+
 def _read_file(path: Path, what: str) -> Layer:
+    if path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a directory; it must be a YAML file")
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r} does not exist")
     text = path.read_text()
@@ -135,7 +148,7 @@ def _read_file(path: Path, what: str) -> Layer:
             raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys, got {kind}")
         data = loader.construct_document(node) if node is not None else {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {err}") from err
+        raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {yaml_error_line(err)}") from err
     finally:
         loader.dispose()
     lines = _key_lines(node) if node is not None else {}
