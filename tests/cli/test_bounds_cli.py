@@ -36,10 +36,10 @@ def test_bounds_table_holds_the_paper_values() -> None:
 
 
 def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
-    out = bandpo("bounds", "--p", "1.5")
-    assert (
-        out.returncode == 2
-        and out.stderr == "bandpo bounds: error: --p values must be in (0, 1], got [1.5]\n"
+    out = bandpo("bounds", "--p", "1.5", "1e-320")  # a subnormal p printed inf in the 1/p column
+    assert out.returncode == 2 and out.stderr == (
+        "bandpo bounds: error: --p values must be in [2.23e-308, 1] (a normal float64 probability), got "
+        "[1.5, 1e-320]\n"
     )
     out = bandpo("bounds", "--divergence", "kll")
     assert out.returncode != 0 and "invalid choice: 'kll'" in out.stderr
@@ -265,3 +265,16 @@ def test_bench_smoke(tmp_path: Path) -> None:
         assert verl["verl vanilla"]["cpu_x_verl"] == 1.0 and verl["bandpo band"]["cpu_x_verl"] > 0
         assert "bandpo dppo_kl / verl dppo_kl:" in out.stdout
         assert "bandpo grpo (basic) " in out.stdout and "bandpo dppo_kl (none) / verl dppo_kl:" in out.stdout
+
+
+@pytest.mark.parametrize(("cap", "shown"), [("", "''"), ("ten", "'ten'"), ("0.5", "0.5")])
+def test_a_cap_that_is_no_number_is_quoted(cap: str, shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cap ''`` printed ``got `` with nothing after it."""
+    from bandpo.cli.bounds import check_delta_and_cap
+
+    with pytest.raises(SystemExit) as exc:
+        check_delta_and_cap("bounds", 0.05, cap)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        f"bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got {shown}\n"
+    )

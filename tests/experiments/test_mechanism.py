@@ -237,6 +237,8 @@ def test_config_validation():
         MechanismConfig(seeds=1)
     with pytest.raises(ValueError, match="dtype"):
         MechanismConfig(dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"vocab must be an integer in \[16, 1048576\], got 1048577"):
+        MechanismConfig(vocab=(1 << 20) + 1)
 
 
 @pytest.mark.parametrize(
@@ -245,7 +247,11 @@ def test_config_validation():
         (["--rules", "grpo,nope"], "--rules: unknown clip rule 'nope'"),
         (["--scenarios", "exploitt"], "--scenarios: unknown mechanism scenario 'exploitt'"),
         (["--seeds", "1"], "--seeds must be an integer >= 2, got 1"),
-        (["--vocab", "3"], "--vocab must be an integer >= 16, got 3"),
+        (["--vocab", "3"], "--vocab must be an integer in [16, 1048576], got 3"),
+        (
+            ["--vocab", "100000000000"],
+            "--vocab must be an integer in [16, 1048576], got 100000000000",
+        ),  # was OOM
         (["--rules", ","], "--rules must name at least one clip rule"),
     ],
 )

@@ -54,17 +54,21 @@ def check_delta_and_cap(command: str, delta: float, cap: str | float) -> float |
         return None
     try:
         value = float(cap)
+        shown = str(cap)
     except ValueError:
-        value = math.nan
+        value, shown = math.nan, repr(cap)  # quoted: '' or a word
     if not (math.isfinite(value) and value >= 1):
-        usage_error(command, f"--cap must be a finite number >= 1, or none for no cap, got {cap}")
+        usage_error(command, f"--cap must be a finite number >= 1, or none for no cap, got {shown}")
     return value
 
 
 def run(args: argparse.Namespace) -> int:
-    bad = [p for p in args.p if not (0 < p <= 1)]
+    tiny = torch.finfo(torch.float64).tiny  # below it 1/p (the simplex limit column) overflows
+    bad = [p for p in args.p if not (tiny <= p <= 1)]
     if bad:
-        usage_error("bounds", f"--p values must be in (0, 1], got {bad}")
+        usage_error(
+            "bounds", f"--p values must be in [{tiny:.3g}, 1] (a normal float64 probability), got {bad}"
+        )
     cap = check_delta_and_cap("bounds", args.delta, args.cap)
     p = torch.tensor(args.p, dtype=torch.float64)
     logp = torch.log(p)

@@ -90,18 +90,18 @@ def _make_output(output: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bandpo.experiments.mechanism import SCENARIOS, MechanismConfig, quick, resolve_rules
+    from bandpo.experiments.mechanism import MAX_VOCAB, SCENARIOS, MechanismConfig, quick, resolve_rules
     from bandpo.experiments.mechanism_report import run_mechanism
     from bandpo.validation import check_int_in
 
     try:
-        for flag, value, low in (
-            ("--seeds", args.seeds, 2),
-            ("--vocab", args.vocab, 16),
-            ("--steps", args.steps, 1),
+        for flag, value, low, high in (
+            ("--seeds", args.seeds, 2, None),
+            ("--vocab", args.vocab, 16, MAX_VOCAB),
+            ("--steps", args.steps, 1, None),
         ):
             if value is not None:
-                check_int_in(flag, value, low)
+                check_int_in(flag, value, low, high)
         try:
             rules = resolve_rules(_names(args.rules) if args.rules is not None else None)
         except ValueError as err:

@@ -140,6 +140,11 @@ register_scenario(
 )
 
 
+MAX_VOCAB = 1 << 20
+"""The largest simulated vocabulary (1,048,576 actions, above every real tokenizer's): the simulation holds
+``seeds x vocab`` float64 logits and their CDF, so a larger one would exhaust memory rather than say anything new."""
+
+
 @dataclass(frozen=True)
 class MechanismConfig:
     """Run settings shared by every scenario. ``steps`` (if set) overrides each scenario's step budget."""
@@ -153,7 +158,7 @@ class MechanismConfig:
 
     def __post_init__(self) -> None:
         check_int_in("seeds", self.seeds, 2)
-        check_int_in("vocab", self.vocab, 16)
+        check_int_in("vocab", self.vocab, 16, MAX_VOCAB)
         if self.steps is not None:
             check_int_in("steps", self.steps, 1)
         check_positive_number("zipf_exponent", self.zipf_exponent)
