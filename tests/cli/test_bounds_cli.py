@@ -77,21 +77,33 @@ def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
     ],
 )
 def test_bad_delta_or_cap_is_one_line_before_any_output(
-    tmp_path: Path, args: tuple[str, ...], message: str
+    tmp_path: Path,
+    args: tuple[str, ...],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Validated before the table header (or the PNG) is written: one line on stderr, exit status 2."""
-    out = bandpo(*args, cwd=tmp_path)
-    assert (out.returncode, out.stdout, out.stderr) == (2, "", message + "\n")
+    """Validated before the table header (or the PNG) is written: one line on stderr, exit status 2 (in process:
+    the command line itself is run as a subprocess by the tests above)."""
+    from bandpo.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    assert (exc.value.code, out.out, out.err) == (2, "", message + "\n")
     assert not list(tmp_path.iterdir())  # plot-bounds wrote no PNG
 
 
 @pytest.mark.parametrize("none", ["none", "None", "null"])
-def test_cap_none_means_no_cap(none: str) -> None:
+def test_cap_none_means_no_cap(none: str, capsys: pytest.CaptureFixture[str]) -> None:
     """``--cap none`` as ``cap: null`` in a config and ``cap=None`` in the API (``--cap 0`` is refused above)."""
-    out = bandpo("bounds", "--divergence", "kl", "--p", "0.001", "--cap", none)
-    assert out.returncode == 0, out.stderr
-    assert "cap = None" in out.stdout.splitlines()[0]
-    (row,) = [line.split() for line in out.stdout.splitlines() if line.startswith("kl ")]
+    from bandpo.cli.main import main
+
+    assert main(["bounds", "--divergence", "kl", "--p", "0.001", "--cap", none]) == 0
+    stdout = capsys.readouterr().out
+    assert "cap = None" in stdout.splitlines()[0]
+    (row,) = [line.split() for line in stdout.splitlines() if line.startswith("kl ")]
     assert float(row[3]) > 10  # hi above the default cap 10
 
 
