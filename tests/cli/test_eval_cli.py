@@ -134,11 +134,11 @@ def test_eval_errors_name_the_problem(
         # the task checks its options (an unknown key or a bad value was a traceback from the warm start)
         (
             ["--task-options", "{{bogus_key: 3}}"],
-            "--task-options of task 'countdown': unknown config key 'task_options.bogus_key'",
+            "task_options for task 'countdown': unknown config key 'task_options.bogus_key'",
         ),
         (
             ["--task-options", "{{n_test: -5}}"],
-            "--task-options of task 'countdown': n_test must be an integer >= 1",
+            "task_options for task 'countdown': n_test must be an integer >= 1",
         ),
         # flags and files named on the command line (checked after the warm start before)
         (["--threads", "0"], "--threads must be an integer >= 1, got 0"),

@@ -151,7 +151,7 @@ def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[st
     """The dataset flags that need no model: ``--max-problems``, each ``--dataset`` (a task with ``--split``, or
     files that exist) and ``--task-options`` (``options``: only with a built-in task among the datasets, files take
     none; keys and values checked by each such task). Raises ``EvalError`` naming the flag."""
-    from bandpo.eval.datasets import check_eval_specs
+    from bandpo.eval.datasets import check_eval_specs, task_options_for
     from bandpo.eval.errors import EvalError
     from bandpo.training.tasks import TASKS
     from bandpo.validation import check_int_in
@@ -165,10 +165,7 @@ def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[st
             f"no --dataset is one: {', '.join(map(repr, specs))} (files take no task options)"
         )
     for task in dict.fromkeys(tasks) if options is not None else ():
-        try:
-            TASKS.get(task).options(options, "task_options")
-        except ValueError as err:  # an unknown key (ConfigError) or a value the task refuses
-            raise EvalError(f"--task-options of task {task!r}: {err}") from None
+        task_options_for(task, options)  # an unknown key or a value the task refuses, before the model
 
 
 def run(args: argparse.Namespace) -> int:

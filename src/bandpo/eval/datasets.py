@@ -105,10 +105,7 @@ def load_eval_dataset(
     if is_task:
         task = TASKS.get(spec)
         verifier = verifier or task.default_reward
-        try:
-            options = task.options(dict(task_options or {}), "task_options")
-        except (TypeError, ValueError) as err:
-            raise EvalError(f"task_options for task {spec!r}: {err}") from err
+        options = task_options_for(spec, task_options)
         rows = task.build_split(options, split)
         problems = [{"prompt": r["prompt"], "answer": r.get("answer")} for r in rows]
         source = f"task {spec!r} split {split!r}"
@@ -192,6 +189,20 @@ def _is_task(spec: str, split: str) -> bool:
     if split not in task.splits:
         raise EvalError(f"split must be one of {', '.join(task.splits)} for task {spec!r}, got {split!r}")
     return True
+
+
+def task_options_for(task: str, task_options: Mapping[str, Any] | None) -> Any:
+    """Built-in task ``task``'s options object from ``task_options`` (checked by the task: its keys and values).
+
+    Raises:
+        EvalError: one line, ``task_options for task 'NAME': ...``, naming the key as ``task_options.KEY``.
+    """
+    from bandpo.training.tasks import TASKS
+
+    try:
+        return TASKS.get(task).options(dict(task_options or {}), "task_options")
+    except (TypeError, ValueError) as err:
+        raise EvalError(f"task_options for task {task!r}: {err}") from err
 
 
 def check_eval_specs(specs: Sequence[str], *, split: str = "test", data_format: str = "auto") -> list[str]:
