@@ -93,28 +93,22 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _file_above(path: Path) -> Path | None:
-    """The nearest existing path above ``path`` when it is not a directory (so nothing can be created below it),
-    else ``None``."""
+def _nearest_above(path: Path) -> Path | None:
+    """The nearest existing path above ``path`` (a folder, or a file in the way), or ``None``."""
     for parent in path.parents:
         if parent.exists():
-            return None if parent.is_dir() else parent
+            return parent
     return None
 
 
-def _write_problem(path: str | Path, name: str, start: Path | None = None) -> str | None:
-    """Why nothing can be created at ``path`` (a directory or a file a command will write), or ``None``: the nearest
-    existing folder at or above ``start`` (default ``path``) refuses a new entry (read-only, no permission, a pseudo
-    file system such as ``/proc``). Learned by creating one empty temporary folder there and removing it at once."""
-    base = Path(path) if start is None else start
-    while not base.exists() and base != base.parent:
-        base = base.parent
-    if not base.is_dir():
-        return None  # a file in the way: the callers' own message
+def _write_problem(path: str | Path, name: str, folder: Path) -> str | None:
+    """Why nothing can be created at ``path`` (a directory or a file a command will write), or ``None``: ``folder``,
+    the nearest existing one at or above it, refuses a new entry (read-only, no permission, a pseudo file system
+    such as ``/proc``). Learned by creating one empty temporary folder there and removing it at once."""
     try:
-        os.rmdir(tempfile.mkdtemp(dir=base, prefix=".bandpo-write-check-"))
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".bandpo-write-check-"))
     except OSError as err:
-        return f"{name} {str(path)!r} cannot be written: {str(base)!r} takes no new entry ({err.strerror or err})"
+        return f"{name} {str(path)!r} cannot be written: {str(folder)!r} takes no new entry ({err.strerror or err})"
     return None
 
 
@@ -130,14 +124,16 @@ def output_dir_problem(path: str | Path, name: str = "output_dir") -> str | None
     try:
         if p.exists() or p.is_symlink():
             if p.is_dir():
-                return _write_problem(p, name)
+                return _write_problem(path, name, p)
             kind = "a file" if p.is_file() else "not a directory"
             return f"{name} {str(path)!r} is {kind}; it must be a directory (or not exist yet)"
-        above = _file_above(p)
+        above = _nearest_above(p)
     except OSError:
         return None
     if above is None:
-        return _write_problem(p, name)
+        return None
+    if above.is_dir():
+        return _write_problem(path, name, above)
     return (
         f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; {name} must be a directory (or not exist "
         "yet)"
@@ -154,11 +150,11 @@ def output_file_problem(path: str | Path, name: str) -> str | None:
     try:
         if p.is_dir():
             return f"{name} {str(path)!r} is a directory; it must be a file path"
-        above = _file_above(p)
+        above = _nearest_above(p)
     except OSError:
         return None
     if above is None:
-        return _write_problem(
-            path, name, start=p.parent
-        )  # the folder: files are replaced through a temporary one
+        return None
+    if above.is_dir():  # the folder: a file is replaced through a temporary one beside it
+        return _write_problem(path, name, above)
     return f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; its folder must be a directory"

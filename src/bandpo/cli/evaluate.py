@@ -200,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
         _check_outputs(args.output, args.save_samples)
         model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
         output = Path(args.output) if args.output else model / "eval_results.json"
-        _check_outputs(output, None)  # before the work, which writes only at its end
+        if not args.output:  # the default file, in the model's folder: checked now, before the work
+            _check_outputs(output, None)
         if args.threads is not None:
             import torch
 

@@ -220,9 +220,8 @@ def set_special_tokens(tokenizer: Any, configs: list[Any], ids: dict[str, int]) 
             continue
         for config in configs:
             current = getattr(config, f"{role}_token_id", None)
-            if not (
-                isinstance(current, list) and idx in current
-            ):  # a list holding it (several stop tokens): kept
+            # a list holding it (several stop tokens) is kept
+            if not (isinstance(current, list) and idx in current):
                 setattr(config, f"{role}_token_id", idx)
     return texts
 
