@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -311,6 +312,55 @@ def test_evaluations_at_steps_give_the_late_mean_and_leave_training_unchanged(
     assert training(runs["with"]) == training(runs["without"]) and len(training(runs["without"])) == 3
     report = (tmp_path / "with" / "report" / "report.md").read_text()
     assert "Late mean@4: mean@4 averaged over the evaluations at steps 1, 2 and the final one" in report
+
+
+@pytest.mark.slow
+def test_a_run_stopped_between_a_checkpoint_and_its_evaluation_resumes_from_that_checkpoint(
+    tmp_path: Path, warm_cache: Path
+) -> None:
+    """An ``eval.at_steps`` step that saves a checkpoint evaluates after the save, so a stop during the evaluation
+    loses no training: the resumed run starts at that checkpoint, evaluates the step first (the same row, from the
+    checkpoint's weights), and ends with the same results as the run that was not stopped."""
+    out_dir = tmp_path / "c"
+    args = [
+        "compare",
+        "--config",
+        str(PRESET),
+        *_overrides(out_dir, warm_cache),
+        "methods=[{label: grpo, clip_rule: grpo}]",
+        "curves.every=0",
+        "train.overrides.max_steps=3",
+        "train.overrides.save_total_limit=null",
+        "eval.at_steps=[2]",
+        "--no-progress",
+    ]
+    first = bandpo(*args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    run = out_dir / "runs" / "grpo" / "seed0"
+    [row] = [json.loads(line) for line in (run / "evals_at_steps.jsonl").read_text().splitlines()]
+    saved = max(f.stat().st_mtime for f in (run / "checkpoint-2").rglob("*") if f.is_file())
+    assert row["step"] == 2 and row["time"] >= saved - 1e-3  # after the checkpoint
+    results = json.loads((run / "results.json").read_text())
+
+    def logged(steps: range) -> list[dict[str, Any]]:
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [r for r in rows if r["step"] in steps and "loss" in r]
+
+    before = logged(range(1, 3))
+    # the stop: checkpoint-2 written, its evaluation not (what the run wrote after it goes)
+    keep = {"checkpoint-2", "train_config.yaml", "run_spec.json", "train.log", "metrics.jsonl"}
+    for path in run.iterdir():
+        if path.name not in keep:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    second = bandpo(*args)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (
+        logged(range(1, 3)) == before and len(logged(range(3, 4))) == 1
+    )  # resumed at step 2, with its times
+    [again] = [json.loads(line) for line in (run / "evals_at_steps.jsonl").read_text().splitlines()]
+    assert {k: v for k, v in again.items() if k != "time"} == {k: v for k, v in row.items() if k != "time"}
+    resumed = json.loads((run / "results.json").read_text())
+    assert resumed["late"] == results["late"] and resumed["metrics"] == results["metrics"]
 
 
 def test_methods_naming_no_label_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

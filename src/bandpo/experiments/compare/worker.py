@@ -84,7 +84,12 @@ def _heldout_callback(
     """A ``TrainerCallback`` that evaluates the policy being trained at the optimizer steps in ``steps``, every
     ``every`` steps and (``ends``) at step 0 and the last step, appending ``{"step", **overall metrics}`` rows to
     ``path`` (rows after the step a resumed run restarts from are dropped first). Sampling forks the RNG, so the
-    training that follows is the same with or without these evaluations."""
+    training that follows is the same with or without these evaluations.
+
+    At a step that also saves a checkpoint, the evaluation runs after the save (``on_save``), so a run stopped
+    during it resumes from that checkpoint rather than the one before; a run resumed at a step that is due and has
+    no row yet evaluates it first (the stop came between the save and the row). Not at the last step: a run whose
+    last checkpoint exists is complete and resumes no training, so that evaluation runs before the final save."""
     from transformers import TrainerCallback
 
     from bandpo.eval.evaluate import evaluate_model
@@ -92,9 +97,13 @@ def _heldout_callback(
 
     wanted = set(steps)
 
+    def due(step: int, max_steps: int) -> bool:
+        return step in wanted or bool(every and step % every == 0) or (ends and step >= max_steps)
+
     class HeldoutCallback(TrainerCallback):
         def __init__(self) -> None:
             self.done: set[int] = set()
+            self.pending: int | None = None  # a due step whose evaluation waits for its checkpoint
 
         def _evaluate(self, step: int, model: Any, tokenizer: Any) -> None:
             if step in self.done or model is None or tokenizer is None:
@@ -106,6 +115,12 @@ def _heldout_callback(
             with path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
 
+        def _flush(self, kwargs: dict[str, Any]) -> None:
+            """The pending evaluation, while the weights are still those of its step."""
+            if self.pending is not None:
+                step, self.pending = self.pending, None
+                self._evaluate(step, kwargs.get("model"), kwargs.get("processing_class"))
+
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             from bandpo.training.callbacks import read_metrics
 
@@ -115,16 +130,30 @@ def _heldout_callback(
                 else []
             )
             self.done = {int(r["step"]) for r in keep}
+            self.pending = None
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
             os.replace(tmp, path)
-            if state.global_step == 0 and ends:
-                self._evaluate(0, kwargs.get("model"), kwargs.get("processing_class"))
+            if (state.global_step == 0 and ends) or (
+                state.global_step and due(state.global_step, state.max_steps)
+            ):
+                self._evaluate(state.global_step, kwargs.get("model"), kwargs.get("processing_class"))
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            step = state.global_step
-            if step in wanted or (every and step % every == 0) or (ends and step >= state.max_steps):
-                self._evaluate(step, kwargs.get("model"), kwargs.get("processing_class"))
+            if not due(state.global_step, state.max_steps):
+                return
+            self.pending = state.global_step
+            if not control.should_save or control.should_training_stop:  # else on_save, after the checkpoint
+                self._flush(kwargs)
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._flush(kwargs)
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._flush(kwargs)  # a save that did not come (a later callback cancelled it): the same weights
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._flush(kwargs)
 
     return HeldoutCallback()
 
