@@ -12,7 +12,18 @@ from typing import Any
 
 import pytest
 
-from bandpo._files import file_lock, output_dir_problem, output_file_problem, read_json_object, write_json
+from bandpo._files import (
+    RECIPES,
+    REPO_CONFIGS,
+    WHEEL_RECIPES,
+    file_lock,
+    find_recipe,
+    output_dir_problem,
+    output_file_problem,
+    read_json_object,
+    recipe_names,
+    write_json,
+)
 
 
 def test_write_json_replaces_the_file_in_one_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,3 +109,29 @@ def test_output_checks_leave_nothing_behind_and_refuse_an_empty_path(tmp_path: P
     assert list(tmp_path.iterdir()) == []  # the probe folder is removed
     assert output_dir_problem("", "--output-dir") == "--output-dir must be a directory path, got ''"
     assert output_file_problem(" ", "--output") == "--output must be a file path, got ' '"
+
+
+def test_a_recipe_is_found_by_its_name_and_a_path_that_exists_is_never_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "recipes"
+    (folder / "study").mkdir(parents=True)
+    for name in ("tiny.yaml", "study/s4.yaml", "study/notes.txt"):
+        (folder / name).write_text("a: 1\n")
+    assert recipe_names(folder) == ["study/s4", "tiny"]
+    assert recipe_names(tmp_path / "absent") == []
+    monkeypatch.chdir(tmp_path)
+    for name in ("tiny", "tiny.yaml", Path("tiny")):
+        assert find_recipe(name, folder) == folder / "tiny.yaml"
+    assert find_recipe("study/s4", folder) == folder / "study" / "s4.yaml"
+    for name in ("study/notes.txt", "study/notes", "small", "", " ", "../recipes/tiny", str(folder / "tiny")):
+        assert find_recipe(name, folder) is None, name
+    (tmp_path / "tiny").write_text("mine: 1\n")  # a file of the user's own by that name
+    assert find_recipe("tiny", folder) is None
+    assert find_recipe("tiny.yaml", folder) == folder / "tiny.yaml"
+
+
+def test_a_checkout_reads_its_own_configs_folder() -> None:
+    """The tests run from a clone (an editable install): no wheel copy, the recipes are configs/ itself."""
+    assert not WHEEL_RECIPES.exists() and RECIPES == REPO_CONFIGS
+    assert {"tiny", "smollm2-arith", "compare-tiny", "study/study4"} <= set(recipe_names())

@@ -17,6 +17,34 @@ from typing import Any
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 """The recipes folder of a source checkout (``configs/`` beside ``src/``); an installed wheel has none."""
 
+WHEEL_RECIPES = Path(__file__).resolve().parent / "recipes"
+"""Where a wheel holds the recipes: ``configs/**/*.yaml`` copied into ``bandpo/recipes/`` when it is built
+(``setup.py``); a source checkout and an editable install have no such folder."""
+
+RECIPES = WHEEL_RECIPES if WHEEL_RECIPES.is_dir() else REPO_CONFIGS
+"""The built-in recipes (``tiny.yaml``, ``smollm2-arith.yaml``, ``study/study4.yaml``, ...): an installed wheel's
+copy, else the checkout's ``configs/``."""
+
+
+def recipe_names(folder: Path | None = None) -> list[str]:
+    """The built-in recipes' names, sorted: their paths under ``folder`` (default :data:`RECIPES`) without
+    ``.yaml`` (``tiny``, ``study/study4``); ``[]`` when there is no such folder."""
+    folder = RECIPES if folder is None else folder
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
+
+
+def find_recipe(name: str | Path, folder: Path | None = None) -> Path | None:
+    """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``study/study4``), or ``None``. Only a
+    relative ``name`` that is no file of its own is looked up, so a path that exists is always the file read."""
+    folder = RECIPES if folder is None else folder
+    path = Path(name)
+    if path.is_absolute() or path.exists() or ".." in path.parts or not str(name).strip():
+        return None
+    for candidate in (folder / path, folder / path.with_name(path.name + ".yaml")):
+        if candidate.suffix == ".yaml" and candidate.is_file():
+            return candidate
+    return None
+
 
 def expand_path(path: str | Path) -> Path:
     """``path`` with ``$VAR`` / ``${VAR}`` and a leading ``~`` expanded, as a shell would (an unset variable stays

@@ -205,7 +205,7 @@ def test_bench_refuses_a_bad_count_before_timing(
 def test_bench_without_the_training_recipe_says_so_before_timing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An installed wheel has no configs/: the training-step section is refused up front with the way round it
+    """An install without its recipes: the training-step section is refused up front with the way round it
     (it used to fail after minutes of timing, with nothing written); --skip-train passes the check."""
     import bandpo.experiments.bench as bench
     from bandpo.cli.main import main
@@ -216,7 +216,7 @@ def test_bench_without_the_training_recipe_says_so_before_timing(
         main(["bench"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == (
-        f"bandpo bench: error: the training-step benchmark needs {missing} (a source checkout of bandpo); "
+        f"bandpo bench: error: the training-step benchmark needs {missing}, which this install of bandpo lacks; "
         "pass --skip-train\n"
     )
     import argparse

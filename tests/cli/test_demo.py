@@ -241,8 +241,8 @@ def test_demo_without_its_recipe_says_where_it_comes_from(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """An installed wheel has no configs/: the demo says its recipe comes with a clone, in one line, before any
-    work; with --config it needs none."""
+    """An install that lost its recipes (a wheel has them since setup.py copies configs/: tests/test_packaging.py):
+    the demo says so in one line, before any work; with --config it needs none."""
     import bandpo.cli.demo as demo
     from bandpo.cli.main import main
 
@@ -253,8 +253,8 @@ def test_demo_without_its_recipe_says_where_it_comes_from(
         main(["demo", *model_args, "--output-dir", str(tmp_path / "d")])
     assert exc.value.code == 2
     assert capsys.readouterr().err == (
-        f"bandpo demo: error: the demo's recipe {missing} comes with a source checkout of bandpo (an installed "
-        "wheel has none): run the demo from a clone, or pass --config FILE\n"
+        f"bandpo demo: error: the demo's recipe {missing} is missing from this install of bandpo (a clone's "
+        "configs/, a wheel's bandpo/recipes/): reinstall bandpo, or pass --config FILE\n"
     )
     assert not (tmp_path / "d").exists()
 

@@ -74,8 +74,17 @@ def test_a_layer_replaces_a_list_by_a_mapping_and_a_mapping_by_a_list() -> None:
 
 
 def test_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"config file '.*nope.yaml' does not exist"):
+    with pytest.raises(
+        ConfigError, match=r"config file '.*nope.yaml' does not exist; built-in recipes: .*tiny"
+    ):
         read_layers(tmp_path / "nope.yaml")
+    with pytest.raises(
+        ConfigError, match=r"file '.*tinny' does not exist \(did you mean 'tiny'\?\); built-in"
+    ):
+        read_layers("tinny")
+    (tmp_path / "child.yaml").write_text("base: gone.yaml\n")
+    with pytest.raises(ConfigError, match=r"^config file '.*gone.yaml' does not exist$"):  # a base is a path
+        read_layers(tmp_path / "child.yaml")
     (tmp_path / "dup.yaml").write_text("a: 1\na: 2\n")
     with pytest.raises(ConfigError, match=r"(?s)is not valid YAML: .*found duplicate key a"):
         read_layers(tmp_path / "dup.yaml")
@@ -210,3 +219,20 @@ def test_list_items_have_the_line_where_they_start(tmp_path: Path) -> None:
     assert layer.origins["methods.1"] == f"in {path}:3"
     assert layer.origins["methods.1.params"] == f"in {path}:4"
     assert layer.origins["seeds.1"] == f"in {path}:5"
+
+
+def test_a_built_in_recipe_is_read_by_its_name_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tiny`` and ``study/study4.yaml`` name the recipes shipped with bandpo (a clone's configs/, a wheel's
+    copy) wherever the command runs; a file of that name in the working directory is read instead."""
+    from bandpo._files import RECIPES
+
+    monkeypatch.chdir(tmp_path)
+    [tiny] = read_layers("tiny")
+    assert tiny.values == read_layers(RECIPES / "tiny.yaml")[0].values
+    assert read_layers("study/study4.yaml")[0].values["output_dir"] == "runs/study/study4"
+    base, own = read_layers("tiny-grpo")  # its base, tiny.yaml, beside it
+    assert base.values == tiny.values and own.values["output_dir"] == "runs/tiny-grpo"
+    (tmp_path / "tiny").write_text("mine: 1\n")
+    assert read_layers("tiny")[0].values == {"mine": 1}

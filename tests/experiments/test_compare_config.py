@@ -35,6 +35,21 @@ def test_presets_load_and_default_methods() -> None:
         m.rule()  # every default rule builds
 
 
+def test_a_built_in_recipe_is_named_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compare-tiny`` names the shipped recipe, and its ``train.config`` is found beside it, not in the working
+    directory."""
+    monkeypatch.chdir(tmp_path)
+    named = load_compare_config("compare-tiny")
+    assert named == load_compare_config(CONFIGS / "compare-tiny.yaml")
+    assert named.train_config == str((CONFIGS / "tiny.yaml").resolve())
+    study = load_compare_config("study/study4.yaml")
+    assert Path(study.train_config).resolve() == (CONFIGS / "smollm2-arith.yaml").resolve()
+    with pytest.raises(
+        CompareError, match=r"config '.*compare-tiniest' does not exist \(did you mean 'compare-tiny'\?\)"
+    ):
+        load_compare_config("compare-tiniest")
+
+
 def test_overrides() -> None:
     cfg = load_compare_config(
         CONFIGS / "compare-tiny.yaml",

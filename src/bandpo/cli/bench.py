@@ -194,7 +194,7 @@ def _argument_problem(args: argparse.Namespace) -> str | None:
     except ValueError as err:
         return str(err)
     if not (args.skip_train or args.real_model or TINY_RECIPE.is_file()):
-        return f"the training-step benchmark needs {TINY_RECIPE} (a source checkout of bandpo); pass --skip-train"
+        return f"the training-step benchmark needs {TINY_RECIPE}, which this install of bandpo lacks; pass --skip-train"
     return None
 
 

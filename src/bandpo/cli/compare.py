@@ -42,7 +42,10 @@ examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument(
-        "--config", "-c", required=True, help="compare config YAML (e.g. configs/compare-tiny.yaml)"
+        "--config",
+        "-c",
+        required=True,
+        help="compare config YAML: a file, or a built-in recipe's name (compare-tiny, study/study4, ...)",
     )
     parser.add_argument(
         "overrides",

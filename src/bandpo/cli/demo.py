@@ -17,10 +17,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from bandpo._files import REPO_CONFIGS
+from bandpo._files import RECIPES
 
-DEFAULT_CONFIG = REPO_CONFIGS / "tiny.yaml"
-LLM_CONFIG = REPO_CONFIGS / "smollm2-arith.yaml"
+DEFAULT_CONFIG = RECIPES / "tiny.yaml"
+LLM_CONFIG = RECIPES / "smollm2-arith.yaml"
 LLM_STEPS = 24
 LLM_EVAL_PROBLEMS = 50
 
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         default=None,
-        help="training recipe (default: the repository's configs/tiny.yaml; with --model, configs/smollm2-arith.yaml)",
+        help="training recipe: a file or a built-in recipe's name (default: tiny; with --model, smollm2-arith)",
     )
     parser.add_argument(
         "--model",
@@ -156,8 +156,8 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None and not recipe.is_file():
         usage_error(
             "demo",
-            f"the demo's recipe {recipe} comes with a source checkout of bandpo (an installed wheel has none): "
-            "run the demo from a clone, or pass --config FILE",
+            f"the demo's recipe {recipe} is missing from this install of bandpo (a clone's configs/, a wheel's "
+            "bandpo/recipes/): reinstall bandpo, or pass --config FILE",
         )
     config_file = args.config or str(recipe)
     output_dir = args.output_dir or ("runs/demo-llm" if real else "runs/demo")

@@ -64,7 +64,12 @@ def _trl_methods_help() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG.format(trl_methods=_trl_methods_help())
-    parser.add_argument("--config", "-c", required=True, help="YAML training config (e.g. configs/tiny.yaml)")
+    parser.add_argument(
+        "--config",
+        "-c",
+        required=True,
+        help="YAML training config: a file, or a built-in recipe's name (tiny, smollm2-arith, ...)",
+    )
     parser.add_argument(
         "overrides",
         nargs="*",

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from bandpo._files import find_recipe, recipe_names
 from bandpo.registry import did_you_mean
 
 
@@ -134,11 +135,11 @@ def yaml_error_line(err: yaml.YAMLError) -> str:
     return f"{at}{problem}" + (f" ({context})" if context else "")
 
 
-def _read_file(path: Path, what: str) -> Layer:
+def _read_file(path: Path, what: str, hint: str = "") -> Layer:
     if path.is_dir():
         raise ConfigError(f"{what} {str(path)!r} is a directory; it must be a YAML file")
     if not path.is_file():
-        raise ConfigError(f"{what} {str(path)!r} does not exist")
+        raise ConfigError(f"{what} {str(path)!r} does not exist{hint}")
     text = path.read_text()
     loader = _Loader(text)  # one parse: the node gives the keys' lines, the same node the values
     try:
@@ -160,15 +161,23 @@ def read_layers(
     path: str | Path, what: str = "config file", base_key: str | None = "base", _chain: tuple[Path, ...] = ()
 ) -> list[Layer]:
     """The layers of YAML file ``path``: those of its ``base_key:`` chain first (``None``: no chain), then its own.
+    A ``path`` that is no file but a built-in recipe's name (``tiny``, ``study/study4.yaml``:
+    :func:`bandpo._files.find_recipe`) reads that recipe; a base is always a path relative to its file.
 
     Raises:
         ConfigError: a missing or unreadable file, invalid YAML, a document that is not a mapping, a ``base`` that
             is not a path, a cycle of bases. ``what`` names the file in the messages (``config file``).
     """
+    hint = ""
+    if not _chain:  # the file named on the command line
+        path = find_recipe(path) or path
+        names = recipe_names()
+        typed = Path(path).with_suffix("").as_posix()
+        hint = f"{did_you_mean(typed, names)}; built-in recipes: {', '.join(names) or 'none in this install'}"
     path = Path(path).resolve()
     if path in _chain:
         raise ConfigError(f"config {base_key}: cycle: {' -> '.join(str(p) for p in (*_chain, path))}")
-    layer = _read_file(path, what)
+    layer = _read_file(path, what, hint)
     layers: list[Layer] = []
     if base_key is not None and base_key in layer.values:
         base = layer.values.pop(base_key)

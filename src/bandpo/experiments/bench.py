@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bandpo._files import REPO_CONFIGS, read_jsonl
+from bandpo._files import RECIPES, read_jsonl
 from bandpo.core import DIVERGENCES, band_bounds
 from bandpo.losses import CLIP_RULES, DIAGNOSTICS, clip_metrics, make_clip_rule, policy_loss
 from bandpo.losses.aggregation import masked_max, masked_mean, masked_min
@@ -534,8 +534,8 @@ def table_memory_bytes(dtype: torch.dtype = torch.float32) -> int:
     return nodes * 2 * 2 * torch.empty(0, dtype=dtype).element_size()
 
 
-TINY_RECIPE = REPO_CONFIGS / "tiny.yaml"
-"""The recipe :func:`bench_train_step` times (a source checkout's ``configs/``, not part of an installed wheel)."""
+TINY_RECIPE = RECIPES / "tiny.yaml"
+"""The recipe :func:`bench_train_step` times (a checkout's ``configs/`` or a wheel's copy: :data:`bandpo._files.RECIPES`)."""
 
 
 def bench_train_step(
@@ -554,7 +554,7 @@ def bench_train_step(
         rows ``{"case", "ms", "x_grpo"}`` (ms per step, best round; ``x_grpo`` = band's / grpo's).
 
     Raises:
-        FileNotFoundError: no :data:`TINY_RECIPE` (an installed wheel has no ``configs/``).
+        FileNotFoundError: no :data:`TINY_RECIPE` (an install without the recipes).
         ValueError: ``steps`` not a multiple of the recipe's ``steps_per_generation`` or under 2 rounds; ``rounds`` < 1.
     """
     import contextlib
@@ -571,7 +571,7 @@ def bench_train_step(
 
     if not TINY_RECIPE.is_file():
         raise FileNotFoundError(
-            f"the training-step benchmark needs {TINY_RECIPE} (a source checkout of bandpo)"
+            f"the training-step benchmark needs {TINY_RECIPE}, which this install of bandpo lacks"
         )
     per_round = int(load_train_config(TINY_RECIPE).trainer.get("steps_per_generation", 1))
     note = f" and a multiple of steps_per_generation ({per_round}): whole rounds, the first one warm-up"

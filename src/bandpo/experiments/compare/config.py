@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import find_recipe
 from bandpo.config import (
     OVERRIDES_LABEL,
     ConfigError,
@@ -413,7 +414,8 @@ def _check_no_method_overrides(
 def load_compare_config(
     path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()
 ) -> CompareConfig:
-    """Read a compare config (module docstring) and apply ``key=value`` overrides.
+    """Read a compare config (module docstring; ``path`` may name a built-in recipe: ``compare-tiny``,
+    ``study/study4``) and apply ``key=value`` overrides.
 
     ``train.config`` is resolved relative to the file (``configs/tiny.yaml`` from ``configs/compare-tiny.yaml``
     is written ``tiny.yaml``); ``output_dir`` relative to the working directory.
@@ -422,6 +424,8 @@ def load_compare_config(
         CompareError: unreadable file, unknown key (with the closest valid key), bad value, unknown clip rule or
             parameter, duplicate labels, a missing training config.
     """
+    if path is not None:
+        path = find_recipe(path) or path  # a built-in recipe's name: train.config is beside it
     try:
         data, train, origins = _read(path, overrides)
     except ConfigError as err:

@@ -1,0 +1,82 @@
+"""What a user who installs bandpo from its package gets (``setup.py``, ``MANIFEST.in``): the recipes travel from
+the clone's ``configs/`` through the source distribution into the wheel as ``bandpo/recipes/``, and the installed
+package finds them by name from any folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from helpers import CONFIGS, REPO
+
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "src", "configs")
+
+
+def _build(backend_call: str, source: Path, out: Path) -> str:
+    """The file name that ``setuptools.build_meta.<backend_call>(out)`` builds in ``source`` (no build isolation:
+    the test environment's setuptools, no downloads)."""
+    code = f"import sys; from setuptools import build_meta; print(build_meta.{backend_call}(sys.argv[1]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.slow  # two builds and an import of the installed package: ~15 s
+def test_the_wheel_built_from_the_sdist_carries_every_recipe_and_finds_them_by_name(tmp_path: Path) -> None:
+    source = tmp_path / "clone"
+    source.mkdir()
+    for name in SOURCES:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(src, source / name)
+    recipes = sorted(p.relative_to(CONFIGS).as_posix() for p in CONFIGS.rglob("*.yaml"))
+    assert "tiny.yaml" in recipes and "study/study4.yaml" in recipes
+
+    sdist = tmp_path / _build("build_sdist", source, tmp_path)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "sdist", filter="data")
+    [unpacked] = (tmp_path / "sdist").iterdir()
+    assert sorted(
+        p.relative_to(unpacked / "configs").as_posix() for p in unpacked.glob("configs/**/*.yaml")
+    ) == (recipes)
+    (tmp_path / "dist").mkdir()
+    wheel = tmp_path / "dist" / _build("build_wheel", unpacked, tmp_path / "dist")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path / "site")
+    shipped = sorted(n.removeprefix("bandpo/recipes/") for n in names if n.startswith("bandpo/recipes/"))
+    assert shipped == recipes  # every recipe, nothing else (no run scripts)
+
+    probe = (
+        "import json, bandpo, bandpo._files as f, bandpo.cli.demo as demo\n"
+        "from bandpo.training.config import load_train_config\n"
+        "from bandpo.experiments.compare import load_compare_config\n"
+        "print(json.dumps({'package': bandpo.__file__, 'recipes': str(f.RECIPES), 'demo': demo.DEFAULT_CONFIG.is_file(),\n"
+        "    'tiny': str(load_train_config('tiny').output_dir),\n"
+        "    'compare': load_compare_config('compare-tiny').train_config}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "HF_HUB_OFFLINE": "1"}
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    site = tmp_path / "site" / "bandpo"
+    assert Path(seen["package"]).parent == site  # the installed copy, not the clone
+    assert seen["recipes"] == str(site / "recipes") and seen["demo"]
+    assert seen["tiny"] == "runs/tiny"  # output_dir stays relative to the working directory
+    assert Path(seen["compare"]).resolve() == (site / "recipes" / "tiny.yaml").resolve()
