@@ -124,7 +124,17 @@ def test_a_recipe_is_found_by_its_name_and_a_path_that_exists_is_never_replaced(
     for name in ("tiny", "tiny.yaml", Path("tiny")):
         assert find_recipe(name, folder) == folder / "tiny.yaml"
     assert find_recipe("study/s4", folder) == folder / "study" / "s4.yaml"
-    for name in ("study/notes.txt", "study/notes", "small", "", " ", "../recipes/tiny", str(folder / "tiny")):
+    assert find_recipe("configs/study/s4.yaml", folder) == folder / "study" / "s4.yaml"  # the docs' spelling
+    for name in (
+        "study/notes.txt",
+        "study/notes",
+        "small",
+        "",
+        " ",
+        "configs",
+        "../recipes/tiny",
+        str(folder / "tiny"),
+    ):
         assert find_recipe(name, folder) is None, name
     (tmp_path / "tiny").write_text("mine: 1\n")  # a file of the user's own by that name
     assert find_recipe("tiny", folder) is None

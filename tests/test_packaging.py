@@ -65,6 +65,7 @@ def test_the_wheel_built_from_the_sdist_carries_every_recipe_and_finds_them_by_n
         "from bandpo.experiments.compare import load_compare_config\n"
         "print(json.dumps({'package': bandpo.__file__, 'recipes': str(f.RECIPES), 'demo': demo.DEFAULT_CONFIG.is_file(),\n"
         "    'tiny': str(load_train_config('tiny').output_dir),\n"
+        "    'docs': str(load_train_config('configs/tiny-grpo.yaml').output_dir),\n"
         "    'compare': load_compare_config('compare-tiny').train_config}))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "HF_HUB_OFFLINE": "1"}
@@ -79,4 +80,5 @@ def test_the_wheel_built_from_the_sdist_carries_every_recipe_and_finds_them_by_n
     assert Path(seen["package"]).parent == site  # the installed copy, not the clone
     assert seen["recipes"] == str(site / "recipes") and seen["demo"]
     assert seen["tiny"] == "runs/tiny"  # output_dir stays relative to the working directory
+    assert seen["docs"] == "runs/tiny-grpo"  # the docs' clone paths work too, with the base beside the recipe
     assert Path(seen["compare"]).resolve() == (site / "recipes" / "tiny.yaml").resolve()

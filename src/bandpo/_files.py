@@ -34,12 +34,15 @@ def recipe_names(folder: Path | None = None) -> list[str]:
 
 
 def find_recipe(name: str | Path, folder: Path | None = None) -> Path | None:
-    """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``study/study4``), or ``None``. Only a
-    relative ``name`` that is no file of its own is looked up, so a path that exists is always the file read."""
+    """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``study/study4``, or a clone's path to it,
+    ``configs/tiny.yaml``, as the docs write it), or ``None``. Only a relative ``name`` that is no file of its own
+    is looked up, so a path that exists is always the file read."""
     folder = RECIPES if folder is None else folder
     path = Path(name)
     if path.is_absolute() or path.exists() or ".." in path.parts or not str(name).strip():
         return None
+    if path.parts[0] == "configs" and len(path.parts) > 1:
+        path = Path(*path.parts[1:])
     for candidate in (folder / path, folder / path.with_name(path.name + ".yaml")):
         if candidate.suffix == ".yaml" and candidate.is_file():
             return candidate
