@@ -2,6 +2,7 @@
 ``bandpo/recipes/`` (same folders), so an installed bandpo finds ``tiny``, ``smollm2-arith`` or ``study/study4`` by
 name (``bandpo._files.RECIPES``). An editable install reads the clone's ``configs/`` itself and copies nothing."""
 
+import shutil
 from pathlib import Path
 
 from setuptools import setup
@@ -16,6 +17,9 @@ class BuildWithRecipes(build_py):
         if getattr(self, "editable_mode", False):
             return
         target = Path(self.build_lib) / "bandpo" / "recipes"
+        shutil.rmtree(
+            target, ignore_errors=True
+        )  # no recipe an earlier build copied and configs/ no longer has
         for recipe in sorted(CONFIGS.rglob("*.yaml")):
             out = target / recipe.relative_to(CONFIGS)
             self.mkpath(str(out.parent))

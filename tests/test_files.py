@@ -21,6 +21,7 @@ from bandpo._files import (
     output_dir_problem,
     output_file_problem,
     read_json_object,
+    recipe_name,
     recipe_names,
     write_json,
 )
@@ -116,9 +117,13 @@ def test_a_recipe_is_found_by_its_name_and_a_path_that_exists_is_never_replaced(
 ) -> None:
     folder = tmp_path / "recipes"
     (folder / "study").mkdir(parents=True)
-    for name in ("tiny.yaml", "study/s4.yaml", "study/notes.txt"):
+    for name in ("tiny.yaml", "study/notes.txt"):
         (folder / name).write_text("a: 1\n")
+    (folder / "study" / "s4.yaml").write_text("# a comparison\nmethods:\n  - {clip_rule: grpo}\n")
     assert recipe_names(folder) == ["study/s4", "tiny"]
+    assert recipe_names(folder, kind="compare") == ["study/s4"] and recipe_names(folder, kind="train") == [
+        "tiny"
+    ]
     assert recipe_names(tmp_path / "absent") == []
     monkeypatch.chdir(tmp_path)
     for name in ("tiny", "tiny.yaml", Path("tiny")):
@@ -132,6 +137,9 @@ def test_a_recipe_is_found_by_its_name_and_a_path_that_exists_is_never_replaced(
         "",
         " ",
         "configs",
+        ".",
+        "./tiny",  # a path relative to here, written as such
+        "./tiny.yaml",
         "../recipes/tiny",
         str(folder / "tiny"),
     ):
@@ -139,6 +147,21 @@ def test_a_recipe_is_found_by_its_name_and_a_path_that_exists_is_never_replaced(
     (tmp_path / "tiny").write_text("mine: 1\n")  # a file of the user's own by that name
     assert find_recipe("tiny", folder) is None
     assert find_recipe("tiny.yaml", folder) == folder / "tiny.yaml"
+    (tmp_path / "tiny").unlink()
+    (tmp_path / "tiny.yaml").write_text("mine: 1\n")  # ``tiny`` could mean it: not looked up
+    assert find_recipe("tiny", folder) is None and find_recipe("study/s4", folder) is not None
+
+
+def test_a_recipe_name_drops_the_clone_folder_and_the_suffix() -> None:
+    assert [
+        recipe_name(n) for n in ("tiny", "tiny.yaml", "configs/tiny.yaml", "study/s4.yaml", "configs")
+    ] == [
+        "tiny",
+        "tiny",
+        "tiny",
+        "study/s4",
+        "configs",
+    ]
 
 
 def test_a_checkout_reads_its_own_configs_folder() -> None:

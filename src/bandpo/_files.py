@@ -9,13 +9,15 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-"""The recipes folder of a source checkout (``configs/`` beside ``src/``); an installed wheel has none."""
+"""The recipes folder of a source checkout (``configs/`` beside ``src/``); a wheel carries a copy of it instead
+(:data:`WHEEL_RECIPES`)."""
 
 WHEEL_RECIPES = Path(__file__).resolve().parent / "recipes"
 """Where a wheel holds the recipes: ``configs/**/*.yaml`` copied into ``bandpo/recipes/`` when it is built
@@ -25,28 +27,50 @@ RECIPES = WHEEL_RECIPES if WHEEL_RECIPES.is_dir() else REPO_CONFIGS
 """The built-in recipes (``tiny.yaml``, ``smollm2-arith.yaml``, ``study/study4.yaml``, ...): an installed wheel's
 copy, else the checkout's ``configs/``."""
 
+RECIPE_KINDS = ("train", "compare")
+"""A compare recipe has a top-level ``methods:`` key; every other recipe is a training one."""
 
-def recipe_names(folder: Path | None = None) -> list[str]:
+
+def recipe_names(folder: Path | None = None, kind: str | None = None) -> list[str]:
     """The built-in recipes' names, sorted: their paths under ``folder`` (default :data:`RECIPES`) without
-    ``.yaml`` (``tiny``, ``study/study4``); ``[]`` when there is no such folder."""
+    ``.yaml`` (``tiny``, ``study/study4``), of one of :data:`RECIPE_KINDS` or (``None``) all; ``[]`` when there is
+    no such folder."""
     folder = RECIPES if folder is None else folder
-    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
+    names = []
+    for path in folder.rglob("*.yaml"):
+        if kind is None or kind == (
+            "compare" if re.search(r"^methods:", path.read_text(), re.M) else "train"
+        ):
+            names.append(path.relative_to(folder).with_suffix("").as_posix())
+    return sorted(names)
+
+
+def recipe_name(name: str | Path) -> str:
+    """``name`` as the name of a recipe: without a leading ``configs/`` (a clone's path, as the docs write it) and
+    without ``.yaml``."""
+    parts = Path(name).parts
+    if len(parts) > 1 and parts[0] == "configs":
+        parts = parts[1:]
+    path = Path(*parts) if parts else Path(name)
+    return (path.with_suffix("") if path.suffix == ".yaml" else path).as_posix()
 
 
 def find_recipe(name: str | Path, folder: Path | None = None) -> Path | None:
     """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``study/study4``, or a clone's path to it,
-    ``configs/tiny.yaml``, as the docs write it), or ``None``. Only a relative ``name`` that is no file of its own
-    is looked up, so a path that exists is always the file read."""
+    ``configs/tiny.yaml``, as the docs write it), or ``None``.
+
+    Only a name that could not mean a file of the user's is looked up: not one that exists (``tiny``) or exists
+    with ``.yaml`` added (``tiny`` beside a ``tiny.yaml``), not an absolute path, nor one that starts with ``./``
+    or holds ``..`` (a path relative to here, written as such)."""
     folder = RECIPES if folder is None else folder
-    path = Path(name)
-    if path.is_absolute() or path.exists() or ".." in path.parts or not str(name).strip():
+    raw = str(name)
+    if not raw.strip() or raw.startswith("./") or raw in {".", ".."}:
         return None
-    if path.parts[0] == "configs" and len(path.parts) > 1:
-        path = Path(*path.parts[1:])
-    for candidate in (folder / path, folder / path.with_name(path.name + ".yaml")):
-        if candidate.suffix == ".yaml" and candidate.is_file():
-            return candidate
-    return None
+    path = Path(raw)
+    if path.is_absolute() or ".." in path.parts or path.exists() or Path(raw + ".yaml").exists():
+        return None
+    candidate = folder / f"{recipe_name(path)}.yaml"
+    return candidate if candidate.is_file() else None
 
 
 def expand_path(path: str | Path) -> Path:

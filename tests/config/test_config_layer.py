@@ -236,3 +236,41 @@ def test_a_built_in_recipe_is_read_by_its_name_from_any_folder(
     assert base.values == tiny.values and own.values["output_dir"] == "runs/tiny-grpo"
     (tmp_path / "tiny").write_text("mine: 1\n")
     assert read_layers("tiny")[0].values == {"mine": 1}
+
+
+def test_a_folder_or_an_empty_path_as_the_config_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No traceback from the recipe lookup on a path without a name (``.``, ``/``, ``''``)."""
+    monkeypatch.chdir(tmp_path)
+    for path in (".", "/", ""):
+        with pytest.raises(ConfigError, match=r"^config file '.*' is a directory; it must be a YAML file$"):
+            read_layers(path)
+
+
+def test_a_missing_config_lists_the_recipes_of_its_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as train:
+        read_layers("configs/tny.yaml", kind="train")  # the docs' spelling of a clone's path, mistyped
+    assert "(did you mean 'tiny'?); built-in recipes: " in str(train.value)
+    listed = str(train.value).split("built-in recipes: ")[1].split(", ")
+    assert "tiny" in listed and "smollm2-arith" in listed and "compare-tiny" not in listed
+    with pytest.raises(ConfigError) as compare:
+        read_layers("compare-tny", what="compare config", kind="compare")
+    listed = str(compare.value).split("built-in recipes: ")[1].split(", ")
+    assert "compare-tiny" in listed and "study/study4" in listed and "tiny" not in listed
+
+
+def test_a_run_from_a_recipe_name_records_the_recipe_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's banner and run_info.json name the file that was read, not the name typed."""
+    from bandpo._files import RECIPES
+    from bandpo.training.config import load_train_config
+
+    monkeypatch.chdir(tmp_path)
+    assert load_train_config("tiny").source == str(RECIPES / "tiny.yaml")
+    (tmp_path / "mine.yaml").write_text("base: " + str(RECIPES / "tiny.yaml") + "\n")
+    assert load_train_config("mine.yaml").source == "mine.yaml"  # a file of the user's, as typed

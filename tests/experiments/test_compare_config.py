@@ -48,6 +48,10 @@ def test_a_built_in_recipe_is_named_from_any_folder(tmp_path: Path, monkeypatch:
         CompareError, match=r"config '.*compare-tiniest' does not exist \(did you mean 'compare-tiny'\?\)"
     ):
         load_compare_config("compare-tiniest")
+    with pytest.raises(
+        CompareError, match=r"did you mean 'study/study4'\?\); built-in recipes: compare-tiny, "
+    ):
+        load_compare_config("study/study5")  # compare recipes only
 
 
 def test_overrides() -> None:

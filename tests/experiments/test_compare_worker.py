@@ -41,12 +41,18 @@ class _Policy:
 
 
 def _drive(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_steps: int, start: int = 0, **kwargs: Any
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    max_steps: int,
+    start: int = 0,
+    after: Any = None,
+    **kwargs: Any,
 ) -> list[tuple]:
     """transformers' own callback handler and flow callback around a held-out callback, driven the way ``Trainer``
     drives them (step begin, optimizer step, step end, then checkpoint and ``on_save`` when the flow callback asks
     for one, every 2 steps and at the last); a run resumed at ``start`` begins with the weights of that step.
-    Returns the events in order: ``("save", step)`` and ``("eval", row step, the evaluated weights' step)``."""
+    ``after``: a callback that runs after the held-out one. Returns the events in order: ``("save", step)`` and
+    ``("eval", row step, the evaluated weights' step)``."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
     from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback
 
@@ -65,7 +71,8 @@ def _drive(
     monkeypatch.setattr("bandpo.eval.evaluate.evaluate_model", evaluate)
     callback = worker._heldout_callback(path, "data", "settings", **kwargs)
     args = TrainingArguments(output_dir=str(tmp_path), save_strategy="steps", save_steps=2, report_to="none")
-    handler = CallbackHandler([DefaultFlowCallback(), callback], policy, "tokenizer", None, None)
+    callbacks = [DefaultFlowCallback(), callback, *([after] if after is not None else [])]
+    handler = CallbackHandler(callbacks, policy, "tokenizer", None, None)
     state = TrainerState(max_steps=max_steps, save_steps=2, global_step=start)
     control = handler.on_train_begin(args, state, TrainerControl())
     for _ in range(start, max_steps):
@@ -76,6 +83,8 @@ def _drive(
         if control.should_save:
             events.append(("save", state.global_step))
             control = handler.on_save(args, state, control)
+        if control.should_training_stop:
+            break
     handler.on_train_end(args, state, control)
     rows = iter(_rows(path)[len(kept) :])
     out = []
@@ -139,4 +148,31 @@ def test_a_run_resumed_at_a_due_step_without_its_row_evaluates_it_first(
         ("save", 4),
         ("eval", 4, 4),
         ("save", 5),
+    ]
+
+
+def test_an_evaluation_waiting_for_a_save_that_a_later_callback_cancels_runs_before_the_next_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held-out callback saw ``should_save`` and waited; a callback after it cancelled the save: the evaluation
+    runs at the next step's begin, still on the weights of its own step, and one still waiting at the end of
+    training runs then."""
+    from transformers import TrainerCallback
+
+    class NoSaves(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            control.should_save = False
+
+    events = _drive(tmp_path, monkeypatch, max_steps=5, after=NoSaves(), steps=[2, 4], ends=False)
+    assert events == [("eval", 2, 2), ("eval", 4, 4)]  # no saves; each with its step's weights
+
+    class StopNow(TrainerCallback):  # stops training at step 2 without its checkpoint (as early stopping may)
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == 2:
+                control.should_save = False
+                control.should_training_stop = True
+
+    (tmp_path / "end").mkdir()
+    assert _drive(tmp_path / "end", monkeypatch, max_steps=4, after=StopNow(), steps=[2], ends=False) == [
+        ("eval", 2, 2)
     ]

@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _argument_problem(args: argparse.Namespace) -> str | None:
     """The first count or size that is not a positive integer, as one line naming the flag and the value; or the
-    training-step benchmark's missing recipe (an installed wheel has no ``configs/``)."""
+    training-step benchmark's missing recipe (an install without the recipes)."""
     from bandpo.experiments.bench import TINY_RECIPE
     from bandpo.validation import check_int_in
 

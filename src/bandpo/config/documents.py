@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import find_recipe, recipe_names
+from bandpo._files import find_recipe, recipe_name, recipe_names
 from bandpo.registry import did_you_mean
 
 
@@ -135,11 +135,11 @@ def yaml_error_line(err: yaml.YAMLError) -> str:
     return f"{at}{problem}" + (f" ({context})" if context else "")
 
 
-def _read_file(path: Path, what: str, hint: str = "") -> Layer:
+def _read_file(path: Path, what: str) -> Layer:
     if path.is_dir():
         raise ConfigError(f"{what} {str(path)!r} is a directory; it must be a YAML file")
     if not path.is_file():
-        raise ConfigError(f"{what} {str(path)!r} does not exist{hint}")
+        raise ConfigError(f"{what} {str(path)!r} does not exist")
     text = path.read_text()
     loader = _Loader(text)  # one parse: the node gives the keys' lines, the same node the values
     try:
@@ -157,27 +157,41 @@ def _read_file(path: Path, what: str, hint: str = "") -> Layer:
     return Layer(data, origins)
 
 
+def config_file(path: str | Path) -> Path:
+    """The file a config argument names: ``path`` itself, or the built-in recipe that its name names where it
+    could mean no file of the user's (``tiny``, ``configs/tiny.yaml`` from another folder:
+    :func:`bandpo._files.find_recipe`)."""
+    return find_recipe(path) or Path(path)
+
+
 def read_layers(
-    path: str | Path, what: str = "config file", base_key: str | None = "base", _chain: tuple[Path, ...] = ()
+    path: str | Path,
+    what: str = "config file",
+    base_key: str | None = "base",
+    kind: str | None = None,
+    _chain: tuple[Path, ...] = (),
 ) -> list[Layer]:
-    """The layers of YAML file ``path``: those of its ``base_key:`` chain first (``None``: no chain), then its own.
-    A ``path`` that is no file but a built-in recipe's name (``tiny``, ``study/study4.yaml``:
-    :func:`bandpo._files.find_recipe`) reads that recipe; a base is always a path relative to its file.
+    """The layers of YAML file ``path`` (:func:`config_file`: a built-in recipe's name reads that recipe): those
+    of its ``base_key:`` chain first (``None``: no chain), then its own. A base is a path relative to its file.
 
     Raises:
         ConfigError: a missing or unreadable file, invalid YAML, a document that is not a mapping, a ``base`` that
-            is not a path, a cycle of bases. ``what`` names the file in the messages (``config file``).
+            is not a path, a cycle of bases. ``what`` names the file in the messages (``config file``); a missing
+            ``path`` lists the built-in recipes of ``kind`` (``train``, ``compare``, ``None``: all) and the
+            closest one.
     """
-    hint = ""
     if not _chain:  # the file named on the command line
-        path = find_recipe(path) or path
-        names = recipe_names()
-        typed = Path(path).with_suffix("").as_posix()
-        hint = f"{did_you_mean(typed, names)}; built-in recipes: {', '.join(names) or 'none in this install'}"
+        typed, path = path, config_file(path)
+        if not path.exists():
+            names = recipe_names(kind=kind)
+            raise ConfigError(
+                f"{what} {str(path.resolve())!r} does not exist{did_you_mean(recipe_name(typed), names)}; "
+                f"built-in recipes: {', '.join(names) or 'none in this install'}"
+            )
     path = Path(path).resolve()
     if path in _chain:
         raise ConfigError(f"config {base_key}: cycle: {' -> '.join(str(p) for p in (*_chain, path))}")
-    layer = _read_file(path, what, hint)
+    layer = _read_file(path, what)
     layers: list[Layer] = []
     if base_key is not None and base_key in layer.values:
         base = layer.values.pop(base_key)
@@ -186,7 +200,7 @@ def read_layers(
             raise ConfigError(
                 f"{base_key} in {str(path)!r} must be a path to another config file, got {base!r}"
             )
-        layers.extend(read_layers(path.parent / base, what, base_key, (*_chain, path)))
+        layers.extend(read_layers(path.parent / base, what, base_key, kind, (*_chain, path)))
     layers.append(layer)
     return layers
 

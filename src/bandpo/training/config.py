@@ -74,7 +74,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import expand_path, output_dir_problem
+from bandpo._files import expand_path, find_recipe, output_dir_problem
 from bandpo.config import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
@@ -600,7 +600,8 @@ def load_train_config(
     """Read a YAML config (with its ``base:`` chain), apply ``key=value`` overrides, validate keys and types.
 
     Args:
-        path: the config file. ``None``: only the overrides (which must then include a data section).
+        path: the config file, or a built-in recipe's name (``tiny``: :func:`bandpo.config.config_file`). ``None``:
+            only the overrides (which must then include a data section).
         overrides: ``["learning_rate=1e-5", "model.path=/models/x"]`` or ``{"learning_rate": 1e-5}``.
 
     Raises:
@@ -610,7 +611,9 @@ def load_train_config(
     """
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    for layer in read_layers(path) if path is not None else []:
+    if path is not None:
+        path = find_recipe(path) or path  # a built-in recipe's name: its file is the source the run records
+    for layer in read_layers(path, kind="train") if path is not None else []:
         _merge_layer(values, origins, layer)
     _merge_overrides(values, origins, override_layer(overrides))
     return TrainConfig.from_dict(values, source=None if path is None else str(path), origins=origins)

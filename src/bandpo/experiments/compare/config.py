@@ -359,7 +359,9 @@ def _read(
     read = {k: parse_scalar(v) if isinstance(v, str) else v for k, v in items}
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    layers = read_layers(path, what="compare config", base_key=None) if path is not None else []
+    layers = (
+        read_layers(path, what="compare config", base_key=None, kind="compare") if path is not None else []
+    )
     for layer in [
         *layers,
         override_layer({k: v for k, v in read.items() if not k.startswith(_OVERRIDES_PREFIX)}),
