@@ -11,7 +11,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,13 @@ RECIPES = WHEEL_RECIPES if WHEEL_RECIPES.is_dir() else REPO_CONFIGS
 copy, else the checkout's ``configs/``."""
 
 RECIPE_KINDS = ("train", "compare")
-"""A compare recipe has a top-level ``methods:`` key; every other recipe is a training one."""
+COMPARE_KEYS = ("methods", "train")
+"""A compare recipe has a top-level key of these (:func:`recipe_kind`); every other recipe is a training one."""
+
+
+def recipe_kind(keys: Iterable[str]) -> str:
+    """``compare`` for a config whose top-level ``keys`` include one of :data:`COMPARE_KEYS`, else ``train``."""
+    return "compare" if set(COMPARE_KEYS) & set(keys) else "train"
 
 
 def recipe_names(folder: Path | None = None, kind: str | None = None) -> list[str]:
@@ -38,9 +44,10 @@ def recipe_names(folder: Path | None = None, kind: str | None = None) -> list[st
     folder = RECIPES if folder is None else folder
     names = []
     for path in folder.rglob("*.yaml"):
-        if kind is None or kind == (
-            "compare" if re.search(r"^methods:", path.read_text(), re.M) else "train"
-        ):
+        keys = re.findall(
+            r"^([A-Za-z_][\w.-]*):", path.read_text(), re.M
+        )  # the top-level keys, without a parse
+        if kind is None or kind == recipe_kind(keys):
             names.append(path.relative_to(folder).with_suffix("").as_posix())
     return sorted(names)
 

@@ -54,6 +54,24 @@ def test_a_built_in_recipe_is_named_from_any_folder(tmp_path: Path, monkeypatch:
         load_compare_config("study/study5")  # compare recipes only
 
 
+def test_a_training_recipe_given_as_a_compare_config_says_so(tmp_path: Path) -> None:
+    """Not an unknown-key error about ``model``: the file is the other kind, and where it belongs is named; a compare
+    file with a mistyped key and no method list still gets the unknown-key error."""
+    from bandpo.config import shown_path
+
+    with pytest.raises(CompareError) as err:
+        load_compare_config(CONFIGS / "tiny.yaml")
+    shown = shown_path(CONFIGS / "tiny.yaml")  # relative to the working directory where it lies below it
+    assert str(err.value) == (
+        f"compare config {shown} is a training config (it has the sections data, model, reward): run it with "
+        f"bandpo train --config {shown}, or name it as a compare config's train.config"
+    )
+    typo = tmp_path / "c.yaml"
+    typo.write_text("output_dir: x\nseedz: [1]\n")
+    with pytest.raises(CompareError, match=r"unknown compare config key 'seedz' .*did you mean 'seeds'"):
+        load_compare_config(typo)
+
+
 def test_overrides() -> None:
     cfg = load_compare_config(
         CONFIGS / "compare-tiny.yaml",

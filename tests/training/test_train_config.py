@@ -564,3 +564,16 @@ def test_checkpointing_takes_the_installed_transformers_spelling() -> None:
         raise ImportError("no trl")
 
     assert _installed_spelling(dict(kwargs), no_trl) == kwargs
+
+
+def test_a_compare_config_given_to_train_says_so() -> None:
+    """Not "unknown config key 'train' (did you mean 'do_train'?)": the file is a compare config."""
+    from bandpo.config import shown_path
+
+    with pytest.raises(ConfigError) as err:
+        load_train_config(CONFIGS / "compare-tiny.yaml")
+    shown = shown_path(CONFIGS / "compare-tiny.yaml")
+    assert str(err.value) == (
+        f"config file {shown} is a compare config (it sets methods or train): run it with bandpo compare "
+        f"--config {shown}"
+    )

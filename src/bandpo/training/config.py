@@ -74,7 +74,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import expand_path, find_recipe, output_dir_problem
+from bandpo._files import COMPARE_KEYS, expand_path, find_recipe, output_dir_problem, recipe_kind
 from bandpo.config import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
@@ -87,6 +87,7 @@ from bandpo.config import (
     merge,
     override_layer,
     read_layers,
+    shown_path,
     unknown_key,
     where,
 )
@@ -613,7 +614,13 @@ def load_train_config(
     origins: dict[str, str] = {}
     if path is not None:
         path = find_recipe(path) or path  # a built-in recipe's name: its file is the source the run records
-    for layer in read_layers(path, kind="train") if path is not None else []:
+    layers = read_layers(path, kind="train") if path is not None else []
+    if path is not None and recipe_kind(k for layer in layers for k in layer.values) == "compare":
+        raise ConfigError(
+            f"config file {shown_path(Path(path))} is a compare config (it sets {' or '.join(COMPARE_KEYS)}): run it "
+            f"with bandpo compare --config {shown_path(Path(path))}"
+        )
+    for layer in layers:
         _merge_layer(values, origins, layer)
     _merge_overrides(values, origins, override_layer(overrides))
     return TrainConfig.from_dict(values, source=None if path is None else str(path), origins=origins)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bandpo._files import find_recipe
+from bandpo._files import find_recipe, recipe_kind
 from bandpo.config import (
     OVERRIDES_LABEL,
     ConfigError,
@@ -22,6 +22,7 @@ from bandpo.config import (
     override_layer,
     parse_scalar,
     read_layers,
+    shown_path,
     split_override,
     unknown_key,
     where,
@@ -362,6 +363,16 @@ def _read(
     layers = (
         read_layers(path, what="compare config", base_key=None, kind="compare") if path is not None else []
     )
+    from bandpo.training.sections import SECTIONS as TRAIN_SECTIONS
+
+    file_keys = {k for layer in layers for k in layer.values}
+    sections = sorted(file_keys & set(TRAIN_SECTIONS))
+    if recipe_kind(file_keys) == "train" and sections:  # a training recipe, not a mistyped compare key
+        shown = shown_path(Path(str(path)))
+        raise ConfigError(
+            f"compare config {shown} is a training config (it has the sections {', '.join(sections)}): run it "
+            f"with bandpo train --config {shown}, or name it as a compare config's train.config"
+        )
     for layer in [
         *layers,
         override_layer({k: v for k, v in read.items() if not k.startswith(_OVERRIDES_PREFIX)}),
