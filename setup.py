@@ -17,9 +17,8 @@ class BuildWithRecipes(build_py):
         if getattr(self, "editable_mode", False):
             return
         target = Path(self.build_lib) / "bandpo" / "recipes"
-        shutil.rmtree(
-            target, ignore_errors=True
-        )  # no recipe an earlier build copied and configs/ no longer has
+        # no recipe that an earlier build copied and configs/ no longer has
+        shutil.rmtree(target, ignore_errors=True)
         for recipe in sorted(CONFIGS.rglob("*.yaml")):
             out = target / recipe.relative_to(CONFIGS)
             self.mkpath(str(out.parent))

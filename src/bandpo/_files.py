@@ -44,9 +44,8 @@ def recipe_names(folder: Path | None = None, kind: str | None = None) -> list[st
     folder = RECIPES if folder is None else folder
     names = []
     for path in folder.rglob("*.yaml"):
-        keys = re.findall(
-            r"^([A-Za-z_][\w.-]*):", path.read_text(), re.M
-        )  # the top-level keys, without a parse
+        # the top-level keys, without a parse
+        keys = re.findall(r"^([A-Za-z_][\w.-]*):", path.read_text(), re.M)
         if kind is None or kind == recipe_kind(keys):
             names.append(path.relative_to(folder).with_suffix("").as_posix())
     return sorted(names)
