@@ -34,7 +34,9 @@ The allocator (:func:`freed_memory_kept`): one step of a real model allocates an
 (the gradient of a 49,152 x 576 embedding, its tied twin, chunks of logits). glibc returns blocks above its mmap
 threshold to the kernel at every ``free``, so every step pays page faults to get them back (measured: a third of
 the step in system time). Training turns that off for its own duration with ``mallopt`` (no mmap for large
-blocks, no trimming of the heap) and turns it back on, returning the free heap, when it ends.
+blocks, no trimming of the heap) and turns it back on, returning the free heap, when it ends, with the mmap
+threshold where a fresh process's dynamic one settles (32 MiB, :data:`_RETURNED`), not at its 128 KiB start, which
+made an evaluation after or during training 2.4x slower.
 """
 
 from __future__ import annotations
@@ -360,16 +362,21 @@ _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
-_GLIBC_DEFAULTS = (
+_RETURNED = (
     (_M_MMAP_MAX, 65536),
-    (_M_MMAP_THRESHOLD, 128 * 1024),
-    (_M_TRIM_THRESHOLD, 128 * 1024),
+    (_M_MMAP_THRESHOLD, 32 << 20),
+    (_M_TRIM_THRESHOLD, 64 << 20),
     (_M_TOP_PAD, 128 * 1024),
 )
-"""glibc's own starting values of the settings :func:`freed_memory_kept` changes, restored when it ends (the
-heap grows in steps of 128 KiB plus a page in a fresh process: glibc's top pad is 128 KiB). glibc's dynamic mmap
-threshold, which rises above 128 KiB as large blocks are freed, stays off once a threshold has been set: glibc
-has no call to turn it back on, so after the block large blocks are mapped as in a fresh process."""
+"""The settings outside the training's block (:func:`freed_memory_kept`'s end, :func:`freed_memory_returned`):
+where glibc's dynamic mmap threshold settles in a process that frees large blocks, fixed. A fresh process starts
+at 128 KiB and raises the threshold to each freed mapped block's size up to 32 MiB (``DEFAULT_MMAP_THRESHOLD_MAX``
+on 64-bit), with the trim threshold at twice it; but once ``mallopt`` has set a threshold, glibc never adjusts it
+again, so the training's block would leave whatever it restores fixed for the rest of the process. Restoring the
+starting 128 KiB made every block above it (a batch's logits over a 49,152-token vocabulary, say) a fresh mapping
+and its page faults: an evaluation of SmolLM2-135M in bf16 took 2.4x as long after or during training as in a
+fresh process (86-88 s against 35-40 s for 16 problems x 8 samples; ``scripts/eval_allocator_speed.py``). Blocks
+above 32 MiB are still mapped and returned at ``free``, and a free heap top above 64 MiB is trimmed."""
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -402,7 +409,7 @@ def _set(libc: ctypes.CDLL, settings: Iterable[tuple[int, int]]) -> bool:
 def freed_memory_kept() -> Iterator[bool]:
     """Inside the block, keep freed memory in this process's heap instead of returning it to the kernel (glibc
     ``mallopt``: no mmap for large blocks, trim threshold and top pad 1 GiB / 256 MiB; module docstring for why);
-    at its end, glibc's starting values come back (:data:`_GLIBC_DEFAULTS`) and the free heap is returned
+    at its end, :data:`_RETURNED` applies (blocks above 32 MiB mapped) and the free heap is returned
     (``malloc_trim``), so that what runs next (an evaluation in the same process, say) does not grow on a heap the
     training fragmented. Measured: an evaluation after training with the setting left on reached 12 GB and was
     killed for memory. An evaluation inside the block (during training) runs under :func:`freed_memory_returned`.
@@ -416,13 +423,13 @@ def freed_memory_kept() -> Iterator[bool]:
     finally:
         _kept_depth -= 1
         if libc is not None and _kept_depth == 0:
-            _set(libc, _GLIBC_DEFAULTS)
+            _set(libc, _RETURNED)
             libc.malloc_trim(0)
 
 
 @contextlib.contextmanager
 def freed_memory_returned() -> Iterator[None]:
-    """Inside a :func:`freed_memory_kept` block, glibc's defaults for the duration of this block (the free heap
+    """Inside a :func:`freed_memory_kept` block, :data:`_RETURNED` for the duration of this block (the free heap
     returned first), then the training's setting again: for work of another shape, such as an evaluation during
     training, that would otherwise grow the heap the training keeps. Outside such a block: nothing changes. Nested
     in another, the training's setting comes back when the outermost one ends."""
@@ -432,7 +439,7 @@ def freed_memory_returned() -> Iterator[None]:
         yield
         return
     if _returned_depth == 0:
-        _set(libc, _GLIBC_DEFAULTS)
+        _set(libc, _RETURNED)
         libc.malloc_trim(0)
     _returned_depth += 1
     try:
