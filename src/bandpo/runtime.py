@@ -279,11 +279,14 @@ _M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
 _GLIBC_DEFAULTS = (
     (_M_MMAP_MAX, 65536),
-    (_M_MMAP_THRESHOLD, 128 * 1024),
-    (_M_TRIM_THRESHOLD, 128 * 1024),
-    (_M_TOP_PAD, 0),
+    (_M_MMAP_THRESHOLD, 32 << 20),
+    (_M_TRIM_THRESHOLD, 64 << 20),
+    (_M_TOP_PAD, 128 * 1024),
 )
-"""glibc's own values of the settings :func:`freed_memory_kept` changes, restored when it ends."""
+"""The settings outside the training's block: where glibc's dynamic mmap threshold settles in a process that
+frees large blocks (32 MiB, trim threshold twice it), fixed. glibc never moves a threshold once ``mallopt`` has set
+one, and the 128 KiB start restored here before made every evaluation buffer a fresh mapping: an evaluation
+during or after training took 2.4x as long (Study 4's deviation of 2026-12-04, docs/study.md on main)."""
 
 
 def _libc() -> ctypes.CDLL | None:
