@@ -4,8 +4,8 @@
     .venv/bin/python scripts/study4_session.py status    # finished runs, and where each unfinished one stands
     .venv/bin/python scripts/study4_session.py export    # finished runs into docs/results/study4, the report rebuilt
 
-``resume`` makes ``.venv`` if it is missing (``make setup``), recreates the worktree ``../study4`` at 5b5c294 with a
-link to this checkout's ``.venv``, copies the committed export back into the worktree's ``runs/study/study4`` if
+``resume`` makes ``.venv`` if it is missing (``make setup``), recreates the worktree ``../study4`` at 59e12d9 (moves
+one left at the earlier 5b5c294 there when no run is in flight) with a link to this checkout's ``.venv``, copies the committed export back into the worktree's ``runs/study/study4`` if
 that is gone (finished runs are recognised by their fingerprints and skipped), removes every unfinished run that
 started on the other kind of machine (native bf16 against emulated: a run computes on one kind from its first step
 to its final evaluation, so it restarts from step 0 here), and starts ``configs/study/run_study4.sh`` in its own
@@ -45,8 +45,11 @@ from study4_analysis import machine_kind
 
 MAIN = Path(__file__).resolve().parent.parent
 COMMIT = (
-    "5b5c294fa68c0b866acfedd774ffd9c0b225be77"  # the study's code (docs/study.md, Study 4: the deviation)
+    "59e12d9a60453a9ea8d162dfd0a08087f564a343"  # the study's code (docs/study.md, Study 4: the deviations)
 )
+EARLIER = ("5b5c294fa68c0b866acfedd774ffd9c0b225be77",)
+"""The study's earlier commits that :data:`COMMIT` replaced by a change that alters no number (59e12d9: the
+allocator's settings around evaluations): a worktree left at one moves to :data:`COMMIT` when no run is in flight."""
 CONFIG = "configs/study/study4.yaml"
 OUT = Path("runs/study/study4")  # in the worktree
 EXPORT = Path("docs/results/study4")  # in the main checkout
@@ -155,6 +158,22 @@ def running_workers() -> set[str]:
     return parse_workers(done.stdout)
 
 
+def worktree_problem(head: str, alive: set[str], queue: bool) -> str | None:
+    """Why ``resume`` may not go on with a worktree at ``head`` while the runs ``alive`` are in flight (``queue``:
+    whether their queue runs), or ``None``: at :data:`COMMIT`, or at one of :data:`EARLIER` with no run in flight
+    (it moves). Runs in flight without their queue (it was stopped to change the commit between seeds) finish
+    first: a new queue would start them again beside themselves."""
+    if alive and not queue:
+        return (
+            f"runs in flight without their queue ({', '.join(sorted(alive))}): resume when they have finished"
+        )
+    if head == COMMIT or (head in EARLIER and not alive):
+        return None
+    if head in EARLIER:
+        return f"at the study's earlier {head[:7]} with runs in flight: resume when they have finished"
+    return f"at {head or 'no commit'}, not the study's {COMMIT}"
+
+
 def _env(pythonpath: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
@@ -187,9 +206,14 @@ def resume(main: Path, worktree: Path) -> int:
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=worktree, capture_output=True, text=True
     ).stdout.strip()
-    if head != COMMIT:
-        print(f"error: {worktree} is at {head or 'no commit'}, not the study's {COMMIT}", file=sys.stderr)
+    alive = running_workers()
+    problem = worktree_problem(head, alive, queue_running())
+    if problem:
+        print(f"error: {worktree}: {problem}", file=sys.stderr)
         return 2
+    if head != COMMIT:
+        print(f"moving {worktree} from the study's earlier {head[:7]} to {COMMIT[:7]} (no run in flight)")
+        _call(["git", "checkout", "--quiet", "--detach", COMMIT], worktree)
     if not (worktree / ".venv").exists():
         (worktree / ".venv").symlink_to(venv.resolve())
     if ensure_runs(worktree, main):

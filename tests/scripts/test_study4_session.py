@@ -116,3 +116,20 @@ def test_workers_are_read_from_the_process_list() -> None:
     )
     assert session.parse_workers(listing) == {"band-kl/seed423", "grpo/seed7"}
     assert session.parse_workers("") == set()
+
+
+def test_the_worktree_moves_from_an_earlier_study_commit_only_with_no_run_in_flight() -> None:
+    """The study's commit changed between seeds (5b5c294 -> 59e12d9, a change that alters no number): a worktree
+    left at the earlier one moves when nothing runs; runs in flight finish first, and without their queue no new
+    queue starts beside them."""
+    earlier, now = session.EARLIER[0], session.COMMIT
+    assert session.worktree_problem(now, set(), queue=False) is None
+    assert session.worktree_problem(earlier, set(), queue=False) is None  # resume moves it
+    assert "earlier 5b5c294 with runs in flight" in session.worktree_problem(
+        earlier, {"grpo/seed424"}, queue=True
+    )
+    assert "runs in flight without their queue (band-kl/seed424, grpo/seed424)" in session.worktree_problem(
+        now, {"grpo/seed424", "band-kl/seed424"}, queue=False
+    )
+    assert session.worktree_problem(now, {"grpo/seed425"}, queue=True) is None  # the queue is running: fine
+    assert "not the study's" in session.worktree_problem("f788fc1" + "0" * 33, set(), queue=False)
