@@ -54,6 +54,23 @@ def test_a_built_in_recipe_is_named_from_any_folder(tmp_path: Path, monkeypatch:
         load_compare_config("study/study5")  # compare recipes only
 
 
+def test_without_a_compare_file_the_training_recipe_is_found_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API without a file (``load_compare_config(None, ...)``) trains the ``tiny`` recipe from any folder, and
+    takes another recipe's name or a path of the working directory."""
+    monkeypatch.chdir(tmp_path)
+    assert load_compare_config(None, {"output_dir": "x"}).train_config == str(CONFIGS / "tiny.yaml")
+    named = load_compare_config(None, {"output_dir": "x", "train.config": "tiny-grpo"})
+    assert named.train_config == str(CONFIGS / "tiny-grpo.yaml")
+    (tmp_path / "mine.yaml").write_text("base: " + str(CONFIGS / "tiny.yaml") + "\n")
+    assert load_compare_config(None, {"output_dir": "x", "train.config": "mine.yaml"}).train_config == str(
+        tmp_path / "mine.yaml"
+    )
+    with pytest.raises(CompareError, match=r"train.config 'tinny' does not exist .*no such recipe either\)$"):
+        load_compare_config(None, {"output_dir": "x", "train.config": "tinny"})
+
+
 def test_a_training_recipe_given_as_a_compare_config_says_so(tmp_path: Path) -> None:
     """Not an unknown-key error about ``model``: the file is the other kind, and where it belongs is named; a compare
     file with a mistyped key and no method list still gets the unknown-key error."""

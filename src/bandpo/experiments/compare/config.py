@@ -431,7 +431,8 @@ def load_compare_config(
     ``study/study4``) and apply ``key=value`` overrides.
 
     ``train.config`` is resolved relative to the file (``configs/tiny.yaml`` from ``configs/compare-tiny.yaml``
-    is written ``tiny.yaml``); ``output_dir`` relative to the working directory.
+    is written ``tiny.yaml``); without a file, relative to the working directory, or a built-in recipe's name
+    (default ``tiny``); ``output_dir`` relative to the working directory.
 
     Raises:
         CompareError: unreadable file, unknown key (with the closest valid key), bad value, unknown clip rule or
@@ -444,12 +445,18 @@ def load_compare_config(
     except ConfigError as err:
         raise CompareError(str(err)) from err
     base_dir = Path.cwd() if path is None else Path(path).resolve().parent
-    train_path = train.config or ("tiny.yaml" if path is not None else "configs/tiny.yaml")
+    train_path = train.config or "tiny.yaml"
     resolved = (base_dir / os.path.expandvars(train_path)).expanduser()
+    if path is None and not resolved.is_file():  # no compare file: a recipe's name (tiny, the default)
+        resolved = find_recipe(train_path) or resolved
     if not resolved.is_file():
         raise CompareError(
-            f"train.config {train_path!r} does not exist (resolved to {str(resolved)!r}; relative to the compare "
-            "config's directory)"
+            f"train.config {train_path!r} does not exist (resolved to {str(resolved)!r}; "
+            + (
+                "relative to the compare config's directory)"
+                if path is not None
+                else "no such recipe either)"
+            )
         )
     methods_raw = data.get("methods") or []
     if not isinstance(methods_raw, list):
