@@ -27,7 +27,6 @@ RECIPES = WHEEL_RECIPES if WHEEL_RECIPES.is_dir() else REPO_CONFIGS
 """The built-in recipes (``tiny.yaml``, ``smollm2-arith.yaml``, ``study/study4.yaml``, ...): an installed wheel's
 copy, else the checkout's ``configs/``."""
 
-RECIPE_KINDS = ("train", "compare")
 COMPARE_KEYS = ("methods", "train")
 """A compare recipe has a top-level key of these (:func:`recipe_kind`); every other recipe is a training one."""
 
@@ -39,8 +38,8 @@ def recipe_kind(keys: Iterable[str]) -> str:
 
 def recipe_names(folder: Path | None = None, kind: str | None = None) -> list[str]:
     """The built-in recipes' names, sorted: their paths under ``folder`` (default :data:`RECIPES`) without
-    ``.yaml`` (``tiny``, ``study/study4``), of one of :data:`RECIPE_KINDS` or (``None``) all; ``[]`` when there is
-    no such folder."""
+    ``.yaml`` (``tiny``, ``study/study4``), of one kind (``train`` or ``compare``: :func:`recipe_kind`) or
+    (``None``) all; ``[]`` when there is no such folder."""
     folder = RECIPES if folder is None else folder
     names = []
     for path in folder.rglob("*.yaml"):

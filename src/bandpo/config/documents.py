@@ -157,11 +157,11 @@ def _read_file(path: Path, what: str) -> Layer:
     return Layer(data, origins)
 
 
-def config_file(path: str | Path) -> Path:
-    """The file a config argument names: ``path`` itself, or the built-in recipe that its name names where it
-    could mean no file of the user's (``tiny``, ``configs/tiny.yaml`` from another folder:
-    :func:`bandpo._files.find_recipe`)."""
-    return find_recipe(path) or Path(path)
+def config_file(path: str | Path) -> str | Path:
+    """The file a config argument names: ``path`` itself, as given (the loaders record it), or the built-in recipe
+    that its name names where it could mean no file of the user's (``tiny``, ``configs/tiny.yaml`` from another
+    folder: :func:`bandpo._files.find_recipe`)."""
+    return find_recipe(path) or path
 
 
 def read_layers(
@@ -181,7 +181,7 @@ def read_layers(
             closest one.
     """
     if not _chain:  # the file named on the command line
-        typed, path = path, config_file(path)
+        typed, path = path, Path(config_file(path))
         if not path.exists():
             names = recipe_names(kind=kind)
             raise ConfigError(

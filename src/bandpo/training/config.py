@@ -74,7 +74,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import COMPARE_KEYS, expand_path, find_recipe, output_dir_problem, recipe_kind
+from bandpo._files import COMPARE_KEYS, expand_path, output_dir_problem, recipe_kind
 from bandpo.config import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
@@ -82,6 +82,7 @@ from bandpo.config import (
     ConfigWarning,
     Layer,
     build_dataclass,
+    config_file,
     dataclass_types,
     field_value,
     merge,
@@ -613,12 +614,13 @@ def load_train_config(
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     if path is not None:
-        path = find_recipe(path) or path  # a built-in recipe's name: its file is the source the run records
+        path = config_file(path)  # a built-in recipe's name: its file is the source the run records
     layers = read_layers(path, kind="train") if path is not None else []
     if path is not None and recipe_kind(k for layer in layers for k in layer.values) == "compare":
+        shown = shown_path(Path(path))
         raise ConfigError(
-            f"config file {shown_path(Path(path))} is a compare config (it sets {' or '.join(COMPARE_KEYS)}): run it "
-            f"with bandpo compare --config {shown_path(Path(path))}"
+            f"config file {shown} is a compare config (it sets {' or '.join(COMPARE_KEYS)}): run it with bandpo "
+            f"compare --config {shown}"
         )
     for layer in layers:
         _merge_layer(values, origins, layer)

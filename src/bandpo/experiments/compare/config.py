@@ -16,6 +16,7 @@ from bandpo.config import (
     OVERRIDES_LABEL,
     ConfigError,
     build_dataclass,
+    config_file,
     dataclass_types,
     located,
     merge,
@@ -439,7 +440,7 @@ def load_compare_config(
             parameter, duplicate labels, a missing training config.
     """
     if path is not None:
-        path = find_recipe(path) or path  # a built-in recipe's name: train.config is beside it
+        path = config_file(path)  # a built-in recipe's name: train.config is beside it
     try:
         data, train, origins = _read(path, overrides)
     except ConfigError as err:
