@@ -27,6 +27,12 @@ again over the seeds whose two runs both computed with native bf16, and over tho
 emulated (``precision`` in ``run_info.json``: ``emulated: true``, or a reason naming the CPU's native bf16 flags;
 :mod:`bandpo.bf16_emulation`); a seed whose runs differ, or whose kind a run does not say, goes to neither, and
 their number is printed.
+
+A second sensitivity check, added on 2026-12-05 before any analysis (docs/study.md, "Disclosure: the attention of
+the final evaluation"): at the study's commits the evaluations during training sample with the training's eager
+attention and the final evaluation with PyTorch's fused attention (``sdpa``: the saved model is loaded without the
+training's setting), so the primary outcome is also given over the two evaluations during training alone (steps
+120 and 140, one attention implementation; ``during_mean``).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from power import minimum_detectable
 
 TAIL = "p0.0-0.2"
+DURING_STEPS = (120, 140)
+"""The optimizer steps of the registered evaluations during training (``eval.at_steps`` of the study's config)."""
 REFERENCE, OTHERS = "grpo", ("band-kl", "clip-higher")
 
 
@@ -84,6 +92,17 @@ def heldout_entropy(run_dir: Path) -> tuple[float, float] | None:
         float(r["entropy"]) for r in read_jsonl(run_dir / "heldout.jsonl") if r.get("entropy") is not None
     ]
     return (values[0], values[-1]) if len(values) >= 2 else None
+
+
+def during_training_mean(results: dict[str, Any], steps: tuple[int, ...] = DURING_STEPS) -> float | None:
+    """The mean@8 (in points) of the registered evaluations during training, at ``steps`` (``results["at_steps"]``
+    rows), averaged; ``None`` unless every one of them is there. The sensitivity check for the attention of the
+    final evaluation (module docstring)."""
+    by_step = {int(r["step"]): r.get("mean@8") for r in results.get("at_steps") or [] if "step" in r}
+    values = [by_step.get(step) for step in steps]
+    if any(not isinstance(v, (int, float)) for v in values):
+        return None
+    return 100 * sum(values) / len(values)
 
 
 def training_numbers(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -171,6 +190,7 @@ def load(dirs: list[Path]) -> tuple[dict[str, dict[int, dict[str, Any]]], dict[s
                 )
             numbers = {
                 "late_mean": None if late.get("mean@8") is None else 100 * late["mean@8"],
+                "during_mean": during_training_mean(results),
                 "mean": 100 * metrics["mean@8"],
                 "pass": 100 * metrics["pass@8"],
                 "entropy": metrics.get("entropy"),
@@ -421,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         comparison: dict[str, Any] = {key: paired(runs, label, key, planned=planned) for key in keys}
         comparison["late_mean_native"] = paired(runs, label, "late_mean", kind="native", planned=planned)
         comparison["late_mean_emulated"] = paired(runs, label, "late_mean", kind="emulated", planned=planned)
+        comparison["during_mean"] = paired(runs, label, "during_mean", planned=planned)
         primary_seeds = (comparison["late_mean"] or {}).get("seeds", [])
         comparison["left_out"] = left_out(runs, unfinished, planned, label, "late_mean", primary_seeds)
         both = set(primary_seeds)
@@ -447,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
             f"  - sensitivity: seeds run with native bf16 {_fmt(comparison['late_mean_native'])}; "
             f"emulated {_fmt(comparison['late_mean_emulated'])}; "
             f"in neither (mixed or unknown): {len(comparison['pairs_of_neither_kind'])} seeds"
+        )
+        print(
+            f"  - sensitivity: the evaluations during training alone (steps "
+            f"{' and '.join(map(str, DURING_STEPS))}, the training's attention): {_fmt(comparison['during_mean'])}"
         )
         print(f"- final mean@8: {_fmt(comparison['mean'])}; pass@8: {_fmt(comparison['pass'])}")
         print(f"- held-out entropy: {_fmt(comparison['entropy'], ' nats')}")

@@ -33,9 +33,11 @@ def test_eval_countdown_json_is_consistent(model_dir: Path, tmp_path: Path) -> N
     out = bandpo(
         "eval", "--model", str(model_dir), "--dataset", "countdown", "--max-problems", "20", "--k", "8",
         "--ks", "1,2,k", "--output", str(out_json), "--save-samples", str(samples), "--no-progress",
+        "--attn-implementation", "eager",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     res = json.loads(out_json.read_text())
+    assert res["settings"]["attn_implementation"] == "eager"  # a bare folder would load with SDPA
     m = res["overall"]
     assert res["settings"]["k"] == 8 and res["settings"]["ks"] == [1, 2, 8]
     assert m["n_problems"] == 20 and m["n_samples"] == 160
@@ -99,6 +101,10 @@ def test_eval_file_with_unparsable_answers(model_dir: Path, tmp_path: Path) -> N
         (
             ["--model", "{model}", "--output", "{tmp}/r.json", "--save-samples", "{tmp}/d.jsonl/s.jsonl"],
             "--save-samples '{tmp}/d.jsonl/s.jsonl' is inside '{tmp}/d.jsonl', which is a file",
+        ),
+        (
+            ["--model", "{model}", "--attn-implementation", "no-such"],
+            "model directory '{model}' could not be loaded as a causal LM with attn_implementation 'no-such': ",
         ),
     ],
 )

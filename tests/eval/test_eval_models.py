@@ -111,3 +111,68 @@ def test_eval_refuses_a_bad_device_before_loading(capsys: pytest.CaptureFixture[
 
     assert main(["eval", "--model", "nowhere", "--device", "gpu"]) == 2
     assert "device must be auto, cpu, cuda or cuda:N, got 'gpu'" in capsys.readouterr().err
+
+
+def _run_with_attention(tmp_path: Path, model_dir: Path, section: str, value: str | None) -> Path:
+    """A copy of ``model_dir`` as a training run's output: its ``train_config.yaml`` sets the attention in
+    ``section`` (``model`` or ``model_init_kwargs``), or none."""
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run)
+    config = {"model": {"path": "tiny", "attn_implementation": None}, "data": {"task": "countdown"}}
+    if value is not None:
+        config.setdefault(section, {})["attn_implementation"] = value
+    (run / "train_config.yaml").write_text(yaml.safe_dump(config))
+    return run
+
+
+@pytest.mark.parametrize("section", ["model", "model_init_kwargs"])
+def test_load_model_takes_the_attention_the_run_trained_with(
+    tmp_path: Path, model_dir: Path, section: str
+) -> None:
+    """transformers does not save a model's attention, so a run's saved policy would load with SDPA: ``auto`` (the
+    default) reads the run's ``train_config.yaml`` (also from a ``checkpoint-N`` inside it); an explicit name or
+    ``None`` (transformers' default) overrides it."""
+    import shutil
+
+    from bandpo.eval.models import attention_of_run, load_model
+
+    run = _run_with_attention(tmp_path, model_dir, section, "eager")
+    default = load_model(model_dir, device="cpu")[0].config._attn_implementation
+    assert default != "eager"  # the premise: without a run config, transformers picks another
+    assert attention_of_run(run) == "eager"
+    assert load_model(run, device="cpu")[0].config._attn_implementation == "eager"
+    checkpoint = run / "checkpoint-2"
+    shutil.copytree(model_dir, checkpoint)
+    assert load_model(checkpoint, device="cpu")[0].config._attn_implementation == "eager"
+    assert load_model(run, device="cpu", attn_implementation="sdpa")[0].config._attn_implementation == "sdpa"
+    assert load_model(run, device="cpu", attn_implementation=None)[0].config._attn_implementation == default
+
+
+def test_load_model_without_a_run_attention_keeps_transformers_default(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    from bandpo.eval.models import attention_of_run, load_model
+
+    run = _run_with_attention(tmp_path, model_dir, "model", None)
+    assert attention_of_run(run) is None and attention_of_run(model_dir) is None
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "train_config.yaml").write_text("- a list, not a mapping\n")
+    assert attention_of_run(tmp_path / "bad") is None
+    loaded = load_model(run, device="cpu")[0].config._attn_implementation
+    assert loaded == load_model(model_dir, device="cpu")[0].config._attn_implementation
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [("", "attn_implementation must be 'auto', None or"), ("no-such-attention", "with attn_implementation")],
+)
+def test_load_model_refuses_a_bad_attention_naming_it(model_dir: Path, value: str, match: str) -> None:
+    from bandpo.eval.models import load_model
+
+    with pytest.raises(EvalError, match=match) as err:
+        load_model(model_dir, device="cpu", attn_implementation=value)
+    assert repr(value) in str(err.value)

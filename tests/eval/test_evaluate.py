@@ -125,3 +125,7 @@ def test_tiny_model_on_countdown(model_dir: Path) -> None:
     assert out["settings"]["precision_resolved"]["name"] == "float32"
     again = evaluate_model_dir(model_dir, [data], settings)
     assert again["overall"] == m  # seeded
+    # the attention it sampled with is recorded: the one asked for, else transformers' default for a bare folder
+    eager = evaluate_model_dir(model_dir, [data], settings, attn_implementation="eager")
+    assert eager["settings"]["attn_implementation"] == "eager"
+    assert out["settings"]["attn_implementation"] == "sdpa"

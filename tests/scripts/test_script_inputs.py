@@ -302,3 +302,20 @@ def test_ratio_noise_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].endswith("error: --device cuda: no CUDA device here")
+
+
+# scripts/eval_attention.py
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--problems", "0"], "--problems and --k must be positive integers, got 0 and 8"),
+        (["--k", "-1"], "--problems and --k must be positive integers, got 16 and -1"),
+    ],
+)
+def test_eval_attention_refuses_empty_evaluations(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = _load("scripts/eval_attention.py")
+    assert _usage_error(script.main, argv, capsys).endswith(message)

@@ -52,14 +52,17 @@ def test_analysis_of_the_pilot_counts_the_tokens_study_md_quotes(tmp_path) -> No
         assert clipped.replace(" / ", " of ") in STUDY_MD  # the pilot table quotes "N of M"
 
 
-def _fake_run(root, label: str, seed: int, late: float, emulated: bool | None) -> None:
+def _fake_run(
+    root, label: str, seed: int, late: float, emulated: bool | None, during: dict[int, float] | None = None
+) -> None:
     import json
 
     run = root / "runs" / label / f"seed{seed}"
     run.mkdir(parents=True)
     metrics = {"mean@8": late / 100, "pass@8": 0.5, "entropy": 1.0, "mean_length": 10.0}
+    at_steps = [{"step": step, "mean@8": value / 100} for step, value in (during or {}).items()]
     (run / "results.json").write_text(
-        json.dumps({"seed": seed, "metrics": metrics, "late": {"mean@8": late / 100}})
+        json.dumps({"seed": seed, "metrics": metrics, "late": {"mean@8": late / 100}, "at_steps": at_steps})
     )
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "policy/entropy": 1.0}) + "\n")
     if emulated is not None:
@@ -173,3 +176,27 @@ def test_analysis_names_a_training_log_with_missing_steps(tmp_path) -> None:
     assert (
         out.returncode == 0 and "grpo seed 1: training log: steps are not exactly 1..4 (3 rows)" in out.stderr
     )
+
+
+def test_analysis_gives_the_primary_outcome_over_the_evaluations_during_training(tmp_path) -> None:
+    """The attention sensitivity check: Band-KL - GRPO on the mean of the evaluations at steps 120 and 140 alone
+    (not the late mean, which also holds the final one); a run without both of them leaves its seed out."""
+    import json
+
+    during = {
+        410: ({120: 30.0, 140: 34.0}, {120: 33.0, 140: 35.0}),  # +2
+        411: ({120: 40.0, 140: 40.0}, {120: 44.0, 140: 42.0}),  # +3
+        412: ({120: 50.0, 140: 50.0}, {120: 51.0, 140: 50.0}),  # +0.5
+        413: ({120: 50.0, 140: 50.0}, {120: 90.0}),  # Band-KL lacks step 140: left out
+    }
+    for seed, (grpo, band) in during.items():
+        _fake_run(tmp_path, "grpo", seed, 40.0, True, grpo)
+        _fake_run(tmp_path, "band-kl", seed, 41.0, True, band)
+    out = _run_all(str(tmp_path), "--json", str(tmp_path / "a.json"))
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if "evaluations during training alone" in x)
+    assert "(steps 120 and 140, the training's attention): +1.83 points" in line and "3 seeds" in line, line
+    during_mean = json.loads((tmp_path / "a.json").read_text())["comparisons"]["band-kl"]["during_mean"]
+    assert during_mean["seeds"] == [410, 411, 412]
+    assert [round(d, 9) for d in during_mean["diffs"]] == [2.0, 3.0, 0.5]
+    assert "primary, late mean@8: +1.00 points" in out.stdout and "4 seeds" in out.stdout

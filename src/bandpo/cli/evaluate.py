@@ -111,6 +111,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="dtype the model is loaded in (auto: its config's)",
     )
     parser.add_argument(
+        "--attn-implementation",
+        default="auto",
+        help="attention the model is loaded with: auto (the training run's model.attn_implementation, else "
+        "transformers' default, sdpa for most models; a saved model does not record it), eager, sdpa, ... "
+        "(default: auto)",
+    )
+    parser.add_argument(
         "--precision",
         default="auto",
         help="CPU sampling precision: auto (bf16 where the CPU has native bf16 and the model is large enough), "
@@ -226,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
             settings,
             device=args.device,
             dtype=args.dtype,
+            attn_implementation=args.attn_implementation,
             keep_samples=bool(args.save_samples),
         )
     except EvalError as err:

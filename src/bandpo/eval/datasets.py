@@ -13,7 +13,6 @@ from typing import Any
 from bandpo._files import expand_path
 from bandpo.eval.errors import EvalError
 from bandpo.eval.scorers import TASK_SCORERS, get_scorer
-from bandpo.training.layout import CONFIG_FILE
 from bandpo.validation import check_int_in
 
 __all__ = [
@@ -232,23 +231,14 @@ def check_eval_specs(specs: Sequence[str], *, split: str = "test", data_format: 
 
 
 def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | None:
-    """The ``data.task_options`` a training run used, read from ``train_config.yaml`` in ``model_dir`` or its
-    parent (a ``checkpoint-N`` directory), when that run trained on ``task``; ``None`` otherwise. ``~`` and ``$VAR``
-    in ``model_dir`` are expanded."""
-    import yaml
+    """The ``data.task_options`` a training run used (:func:`bandpo.eval.models.run_config_of`: its
+    ``train_config.yaml`` in ``model_dir`` or its parent, a ``checkpoint-N`` directory), when that run trained on
+    ``task``; ``None`` otherwise."""
+    from bandpo.eval.models import run_config_of
 
-    model_dir = expand_path(model_dir)
-    for folder in (model_dir, model_dir.parent):
-        path = folder / CONFIG_FILE
-        if path.is_file():
-            try:
-                data = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError:
-                return None
-            section = data.get("data") or {}
-            if section.get("task") == task:
-                return dict(section.get("task_options") or {})
-            return None
+    section = (run_config_of(model_dir) or {}).get("data") or {}
+    if isinstance(section, dict) and section.get("task") == task:
+        return dict(section.get("task_options") or {})
     return None
 
 

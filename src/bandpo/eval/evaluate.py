@@ -40,7 +40,7 @@ from typing import Any
 from bandpo.eval.backends import TransformersSampler, VLLMSampler, max_new_tokens_of
 from bandpo.eval.datasets import EvalDataset, prompt_texts, raw_prompt_text
 from bandpo.eval.errors import EvalError
-from bandpo.eval.models import check_model_dir, load_model
+from bandpo.eval.models import ATTENTION_AUTO, check_model_dir, load_model
 from bandpo.eval.scorers import get_scorer
 from bandpo.eval.settings import EvalSettings
 
@@ -197,6 +197,11 @@ def evaluate_model(
                 if getattr(sample, "precision", None) is not None
                 else {}
             ),
+            **(
+                {"attn_implementation": model.config._attn_implementation}
+                if isinstance(getattr(getattr(model, "config", None), "_attn_implementation", None), str)
+                else {}
+            ),
         },
         "datasets": {
             d.name: {"source": d.source, "verifier": d.verifier, **_summary(results[d.name], settings)}
@@ -217,10 +222,12 @@ def evaluate_model_dir(
     *,
     device: str = "auto",
     dtype: str = "auto",
+    attn_implementation: str | None = ATTENTION_AUTO,
     keep_samples: bool = False,
 ) -> dict[str, Any]:
     """:func:`evaluate_model` on the model saved in ``model_dir`` (checked by :func:`check_model_dir` first);
-    the result also holds ``"model": str(model_dir)``."""
+    the result also holds ``"model": str(model_dir)``. ``device``, ``dtype``, ``attn_implementation``: as
+    :func:`load_model` takes them (the attention by default the training run's, :data:`ATTENTION_AUTO`)."""
     settings = settings or EvalSettings()
     model_path, tokenizer_dir = check_model_dir(model_dir)
     if (
@@ -241,7 +248,9 @@ def evaluate_model_dir(
         sampler = VLLMSampler(model_path, tokenizer, settings, settings.max_new_tokens, dtype, tokenizer_dir)
         out = evaluate_model(None, tokenizer, datasets, settings, keep_samples=keep_samples, sampler=sampler)
     else:
-        model, tokenizer = load_model(model_path, device=device, dtype=dtype)
+        model, tokenizer = load_model(
+            model_path, device=device, dtype=dtype, attn_implementation=attn_implementation
+        )
         out = evaluate_model(model, tokenizer, datasets, settings, keep_samples=keep_samples)
     return {"model": str(model_dir), **out}
 

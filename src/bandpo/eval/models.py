@@ -10,16 +10,26 @@ from typing import Any
 
 from bandpo._files import expand_path
 from bandpo.eval.errors import EvalError
-from bandpo.training.layout import MODEL_CONFIG_FILE
+from bandpo.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
 
 __all__ = [
+    "ATTENTION_AUTO",
     "TOKENIZER_FILES",
     "WEIGHT_FILES",
+    "attention_of_config",
+    "attention_of_run",
     "check_device",
     "check_model_dir",
     "load_model",
     "resolve_model_dir",
+    "run_config_of",
 ]
+
+ATTENTION_AUTO = "auto"
+"""``load_model``'s default attention: the one the run that saved the model trained with (:func:`attention_of_run`),
+else transformers' default for the checkpoint. transformers does not save a model's attention implementation, so a
+policy trained with ``eager`` attention would otherwise be evaluated with ``sdpa``: other samples from the same
+weights, and on a CPU without native bf16 a fused kernel that :mod:`bandpo.bf16_emulation` does not cover."""
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -109,12 +119,55 @@ def check_device(device: str) -> str:
     return device
 
 
-def load_model(path: str | Path, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
+def run_config_of(model_dir: str | Path) -> dict[str, Any] | None:
+    """The config a training run ran with (its ``train_config.yaml``, as a mapping), read from ``model_dir`` or its
+    parent (a ``checkpoint-N`` directory); ``None`` where there is none or it is not a YAML mapping. ``~`` and
+    ``$VAR`` in ``model_dir`` are expanded."""
+    import yaml
+
+    model_dir = expand_path(model_dir)
+    for folder in (model_dir, model_dir.parent):
+        path = folder / CONFIG_FILE
+        if path.is_file():
+            try:
+                data = yaml.safe_load(path.read_text())
+            except yaml.YAMLError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def attention_of_config(config: Mapping[str, Any]) -> str | None:
+    """The attention implementation a training config (a ``train_config.yaml`` mapping) loads its model with:
+    ``model.attn_implementation``, else ``model_init_kwargs.attn_implementation`` (the two are refused when they
+    disagree); ``None`` where it sets none (transformers' default)."""
+    for section in (config.get("model"), config.get("model_init_kwargs")):
+        value = section.get("attn_implementation") if isinstance(section, Mapping) else None
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def attention_of_run(model_dir: str | Path) -> str | None:
+    """The attention implementation of the training run that saved ``model_dir`` (:func:`run_config_of`,
+    :func:`attention_of_config`); ``None`` where there is no run config or it sets none."""
+    return attention_of_config(run_config_of(model_dir) or {})
+
+
+def load_model(
+    path: str | Path,
+    device: str = "auto",
+    dtype: str = "auto",
+    attn_implementation: str | None = ATTENTION_AUTO,
+) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a checked model directory (:func:`check_model_dir`), model in eval mode.
 
     Args:
         device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``, ...
         dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16`` or ``float16``.
+        attn_implementation: ``auto`` (:data:`ATTENTION_AUTO`: the training run's, else transformers' default),
+            ``None`` (transformers' default) or a name transformers knows (``eager``, ``sdpa``, ...). The one used
+            is ``model.config._attn_implementation``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -122,13 +175,26 @@ def load_model(path: str | Path, device: str = "auto", dtype: str = "auto") -> t
     model_dir, tokenizer_dir = check_model_dir(path)
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise EvalError(f"dtype must be one of auto, float32, bfloat16, float16, got {dtype!r}")
+    if attn_implementation is not None and (
+        not isinstance(attn_implementation, str) or not attn_implementation
+    ):
+        raise EvalError(
+            f"attn_implementation must be {ATTENTION_AUTO!r}, None or an attention implementation's name "
+            f"(eager, sdpa, ...), got {attn_implementation!r}"
+        )
     device = check_device(device)
+    attention = attention_of_run(model_dir) if attn_implementation == ATTENTION_AUTO else attn_implementation
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype="auto" if dtype == "auto" else getattr(torch, dtype)
+            str(model_dir),
+            dtype="auto" if dtype == "auto" else getattr(torch, dtype),
+            **({"attn_implementation": attention} if attention else {}),
         )
-    except (OSError, ValueError, KeyError) as err:
-        raise EvalError(f"model directory {str(path)!r} could not be loaded as a causal LM: {err}") from err
+    except (OSError, ValueError, KeyError, ImportError) as err:
+        what = f" with attn_implementation {attention!r}" if attention else ""
+        raise EvalError(
+            f"model directory {str(path)!r} could not be loaded as a causal LM{what}: {err}"
+        ) from err
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -47,7 +47,17 @@ def evaluate_baseline(config: CompareConfig, progress: bool = True) -> dict[str,
         return None
     spec = dataclasses.asdict(config.eval)
     train_dict = json.loads(json.dumps(base.to_dict(), default=str))
-    stamp = fingerprint({"model": str(model.resolve()), "eval": spec, "data": train_dict.get("data")})
+    from bandpo.eval.models import attention_of_config
+
+    attention = attention_of_config(train_dict)  # the runs train (and evaluate) the starting model with it
+    stamp = fingerprint(
+        {
+            "model": str(model.resolve()),
+            "eval": spec,
+            "data": train_dict.get("data"),
+            **({"attn_implementation": attention} if attention else {}),  # since 2026-12-05
+        }
+    )
     out_dir = Path(config.output_dir) / BASELINE_DIR
     path = out_dir / RESULTS_FILE
     if path.is_file():
@@ -56,7 +66,7 @@ def evaluate_baseline(config: CompareConfig, progress: bool = True) -> dict[str,
             return old
     out_dir.mkdir(parents=True, exist_ok=True)
     with _torch_threads(config.num_threads):
-        return _evaluate_baseline(config, model, spec, train_dict, stamp, path, progress)
+        return _evaluate_baseline(config, model, spec, train_dict, stamp, path, progress, attention)
 
 
 @contextlib.contextmanager
@@ -84,12 +94,15 @@ def _evaluate_baseline(
     fingerprint: str,
     path: Path,
     progress: bool,
+    attention: str | None,
 ) -> dict[str, Any]:
     from bandpo.eval.evaluate import evaluate_model_dir
 
     code = provenance()  # the code that evaluates, recorded before it runs
     data = eval_dataset(spec, train_dict, config.eval.max_problems)
-    result = evaluate_model_dir(model, [data], eval_settings(spec, progress=progress))
+    result = evaluate_model_dir(
+        model, [data], eval_settings(spec, progress=progress), attn_implementation=attention
+    )
     out = {
         "label": "baseline",
         "model": str(model),
@@ -105,6 +118,7 @@ def _evaluate_baseline(
             model,
             [eval_dataset(spec, train_dict, config.curves.max_problems)],
             eval_settings(spec, k=config.curves.k),
+            attn_implementation=attention,
         )
         out["curve_metrics"] = curve["overall"]
     out["checkout_changed_during_run"] = code_changed(code, provenance())

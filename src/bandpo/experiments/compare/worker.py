@@ -219,6 +219,8 @@ def run_one(spec_path: str | Path) -> int:
     eval_start = time.time()
     code = provenance()  # the code that evaluates, recorded before it runs
     data = eval_dataset(spec["eval"], spec["train_config"], spec["eval"].get("max_problems"))
+    # the attention the run trained (and evaluated during training) with, from its train_config.yaml: a saved
+    # model does not record it (bandpo.eval.models.ATTENTION_AUTO)
     result = evaluate_model_dir(run_dir, [data], eval_settings(spec["eval"], progress=True))
     metrics = result["overall"]
     extra: dict[str, Any] = {}
