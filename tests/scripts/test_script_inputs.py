@@ -304,18 +304,21 @@ def test_ratio_noise_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines()[-1].endswith("error: --device cuda: no CUDA device here")
 
 
-# scripts/eval_attention.py
+# scripts/eval_attention.py, scripts/profile_eval.py
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("script", "argv", "message"),
     [
-        (["--problems", "0"], "--problems and --k must be positive integers, got 0 and 8"),
-        (["--k", "-1"], "--problems and --k must be positive integers, got 16 and -1"),
+        ("eval_attention", ["--problems", "0"], "--problems and --k must be positive integers, got 0 and 8"),
+        ("eval_attention", ["--k", "-1"], "--problems and --k must be positive integers, got 16 and -1"),
+        ("profile_eval", ["--problems", "0"], "--problems must be a positive integer, got 0"),
+        ("profile_eval", ["--max-new-tokens", "-2"], "--max-new-tokens must be a positive integer, got -2"),
     ],
 )
-def test_eval_attention_refuses_empty_evaluations(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+def test_evaluation_probes_refuse_empty_evaluations(
+    script: str, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = _load("scripts/eval_attention.py")
-    assert _usage_error(script.main, argv, capsys).endswith(message)
+    """Before the model loads."""
+    main = _load(f"scripts/{script}.py").main
+    assert _usage_error(main, argv, capsys).endswith(message)
