@@ -116,3 +116,25 @@ def test_probe_more_prompts_than_problems_is_one_line(
     argv = ["--task-options", "{digits: [1], n_train: 3, n_test: 2}", "--prompts", "5", "--no-figures"]
     err = _error([*argv, "--output-dir", str(tmp_path / "out")], capsys)
     assert err == "bandpo probe: error: --prompts 5 is more than the 3 problems of arith/train"
+
+
+def test_probe_a_bad_attention_is_one_line_before_the_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--attn-implementation`` reaches the model's loading (as ``bandpo eval``'s): a name transformers does not
+    know is one line naming it, and nothing is written."""
+    from helpers.tiny import save_countdown_model_dir
+
+    model = save_countdown_model_dir(tmp_path / "model")
+    capsys.readouterr()
+    argv = ["probe", "--model", str(model), "--dataset", "countdown", "--prompts", "2", "--no-figures",
+            "--attn-implementation", "no-such", "--output-dir", str(tmp_path / "out")]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"bandpo probe: error: model directory {str(model)!r} could not be loaded as a causal LM with "
+        "attn_implementation 'no-such': "
+    ), err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()

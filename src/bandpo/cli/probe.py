@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CPU precision: auto (bf16 where the CPU has native bf16 and the model is large enough), float32 or "
         f"bf16; the log-probs of the ratio stay float32 (default: {defaults.precision})",
     )
+    parser.add_argument(
+        "--attn-implementation",
+        default="auto",
+        help="attention the model is loaded with: auto (a training run's model.attn_implementation, else "
+        "transformers' default), eager, sdpa, ... (default: auto)",
+    )
     parser.add_argument("--output-dir", default="runs/probe", help="output directory (default: runs/probe)")
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
@@ -154,7 +160,10 @@ def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] 
             )
     model_dir = resolve_model_dir(args.model, [args.dataset], options)
     model, tokenizer = load_model(
-        model_dir, device="cpu" if not torch.cuda.is_available() else "auto", dtype="float32"
+        model_dir,
+        device="cpu" if not torch.cuda.is_available() else "auto",
+        dtype="float32",
+        attn_implementation=args.attn_implementation,
     )
     texts, _ = prompt_texts(dataset, tokenizer)
 
@@ -172,6 +181,7 @@ def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] 
     command = shlex.join(["bandpo", "probe", *sys.argv[2:]]) if sys.argv[1:2] == ["probe"] else None
     result.update(
         {"model": str(args.model), "model_dir": str(model_dir), "dataset": dataset.name, "command": command,
+         "attn_implementation": model.config._attn_implementation,
          "provenance": code, "checkout_changed_during_run": changed}
     )  # fmt: skip
     if changed is True:
