@@ -168,12 +168,15 @@ def test_dry_run_of_the_full_preset_checks_every_method(tmp_path: Path) -> None:
 def test_compare_a_trl_native_method_end_to_end(tmp_path: Path, warm_cache: Path) -> None:
     out_dir = tmp_path / "cmp"
     args = [*_overrides(out_dir, warm_cache), "methods=[{method: sapo}]", "reference=sapo", "curves.every=0"]
-    args.append("--no-progress")
+    args += ["train.overrides.model.attn_implementation=eager", "--no-progress"]
     out = bandpo("compare", "--config", str(PRESET), *args)
     assert out.returncode == 0, out.stdout + out.stderr
     run_dir = out_dir / "runs" / "sapo" / "seed0"
     results = json.loads((run_dir / "results.json").read_text())
     assert (results["method"], results["clip_rule"]) == ("sapo", None)
+    # the final and baseline evaluations sample with the training's attention (a saved model records none)
+    baseline = json.loads((out_dir / "baseline" / "results.json").read_text())
+    assert results["settings"]["attn_implementation"] == baseline["settings"]["attn_implementation"] == "eager"
     assert "plain GRPOTrainer" in (run_dir / "train.log").read_text()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("entropy" in r for r in rows) and not any(k.startswith("clip/") for r in rows for k in r)
