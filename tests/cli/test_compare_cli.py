@@ -176,7 +176,9 @@ def test_compare_a_trl_native_method_end_to_end(tmp_path: Path, warm_cache: Path
     assert (results["method"], results["clip_rule"]) == ("sapo", None)
     # the final and baseline evaluations sample with the training's attention (a saved model records none)
     baseline = json.loads((out_dir / "baseline" / "results.json").read_text())
-    assert results["settings"]["attn_implementation"] == baseline["settings"]["attn_implementation"] == "eager"
+    assert (
+        results["settings"]["attn_implementation"] == baseline["settings"]["attn_implementation"] == "eager"
+    )
     assert "plain GRPOTrainer" in (run_dir / "train.log").read_text()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("entropy" in r for r in rows) and not any(k.startswith("clip/") for r in rows for k in r)
