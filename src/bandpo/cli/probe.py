@@ -137,7 +137,7 @@ def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] 
 
     from bandpo.cli.bounds import usage_error
     from bandpo.eval.datasets import load_eval_dataset, prompt_texts, raw_prompt_text
-    from bandpo.eval.models import load_model, resolve_model_dir
+    from bandpo.eval.models import load_model, loaded_attention, resolve_model_dir
     from bandpo.eval.scorers import get_scorer
     from bandpo.experiments.llm_probe import figure, markdown, run_probe
     from bandpo.provenance import code_changed, provenance
@@ -181,7 +181,7 @@ def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] 
     command = shlex.join(["bandpo", "probe", *sys.argv[2:]]) if sys.argv[1:2] == ["probe"] else None
     result.update(
         {"model": str(args.model), "model_dir": str(model_dir), "dataset": dataset.name, "command": command,
-         "attn_implementation": model.config._attn_implementation,
+         "attn_implementation": loaded_attention(model),
          "provenance": code, "checkout_changed_during_run": changed}
     )  # fmt: skip
     if changed is True:

@@ -12,6 +12,7 @@ from typing import Any
 
 from bandpo._files import expand_path
 from bandpo.eval.errors import EvalError
+from bandpo.eval.models import run_config_of
 from bandpo.eval.scorers import TASK_SCORERS, get_scorer
 from bandpo.validation import check_int_in
 
@@ -234,8 +235,6 @@ def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | No
     """The ``data.task_options`` a training run used (:func:`bandpo.eval.models.run_config_of`: its
     ``train_config.yaml`` in ``model_dir`` or its parent, a ``checkpoint-N`` directory), when that run trained on
     ``task``; ``None`` otherwise."""
-    from bandpo.eval.models import run_config_of
-
     section = (run_config_of(model_dir) or {}).get("data") or {}
     if isinstance(section, dict) and section.get("task") == task:
         return dict(section.get("task_options") or {})

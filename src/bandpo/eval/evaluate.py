@@ -40,7 +40,7 @@ from typing import Any
 from bandpo.eval.backends import TransformersSampler, VLLMSampler, max_new_tokens_of
 from bandpo.eval.datasets import EvalDataset, prompt_texts, raw_prompt_text
 from bandpo.eval.errors import EvalError
-from bandpo.eval.models import ATTENTION_AUTO, check_model_dir, load_model
+from bandpo.eval.models import ATTENTION_AUTO, check_model_dir, load_model, loaded_attention
 from bandpo.eval.scorers import get_scorer
 from bandpo.eval.settings import EvalSettings
 
@@ -187,6 +187,7 @@ def evaluate_model(
                 bar.update(len(idx) * settings.k)
             results[d.name] = scored
 
+    attention = loaded_attention(model)  # None without a transformers model (the vLLM backend)
     report: dict[str, Any] = {
         "settings": {
             **{k: v for k, v in asdict(settings).items() if k != "progress"},
@@ -197,11 +198,7 @@ def evaluate_model(
                 if getattr(sample, "precision", None) is not None
                 else {}
             ),
-            **(
-                {"attn_implementation": model.config._attn_implementation}
-                if isinstance(getattr(getattr(model, "config", None), "_attn_implementation", None), str)
-                else {}
-            ),
+            **({"attn_implementation": attention} if attention is not None else {}),
         },
         "datasets": {
             d.name: {"source": d.source, "verifier": d.verifier, **_summary(results[d.name], settings)}

@@ -21,6 +21,7 @@ __all__ = [
     "check_device",
     "check_model_dir",
     "load_model",
+    "loaded_attention",
     "resolve_model_dir",
     "run_config_of",
 ]
@@ -154,6 +155,13 @@ def attention_of_run(model_dir: str | Path) -> str | None:
     return attention_of_config(run_config_of(model_dir) or {})
 
 
+def loaded_attention(model: Any) -> str | None:
+    """The attention implementation a loaded transformers model computes with (its config's
+    ``_attn_implementation``), ``None`` for an object without one (no model: the vLLM backend)."""
+    value = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return value if isinstance(value, str) else None
+
+
 def load_model(
     path: str | Path,
     device: str = "auto",
@@ -166,8 +174,8 @@ def load_model(
         device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``, ...
         dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16`` or ``float16``.
         attn_implementation: ``auto`` (:data:`ATTENTION_AUTO`: the training run's, else transformers' default),
-            ``None`` (transformers' default) or a name transformers knows (``eager``, ``sdpa``, ...). The one used
-            is ``model.config._attn_implementation``.
+            ``None`` (transformers' default) or a name transformers knows (``eager``, ``sdpa``, ...). The one used:
+            :func:`loaded_attention`.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
