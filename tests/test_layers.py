@@ -4,7 +4,7 @@ Layers, lowest first (a module may import its own layer and the ones below, neve
 
     0  registry, _files, _optional, provenance,       utilities every layer may use
        validation, config, runtime, bf16_backward,
-       bf16_emulation, decode
+       bf16_emulation, bf16_attention, decode
     1  core                                           pure tensor math
     2  losses, bandpo (the package's public API)      the objective, rules, metrics
     3  integrations, plots                            TRL / verl adapters; bound plots
@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "runtime": 0,
     "bf16_backward": 0,
     "bf16_emulation": 0,
+    "bf16_attention": 0,
     "decode": 0,
     "core": 1,
     "losses": 2,

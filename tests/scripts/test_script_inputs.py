@@ -304,7 +304,7 @@ def test_ratio_noise_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines()[-1].endswith("error: --device cuda: no CUDA device here")
 
 
-# scripts/eval_attention.py, scripts/profile_eval.py
+# scripts/eval_attention.py, scripts/profile_eval.py, scripts/bench_bf16_attention.py
 
 
 @pytest.mark.parametrize(
@@ -314,6 +314,8 @@ def test_ratio_noise_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
         ("eval_attention", ["--k", "-1"], "--problems and --k must be positive integers, got 16 and -1"),
         ("profile_eval", ["--problems", "0"], "--problems must be a positive integer, got 0"),
         ("profile_eval", ["--max-new-tokens", "-2"], "--max-new-tokens must be a positive integer, got -2"),
+        ("bench_bf16_attention", ["--problems", "0"], "--problems and --k must be positive integers, got 0 and 8"),
+        ("bench_bf16_attention", ["--k", "0"], "--problems and --k must be positive integers, got 16 and 0"),
     ],
 )
 def test_evaluation_probes_refuse_empty_evaluations(
