@@ -314,7 +314,11 @@ def test_ratio_noise_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
         ("eval_attention", ["--k", "-1"], "--problems and --k must be positive integers, got 16 and -1"),
         ("profile_eval", ["--problems", "0"], "--problems must be a positive integer, got 0"),
         ("profile_eval", ["--max-new-tokens", "-2"], "--max-new-tokens must be a positive integer, got -2"),
-        ("bench_bf16_attention", ["--problems", "0"], "--problems and --k must be positive integers, got 0 and 8"),
+        (
+            "bench_bf16_attention",
+            ["--problems", "0"],
+            "--problems and --k must be positive integers, got 0 and 8",
+        ),
         ("bench_bf16_attention", ["--k", "0"], "--problems and --k must be positive integers, got 16 and 0"),
     ],
 )
@@ -324,3 +328,51 @@ def test_evaluation_probes_refuse_empty_evaluations(
     """Before the model loads."""
     main = _load(f"scripts/{script}.py").main
     assert _usage_error(main, argv, capsys).endswith(message)
+
+
+# scripts/train_attention_check.py
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--out", "{tmp}/new"],
+            "give the arguments of bandpo train after --, e.g. -- --config configs/smollm2-arith.yaml",
+        ),
+        (["--out", "{tmp}", "--", "--config", "tiny"], "--out '{tmp}' exists: give a new folder"),
+        (
+            ["--out", "{tmp}/new", "--compare-config", "{tmp}/none.yaml"],
+            "--compare-config '{tmp}/none.yaml' is not a file",
+        ),
+        (
+            ["--out", "{tmp}/new", "--compare-config", "{tmp}/c.yaml"],
+            "--compare-config: {tmp}/c.yaml: no train.config",
+        ),
+    ],
+)
+def test_train_attention_check_refuses_before_training(
+    argv: list[str], message: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "c.yaml").write_text("train:\n  overrides: {max_steps: 2}\n")
+    main = _load("scripts/train_attention_check.py").main
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert _usage_error(main, argv, capsys).endswith(message.replace("{tmp}", str(tmp_path)))
+
+
+def test_train_attention_check_reads_a_compare_configs_train_section(tmp_path) -> None:
+    (tmp_path / "base.yaml").write_text("seed: 0\n")
+    (tmp_path / "sub").mkdir()
+    config = tmp_path / "sub" / "c.yaml"
+    config.write_text(
+        "train:\n  config: ../base.yaml\n  overrides:\n    model.precision: bf16\n"
+        "    data.task_options: {digits: [1, 2], seed: 0}\n    learning_rate: 1.0e-5\n"
+    )
+    args = _load("scripts/train_attention_check.py").compare_train_args(config)
+    assert args == [
+        "--config",
+        str(tmp_path / "base.yaml"),
+        "model.precision=bf16",
+        'data.task_options={"digits": [1, 2], "seed": 0}',
+        "learning_rate=1e-05",
+    ]
