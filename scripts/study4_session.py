@@ -4,8 +4,8 @@
     .venv/bin/python scripts/study4_session.py status    # finished runs, and where each unfinished one stands
     .venv/bin/python scripts/study4_session.py export    # finished runs into docs/results/study4, the report rebuilt
 
-``resume`` makes ``.venv`` if it is missing (``make setup``), recreates the worktree ``../study4`` at 59e12d9 (moves
-one left at the earlier 5b5c294 there when no run is in flight) with a link to this checkout's ``.venv``, copies the committed export back into the worktree's ``runs/study/study4`` if
+``resume`` makes ``.venv`` if it is missing (``make setup``), recreates the worktree ``../study4`` at 083dcc6 (moves
+one left at the earlier 5b5c294 or 59e12d9 there when no run is in flight) with a link to this checkout's ``.venv``, copies the committed export back into the worktree's ``runs/study/study4`` if
 that is gone (finished runs are recognised by their fingerprints and skipped), removes every unfinished run that
 started on the other kind of machine (native bf16 against emulated: a run computes on one kind from its first step
 to its final evaluation, so it restarts from step 0 here), and starts ``configs/study/run_study4.sh`` in its own
@@ -45,11 +45,12 @@ from study4_analysis import machine_kind
 
 MAIN = Path(__file__).resolve().parent.parent
 COMMIT = (
-    "59e12d9a60453a9ea8d162dfd0a08087f564a343"  # the study's code (docs/study.md, Study 4: the deviations)
+    "083dcc65fd6193b8100329c9b2894f8836e27642"  # the study's code (docs/study.md, Study 4: the deviations)
 )
-EARLIER = ("5b5c294fa68c0b866acfedd774ffd9c0b225be77",)
-"""The study's earlier commits that :data:`COMMIT` replaced by a change that alters no number (59e12d9: the
-allocator's settings around evaluations): a worktree left at one moves to :data:`COMMIT` when no run is in flight."""
+EARLIER = ("5b5c294fa68c0b866acfedd774ffd9c0b225be77", "59e12d9a60453a9ea8d162dfd0a08087f564a343")
+"""The study's earlier commits, each replaced by a change that alters no number (59e12d9: the allocator's settings
+around evaluations; 083dcc6: eager attention from float32 copies of the cache where bf16 is emulated): a worktree
+left at one moves to :data:`COMMIT` when no run is in flight."""
 CONFIG = "configs/study/study4.yaml"
 OUT = Path("runs/study/study4")  # in the worktree
 EXPORT = Path("docs/results/study4")  # in the main checkout

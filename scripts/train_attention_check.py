@@ -4,7 +4,8 @@ run, bit for bit?
 Runs ``bandpo train`` twice, each in a fresh process at one thread, with the given config and overrides (the copies
 are installed where bf16 is emulated, during the rollouts' sampling and any evaluation; the first run removes them,
 as the code was before them), then compares the two training logs row by row (every value but the timings) and the
-saved weights byte for byte. Prints what differs; exit 1 if anything does, 0 if the two runs are the same. Where
+saved weights byte for byte. Prints how many attention calls each run computed from the copies (none without
+them) and what differs; exit 1 if anything does, 0 if the two runs are the same. Where
 this CPU has native bf16 nothing is emulated and there is nothing to compare (exit 0 with a line that says so).
 
     # Study 4's training section (its config and overrides), 2 optimizer steps: one generation round of 64
@@ -29,13 +30,24 @@ from pathlib import Path
 from typing import Any
 
 CHILD = """
-import contextlib, sys
+import contextlib, json, sys
 from unittest import mock
+from bandpo.bf16_attention import EagerAttentionCopies
 from bandpo.cli.main import main
 from bandpo.runtime import Precision
 if sys.argv[1] == "off":  # Precision.sampling as before bandpo.bf16_attention
     mock.patch.object(Precision, "_attention", lambda self: contextlib.nullcontext()).start()
-sys.exit(main(sys.argv[2:]))
+made = []
+init = EagerAttentionCopies.__init__
+def counted(self):
+    init(self)
+    made.append(self)
+EagerAttentionCopies.__init__ = counted
+code = main(sys.argv[2:])
+counts = {"calls": sum(m.calls for m in made), "fallbacks": sum(m.fallbacks for m in made)}
+with open(sys.argv[-1].split("=", 1)[1] + "/attention_copies.json", "w") as f:
+    json.dump(counts, f)
+sys.exit(code)
 """
 TIMINGS = ("time", "runtime", "per_second", "wall", "_s")
 """Keys holding timings (left out of the comparison): a key containing any of these."""
@@ -115,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     if not logs:
         print(f"train_attention_check: error: no metrics.jsonl under {off}")
         return 2
-    same = True
+    counts = {v: json.loads((args.out / v / "attention_copies.json").read_text()) for v in ("off", "on")}
+    for variant, c in counts.items():
+        print(
+            f"copies {variant}: {c['calls']} attention calls computed from them, {c['fallbacks']} handed back"
+        )
+    same = counts["on"]["calls"] > 0 and counts["off"]["calls"] == 0  # else the comparison shows nothing
     for log in logs:
         a, b = _rows(off / log), _rows(on / log)
         differ = [i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]

@@ -119,15 +119,17 @@ def test_workers_are_read_from_the_process_list() -> None:
 
 
 def test_the_worktree_moves_from_an_earlier_study_commit_only_with_no_run_in_flight() -> None:
-    """The study's commit changed between seeds (5b5c294 -> 59e12d9, a change that alters no number): a worktree
-    left at the earlier one moves when nothing runs; runs in flight finish first, and without their queue no new
-    queue starts beside them."""
-    earlier, now = session.EARLIER[0], session.COMMIT
+    """The study's commit changed between seeds (5b5c294 -> 59e12d9 -> 083dcc6, changes that alter no number): a
+    worktree left at an earlier one moves when nothing runs; runs in flight finish first, and without their queue
+    no new queue starts beside them."""
+    now = session.COMMIT
+    assert [c[:7] for c in session.EARLIER] == ["5b5c294", "59e12d9"] and now.startswith("083dcc6")
     assert session.worktree_problem(now, set(), queue=False) is None
-    assert session.worktree_problem(earlier, set(), queue=False) is None  # resume moves it
-    assert "earlier 5b5c294 with runs in flight" in session.worktree_problem(
-        earlier, {"grpo/seed424"}, queue=True
-    )
+    for earlier in session.EARLIER:
+        assert session.worktree_problem(earlier, set(), queue=False) is None  # resume moves it
+        assert f"earlier {earlier[:7]} with runs in flight" in session.worktree_problem(
+            earlier, {"grpo/seed424"}, queue=True
+        )
     assert "runs in flight without their queue (band-kl/seed424, grpo/seed424)" in session.worktree_problem(
         now, {"grpo/seed424", "band-kl/seed424"}, queue=False
     )
