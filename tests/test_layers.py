@@ -3,7 +3,8 @@
 Layers, lowest first (a module may import its own layer and the ones below, never above)::
 
     0  registry, _files, _optional, provenance,       utilities every layer may use
-       validation, config, runtime
+       validation, config, runtime,
+       bf16_emulation, bf16_attention
     1  core                                           pure tensor math
     2  losses, bandpo (the package's public API)      the objective, rules, metrics
     3  integrations, plots                            TRL / verl adapters; bound plots
@@ -32,6 +33,8 @@ LAYERS: dict[str, int] = {
     "validation": 0,
     "config": 0,
     "runtime": 0,
+    "bf16_emulation": 0,
+    "bf16_attention": 0,
     "core": 1,
     "losses": 2,
     "": 2,  # bandpo/__init__.py: re-exports core and losses

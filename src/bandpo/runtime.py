@@ -148,14 +148,22 @@ class Precision:
 
     @contextlib.contextmanager
     def sampling(self) -> Iterator[None]:
-        """Around ``generate``: bfloat16 autocast for ``bf16``, nothing otherwise."""
+        """Around ``generate``: bfloat16 autocast for ``bf16`` (where :attr:`emulated`, eager attention computed from
+        float32 copies of the cache: the same numbers, :mod:`bandpo.bf16_attention`), nothing otherwise."""
         if not self.bf16:
             yield
             return
         import torch
 
-        with torch.autocast("cpu", dtype=torch.bfloat16), self._products():
+        with torch.autocast("cpu", dtype=torch.bfloat16), self._products(), self._attention():
             yield
+
+    def _attention(self) -> contextlib.AbstractContextManager[Any]:
+        if not self.emulated:
+            return contextlib.nullcontext()
+        from bandpo.bf16_attention import eager_attention_copies
+
+        return eager_attention_copies()
 
     @contextlib.contextmanager
     def backward(self) -> Iterator[None]:
