@@ -49,13 +49,19 @@ with open(sys.argv[-1].split("=", 1)[1] + "/attention_copies.json", "w") as f:
     json.dump(counts, f)
 sys.exit(code)
 """
-TIMINGS = ("time", "runtime", "per_second", "wall", "_s")
-"""Keys holding timings (left out of the comparison): a key containing any of these."""
+TIMING_ENDINGS = ("time", "runtime", "per_second", "_s")
+"""Endings of the keys that hold timings (``time``, ``step_time``, ``train_runtime``, ``train_samples_per_second``,
+``elapsed_s``), left out of the comparison with any key containing ``wall``; endings, not substrings, so that
+``reward_std`` and ``clip/tail_share`` are compared."""
+
+
+def is_timing(key: str) -> bool:
+    return key.endswith(TIMING_ENDINGS) or "wall" in key
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [{k: v for k, v in row.items() if not any(t in k for t in TIMINGS)} for row in rows]
+    return [{k: v for k, v in row.items() if not is_timing(k)} for row in rows]
 
 
 def _weights(run: Path) -> dict[str, str]:

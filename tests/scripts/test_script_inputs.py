@@ -376,3 +376,17 @@ def test_train_attention_check_reads_a_compare_configs_train_section(tmp_path) -
         'data.task_options={"digits": [1, 2], "seed": 0}',
         "learning_rate=1e-05",
     ]
+
+
+def test_train_attention_check_leaves_out_timings_only() -> None:
+    is_timing = _load("scripts/train_attention_check.py").is_timing
+    timings = ["time", "step_time", "train_runtime", "train_samples_per_second", "elapsed_s", "eval_wall_s"]
+    compared = [
+        "reward_std",
+        "frac_reward_zero_std",
+        "clip/tail_share",
+        "clip/tail_share_up",
+        "loss",
+        "entropy",
+    ]
+    assert all(is_timing(k) for k in timings) and not any(is_timing(k) for k in compared)
