@@ -229,6 +229,26 @@ def test_the_block_installs_itself_as_eager_and_restores_the_registry() -> None:
     assert ALL_ATTENTION_FUNCTIONS.get("eager") is None
 
 
+def test_a_users_own_eager_registration_is_left_in_place() -> None:
+    calls: list[int] = []
+
+    def own(module, query, key, value, attention_mask, **kwargs):
+        calls.append(1)
+        return eager_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    model = _llama(layers=1)
+    ALL_ATTENTION_FUNCTIONS["eager"] = own
+    try:
+        with eager_attention_copies() as copies:
+            assert ALL_ATTENTION_FUNCTIONS["eager"] is own
+            with _emulated():
+                model(torch.tensor([[1, 2, 3]]))
+        assert calls and copies.calls == 0
+        assert ALL_ATTENTION_FUNCTIONS["eager"] is own
+    finally:
+        del ALL_ATTENTION_FUNCTIONS["eager"]
+
+
 def _sample(model: LlamaForCausalLM, precision: Precision, copies: bool) -> tuple[torch.Tensor, torch.Tensor]:
     prompts = torch.randint(3, 61, (4, 7), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(prompts)

@@ -228,20 +228,22 @@ def eager_attention_copies() -> Iterator[EagerAttentionCopies]:
     """Within the block, transformers' ``eager`` attention computes from float32 copies of the cache where
     :meth:`EagerAttentionCopies.applies` (module docstring), else as it does outside. Installs the function as
     ``eager`` in transformers' attention registry for the block (restoring what was there) and frees the copies
-    at the end. Inside a block of its own kind it adds nothing and yields the outer one."""
+    at the end. Inside a block of its own kind it adds nothing and yields the outer one. Where the user has
+    registered an ``eager`` function of their own, it leaves that in place and yields an instance that is never
+    called (``calls`` stays 0): the copies reproduce only transformers' own eager functions."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     outer = ALL_ATTENTION_FUNCTIONS.get(_EAGER)  # None: the models' own eager functions
     if isinstance(outer, EagerAttentionCopies):
         yield outer
         return
+    if outer is not None:  # the user's own eager attention: theirs runs, not a copy of transformers'
+        yield EagerAttentionCopies()
+        return
     function = EagerAttentionCopies()
     ALL_ATTENTION_FUNCTIONS[_EAGER] = function  # this registry's own entry, over the models' default
     try:
         yield function
     finally:
-        if outer is None:
-            del ALL_ATTENTION_FUNCTIONS[_EAGER]
-        else:
-            ALL_ATTENTION_FUNCTIONS[_EAGER] = outer
+        del ALL_ATTENTION_FUNCTIONS[_EAGER]
         function.layers.clear()
