@@ -200,3 +200,28 @@ def test_analysis_gives_the_primary_outcome_over_the_evaluations_during_training
     assert during_mean["seeds"] == [410, 411, 412]
     assert [round(d, 9) for d in during_mean["diffs"]] == [2.0, 3.0, 0.5]
     assert "primary, late mean@8: +1.00 points" in out.stdout and "4 seeds" in out.stdout
+
+
+STUDY = REPO / "docs" / "results" / "study4"
+
+
+def test_the_study_analysis_rebuilds_from_its_export_and_the_docs_quote_it(tmp_path) -> None:
+    """The registered analysis of the committed export gives the committed ``analysis.json`` again, and the primary
+    outcome the docs quote (README, docs/results.md, docs/study.md) is the one it computes."""
+    import json
+
+    _run(
+        "study4_analysis.py",
+        str(STUDY),
+        "--config",
+        str(REPO / "configs" / "study" / "study4.yaml"),
+        "--json",
+        str(tmp_path / "analysis.json"),
+    )
+    fresh = json.loads((tmp_path / "analysis.json").read_text())
+    assert fresh == json.loads((STUDY / "analysis.json").read_text())
+    primary = fresh["comparisons"]["band-kl"]["late_mean"]
+    assert primary["n"] == 30 and not fresh["comparisons"]["band-kl"]["left_out"]
+    quoted = f"{primary['diff']:+.1f} [{primary['lo']:+.1f}, {primary['hi']:+.1f}]"
+    for doc in ("README.md", "docs/results.md", "docs/study.md"):
+        assert quoted in (REPO / doc).read_text(), (doc, quoted)
