@@ -223,5 +223,23 @@ def test_the_study_analysis_rebuilds_from_its_export_and_the_docs_quote_it(tmp_p
     primary = fresh["comparisons"]["band-kl"]["late_mean"]
     assert primary["n"] == 30 and not fresh["comparisons"]["band-kl"]["left_out"]
     quoted = f"{primary['diff']:+.1f} [{primary['lo']:+.1f}, {primary['hi']:+.1f}]"
-    for doc in ("README.md", "docs/results.md", "docs/study.md"):
-        assert quoted in (REPO / doc).read_text(), (doc, quoted)
+    docs = {
+        doc: " ".join((REPO / doc).read_text().split())
+        for doc in ("README.md", "docs/results.md", "docs/study.md")
+    }
+    study = docs["docs/study.md"]  # the docs' line breaks are spaces here
+    for doc, text in docs.items():
+        assert quoted in text, (doc, quoted)
+    band = fresh["comparisons"]["band-kl"]
+    assert f"sd {primary['sd']:.1f} points" in study and f"detect {primary['mdd80']:.1f} points" in study
+    for key, digits in (("pass", 1), ("entropy", 2), ("entropy_area", 2), ("clip_pct", 2)):
+        c = band[key]
+        secondary = f"{c['diff']:+.{digits}f} [{c['lo']:+.{digits}f}, {c['hi']:+.{digits}f}]"
+        assert secondary in study, (key, secondary)
+    for label in ("grpo", "band-kl"):
+        runs = fresh["runs"][label].values()
+        clipped, tokens = sum(r["clipped"] for r in runs), sum(r["tokens"] for r in runs)
+        tail = sum(r["tail_clipped"] for r in runs)
+        pooled = f"{clipped:,} of {tokens:,}"
+        assert pooled in study and pooled in docs["docs/results.md"], (label, pooled)
+        assert f"({100 * tail / clipped:.1f}%)" in study, (label, tail, clipped)
