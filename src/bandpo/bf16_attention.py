@@ -228,9 +228,10 @@ def eager_attention_copies() -> Iterator[EagerAttentionCopies]:
     """Within the block, transformers' ``eager`` attention computes from float32 copies of the cache where
     :meth:`EagerAttentionCopies.applies` (module docstring), else as it does outside. Installs the function as
     ``eager`` in transformers' attention registry for the block (where nothing is registered under that name) and
-    removes it and frees the copies at the end. Inside a block of its own kind it adds nothing and yields the outer one. Where the user has
-    registered an ``eager`` function of their own, it leaves that in place and yields an instance that is never
-    called (``calls`` stays 0): the copies reproduce only transformers' own eager functions."""
+    removes it and frees the copies at the end. Inside a block of its own kind it adds nothing and yields the
+    outer one. Where the user has registered an ``eager`` function of their own, it leaves that in place and
+    yields an instance that is never called (``calls`` stays 0): the copies reproduce only transformers' own eager
+    functions."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     outer = ALL_ATTENTION_FUNCTIONS.get(_EAGER)  # None: the models' own eager functions
