@@ -135,7 +135,10 @@ def test_registry_holds_our_modes_after_import() -> None:
     assert set(bverl.LOSS_MODES) == {
         "bandpo",
         "dcpo",
-        *(f"bandpo_{rule}" for rule in ("grpo", "clip_higher", "dcpo", "dppo_tv", "dppo_kl")),
+        *(
+            f"bandpo_{rule}"
+            for rule in ("grpo", "clip_higher", "dcpo", "band_upper", "band_lower", "dppo_tv", "dppo_kl")
+        ),
     }
 
 

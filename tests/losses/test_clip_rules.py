@@ -22,6 +22,8 @@ def test_registry_names() -> None:
         "clip_higher",
         "dcpo",
         "band",
+        "band_upper",
+        "band_lower",
         "adaptive_band",
         "dppo_tv",
         "dppo_kl",
@@ -52,6 +54,60 @@ def test_register_clip_rule_refuses_before_changing_the_class() -> None:
         ):
             register_clip_rule("new")(cls)
     assert "new" not in CLIP_RULES.names()
+
+
+@given(
+    p=st.lists(st.floats(1e-9, 1.0), min_size=1, max_size=20),
+    divergence=st.sampled_from(["kl", "tv", "chi2"]),
+    delta=st.floats(0.01, 0.5),
+    eps=st.floats(0.0, 0.9),
+)
+@settings(max_examples=60, deadline=None)
+def test_one_sided_band_rules_keep_one_side_of_band_and_the_fixed_other(
+    p: list[float], divergence: str, delta: float, eps: float
+) -> None:
+    """``band_upper``: Band's ``hi`` and ``lo = 1 - eps_low``; ``band_lower``: Band's ``lo`` and ``hi = 1 + eps_high``;
+    each side equal bit for bit to ``band``'s (same divergence, radius, cap) or to GRPO's fixed bound."""
+    lp = torch.log(torch.tensor(p, dtype=torch.float64))
+    band_lo, band_hi = make_clip_rule("band", divergence=divergence, delta=delta).bounds(lp)
+    fixed_lo, fixed_hi = make_clip_rule("grpo", eps_low=eps, eps_high=eps).bounds(lp)
+    lo, hi = make_clip_rule("band_upper", divergence=divergence, delta=delta, eps_low=eps).bounds(lp)
+    assert torch.equal(lo, fixed_lo) and torch.equal(hi, band_hi)
+    lo, hi = make_clip_rule("band_lower", divergence=divergence, delta=delta, eps_high=eps).bounds(lp)
+    assert torch.equal(lo, band_lo) and torch.equal(hi, fixed_hi)
+    assert lo.dtype == hi.dtype == torch.float64
+
+
+def test_one_sided_band_rules_at_the_papers_defaults() -> None:
+    """The numbers the study's hypotheses quote (Band-KL, delta 0.05, cap 10): at p = 0.08 Band's ``hi`` 2.4 and ``lo``
+    0.262 against GRPO's 1.2 and 0.8; a common token (p = 0.9) keeps GRPO's lower bound under ``band_upper``."""
+    lp = torch.log(torch.tensor([0.08, 0.01, 0.9]))
+    lo, hi = make_clip_rule("band_upper").bounds(lp)
+    assert torch.equal(lo, torch.full((3,), 0.8))
+    assert hi[0].item() == pytest.approx(2.4, abs=0.06) and hi[1].item() == pytest.approx(7.8, abs=0.2)
+    lo, hi = make_clip_rule("band_lower").bounds(lp)
+    assert torch.equal(hi, torch.full((3,), 1.2))
+    assert lo[0].item() == pytest.approx(0.262, abs=1e-3) and lo[1].item() == pytest.approx(0.0025, abs=1e-4)
+    assert make_clip_rule("band_upper").describe() == (
+        "band_upper(divergence=kl, delta=0.05, cap=10.0, method=auto, check_values=False, eps_low=0.2)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rule", "params", "message"),
+    [
+        ("band_upper", {"eps_low": 1.5}, "eps_low"),
+        ("band_upper", {"eps_high": 0.2}, "unknown parameter.*'eps_high'.*band_upper"),
+        ("band_lower", {"eps_high": -0.1}, "eps_high"),
+        ("band_lower", {"eps_low": 0.2}, "unknown parameter.*'eps_low'.*band_lower"),
+        ("band_lower", {"delta": 0.0}, "delta"),
+        ("band_upper", {"divergence": "kll"}, "kll"),
+        ("band_upper", {"cap": 0.5}, "cap"),
+    ],
+)
+def test_one_sided_band_rules_refuse_bad_parameters(rule: str, params: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_clip_rule(rule, **params)
 
 
 def test_fixed_rules() -> None:
@@ -176,7 +232,7 @@ def test_cap_one_validator_same_message(cap: object) -> None:
         (
             "nope",
             {},
-            r"unknown clip rule 'nope'; valid names: grpo, clip_higher, dcpo, band, adaptive_band, dppo_tv, dppo_kl",
+            r"unknown clip rule 'nope'; valid names: grpo, clip_higher, dcpo, band, band_upper, band_lower, adaptive_band, dppo_tv, dppo_kl",
         ),
         ("dppo_tv", {"clip_divergence_low": 0}, r"clip_divergence_low must be a finite number > 0, got 0$"),
         (

@@ -230,3 +230,60 @@ def test_code_counts_by_scatter_equal_bincount(codes: list[int], cols: int) -> N
     for scatter in (False, True):
         got = _count_codes(code, scatter=scatter)
         assert got.dtype == torch.int64 and torch.equal(got, want), scatter
+
+
+def test_side_metrics_count_each_side_by_hand() -> None:
+    """Eight tokens whose sets are known by construction, bounds [0.5, 2.0] against GRPO's [0.8, 1.2]: each counted
+    once, in its side, the tail split by p_old, the gradient mass |A| r over the tokens with a gradient."""
+    from bandpo.losses.diagnostics import SIDE_METRICS, side_metrics
+
+    #         up-through  up-through(tail) down-through  down-through(tail) clipped-up  inside  A=0   padding
+    ratio = torch.tensor([[1.5, 1.9, 0.6, 0.55, 2.5, 1.0, 1.7, 1.5]])
+    adv = torch.tensor([[1.0, 2.0, -1.0, -3.0, 1.0, 1.0, 0.0, 1.0]])
+    p_old = torch.tensor([[0.5, 0.1, 0.9, 0.05, 0.5, 0.5, 0.5, 0.1]])
+    mask = torch.tensor([[True] * 7 + [False]])
+    lo, hi = torch.full_like(ratio, 0.5), torch.full_like(ratio, 2.0)
+    got = side_metrics(ratio, lo, hi, adv, mask, torch.log(p_old))
+    assert list(got) == list(SIDE_METRICS)
+    with_grad = [1.5, 3.8, 0.6, 1.65, 1.0]  # |A| r of the unclipped tokens with A != 0 (A = 0 adds 0)
+    want = {
+        "side/up_through": 2 / 7,
+        "side/down_through": 2 / 7,
+        "side/up_through_tail": 1 / 7,
+        "side/down_through_tail": 1 / 7,
+        "side/up_held": 0.0,
+        "side/down_held": 0.0,
+        "side/up_through_grad": (1.5 + 3.8) / sum(with_grad),
+        "side/down_through_grad": (0.6 + 1.65) / sum(with_grad),
+    }
+    for name, value in want.items():
+        assert got[name].item() == pytest.approx(value, rel=1e-6), name
+    # GRPO's own interval: nothing goes through, nothing is held
+    fixed = side_metrics(
+        ratio, torch.full_like(ratio, 0.8), torch.full_like(ratio, 1.2), adv, mask, torch.log(p_old)
+    )
+    assert all(v.item() == 0.0 for v in fixed.values())
+    # bounds tighter than GRPO's: [0.9, 1.1] holds the tokens between them and GRPO's edges
+    r2 = torch.tensor([[1.15, 0.85, 1.25, 0.85]])
+    a2 = torch.tensor([[1.0, -1.0, 1.0, 1.0]])
+    tight = side_metrics(
+        r2, torch.full_like(r2, 0.9), torch.full_like(r2, 1.1), a2, torch.ones_like(r2), torch.zeros_like(r2)
+    )
+    assert tight["side/up_held"].item() == pytest.approx(0.25) and tight[
+        "side/down_held"
+    ].item() == pytest.approx(0.25)
+    assert tight["side/up_through"].item() == 0.0  # 1.25 > hi: clipped by both rules
+
+
+@pytest.mark.parametrize("rule", ["grpo", "band_upper", "band_lower", "band"])
+def test_side_metrics_of_the_one_sided_rules_act_on_their_side_only(rule: str) -> None:
+    b = batch(3, torch.float32, padding=math.nan)
+    old = b["old_log_prob"].clamp(min=-30.0)
+    new = (old + b["log_ratio"]).clamp(max=0.0)
+    _, met = policy_loss(new, old, b["advantages"], b["mask"], rule)
+    up, down = met["side/up_through"].item(), met["side/down_through"].item()
+    assert (up > 0) == (rule in ("band_upper", "band")) and (down > 0) == (rule in ("band_lower", "band"))
+    if rule in ("band_upper", "grpo"):
+        assert met["side/down_held"].item() == 0.0
+    if rule in ("band_lower", "grpo"):
+        assert met["side/up_held"].item() == 0.0

@@ -20,7 +20,7 @@ from bandpo._files import RECIPES, read_jsonl
 from bandpo.core import DIVERGENCES, band_bounds
 from bandpo.losses import CLIP_RULES, DIAGNOSTICS, clip_metrics, make_clip_rule, policy_loss
 from bandpo.losses.aggregation import masked_max, masked_mean, masked_min
-from bandpo.losses.diagnostics import PROB_BIN_EDGES, PROB_BINS
+from bandpo.losses.diagnostics import FIXED_INTERVAL, PROB_BIN_EDGES, PROB_BINS, TAIL_PROB
 from bandpo.validation import check_int_in
 
 
@@ -364,6 +364,50 @@ def naive_clip_metrics(
         met["policy/ratio_mean"] = masked_mean(r, m)
         met["policy/ratio_max"] = masked_max(r, m)
         met["policy/ratio_min"] = masked_min(r, m)
+    met.update(naive_side_metrics(ratio, lo, hi, advantages, mask, old_log_prob, dual_active=dual_active))
+    return met
+
+
+def naive_side_metrics(
+    ratio: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    old_log_prob: Tensor,
+    *,
+    dual_active: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """The per-side counts of :func:`bandpo.losses.diagnostics.side_metrics` (added to the diagnostics after the
+    fused pass), one masked reduction per metric, each token's sets written out from the definitions."""
+    with torch.no_grad():
+        m = mask.bool()
+        f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
+        adv = advantages.expand_as(ratio)
+        e_lo, e_hi = FIXED_INTERVAL
+        fixed_hi = torch.tensor(1.0 + e_hi, dtype=ratio.dtype)
+        fixed_lo = torch.tensor(1.0 - e_lo, dtype=ratio.dtype)
+        up_through = m & (adv > 0) & (ratio > fixed_hi) & (ratio <= hi)
+        down_through = m & (adv < 0) & (ratio < fixed_lo) & (ratio >= lo)
+        tail = torch.exp(old_log_prob.to(f)) < TAIL_PROB
+        n_tok = m.to(f).sum().clamp(min=1.0)
+        met = {
+            "side/up_through": up_through.to(f).sum() / n_tok,
+            "side/down_through": down_through.to(f).sum() / n_tok,
+            "side/up_through_tail": (up_through & tail).to(f).sum() / n_tok,
+            "side/down_through_tail": (down_through & tail).to(f).sum() / n_tok,
+            "side/up_held": (m & (adv > 0) & (ratio > hi) & (ratio <= fixed_hi)).to(f).sum() / n_tok,
+            "side/down_held": (m & (adv < 0) & (ratio < lo) & (ratio >= fixed_lo)).to(f).sum() / n_tok,
+        }
+        with_grad = m & ~(((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo)))
+        if dual_active is not None:
+            with_grad = with_grad & ~dual_active.bool()
+        w = adv.to(f).abs() * ratio.to(f)
+        zero = torch.zeros((), dtype=f)
+        total = torch.where(with_grad, w, zero).sum()
+        for side, sel in (("up", up_through), ("down", down_through)):
+            part = torch.where(sel, w, zero).sum()
+            met[f"side/{side}_through_grad"] = part / total if total > 0 else zero
     return met
 
 

@@ -13,6 +13,8 @@ None; the mask is ``region_masks``, by default ``r <= hi`` / ``r >= lo``).
 | ``clip_higher`` | fixed, eps 0.2 / 0.28 (DAPO)                                                      |
 | ``dcpo``        | ``lo = 0.5 + 0.5 sqrt(max(1 - 4 eps_low / p, 0))``, ``hi = min(0.5 + 0.5 sqrt(1 + 4 eps_high / p), cap)`` |
 | ``band``        | ``bandpo.band_bounds`` (any divergence, delta, cap, relax)                         |
+| ``band_upper``  | Band's upper bound, the fixed lower bound ``1 - eps_low`` (one side of the band)   |
+| ``band_lower``  | Band's lower bound, the fixed upper bound ``1 + eps_high`` (the other side)        |
 | ``adaptive_band`` | Band with a per-token radius driven by the token entropy (``AdaptiveBandClip``) |
 | ``dppo_tv``     | DPPO-Binary-TV: mask where ``p_new - p_old`` leaves ``[-low, high]``; bounds = Band-TV, no cap |
 | ``dppo_kl``     | DPPO-Binary-KL: mask where binary ``KL(p_old || p_new)`` exceeds low/high; bounds = Band-KL, no cap |
@@ -212,6 +214,73 @@ class BandClip(ClipRule):
             method=self.method,
             check_values=self.check_values,
         )
+
+
+@dataclass(frozen=True)
+class _OneSidedBand(ClipRule):
+    """Band on one side of the ratio, GRPO's fixed bound on the other: the rules that tell the two sides of the
+    band apart (Study 5 of docs/study.md). ``band`` moves both bounds away from GRPO's ``[0.8, 1.2]``: below about
+    ``p_old = 0.75`` its lower bound falls under 0.8 (a rare token with ``A < 0`` may be pushed further down), and
+    its upper bound rises above 1.2 for rare tokens (one with ``A > 0`` may grow several-fold). Each subclass keeps
+    exactly one of the two moves."""
+
+    divergence: str = "kl"
+    delta: float = PAPER_DELTA
+    cap: float | None = PAPER_CAP
+    method: str = "auto"
+    check_values: bool = False
+
+    def __post_init__(self) -> None:
+        div = _check_band_params(self.divergence, self.delta, self.cap)
+        object.__setattr__(self, "divergence", div.name)  # an alias stored as its registered name
+        resolve_method(div, self.method, scalar_delta=True)
+
+    def _band(self, old_log_prob: Tensor) -> tuple[Tensor, Tensor]:
+        return band_bounds(
+            old_log_prob.detach(),
+            self.delta,
+            self.divergence,
+            cap=self.cap,
+            method=self.method,
+            check_values=self.check_values,
+        )
+
+
+@register_clip_rule("band_upper")
+@dataclass(frozen=True)
+class BandUpperClip(_OneSidedBand):
+    """Band's upper bound with the fixed lower bound: ``lo = 1 - eps_low``, ``hi`` = ``band``'s (same divergence,
+    radius, cap and solver). Tokens with ``A < 0`` are clipped as GRPO clips them; tokens with ``A > 0`` as Band
+    does. Defaults: Band-KL at delta 0.05, cap 10, ``eps_low`` 0.2 (GRPO's)."""
+
+    eps_low: float = 0.2
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_number_in("eps_low", self.eps_low, 0.0, 1.0)
+
+    def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        _, hi = self._band(old_log_prob)
+        return torch.full_like(hi, 1.0 - self.eps_low), hi
+
+
+@register_clip_rule("band_lower")
+@dataclass(frozen=True)
+class BandLowerClip(_OneSidedBand):
+    """Band's lower bound with the fixed upper bound: ``lo`` = ``band``'s, ``hi = 1 + eps_high``. Tokens with
+    ``A > 0`` are clipped as GRPO clips them; tokens with ``A < 0`` as Band does. Defaults: Band-KL at delta 0.05,
+    ``eps_high`` 0.2 (GRPO's); ``cap`` (Band's cap of the upper bound) changes nothing here but is kept, so that
+    the two one-sided rules and ``band`` take the same settings."""
+
+    eps_high: float = 0.2
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_number("eps_high", self.eps_high, allow_zero=True)
+
+    def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        lo, _ = self._band(old_log_prob)
+        return lo, torch.full_like(lo, 1.0 + self.eps_high)
 
 
 @register_clip_rule("adaptive_band")

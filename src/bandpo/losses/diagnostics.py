@@ -30,19 +30,27 @@ from bandpo.registry import Registry, did_you_mean
 
 __all__ = [
     "DIAGNOSTICS",
+    "FIXED_INTERVAL",
     "PROB_BINS",
     "PROB_BIN_EDGES",
+    "SIDE_METRICS",
     "TAIL_PROB",
     "basic_clip_metrics",
     "check_diagnostics",
     "clip_metrics",
     "metrics_to_floats",
+    "side_metrics",
 ]
 
 PROB_BIN_EDGES = (0.2, 0.4, 0.6, 0.8)
 """Edges of the old-probability bins of the metrics; bins are half-open ``[a, b)`` (the last ``[0.8, 1]``)."""
 TAIL_PROB = PROB_BIN_EDGES[0]
 """Tail tokens: ``p_old < TAIL_PROB``, i.e. exactly the first bin ``[0, 0.2)``."""
+
+
+FIXED_INTERVAL = (0.2, 0.2)
+"""``(eps_low, eps_high)`` of GRPO's fixed interval ``[0.8, 1.2]``: what :func:`side_metrics` compares a rule's bounds
+with, side by side."""
 
 
 def _bin_names() -> list[str]:
@@ -136,7 +144,8 @@ def clip_metrics(
         ``p0.2-0.4``. ``clip/tail_share``: share of clipped tokens in the tail ``p_old < 0.2`` (the first bin; 0
         when nothing is clipped), ``clip/tail_share_up`` the same among tokens clipped at the upper bound.
         ``band/{lo,hi}_{mean,min,max}``; ``policy/ppo_kl`` (k1, verl's name) and ``policy/approx_kl`` (k3) of
-        KL(old || new); ``policy/ratio_{mean,max,min}``. Every value is a () tensor in ``ratio``'s dtype (float32
+        KL(old || new); ``policy/ratio_{mean,max,min}``; then the per-side counts against GRPO's interval
+        (:func:`side_metrics`, ``side/...``). Every value is a () tensor in ``ratio``'s dtype (float32
         for a lower precision); means, minima and maxima over an empty mask are 0.
     """
     with torch.no_grad():
@@ -181,11 +190,11 @@ def clip_metrics(
         zero = torch.zeros((), dtype=f, device=ratio.device)
         r = ratio.to(f)
         lr = torch.log(r) if log_ratio is None else log_ratio.to(f)
-        lo, hi = lo.to(f), hi.to(f)
+        lo_f, hi_f = lo.to(f), hi.to(f)
         sums = torch.stack(
             [
-                torch.where(m, lo, zero).sum(),
-                torch.where(m, hi, zero).sum(),
+                torch.where(m, lo_f, zero).sum(),
+                torch.where(m, hi_f, zero).sum(),
                 zero - torch.where(m, lr, zero).sum(),  # not -sum: +0, not -0, over an empty mask
                 torch.where(m, torch.expm1(lr) - lr, zero).sum(),
                 torch.where(m, r, zero).sum(),
@@ -194,7 +203,7 @@ def clip_metrics(
         lo_mean, hi_mean, ppo_kl, approx_kl, r_mean = (sums / n_real.to(f).clamp(min=1.0)).unbind()
         if m.numel():
             first = m.reshape(-1).view(torch.uint8).argmax()  # a real token (index 0 when there is none)
-            extremes = torch.cat([_min_max(lo, m, first), _min_max(hi, m, first), _min_max(r, m, first)])
+            extremes = torch.cat([_min_max(lo_f, m, first), _min_max(hi_f, m, first), _min_max(r, m, first)])
         else:  # a batch of no positions (B = 0 or T = 0): nothing to take an extreme of
             extremes = zero.expand(6)
         lo_min, lo_max, hi_min, hi_max, r_min, r_max = torch.where(n_real > 0, extremes, zero).unbind()
@@ -213,7 +222,97 @@ def clip_metrics(
                 "policy/ratio_min": r_min,
             }
         )
+        met.update(side_metrics(ratio, lo, hi, advantages, mask, old_log_prob, dual_active=dual_active))
     return met
+
+
+SIDE_METRICS = (
+    "side/up_through",
+    "side/down_through",
+    "side/up_through_tail",
+    "side/down_through_tail",
+    "side/up_held",
+    "side/down_held",
+    "side/up_through_grad",
+    "side/down_through_grad",
+)
+"""The names :func:`side_metrics` returns, in its order (the last of :func:`clip_metrics`'s)."""
+
+
+def side_metrics(
+    ratio: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    old_log_prob: Tensor,
+    *,
+    dual_active: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Which side of the rule's bounds acts where GRPO's fixed interval ``[1 - 0.2, 1 + 0.2]`` (:data:`FIXED_INTERVAL`)
+    would act otherwise: the per-side counts of a clip rule against GRPO, on the tokens of one update.
+
+    With ``A`` the advantage and ``r`` the ratio of a real token, ``e_lo, e_hi = FIXED_INTERVAL``:
+
+    * ``side/up_through``: ``A > 0`` and ``1 + e_hi < r <= hi`` (the rule lets the gradient through where GRPO
+      clips: the upper side is wider); ``side/down_through``: ``A < 0`` and ``lo <= r < 1 - e_lo`` (the lower side
+      is wider: the token is pushed further down than GRPO allows);
+    * ``side/up_through_tail`` / ``side/down_through_tail``: the same with ``p_old < 0.2`` (the tail);
+    * ``side/up_held``: ``A > 0`` and ``hi < r <= 1 + e_hi`` (the rule clips where GRPO would not);
+      ``side/down_held``: ``A < 0`` and ``1 - e_lo <= r < lo``;
+    * ``side/up_through_grad`` / ``side/down_through_grad``: the gradient mass of the through tokens, ``sum |A| r``
+      over them divided by ``sum |A| r`` over every real token with a gradient (not clipped by the bounds, nor by
+      the constant ``c`` where ``dual_active``): the share of the per-token gradient (before the aggregation's
+      weights) that exists only because the rule is wider than GRPO on that side.
+
+    Counts are shares of the real tokens (multiply by their number for counts). For ``grpo`` itself every value is
+    0. Comparisons are made in ``ratio``'s dtype, as the loss's own clipping (a ratio of exactly ``1 + e_hi`` is
+    inside both intervals).
+
+    Args: as :func:`clip_metrics` (``ratio``, ``lo``, ``hi``, ``old_log_prob`` (B, T) float; ``advantages``
+    broadcastable to (B, T); ``mask`` (B, T) bool or 0/1; ``dual_active`` (B, T) bool or None).
+
+    Returns: detached () tensors in ``ratio``'s dtype (float32 for a lower precision), names :data:`SIDE_METRICS`;
+    0 over an empty mask or an empty set of tokens.
+    """
+    with torch.no_grad():
+        m = mask if mask.dtype == torch.bool else mask.bool()
+        f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
+        adv = advantages.expand_as(ratio)
+        e_lo, e_hi = FIXED_INTERVAL
+        pos, neg = m & (adv > 0), m & (adv < 0)
+        above_fixed, below_fixed = ratio > 1.0 + e_hi, ratio < 1.0 - e_lo
+        up_through = pos & above_fixed & (ratio <= hi)
+        down_through = neg & below_fixed & (ratio >= lo)
+        tail = torch.exp(old_log_prob.to(f)) < TAIL_PROB
+        up_held = pos & (ratio > hi) & ~above_fixed
+        down_held = neg & (ratio < lo) & ~below_fixed
+        counts = torch.stack(
+            [
+                m.sum(),
+                up_through.sum(),
+                down_through.sum(),
+                (up_through & tail).sum(),
+                (down_through & tail).sum(),
+                up_held.sum(),
+                down_held.sum(),
+            ]
+        )  # int64, exact
+        shares = counts[1:].to(f) / counts[0].to(f).clamp(min=1.0)
+        clipped = (pos & (ratio > hi)) | (neg & (ratio < lo))
+        if dual_active is not None:
+            clipped = clipped | (dual_active if dual_active.dtype == torch.bool else dual_active.bool())
+        zero = torch.zeros((), dtype=f, device=ratio.device)
+        weight = adv.to(f).abs() * ratio.to(f)
+        mass = torch.stack(
+            [
+                torch.where(m & ~clipped, weight, zero).sum(),
+                torch.where(up_through, weight, zero).sum(),
+                torch.where(down_through, weight, zero).sum(),
+            ]
+        )
+        grad = torch.where(mass[0] > 0, mass[1:] / torch.where(mass[0] > 0, mass[0], 1.0), zero)
+        return dict(zip(SIDE_METRICS, torch.cat([shares, grad]).unbind()))
 
 
 def basic_clip_metrics(

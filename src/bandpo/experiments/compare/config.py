@@ -45,7 +45,7 @@ class MethodSpec:
 
     Args:
         label: unique name in the report, letters / digits / ``_.+-``.
-        clip_rule: a clip rule of :data:`bandpo.losses.CLIP_RULES` (grpo, clip_higher, dcpo, band, adaptive_band,
+        clip_rule: a clip rule of :data:`bandpo.losses.CLIP_RULES` (grpo, clip_higher, dcpo, band, band_upper,
             ...); the same as ``method`` for a clip rule. After construction: the rule, or ``None`` for a
             TRL-native method.
         params: a clip rule's parameters (``make_clip_rule(clip_rule, **params)``) and, for a rule with a radius,
