@@ -11,7 +11,15 @@ import torch
 
 pytest.importorskip("transformers")
 
-from bandpo.experiments.llm_probe import BIN_NAMES, ProbeConfig, _clip_counts, _sequences, probe_batch
+from bandpo.experiments.llm_probe import (
+    BIN_NAMES,
+    DEFAULT_RULES,
+    ProbeConfig,
+    _clip_counts,
+    _sequences,
+    attribution,
+    probe_batch,
+)
 
 
 def test_clipped_detection_equals_the_bounds_for_grpo() -> None:
@@ -37,6 +45,52 @@ def test_clipped_detection_equals_the_bounds_for_grpo() -> None:
     assert counts["n_clipped"] == int(expected.sum()) > 0
     assert counts["n_up"] == int((expected & (a > 0)).sum())
     assert counts["n_live"] == int((a != 0).sum())
+
+
+@pytest.mark.parametrize("rule", ["grpo", "band", "band_upper", "band_lower"])
+def test_through_counts_equal_the_bounds_beyond_grpos_interval(rule: str) -> None:
+    """Independent check of the per-side counts: the tokens with a gradient beyond GRPO's [0.8, 1.2] are exactly
+    A > 0 with 1.2 < r <= hi (upper) and A < 0 with lo <= r < 0.8 (lower), from the rule's own bounds; their gradient
+    mass is the sum of |grad| over them."""
+    from bandpo.losses import make_clip_rule
+    from bandpo.losses.policy_loss import policy_loss
+
+    g = torch.Generator().manual_seed(3)
+    n, t = 16, 12
+    old = torch.log(torch.rand(n, t, generator=g).clamp_min(1e-4))
+    logp = (old + 0.8 * torch.randn(n, t, generator=g)).clamp_max(0.0).requires_grad_()
+    adv = torch.randn(n, generator=g)
+    mask = torch.ones(n, t)
+    loss, _ = policy_loss(logp, old, adv, mask, clip_rule=rule, check_values=False)
+    loss.backward()
+    m = mask.bool()
+    r = (logp.detach() - old).exp()[m]
+    a = adv[:, None].expand(n, t)[m]
+    lo, hi = (x[m] for x in make_clip_rule(rule).bounds(old))
+    up = (a > 0) & (r > 1.2) & (r <= hi)
+    down = (a < 0) & (r < 0.8) & (r >= lo) & (r <= 10.0)
+    bins = torch.zeros_like(r, dtype=torch.long)
+    grad = logp.grad[m]
+    counts = _clip_counts(grad, a, bins, r, 1)
+    assert counts["n_up_through"] == int(up.sum()) and counts["n_down_through"] == int(down.sum())
+    assert counts["up_through_by_bin"][0] == int(up.sum())
+    assert counts["grad_mass_up_through"] == pytest.approx(float(grad[up].abs().double().sum()))
+    assert counts["grad_mass"] == pytest.approx(float(grad.abs().double().sum()))
+    assert (counts["n_up_through"] > 0) == (rule in ("band", "band_upper"))
+    assert (counts["n_down_through"] > 0) == (rule in ("band", "band_lower"))
+
+
+def test_attribution_is_each_sides_entropy_against_grpos_on_the_same_batch() -> None:
+    batches = [
+        {"rules": {"grpo": {"entropy_after": 1.0}, "band": {"entropy_after": 0.7},
+                   "band_upper": {"entropy_after": 0.9}, "band_lower": {"entropy_after": 0.85}}},
+        {"rules": {"grpo": {"entropy_after": 2.0}, "band": {"entropy_after": 2.0},
+                   "band_upper": {"entropy_after": 2.1}, "band_lower": {"entropy_after": 1.8}}},
+    ]  # fmt: skip
+    got = attribution(batches, DEFAULT_RULES)
+    assert got["upper"] == pytest.approx([-0.1, 0.1]) and got["lower"] == pytest.approx([-0.15, -0.2])
+    assert got["both"] == pytest.approx([-0.3, 0.0]) and got["interaction"] == pytest.approx([-0.05, 0.1])
+    assert attribution(batches, ("grpo", "band")) == {}
 
 
 def test_sequences_mask_the_completion_positions() -> None:

@@ -9,6 +9,15 @@
   gradient the rule removes ("clipped": the loss's gradient with respect to the token's log-probability is 0
   although its advantage is not), split by the sign of the advantage (up: ``A > 0``, the ratio rose past the upper
   bound; down: ``A < 0``) and by ``p_old`` bin, and the tail share (clipped tokens with ``p_old < 0.2``);
+* per rule, the per-side counts against GRPO's fixed interval ``[0.8, 1.2]``: the tokens the rule lets through where
+  GRPO would clip them ("through": ``A > 0`` and ``r > 1.2``, the upper side; ``A < 0`` and ``r < 0.8``, the lower
+  side; each with a non-zero gradient), by ``p_old`` bin, and their gradient mass (their share of ``sum |dL/d log
+  pi|`` over the batch's tokens);
+* the entropy change attributed to each side of Band: the one-sided rules ``band_upper`` (Band's upper bound,
+  GRPO's lower) and ``band_lower`` (the converse) start from the same weights on the same batch as ``grpo`` and
+  ``band``, so ``H(band_upper) - H(grpo)`` is what the upper side alone does to the entropy after ``K`` updates,
+  ``H(band_lower) - H(grpo)`` the lower side alone, and ``H(band) - H(band_upper) - H(band_lower) + H(grpo)`` their
+  interaction (:func:`attribution`);
 * per rule, after the ``K`` updates: the probability gained by low-probability positive-advantage tokens
   (``mean(p_new - p_old)`` over tokens with ``A > 0`` and ``p_old < 0.2``, resp. ``< 0.01``), the policy's mean
   entropy at the batch's positions and the exact ``KL(pi_old || pi_new)`` over the whole vocabulary there.
@@ -46,8 +55,9 @@ __all__ = ["P_OLD_BINS", "ProbeConfig", "probe_batch", "run_probe", "summarize_p
 P_OLD_BINS = (0.0, 1e-3, 1e-2, 0.2, 1.0 + 1e-9)
 """Edges of the ``p_old`` bins the probe reports (half-open ``[a, b)``; the last bin includes p = 1)."""
 BIN_NAMES = ("p<1e-3", "1e-3<=p<0.01", "0.01<=p<0.2", "p>=0.2")
-DEFAULT_RULES = ("grpo", "clip_higher", "band")
-"""The rules ``bandpo probe`` compares unless told others. Not ``dppo_kl``: at the defaults its bounds are Band-KL's
+DEFAULT_RULES = ("grpo", "band", "band_upper", "band_lower")
+"""The rules ``bandpo probe`` compares unless told others: GRPO, Band and Band's two sides alone, which
+:func:`attribution` needs. ``clip_higher`` (a default before Study 5) is one ``--rules`` entry away. Not ``dppo_kl``: at the defaults its bounds are Band-KL's
 without Band's cap of 10 on the upper bound, no ratio reaches 10 (nor DPPO's truncation at 20) within 3 updates
 at lr 1e-5, and its rows equalled ``band``'s in every number (docs/smollm2.md) for a quarter of the probe's time.
 ``--rules grpo,clip_higher,band,dppo_kl`` adds it."""
@@ -255,11 +265,28 @@ def _share(mask: Tensor) -> float | None:
 
 def _clip_counts(grad: Tensor, adv: Tensor, bins: Tensor, ratio: Tensor, k: int) -> dict[str, Any]:
     """Counts for one update: tokens with a non-zero advantage whose log-prob gradient is exactly 0 (clipped),
-    by the advantage's sign and by ``p_old`` bin (``bins``: (M,) long)."""
+    by the advantage's sign and by ``p_old`` bin (``bins``: (M,) long); the tokens with a gradient where GRPO's
+    fixed interval would clip them, per side (:data:`bandpo.losses.diagnostics.FIXED_INTERVAL`: ``A > 0`` and
+    ``r > 1 + 0.2``, ``A < 0`` and ``r < 1 - 0.2``), by bin, and their gradient mass ``sum |grad|``."""
+    from bandpo.losses.diagnostics import FIXED_INTERVAL
+
     live = adv != 0
     clipped = live & (grad == 0)
     n_bins = len(BIN_NAMES)
+    e_lo, e_hi = FIXED_INTERVAL
+    flowing = live & (grad != 0)
+    through = {
+        "up": flowing & (adv > 0) & (ratio > 1.0 + e_hi),
+        "down": flowing & (adv < 0) & (ratio < 1.0 - e_lo),
+    }
+    mass = grad.abs().double()
+    sides: dict[str, Any] = {"grad_mass": float(mass.sum())}
+    for side, sel in through.items():
+        sides[f"n_{side}_through"] = int(sel.sum())
+        sides[f"{side}_through_by_bin"] = torch.bincount(bins[sel], minlength=n_bins).tolist()
+        sides[f"grad_mass_{side}_through"] = float(mass[sel].sum())
     return {
+        **sides,
         "update": k + 1,
         "n_live": int(live.sum()),
         "n_clipped": int(clipped.sum()),
@@ -279,7 +306,20 @@ def _pool(updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     live_bins = [sum(u["live_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))]
     clip_bins = [sum(u["clipped_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))]
     tail = sum(clip_bins[:3])  # p_old < 0.2
+    mass = sum(u["grad_mass"] for u in updates)
+    sides: dict[str, Any] = {}
+    for side in ("up", "down"):
+        n = sum(u[f"n_{side}_through"] for u in updates)
+        sides[f"{side}_through_frac"] = n / live if live else 0.0
+        sides[f"{side}_through_grad_share"] = (
+            sum(u[f"grad_mass_{side}_through"] for u in updates) / mass if mass else 0.0
+        )
+        sides[f"n_{side}_through"] = n
+        sides[f"{side}_through_by_bin"] = [
+            sum(u[f"{side}_through_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))
+        ]
     out: dict[str, Any] = {
+        **sides,
         "clip_frac": clipped / live if live else 0.0,
         "clip_frac_up": sum(u["n_up"] for u in updates) / live if live else 0.0,
         "clip_frac_down": sum(u["n_down"] for u in updates) / live if live else 0.0,
@@ -298,6 +338,10 @@ SUMMARY_METRICS = (
     "clip_frac_down",
     "tail_share",
     *(f"clip_frac[{b}]" for b in BIN_NAMES),
+    "up_through_frac",
+    "down_through_frac",
+    "up_through_grad_share",
+    "down_through_grad_share",
     "gain_pos_adv_p_below_0.2",
     "gain_pos_adv_p_below_0.01",
     "entropy_after",
@@ -326,7 +370,35 @@ def summarize_probe(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) 
     return {
         "batch": {k: stat([b[k] for b in batches]) for k in BATCH_METRICS},
         "rules": {r: {k: stat([b["rules"][r][k] for b in batches]) for k in SUMMARY_METRICS} for r in rules},
+        "attribution": {k: stat(v) for k, v in attribution(batches, rules).items()},
     }
+
+
+ATTRIBUTION_RULES = ("grpo", "band", "band_upper", "band_lower")
+"""The rules :func:`attribution` needs, all four on the same batches."""
+
+
+def attribution(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> dict[str, list[float]]:
+    """The entropy change after ``K`` updates attributed to each side of Band, per batch (paired: every rule starts
+    from the same weights on the same batch), in nats, from each rule's ``entropy_after``:
+
+    ``upper = H(band_upper) - H(grpo)`` (Band's upper side alone), ``lower = H(band_lower) - H(grpo)`` (its lower
+    side alone), ``both = H(band) - H(grpo)`` and ``interaction = both - upper - lower``. ``{}`` unless all of
+    :data:`ATTRIBUTION_RULES` ran."""
+    if not set(ATTRIBUTION_RULES) <= set(rules):
+        return {}
+    out: dict[str, list[float]] = {"upper": [], "lower": [], "both": [], "interaction": []}
+    for b in batches:
+        h = {r: b["rules"][r]["entropy_after"] for r in ATTRIBUTION_RULES}
+        upper, lower, both = (h[r] - h["grpo"] for r in ("band_upper", "band_lower", "band"))
+        for key, value in (
+            ("upper", upper),
+            ("lower", lower),
+            ("both", both),
+            ("interaction", both - upper - lower),
+        ):
+            out[key].append(value)
+    return out
 
 
 def run_probe(
@@ -434,6 +506,36 @@ def markdown(result: Mapping[str, Any], title: str) -> str:
     lines.append("|---|" + "---|" * len(cols))
     for rule, stats in summary["rules"].items():
         lines.append(f"| {rule} | " + " | ".join(fmt_ci(stats[c]) for c in cols) + " |")
+    lines += [
+        "",
+        "## Per side: tokens with a gradient where GRPO's [0.8, 1.2] would clip them (updates 2..K, all batches)",
+        "",
+    ]
+    lines.append("| rule | side | tokens | " + " | ".join(BIN_NAMES) + " | share of the gradient mass |")
+    lines.append("|---|---|---|" + "---|" * len(BIN_NAMES) + "---|")
+    for rule in summary["rules"]:
+        for side, name in (("up", "upper (A > 0, r > 1.2)"), ("down", "lower (A < 0, r < 0.8)")):
+            per_batch = [b["rules"][rule] for b in result["batches"]]
+            by_bin = [sum(r[f"{side}_through_by_bin"][i] for r in per_batch) for i in range(len(BIN_NAMES))]
+            share = fmt_ci(summary["rules"][rule][f"{side}_through_grad_share"])
+            lines.append(
+                f"| {rule} | {name} | {sum(by_bin)} | " + " | ".join(map(str, by_bin)) + f" | {share} |"
+            )
+    if summary.get("attribution"):
+        lines += [
+            "",
+            "## Entropy after K updates, attributed to Band's sides (nats, paired over batches)",
+            "",
+        ]
+        lines += ["| part | definition | change |", "|---|---|---|"]
+        words = {
+            "upper": "H(band_upper) - H(grpo)",
+            "lower": "H(band_lower) - H(grpo)",
+            "both": "H(band) - H(grpo)",
+            "interaction": "both - upper - lower",
+        }
+        for key, definition in words.items():
+            lines.append(f"| {key} | {definition} | {fmt_ci(summary['attribution'][key])} |")
     return "\n".join(lines) + "\n"
 
 
