@@ -20,7 +20,8 @@ Every seed the comparison leaves out is named with its reason (no run folder, no
 named too, and a finished run outside them is reported and left out. A run folder must be named ``seed<seed>`` after
 its ``results.json`` (a copy such as ``seed410.bak`` is refused), and a run found twice is refused. A run whose
 training log does not hold every step from 1 to its last, or lacks entropy or clipping values on a step, is
-named on stderr.
+named on stderr. ``--exclude-seeds S ...`` leaves those seeds out of every method (each named as left out by the
+option): a sensitivity check, not the registered analysis, which uses every seed.
 
 The sensitivity check named in the registration's deviation for CPUs without native bf16: the primary outcome
 again over the seeds whose two runs both computed with native bf16, and over those whose two runs were both
@@ -227,10 +228,12 @@ def left_out(
     label: str,
     key: str,
     used: list[int],
+    excluded: set[int] | frozenset[int] = frozenset(),
 ) -> list[str]:
-    """Why each seed of either side (planned, or seen) is not in the pairs ``used`` of ``label`` vs GRPO on ``key``."""
+    """Why each seed of either side (planned, or seen) is not in the pairs ``used`` of ``label`` vs GRPO on ``key``;
+    ``excluded``: the seeds ``--exclude-seeds`` took out of ``runs``."""
     sides = (REFERENCE, label)
-    seeds: set[int] = set()
+    seeds: set[int] = set(excluded)
     for side in sides:
         seeds |= set(runs.get(side, {})) | set(unfinished.get(side, {}))
         if planned is not None:
@@ -241,6 +244,9 @@ def left_out(
         common = seeds
     out = []
     for seed in sorted(seeds - set(used)):
+        if seed in excluded:
+            out.append(f"{seed}: excluded (--exclude-seeds)")
+            continue
         if seed not in common:
             if any(seed in runs.get(side, {}) for side in sides):
                 out.append(f"{seed}: not planned for both methods")
@@ -398,6 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--figure", type=Path, help="also draw the paired differences here (.png, .pdf, .svg, ...)"
     )
+    parser.add_argument(
+        "--exclude-seeds",
+        nargs="+",
+        type=int,
+        default=[],
+        metavar="SEED",
+        help="leave these seeds out of every method (a sensitivity check, not the registered analysis)",
+    )
     args = parser.parse_args(argv)
     if args.figure is not None:
         from bandpo.plots import figure_formats
@@ -415,6 +429,15 @@ def main(argv: list[str] | None = None) -> int:
     except AnalysisError as err:
         print(f"study4_analysis: error: {err}", file=sys.stderr)
         return 2
+    excluded = set(args.exclude_seeds)
+    if excluded:
+        for seeds in (*runs.values(), *unfinished.values()):
+            for seed in excluded & set(seeds):
+                del seeds[seed]
+        print(
+            f"excluded by --exclude-seeds, from every method: {', '.join(map(str, sorted(excluded)))} "
+            "(a sensitivity check: the registered analysis uses every seed)"
+        )
     planned = planned_seeds(args.config)
     if REFERENCE not in runs:
         print(
@@ -434,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         "unfinished": unfinished,
         "comparisons": {},
     }
+    if excluded:
+        summary["excluded_seeds"] = sorted(excluded)
     for label in OTHERS:
         if label not in runs:
             continue
@@ -443,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
         comparison["late_mean_emulated"] = paired(runs, label, "late_mean", kind="emulated", planned=planned)
         comparison["during_mean"] = paired(runs, label, "during_mean", planned=planned)
         primary_seeds = (comparison["late_mean"] or {}).get("seeds", [])
-        comparison["left_out"] = left_out(runs, unfinished, planned, label, "late_mean", primary_seeds)
+        comparison["left_out"] = left_out(
+            runs, unfinished, planned, label, "late_mean", primary_seeds, excluded
+        )
         both = set(primary_seeds)
         comparison["pairs_of_neither_kind"] = sorted(
             s
@@ -455,9 +482,12 @@ def main(argv: list[str] | None = None) -> int:
         summary["comparisons"][label] = comparison
         print(f"## {label} - {REFERENCE} (paired)")
         print(f"- primary, late mean@8: {_fmt(comparison['late_mean'])}")
-        rule = (
-            "the registered rule" if label == "band-kl" else "secondary: not decided on; the rule's reading"
-        )
+        if excluded:
+            rule = "seeds excluded: a sensitivity check, not decided on; the rule's reading"
+        elif label == "band-kl":
+            rule = "the registered rule"
+        else:
+            rule = "secondary: not decided on; the rule's reading"
         print(f"  - decision ({rule}): {comparison['decision']}")
         print(
             f"  - left out of the pairs: {'; '.join(comparison['left_out'])}"

@@ -241,3 +241,32 @@ def test_the_study_analysis_rebuilds_from_its_export_and_the_docs_quote_it(tmp_p
         pooled = f"{clipped:,} of {tokens:,}"
         assert pooled in study and pooled in docs["docs/results.md"], (label, pooled)
         assert f"({100 * tail / clipped:.1f}%)" in study, (label, tail, clipped)
+
+
+def test_analysis_leaves_out_the_seeds_it_is_told_to(tmp_path) -> None:
+    """``--exclude-seeds`` (the sensitivity check without the resumed runs' seeds): those seeds leave every method,
+    each named as excluded, the decision line says it is not the registered one, and the JSON lists them; without
+    the option nothing changes (no ``excluded_seeds`` key)."""
+    import json
+
+    for seed, diff in {410: 1.0, 411: 50.0, 412: 3.0, 413: -40.0}.items():
+        _fake_run(tmp_path, "grpo", seed, 40.0, True)
+        _fake_run(tmp_path, "band-kl", seed, 40.0 + diff, True)
+    config = str(REPO / "configs" / "study" / "study4.yaml")
+    full = _run_all(str(tmp_path), "--config", config, "--json", str(tmp_path / "all.json"))
+    assert full.returncode == 0, full.stderr
+    assert "primary, late mean@8: +3.50 points" in full.stdout and "4 seeds" in full.stdout
+    assert "excluded_seeds" not in json.loads((tmp_path / "all.json").read_text())
+    out = _run_all(
+        str(tmp_path), "--config", config, "--exclude-seeds", "411", "413", "--json", str(tmp_path / "a.json")
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "excluded by --exclude-seeds, from every method: 411, 413" in text
+    assert "primary, late mean@8: +2.00 points [-10.71, +14.71], 2 seeds" in text
+    assert "decision (seeds excluded: a sensitivity check, not decided on; the rule's reading)" in text
+    assert "411: excluded (--exclude-seeds); 413: excluded (--exclude-seeds)" in text
+    summary = json.loads((tmp_path / "a.json").read_text())
+    assert summary["excluded_seeds"] == [411, 413]
+    assert summary["comparisons"]["band-kl"]["late_mean"]["seeds"] == [410, 412]
+    assert set(summary["runs"]["grpo"]) == {"410", "412"}
