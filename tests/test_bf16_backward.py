@@ -15,6 +15,7 @@ from bandpo.runtime import Precision
 
 BF16 = Precision("bf16", "bf16", "test")
 FLOAT32 = Precision("float32", "float32", "test")
+EMULATED = Precision("bf16", "bf16", "test", emulated=True)
 
 
 def _leaves(*shape: int, seed: int = 0, bias: bool = True) -> tuple[torch.Tensor, ...]:
@@ -110,8 +111,9 @@ def test_context_routes_only_graph_recording_float32_linear_layers() -> None:
 
 
 def test_activation_checkpointing_recomputes_through_the_same_path() -> None:
-    """The recomputation in the backward pass saves what the forward saved (the block encloses both), and the
-    gradients equal those without checkpointing."""
+    """The recomputation in the backward pass saves what the forward saved (the block encloses both, and runs the
+    recomputation under ``exact()`` as the forward ran), so the backward computes the same products of the same
+    tensors with the same shapes and strides, and the gradients equal those without checkpointing bit for bit."""
     from torch.utils.checkpoint import checkpoint
 
     torch.manual_seed(0)
@@ -127,6 +129,65 @@ def test_activation_checkpointing_recomputes_through_the_same_path() -> None:
         grads.append([p.grad.clone() for p in net.parameters()])
     for a, b in zip(*grads):
         assert torch.equal(a, b)
+
+
+def _bf16(t: torch.Tensor) -> torch.Tensor:
+    """``t`` rounded to bfloat16, held in float64 (a product of two such numbers is exact)."""
+    return t.to(torch.bfloat16).double()
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("precision", [BF16, EMULATED], ids=["native", "emulated"])
+def test_checkpointed_gradients_are_the_bfloat16_products_of_the_float32_forward(
+    precision: Precision, use_reentrant: bool
+) -> None:
+    """With activation checkpointing, the gradients are the bfloat16 products of the operands of the *float32*
+    forward, computed by hand: each weight gradient is ``bf16(g)^T bf16(x)`` (exact products, summed in float64)
+    to within the rounding of the product's bfloat16 output and of its float32 sums, and each bias gradient is the
+    sum of the float32 ``g``. Until the recomputation ran under ``exact()`` it ran under the backward's
+    ``fp32_precision = "bf16"``; where oneDNN applies that setting (AMX) or the products are emulated (on every
+    CPU), the activation it saved for the second
+    layer and for ``tanh``'s backward was not the forward's, and the gradients missed this reference by 13 to 33
+    times the bound (up to 0.03; the first layer's bias by 0.01). The float32 gradients miss it too (by up to 15
+    times), so the test also tells the bfloat16 backward from a float32 one."""
+    from torch.utils.checkpoint import checkpoint
+
+    from bandpo.runtime import matmul_precision
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
+    x = torch.randn(4, 12, 32, requires_grad=True)
+    with precision.backward():
+        with precision.exact():
+            y = checkpoint(net, x, use_reentrant=use_reentrant)
+        y.sum().backward()
+    got = [p.grad.double() for p in net.parameters()]
+    net.zero_grad()
+    with matmul_precision("ieee"):
+        net(x).sum().backward()
+    float32 = [p.grad.double() for p in net.parameters()]
+
+    w1, b1, w2, _ = (p.detach() for p in net.parameters())
+    x2 = x.detach().reshape(-1, 32)
+    with matmul_precision("ieee"):
+        h = torch.tanh(F.linear(x2, w1, b1))  # the float32 forward's activation
+    g2 = torch.ones(48, 8)  # dL/dy of y.sum()
+    gh = (_bf16(g2) @ _bf16(w2)).to(torch.bfloat16).float()  # dL/dh: a bfloat16 product (8 exact terms)
+    g1 = torch.ops.aten.tanh_backward(gh, h)  # float32, as autograd computes it
+    want = [_bf16(g1).T @ _bf16(x2), g1.double().sum(0), _bf16(g2).T @ _bf16(h), g2.double().sum(0)]
+    terms = [_bf16(g1).abs().T @ _bf16(x2).abs(), g1.double().abs().sum(0), _bf16(g2).T @ _bf16(h).abs()]
+    # the bfloat16 output of a product rounds by at most 2**-8 of its value (none for the biases); float32 sums of
+    # 48 terms stay within 48 * 2**-24 of the sum of their magnitudes (2**-16 here, with room)
+    bounds = [2.0**-8 * want[0].abs() + 2.0**-16 * terms[0], 2.0**-16 * terms[1]]
+    bounds += [2.0**-8 * want[2].abs() + 2.0**-16 * terms[2], torch.zeros(8, dtype=torch.float64)]
+    for name, g, f, w, bound in zip(("0.weight", "0.bias", "2.weight", "2.bias"), got, float32, want, bounds):
+        err = (g - w).abs()
+        assert (err <= bound).all(), (
+            f"{name}: off by {err.max().item()}, {(err / bound).max().item():.1f} x bound"
+        )
+        if name.endswith("weight"):
+            assert ((f - w).abs() > bound).any(), f"{name}: the float32 gradient is within the bound"
+    assert not torch.nn.modules.module._global_forward_pre_hooks  # the recomputation's hooks are gone
 
 
 def test_exact_context_installs_the_mode_only_for_bf16() -> None:

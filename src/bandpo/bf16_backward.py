@@ -77,7 +77,8 @@ def bf16_backward_linears() -> Iterator[None]:
     """Within the block, ``torch.nn.Linear`` layers (the class itself, not subclasses with their own forward)
     whose forward records a graph on float32 tensors run as :class:`LinearBf16Backward`; any other call (no grad,
     other dtypes) runs unchanged. The block must enclose the backward pass too: activation checkpointing
-    recomputes the forward there, and the recomputation must save what the forward saved."""
+    recomputes the forward there, and the recomputation must save what the forward saved
+    (:meth:`bandpo.runtime.Precision.backward` runs it under ``exact()``, as the forward ran)."""
     original = torch.nn.Linear.forward
     torch.nn.Linear.forward = _linear_forward  # type: ignore[method-assign]
     try:

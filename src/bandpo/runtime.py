@@ -188,16 +188,59 @@ class Precision:
         weights and run their backward products in bfloat16 (:mod:`bandpo.bf16_backward`; their forward is
         float32), and the other float32 products take bfloat16 inputs (float32 accumulation and output); the
         forward passes inside it go back to float32 products under :meth:`exact`. Activation checkpointing's
-        recomputation runs inside the backward, so under this block's setting, not :meth:`exact`: it shapes the
-        gradient only, never the log-probs of the ratio. Where :attr:`emulated`, the block's bfloat16 products,
-        and its float32 products while the setting is ``bf16``, are emulated (:mod:`bandpo.bf16_emulation`)."""
+        recomputation runs inside the backward pass, and under :meth:`exact` too (:meth:`_exact_recomputation`),
+        as the forward it repeats did: it saves the same tensors, so checkpointing leaves the gradient unchanged.
+        Where :attr:`emulated`, the block's bfloat16 products, and its float32 products while the setting is
+        ``bf16``, are emulated (:mod:`bandpo.bf16_emulation`)."""
         if not self.bf16:
             yield
             return
         from bandpo.bf16_backward import bf16_backward_linears
 
-        with matmul_precision("bf16"), bf16_backward_linears(), self._products():
+        with matmul_precision("bf16"), bf16_backward_linears(), self._products(), self._exact_recomputation():
             yield
+
+    @contextlib.contextmanager
+    def _exact_recomputation(self) -> Iterator[None]:
+        """Within the block, a module's forward that records a graph while the autograd engine runs a backward
+        pass (activation checkpointing's recomputation, reentrant or not: ``torch.utils.checkpoint``, which
+        transformers' ``gradient_checkpointing`` calls on each decoder layer) runs under :meth:`exact`, with its
+        submodules. Without it the recomputation ran under the backward's ``fp32_precision = "bf16"``: on a CPU
+        where oneDNN applies that setting (AMX), its float32 products took bfloat16 inputs, so the activations it
+        saved for the backward products (a layer's input, ``tanh``'s output) were not the forward's, and the
+        gradients differed from those without checkpointing by more than the rounding of the bfloat16 products.
+        The backward's own products run in the engine, not in a module's forward, so they keep the block's
+        setting; a custom ``backward`` runs without grad, so it is not taken for a recomputation."""
+        import torch
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        # one entry per module forward begun inside a recomputation; the outermost holds the exact() block
+        entered: list[contextlib.ExitStack | None] = []
+
+        def before(module: Any, args: Any) -> None:
+            if entered:
+                entered.append(None)
+            elif torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1:
+                stack = contextlib.ExitStack()
+                stack.enter_context(self.exact())
+                entered.append(stack)
+
+        def after(module: Any, args: Any, output: Any) -> None:
+            if entered and (stack := entered.pop()) is not None:
+                stack.close()
+
+        handles = [
+            register_module_forward_pre_hook(before),
+            register_module_forward_hook(after, always_call=True),
+        ]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+            while entered:
+                if (stack := entered.pop()) is not None:
+                    stack.close()
 
     @contextlib.contextmanager
     def exact(self) -> Iterator[None]:
