@@ -1,4 +1,5 @@
-"""Power of a paired comparison over seeds (two-sided paired t test at 5 %), as docs/study.md plans studies with.
+"""Power of a paired comparison over seeds (two-sided paired t test, at 5 % unless ``--alpha``), as docs/study.md
+plans studies with.
 
     .venv/bin/python scripts/power.py --sd 6.7 --n 5 --effect 2 5      # power at +2 and +5 points with 5 seeds
     .venv/bin/python scripts/power.py --sd 6.7 --effect 5 --power 0.8  # seeds needed for +5 at 80 % power
@@ -91,32 +92,47 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--effect", type=float, nargs="*", default=[], help="true differences (points)")
     parser.add_argument("--power", type=float, default=0.8, help="target power for --n absent / --mdd")
     parser.add_argument("--mdd", action="store_true", help="print the minimum detectable difference at --n")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="two-sided level of each test (default 0.05; 0.025 for each of two contrasts under Bonferroni)",
+    )
+    parser.add_argument(
+        "--unit", default="points", help="the unit of --sd, for the printed line (default points)"
+    )
     args = parser.parse_args(argv)
     try:  # one line naming the flag, the value and what is allowed, before any computing
         _check_sd(args.sd, "--sd")
         if args.n is not None:
             _check_n(args.n, "--n")
-        _check_target(args.power, 0.05, "--power")
+        if not 0 < args.alpha < 0.5:  # also false for NaN
+            raise ValueError(f"--alpha must be a number in (0, 0.5), got {args.alpha!r}")
+        _check_target(args.power, args.alpha, "--power")
     except ValueError as err:
         parser.error(str(err))
     for effect in args.effect:
         if not math.isfinite(effect) or (effect == 0 and args.n is None):
             parser.error(
-                f"--effect must be a finite number, and other than 0 without --n (the power at 0 is 5% with any "
-                f"number of seeds), got {effect!r}"
+                f"--effect must be a finite number, and other than 0 without --n (the power at 0 is {100 * args.alpha:g}% "
+                f"with any number of seeds), got {effect!r}"
             )
     if args.mdd and args.n is None:
         parser.error("--mdd needs --n (the number of seeds whose minimum detectable difference to print)")
     for effect in args.effect:
         if args.n is None:
             print(
-                f"effect {effect:+g}: {seeds_needed(effect, args.sd, args.power)} seeds for {args.power:.0%} power"
+                f"effect {effect:+g}: {seeds_needed(effect, args.sd, args.power, args.alpha)} seeds for "
+                f"{args.power:.0%} power"
             )
         else:
-            print(f"effect {effect:+g}: power {power(effect, args.sd, args.n):.1%} with {args.n} seeds")
+            print(
+                f"effect {effect:+g}: power {power(effect, args.sd, args.n, args.alpha):.1%} with {args.n} seeds"
+            )
     if args.mdd and args.n is not None:
-        mdd = minimum_detectable(args.sd, args.n, args.power)
-        print(f"{args.n} seeds detect {mdd:.1f} points with {args.power:.0%} power")
+        mdd = minimum_detectable(args.sd, args.n, args.power, args.alpha)
+        level = "" if args.alpha == 0.05 else f" at alpha {args.alpha:g}"
+        print(f"{args.n} seeds detect {mdd:.3g} {args.unit} with {args.power:.0%} power{level}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""Study 5's per-session bookkeeping (studies/study5/README.md, "Resume"), one command each, from the main checkout:
+
+    .venv/bin/python studies/study5/session.py resume   # the worktree ../study5 at the registration commit, queues
+    .venv/bin/python studies/study5/session.py status   # finished runs, and where each unfinished one stands
+    .venv/bin/python studies/study5/session.py export   # finished runs into studies/study5/results, report rebuilt
+
+Study 4's bookkeeping (``scripts/study4_session.py``) with Study 5's commit, config, folders and queue script, and
+finer machine kinds: ``amx``, ``avx512_bf16`` or ``emulated`` (the registration's "Machines": an unfinished run
+that started on another kind restarts from step 0). ``status`` reads only step numbers, checkpoints and times.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import study4_session as s4  # noqa: E402
+
+from bandpo.runtime import cpu_bf16_flags  # noqa: E402
+
+_STUDY4_KIND = s4.machine_kind  # native / emulated, before configure() replaces it with the finer kinds below
+
+COMMIT = None
+"""The registration commit (set by the commit that follows it on main; ``resume`` refuses while it is None)."""
+
+
+def this_machine_kind(cpuinfo: str | None = None) -> str:
+    """``amx``, ``avx512_bf16`` or ``emulated``: the registration's machine kinds."""
+    flags = cpu_bf16_flags(cpuinfo)
+    return "amx" if "amx_bf16" in flags else "avx512_bf16" if flags else "emulated"
+
+
+def machine_kind(run_dir: Path) -> str | None:
+    """The kind a run computed on, from ``run_info.json``'s precision (``None`` where it does not say)."""
+    native = _STUDY4_KIND(run_dir)
+    if native != "native":
+        return native
+    reason = str(
+        (s4.json.loads((run_dir / "run_info.json").read_text()).get("precision") or {}).get("reason")
+    )
+    return "amx" if re.search(r"\bamx_bf16\b", reason) else "avx512_bf16"
+
+
+def configure() -> None:
+    """Point Study 4's bookkeeping at Study 5."""
+    s4.COMMIT = COMMIT
+    s4.EARLIER = ()
+    s4.CONFIG = "studies/study5/config.yaml"
+    s4.OUT = Path("runs/study/study5")
+    s4.EXPORT = Path("studies/study5/results")
+    s4.PLANNED_RUNS = 72
+    s4.QUEUE = "studies/study5/run.sh"
+    s4.LOG = Path("runs/study/run_study5.out")
+    s4.this_machine_kind = this_machine_kind
+    s4.machine_kind = machine_kind
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if COMMIT is None and argv[:1] == ["resume"]:
+        print("error: studies/study5/session.py names no registration commit yet", file=sys.stderr)
+        return 2
+    configure()
+    if not any(a.startswith("--worktree") for a in argv):
+        argv = [*argv, "--worktree", str(s4.MAIN.parent / "study5")]
+    return s4.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
