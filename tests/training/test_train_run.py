@@ -140,3 +140,29 @@ def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(
     assert len(list((out / "runs").glob("*/events.out.tfevents.*"))) == 1  # this run's curves only
     assert not (out / "checkpoint-9").exists()
     assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1]
+
+
+def test_overwrite_keeps_a_users_checkpoint_best_folder(tmp_path: Path) -> None:
+    """``--overwrite`` removed every ``checkpoint-*`` folder: a user's ``checkpoint-best/`` and
+    ``checkpoint-notes/`` went with the run's own. Only ``checkpoint-<step>`` (transformers' names) and the run's
+    files (training/layout.py) go; in process, without training."""
+    from bandpo.training.run import _discard_earlier_run
+
+    out = tmp_path / "out"
+    for name in ("checkpoint-4", "checkpoint-12", "checkpoint-best", "checkpoint-notes"):
+        (out / name).mkdir(parents=True)
+        (out / name / "model.safetensors").write_bytes(b"weights")
+    (out / "checkpoint-7.tar").write_bytes(b"a user's archive")
+    (out / "metrics.jsonl").write_text(json.dumps({"step": 12}) + "\n")
+    (out / RUN_INFO_FILE).write_text("{}")
+    (out / "notes.txt").write_text("mine")
+
+    _discard_earlier_run(out)
+
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoint-7.tar",
+        "checkpoint-best",
+        "checkpoint-notes",
+        "notes.txt",
+    ]
+    assert (out / "checkpoint-best" / "model.safetensors").read_bytes() == b"weights"

@@ -49,7 +49,7 @@ from bandpo.runtime import (
     weights_note,
 )
 from bandpo.training import preflight
-from bandpo.training.checkpoints import copy_model_files, scan_checkpoints
+from bandpo.training.checkpoints import checkpoint_dirs, copy_model_files, scan_checkpoints
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.data import build_prompt_dataset, load_problems
 from bandpo.training.expected_warnings import silence_expected_warnings, tied_weight_keys
@@ -339,12 +339,12 @@ def _is_tensorboard_folder(path: Path) -> bool:
 
 
 def _discard_earlier_run(output_dir: Path) -> None:
-    """Remove an earlier run's checkpoints, metrics, run info and TensorBoard folders (``runs/<date>_<host>/``
-    holding only event files) from ``output_dir``; the model files are overwritten by the new run."""
+    """Remove an earlier run's checkpoints (``checkpoint-<step>/``, as transformers names them), metrics, run info
+    and TensorBoard folders (``runs/<date>_<host>/`` holding only event files) from ``output_dir``; the model files
+    are overwritten by the new run. Nothing else is removed: a user's ``checkpoint-best/`` or ``notes.txt`` stays."""
 
-    for child in output_dir.glob("checkpoint-*"):
-        if child.is_dir():
-            shutil.rmtree(child)
+    for child in checkpoint_dirs(output_dir):
+        shutil.rmtree(child)
     for name in (METRICS_FILE, RUN_INFO_FILE):
         (output_dir / name).unlink(missing_ok=True)
     board = output_dir / "runs"
