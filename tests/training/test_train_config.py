@@ -495,6 +495,60 @@ def test_prepare_accepts_a_directory_with_nothing_of_an_earlier_run(tmp_path: Pa
     assert prepare(load_train_config(TINY, run_dir(tmp_path))).resume_from is None
 
 
+@pytest.mark.parametrize(
+    ("files", "listed"),
+    [
+        ({"README.md": "# my notes"}, "README.md"),
+        # a copy of a `bandpo compare` export: its README.md was replaced by the trainer's model card
+        (
+            {
+                "README.md": "# study",
+                "compare_plan.json": "{}",
+                "runs/band/seed0/run_info.json": "{}",
+                "runs/band/seed0/metrics.jsonl.gz": "",
+            },
+            "README.md, compare_plan.json, runs/",
+        ),
+    ],
+)
+def test_a_fresh_run_into_a_folder_of_the_users_files_is_refused(
+    files: dict[str, str], listed: str, tmp_path: Path
+) -> None:
+    """A run into a folder holding only files bandpo did not write replaced its README.md with the trainer's model
+    card: refused before any work, with --overwrite and --resume too (neither makes the user's files a run's)."""
+    out = tmp_path / "out"
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    config = load_train_config(TINY, run_dir(tmp_path))
+    message = (
+        rf"^output_dir '{out}' holds files bandpo did not write \({re.escape(listed)}\): it must be an empty or new "
+        r"folder, or an earlier bandpo training run's folder \(with --overwrite or --resume\); choose another "
+        r"output_dir$"
+    )
+    for flags in ({}, {"overwrite": True}, {"resume": True}):
+        with pytest.raises(ConfigError, match=message):
+            prepare(config, **flags)
+    assert (out / "README.md").read_text() == files["README.md"]
+
+
+def test_a_fresh_run_shares_a_folder_with_an_earlier_runs_or_its_callers_files(tmp_path: Path) -> None:
+    """What bandpo wrote is no reason to refuse: the lock file a killed run left, an earlier run's train_config.yaml
+    (and the files beside it), the files a comparison wrote before its run trains (``caller_files``)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    config = load_train_config(TINY, run_dir(tmp_path))
+    (out / ".bandpo-train.lock").write_text("")
+    prepare(config)
+    (out / "run_spec.json").write_text("{}")
+    prepare(config, caller_files=("run_spec.json",))
+    with pytest.raises(ConfigError, match=r"holds files bandpo did not write \(run_spec.json\)"):
+        prepare(config)
+    (out / "train_config.yaml").write_text("{}")
+    (out / "README.md").write_text("the earlier run's model card")
+    prepare(config)
+
+
 @pytest.mark.parametrize("written", ["~/runs/a", "$RUNS_ROOT/a"])
 def test_a_home_or_variable_output_dir_is_the_directory_the_trainer_writes(
     written: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

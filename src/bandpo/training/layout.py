@@ -6,7 +6,15 @@ logs). Comparisons add their own files around it (:mod:`bandpo.experiments.compa
 
 from __future__ import annotations
 
-__all__ = ["CONFIG_FILE", "LOCK_FILE", "METRICS_FILE", "MODEL_CONFIG_FILE", "RUN_INFO_FILE", "TRAINER_STATE"]
+__all__ = [
+    "CONFIG_FILE",
+    "LOCK_FILE",
+    "METRICS_FILE",
+    "MODEL_CONFIG_FILE",
+    "RUN_FILES",
+    "RUN_INFO_FILE",
+    "TRAINER_STATE",
+]
 
 CONFIG_FILE = "train_config.yaml"
 """The config as run (``bandpo train --config`` takes it back; ``--resume`` compares against it)."""
@@ -25,3 +33,8 @@ TRAINER_STATE = "trainer_state.json"
 
 MODEL_CONFIG_FILE = "config.json"
 """The saved model's config (transformers' ``CONFIG_NAME``): present once the final model is saved."""
+
+RUN_FILES = (CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE)
+"""The files only a bandpo training run writes at the top of its ``output_dir``: one of them (or a
+``checkpoint-<step>/``) marks the folder of an earlier run, which a fresh run may share; a folder without any
+holds the user's files (:func:`bandpo.training.run.prepare` refuses it unless it is empty)."""

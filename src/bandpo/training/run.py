@@ -30,7 +30,7 @@ import contextlib
 import functools
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from bandpo.training.checkpoints import checkpoint_dirs, copy_model_files, scan_
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.data import build_prompt_dataset, load_problems
 from bandpo.training.expected_warnings import silence_expected_warnings, tied_weight_keys
-from bandpo.training.layout import CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE
+from bandpo.training.layout import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_FILES, RUN_INFO_FILE
 from bandpo.training.lock import OutputDirLock, check_unlocked
 from bandpo.training.resume import ConfigChanges, ResumePlan, plan_resume
 from bandpo.training.rewards import answer_columns, build_rewards, check_rewards_on
@@ -116,13 +116,18 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
 
 
 def prepare(
-    config: TrainConfig, resume: bool = False, overwrite: bool = False, allow_config_change: bool = False
+    config: TrainConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    allow_config_change: bool = False,
+    caller_files: Collection[str] = (),
 ) -> PreparedRun:
     """Check the whole run without loading a model: batch arithmetic, value ranges, the method and every TRL
     setting (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native method, plus the optimizer, scheduler and generation config built as TRL will), reward name
     and options (and a trial call of each reward on the first problem, its prompt formatted as in training), model path, dataset files and columns (and that they fill one generation round), chat-template
-    use, and the output directory (not in use by another run; with ``resume``, its checkpoints and config;
-    otherwise, unless ``overwrite``, free of an earlier run's checkpoints, metrics or finished record).
+    use, and the output directory (not in use by another run; empty, new or an earlier bandpo run's folder, never
+    one holding only files bandpo did not write; with ``resume``, its checkpoints and config; otherwise, unless
+    ``overwrite``, free of an earlier run's checkpoints, metrics or finished record).
 
     Args:
         config: the training config.
@@ -131,6 +136,8 @@ def prepare(
             ``output_dir``.
         allow_config_change: with ``resume``, continue even if the config changes the experiment
             (:mod:`bandpo.training.resume`).
+        caller_files: names of files in ``output_dir`` that the caller wrote before the run (a comparison's
+            ``run_spec.json``, ...): not the user's.
 
     Raises:
         ConfigError: the first problem found, with the key, the value and what is allowed
@@ -145,6 +152,13 @@ def prepare(
     output_dir = config.output_dir
     if preflight.is_main_rank():
         check_unlocked(output_dir)
+    foreign = _foreign_files(output_dir, caller_files)
+    if foreign is not None:
+        raise ConfigError(
+            f"output_dir {str(output_dir)!r} holds files bandpo did not write ({foreign}): it must be an empty or "
+            "new folder, or an earlier bandpo training run's folder (with --overwrite or --resume); choose another "
+            "output_dir"
+        )
     world_size = preflight.world_size()
     try:
         check_trainer_values(lambda name: preflight.trainer_value(config, name))
@@ -204,6 +218,23 @@ def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dic
     if config.data.chat_template == "always":  # refused with the task's tokenizer, when the model is built
         return problems[0]
     return dict(build_prompt_dataset(problems[:1], config.data, None)[0])
+
+
+def _foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str | None:
+    """The entries of ``output_dir`` a fresh run would write among or over (its model card replaces a
+    ``README.md``) though no bandpo run wrote them, for a message (``README.md, notes/``), or ``None``: the folder
+    is new, empty (but for the lock file and ``caller_files``), or an earlier run's (it holds one of
+    :data:`~bandpo.training.layout.RUN_FILES` or a ``checkpoint-<step>/``)."""
+    try:
+        entries = sorted(output_dir.iterdir()) if output_dir.is_dir() else []
+    except OSError:
+        return None  # the run's own write reports it
+    names = [
+        p.name + ("/" if p.is_dir() else "") for p in entries if p.name not in {LOCK_FILE, *caller_files}
+    ]
+    if not names or any(name in RUN_FILES for name in names) or checkpoint_dirs(output_dir):
+        return None
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def _earlier_run(output_dir: Path) -> str | None:
@@ -391,6 +422,7 @@ def train(
     callbacks: Sequence[Any] = (),
     prepared: PreparedRun | None = None,
     allow_config_change: bool = False,
+    caller_files: Collection[str] = (),
 ) -> Path:
     """Train ``config`` with its method's trainer (``BandPOTrainer`` for a clip rule, TRL's ``GRPOTrainer`` for a
     TRL-native method; :mod:`bandpo.training.methods`); returns ``output_dir`` (module docstring for its contents).
@@ -407,13 +439,18 @@ def train(
         callbacks: more ``transformers.TrainerCallback`` objects.
         prepared: the result of :func:`prepare` for this config, to skip checking twice.
         allow_config_change: with ``resume``, continue even if the config changes the experiment.
+        caller_files: files in ``output_dir`` the caller wrote, not the user's (:func:`prepare`).
 
     Raises:
         ConfigError: from :func:`prepare`, before any model is loaded;
             :class:`bandpo.training.lock.OutputDirLockedError` if another live run holds ``output_dir``.
     """
     prepared = prepared or prepare(
-        config, resume=resume, overwrite=overwrite, allow_config_change=allow_config_change
+        config,
+        resume=resume,
+        overwrite=overwrite,
+        allow_config_change=allow_config_change,
+        caller_files=caller_files,
     )
     args = prepared.args
     output_dir = Path(args.output_dir)

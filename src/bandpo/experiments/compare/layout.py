@@ -21,6 +21,10 @@ COMPARE_CONFIG_FILE = "compare_config.yaml"
 BASELINE_DIR = "baseline"
 REPORT_DIR = "report"
 
+RUN_DIR_FILES = (RUN_SPEC_FILE, LOG_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, AT_STEPS_FILE)
+"""The comparison's own files in a run directory, beside the training run's: the run trains there among them
+(:func:`bandpo.training.run.prepare`'s ``caller_files``)."""
+
 
 LATER_SETTINGS = {"precision": ("float32", "auto"), "at_steps": ([],)}
 """Settings added after runs were exported, by key (at any depth), with the values that reproduce what those runs

@@ -20,6 +20,7 @@ from bandpo.experiments.compare.layout import (
     COMPARE_CONFIG_FILE,
     PLAN_FILE,
     RESULTS_FILE,
+    RUN_DIR_FILES,
     RUN_SPEC_FILE,
     fingerprint,
     without_later_settings,
@@ -196,7 +197,7 @@ def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False, red
         train_config = TrainConfig.from_dict(plan.train_config, source=plan.train_source)
         fresh = plan.status == "stale" and redo  # discarded before it trains
         try:
-            prepare(train_config, resume=not fresh, overwrite=fresh)
+            prepare(train_config, resume=not fresh, overwrite=fresh, caller_files=RUN_DIR_FILES)
         except ConfigError as err:
             if locked_ok and isinstance(err, OutputDirLockedError):
                 continue
@@ -217,7 +218,7 @@ def _starts_afresh(train_config: Any) -> bool:
     from bandpo.training.run import prepare
 
     try:
-        prepare(train_config, overwrite=True)
+        prepare(train_config, overwrite=True, caller_files=RUN_DIR_FILES)
     except ConfigError:
         return False
     return True

@@ -20,6 +20,7 @@ from bandpo.experiments.compare.layout import (
     AT_STEPS_FILE,
     HELDOUT_FILE,
     RESULTS_FILE,
+    RUN_DIR_FILES,
     TRAIN_DONE_FILE,
 )
 from bandpo.provenance import code_changed, provenance
@@ -213,7 +214,7 @@ def run_one(spec_path: str | Path) -> int:
                     run_dir / AT_STEPS_FILE, data, eval_settings(spec["eval"]), steps=at_steps, ends=False
                 )
             )
-        train(config, resume=True, callbacks=callbacks)
+        train(config, resume=True, callbacks=callbacks, caller_files=RUN_DIR_FILES)
         write_json(done_marker, {"wall_time_s": round(time.time() - start, 2), "finished": time.time()})
     train_info = json.loads(done_marker.read_text())
     eval_start = time.time()
