@@ -23,6 +23,7 @@ from bandpo._files import (
     read_json_object,
     recipe_name,
     recipe_names,
+    same_or_inside,
     write_json,
 )
 
@@ -168,3 +169,16 @@ def test_a_checkout_reads_its_own_configs_folder() -> None:
     """The tests run from a clone (an editable install): no wheel copy, the recipes are configs/ itself."""
     assert not WHEEL_RECIPES.exists() and RECIPES == REPO_CONFIGS
     assert {"tiny", "smollm2-arith", "compare-tiny", "study/study4"} <= set(recipe_names())
+
+
+def test_same_or_inside_reads_paths_as_typed_and_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "m")
+    assert same_or_inside("~/m", tmp_path / "m") and same_or_inside(tmp_path / "link/x/y", "~/m")
+    assert same_or_inside(tmp_path / "m/../m/new", "$HOME/link")  # nothing of it exists yet
+    assert not same_or_inside(tmp_path / "m2", tmp_path / "m") and not same_or_inside(
+        tmp_path, tmp_path / "m"
+    )

@@ -1,7 +1,8 @@
 """Tolerant readers of the JSON files runs write (run info, lock records, training logs): a file a killed
 process left half-written reads as what it holds so far, never as an exception. And the checks of an output path
 that a command makes before any work (:func:`output_dir_problem`, :func:`output_file_problem`). And the one atomic
-JSON writer (:func:`write_json`). And :func:`expand_path`, the one reading of a path a user typed."""
+JSON writer (:func:`write_json`). And :func:`expand_path`, the one reading of a path a user typed, and
+:func:`same_or_inside`, the one test of whether a path lies in a folder."""
 
 from __future__ import annotations
 
@@ -83,6 +84,14 @@ def expand_path(path: str | Path) -> Path:
     as written): read a path a user typed through this once, so that every check and every writer sees the same
     directory (transformers expands ``~`` in ``output_dir`` by itself)."""
     return Path(os.path.expandvars(str(path))).expanduser()
+
+
+def same_or_inside(path: str | Path, folder: str | Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it, both read as typed (:func:`expand_path`) and resolved
+    (symlinks, ``..``, relative to the current directory); a path that does not exist yet resolves as far as it
+    exists."""
+    inner, outer = expand_path(path).resolve(), expand_path(folder).resolve()
+    return inner == outer or outer in inner.parents
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -304,6 +304,39 @@ def test_clip_rule_kwargs_next_to_the_band_shortcut_names_the_shortcut() -> None
         assert rule.delta == 0.1
 
 
+@pytest.mark.parametrize(
+    ("model", "output", "how"),
+    [
+        ("models/m", "models/m", "is"),
+        ("models/m", "./models/../models/m/", "is"),  # the same folder, written another way
+        ("link", "models/m", "is"),  # a symlink to the model folder
+        ("models/m", "models/m/run", "is inside"),
+        ("runs/a/checkpoint-4", "runs/a", "holds"),  # a checkpoint of the run dir, which --overwrite deletes
+    ],
+)
+def test_model_path_x_output_dir_x_is_refused(
+    model: str, output: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model.path=X output_dir=X`` was accepted and the final model written over the input model: refused when
+    the config is read, also when one folder lies inside the other (after symlinks and ``..``)."""
+    monkeypatch.chdir(tmp_path)
+    for folder in ("models/m", "runs/a/checkpoint-4"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "config.json").write_text("{}")
+    (tmp_path / "link").symlink_to(tmp_path / "models/m")
+    with pytest.raises(ConfigError) as err:
+        load_train_config(TINY, [f"model.path={model}", f"output_dir={output}"])
+    assert str(err.value) == (
+        f"output_dir {str(Path(output))!r} {how} the model folder model.path {model!r}: the run would write over "
+        "the model it trains; choose an output_dir outside the model folder that does not hold it (from the "
+        "overrides)"
+    )
+    assert load_train_config(TINY, [f"model.path={model}", "output_dir=runs/b"]).output_dir == Path("runs/b")
+    assert load_train_config(TINY, ["model.path=org/name", "output_dir=org"]).output_dir == Path(
+        "org"
+    )  # a hub id
+
+
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a_file = tmp_path / "README.md"
     a_file.write_text("keep me")

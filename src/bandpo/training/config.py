@@ -52,8 +52,9 @@ own ``delta`` (GRPOConfig's two-sided clamp of the ratio, INTELLECT-2's) at or b
 clip, stays allowed).
 
 An unknown key raises :class:`ConfigError` naming the closest valid key; every check here is on the config
-alone (no file other than the config is read; ``output_dir`` is only looked at: it must be a directory or not exist
-yet). Reading and checking a config imports no TRL: the fields' types come from the checked-in table
+alone (no file other than the config is read; ``output_dir`` and a local ``model.path`` are only looked at:
+``output_dir`` must be a directory or not exist yet, and be neither the model folder, nor inside it, nor hold it).
+Reading and checking a config imports no TRL: the fields' types come from the checked-in table
 :mod:`bandpo.training.trl_fields`, TRL's spellings from :mod:`bandpo.losses.method` and its loss types from
 :mod:`bandpo.integrations.trl_spec`; TRL is imported when the method's config class is built
 (:meth:`TrainConfig.training_method` ``.config_class()``).
@@ -74,7 +75,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import COMPARE_KEYS, expand_path, output_dir_problem, recipe_kind
+from bandpo._files import COMPARE_KEYS, expand_path, output_dir_problem, recipe_kind, same_or_inside
 from bandpo.config import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
@@ -315,9 +316,30 @@ class TrainConfig:
                 f"output_dir{at('output_dir')} must be a directory path, got {given!r}; leave it out for "
                 f"{self.output_dir}"
             )
-        problem = output_dir_problem(self.output_dir)
+        problem = output_dir_problem(self.output_dir) or self._model_dir_problem()
         if problem is not None:
             raise ConfigError(f"{problem}{at('output_dir')}" if "output_dir" in self.trainer else problem)
+
+    def _model_dir_problem(self) -> str | None:
+        """Why ``output_dir`` cannot hold this run for the model it trains, or ``None``: it is the local model folder
+        ``model.path``, inside it, or holds it (after ``~``, ``$VAR``, symlinks and ``..``), so the run's final model
+        (or ``--overwrite``'s discard) would write over the model it starts from."""
+        if self.model.uses_task_model:
+            return None
+        model_dir = expand_path(str(self.model.path))
+        if not model_dir.is_dir():  # a Hugging Face id or a built-in model: nothing of the user's here
+            return None
+        out = self.output_dir
+        if same_or_inside(out, model_dir):
+            how = "is" if same_or_inside(model_dir, out) else "is inside"
+        elif same_or_inside(model_dir, out):
+            how = "holds"
+        else:
+            return None
+        return (
+            f"output_dir {str(out)!r} {how} the model folder model.path {str(self.model.path)!r}: the run would "
+            "write over the model it trains; choose an output_dir outside the model folder that does not hold it"
+        )
 
     def where(self, key: str) -> str:
         """Where the dotted ``key`` was set (``in configs/my.yaml:12``, ``from the overrides``, ``default``)."""
