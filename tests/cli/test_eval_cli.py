@@ -174,3 +174,77 @@ def test_eval_dataset_flags_are_checked_before_the_model(
     assert main(["eval", "--model", "tiny", *[a.format(**fill) for a in args], "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"bandpo eval: error: {message.format(**fill)}") and err.count("\n") == 1
+
+
+def _refused_before_the_model(
+    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> str:
+    """``bandpo eval`` with ``args`` in process: status 2 and one line on stderr, and the model never resolved."""
+    from bandpo.cli.main import main
+
+    def resolve_model_dir(*args: Any, **kwargs: Any) -> None:
+        pytest.fail("the model was resolved before the output files were checked")
+
+    monkeypatch.setattr("bandpo.eval.models.resolve_model_dir", resolve_model_dir)
+    assert main(["eval", *args, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bandpo eval: error: ") and err.count("\n") == 1, err
+    return err.removeprefix("bandpo eval: error: ").rstrip("\n")
+
+
+def test_save_samples_onto_the_models_weights_is_refused(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--save-samples <model>/model.safetensors`` wrote the samples JSONL over the weights."""
+    weights = model_dir / "model.safetensors"
+    before = weights.read_bytes()
+    message = _refused_before_the_model(
+        ["--model", str(model_dir), "--output", str(tmp_path / "r.json"), "--save-samples", str(weights)],
+        monkeypatch,
+        capsys,
+    )
+    assert message == (
+        f"--save-samples '{weights}' is inside the model folder '{model_dir}': bandpo eval writes no file among a "
+        "model's but its default results file eval_results.json; write it elsewhere"
+    )
+    assert weights.read_bytes() == before
+
+
+def test_output_onto_the_models_config_json_is_refused(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output <model>/config.json`` replaced the model's config with the results; another model's folder is
+    refused as well (and a dataset file is not replaced)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (other / name).write_text("{}")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "p", "answer": "1"}) + "\n")
+    for output, why in (
+        (model_dir / "config.json", f"is inside the model folder '{model_dir}'"),
+        (other / "r.json", f"is inside the model folder '{other}'"),
+        (data, "exists and is not an earlier bandpo eval output"),
+    ):
+        message = _refused_before_the_model(
+            ["--model", str(model_dir), "--output", str(output)], monkeypatch, capsys
+        )
+        assert message.startswith(f"--output '{output}' {why}"), message
+    assert json.loads((model_dir / "config.json").read_text())["model_type"]
+    assert data.read_text() == json.dumps({"prompt": "p", "answer": "1"}) + "\n"
+
+
+def test_output_and_save_samples_to_one_file_is_refused(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output same.json --save-samples same.json``: the samples replaced the results."""
+    same = tmp_path / "same.json"
+    message = _refused_before_the_model(
+        ["--model", str(model_dir), "--output", str(same), "--save-samples", f"{tmp_path}/./same.json"],
+        monkeypatch,
+        capsys,
+    )
+    assert message == (
+        f"--save-samples '{tmp_path}/./same.json' and --output '{same}' are the same file: each output needs a file "
+        "of its own"
+    )

@@ -24,6 +24,11 @@ n_problems, n_samples, mean@k, pass@j, best@k, maj@k, n_unparsed (samples withou
 n_unparsed_ground_truth (problems left out: the verifier cannot parse their answer), entropy, mean_length,
 truncated_frac.
 
+output files: --output and --save-samples are two files, never one; neither is written into a folder holding a
+  model (config.json + weights: the model evaluated, a folder inside it, another model's) but the default
+  <model>/eval_results.json, and neither replaces an existing file that is not empty or an earlier bandpo eval
+  output (a results JSON, a samples JSONL): refused before any work
+
 examples:
   bandpo eval --model runs/tiny --dataset countdown --k 32
   bandpo eval --model runs/tiny/checkpoint-200 --k 8 --ks 1,2,8 --temperature 0.6
@@ -142,16 +147,25 @@ def _task_options(text: str | None) -> dict[str, Any] | None:
         raise EvalError(str(err)) from None
 
 
-def _check_outputs(output: str | Path | None, samples: str | None) -> None:
-    """The results file (``--output``) and the samples file (``--save-samples``) can be written: neither is a
-    directory nor below a file. Raises ``EvalError`` naming the flag."""
-    from bandpo._files import output_file_problem
+def _check_outputs(output: str | Path | None, samples: str | None, model: str | Path | None) -> None:
+    """The results file (``--output``) and the samples file (``--save-samples``) can be written and destroy
+    nothing (:func:`bandpo.eval.outputs.outputs_problem`: each its own file, none among a model's files, none
+    replacing a file that is not an earlier eval output); ``model``: the model folder, ``None`` while it is not
+    known. Raises ``EvalError`` naming the flag."""
     from bandpo.eval.errors import EvalError
+    from bandpo.eval.outputs import outputs_problem
 
-    for flag, path in (("--output", output), ("--save-samples", samples)):
-        problem = None if path is None else output_file_problem(path, flag)
-        if problem is not None:
-            raise EvalError(problem)
+    problem = outputs_problem({"--output": output, "--save-samples": samples}, model)
+    if problem is not None:
+        raise EvalError(problem)
+
+
+def _local_model(model: str) -> Path | None:
+    """``--model`` as the folder it names, before it is resolved (``None``: a built-in name, ``tiny``, a typo)."""
+    from bandpo._files import expand_path
+
+    path = expand_path(model)
+    return path if path.is_dir() else None
 
 
 def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[str, Any] | None) -> None:
@@ -181,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo.eval.errors import EvalError
     from bandpo.eval.evaluate import evaluate_model_dir, format_table
     from bandpo.eval.models import check_device, resolve_model_dir
+    from bandpo.eval.outputs import DEFAULT_RESULTS
     from bandpo.eval.settings import EvalSettings
     from bandpo.validation import check_int_in
 
@@ -204,11 +219,11 @@ def run(args: argparse.Namespace) -> int:
             check_int_in("--threads", args.threads, 1, error=EvalError)
         _check_datasets(args, specs, options)  # before the model, which "tiny" may warm-start for minutes
         # the files named on the command line, before the model; the default one (in the model's folder) after it
-        _check_outputs(args.output, args.save_samples)
+        _check_outputs(args.output, args.save_samples, _local_model(args.model))
         model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
-        output = Path(args.output) if args.output else model / "eval_results.json"
-        if not args.output:  # the default file, in the model's folder: checked now, before the work
-            _check_outputs(output, None)
+        output = Path(args.output) if args.output else model / DEFAULT_RESULTS
+        # the default file, in the model's folder, and a built-in model's folder: checked now, before the work
+        _check_outputs(output, args.save_samples, model)
         if args.threads is not None:
             import torch
 

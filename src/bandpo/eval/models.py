@@ -20,6 +20,7 @@ __all__ = [
     "attention_of_run",
     "check_device",
     "check_model_dir",
+    "holds_model",
     "load_model",
     "loaded_attention",
     "resolve_model_dir",
@@ -39,6 +40,20 @@ WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _has_weights(names: Sequence[str]) -> bool:
+    return any(n in names for n in WEIGHT_FILES) or any(n.endswith(".safetensors") for n in names)
+
+
+def holds_model(folder: Path) -> bool:
+    """Whether ``folder`` holds a transformers model: ``config.json`` and weights (:data:`WEIGHT_FILES` or a
+    ``.safetensors`` file), as :func:`check_model_dir` asks."""
+    try:
+        names = [c.name for c in folder.iterdir()] if folder.is_dir() else []
+    except OSError:
+        return False
+    return MODEL_CONFIG_FILE in names and _has_weights(names)
 
 
 def check_model_dir(path: str | Path) -> tuple[Path, Path]:
@@ -75,7 +90,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
         json.loads((p / MODEL_CONFIG_FILE).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise EvalError(f"model directory {str(path)!r}: config.json is not valid JSON ({err})") from err
-    if not any(n in names for n in WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+    if not _has_weights(names):
         raise EvalError(
             f"model directory {str(path)!r} is not a model: it has config.json but no weights (looked for "
             f"{', '.join(WEIGHT_FILES)}); it holds: {', '.join(names[:20])}"
