@@ -87,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--overwrite",
         action="store_true",
-        help="discard the checkpoints, metrics and TensorBoard folders of an earlier run in output_dir",
+        help="discard the checkpoints (checkpoint-<step>/), metrics, run info and TensorBoard folders of an "
+        "earlier bandpo run in output_dir; nothing else there is removed",
     )
     parser.add_argument(
         "--allow-config-change",
