@@ -189,8 +189,9 @@ def _call(cmd: list[str], cwd: Path, pythonpath: Path | None = None) -> None:
 
 
 def ensure_runs(worktree: Path, main: Path) -> bool:
-    """Copy the committed export back as the worktree's output folder if that is gone; ``True`` if copied."""
-    if (worktree / OUT).exists():
+    """Copy the committed export back as the worktree's output folder if that is gone and there is an export (a study
+    with no finished run has none); ``True`` if copied."""
+    if (worktree / OUT).exists() or not (main / EXPORT).is_dir():
         return False
     (worktree / OUT).parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(main / EXPORT, worktree / OUT)

@@ -99,6 +99,13 @@ def test_runs_are_copied_back_only_when_gone(tmp_path) -> None:
     assert not (worktree / session.OUT / "runs" / "grpo" / "seed421").exists()
 
 
+def test_nothing_is_copied_back_before_a_study_has_an_export(tmp_path) -> None:
+    """A study with no finished run has no export yet (Study 5's first session): resume goes on without one."""
+    main, worktree = tmp_path / "main", tmp_path / "study5"
+    assert session.ensure_runs(worktree, main) is False
+    assert not (worktree / session.OUT).exists()
+
+
 def test_status_without_runs_counts_none(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setattr(session, "queue_running", lambda: True)
     assert session.main(["status", "--worktree", str(tmp_path)]) == 0
