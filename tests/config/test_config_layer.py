@@ -4,6 +4,7 @@ field (pydantic plus our two rules), one unknown-key message."""
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from bandpo.config import (
     unknown_key,
     where,
 )
+from bandpo.config.documents import ALIAS_VALUES_LIMIT
 
 
 class Color(enum.Enum):
@@ -100,6 +102,33 @@ def test_file_errors(tmp_path: Path) -> None:
         "is not valid YAML: line 3, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow "
         "sequence)"
     )
+
+
+def test_a_config_of_nested_aliases_is_refused_at_the_alias_in_well_under_a_second(tmp_path: Path) -> None:
+    """A 'billion laughs' of nine levels (9**10 values) ran until killed; seven took 68 s and 1.8 GB."""
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    (tmp_path / "laughs.yaml").write_text("\n".join(lines) + "\n")
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        read_layers(tmp_path / "laughs.yaml")
+    assert time.perf_counter() - started < 0.5
+    assert str(err.value) == (
+        f"config file {str(tmp_path / 'laughs.yaml')!r} is not valid YAML: line 5, column 10: with the alias *a3 "
+        f"the file's aliases stand for more than {ALIAS_VALUES_LIMIT} values (nested aliases repeat a value at "
+        "every level, a 'billion laughs'); write the values out, or share a file's values with base:"
+    )
+    (tmp_path / "loop.yaml").write_text("a: 1\nb: &b [1, *b]\n")  # PyYAML builds a list holding itself
+    with pytest.raises(ConfigError, match=r"line 2, column 11: the alias \*b is inside the value it names"):
+        read_layers(tmp_path / "loop.yaml")
+
+
+def test_a_config_with_a_few_aliases_and_a_merge_key_reads(tmp_path: Path) -> None:
+    text = "shared: &s {rate: 1e-6, steps: [1, 2]}\ncopy: *s\nmerged:\n  <<: *s\n  steps: 3\n"
+    (tmp_path / "f.yaml").write_text(text)
+    (layer,) = read_layers(tmp_path / "f.yaml")
+    assert layer.values["copy"] == {"rate": 1e-6, "steps": [1, 2]}
+    assert layer.values["merged"] == {"rate": 1e-6, "steps": 3}
 
 
 @pytest.mark.parametrize(

@@ -53,10 +53,49 @@ class Layer:
     origins: dict[str, str] = field(default_factory=dict)
 
 
+ALIAS_VALUES_LIMIT = 10_000
+"""How many values the aliases (``*name``) of one YAML file may stand for in all: nested aliases double a
+document at every level (a "billion laughs" of nine levels ran until killed), a config's real aliases repeat a few
+values."""
+
+
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with three changes configs need: numbers in exponent form without a dot (``1e-6``,
-    ``5e-4``) are floats (YAML 1.1 reads them as text), timestamps stay text, and a key given twice in one mapping
-    is an error (PyYAML keeps the last one silently)."""
+    """PyYAML's safe loader with four changes configs need: numbers in exponent form without a dot (``1e-6``,
+    ``5e-4``) are floats (YAML 1.1 reads them as text), timestamps stay text, a key given twice in one mapping
+    is an error (PyYAML keeps the last one silently), and aliases stand for at most :data:`ALIAS_VALUES_LIMIT`
+    values in all, none inside the value it names (PyYAML expands both without end)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        # id of a composed node -> how many values it holds with its aliases expanded
+        self._sizes: dict[int, int] = {}
+        self._aliased = 0  # the values the aliases read so far stand for
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if not self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            children = (
+                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+            )
+            inside = sum(self._sizes[id(n)] for n in children) if isinstance(children, list) else 0
+            self._sizes[id(node)] = 1 + inside
+            return node
+        event = self.peek_event()
+        node = super().compose_node(parent, index)
+        size = self._sizes.get(id(node))
+        if size is None:  # still being composed: the alias is inside the value it names
+            raise yaml.composer.ComposerError(
+                None, None, f"the alias *{event.anchor} is inside the value it names (a recursive alias)",
+                event.start_mark,
+            )  # fmt: skip
+        self._aliased += size
+        if self._aliased > ALIAS_VALUES_LIMIT:
+            raise yaml.composer.ComposerError(
+                None, None, f"with the alias *{event.anchor} the file's aliases stand for more than {ALIAS_VALUES_LIMIT} "
+                "values (nested aliases repeat a value at every level, a 'billion laughs'); write the values out, "
+                "or share a file's values with base:", event.start_mark,
+            )  # fmt: skip
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
