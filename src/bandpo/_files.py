@@ -1,7 +1,8 @@
 """Tolerant readers of the JSON files runs write (run info, lock records, training logs): a file a killed
 process left half-written reads as what it holds so far, never as an exception. And the checks of an output path
 that a command makes before any work (:func:`output_dir_problem`, :func:`output_file_problem`). And the one atomic
-JSON writer (:func:`write_json`). And :func:`expand_path`, the one reading of a path a user typed, and
+JSON writer (:func:`write_json`). And :func:`read_utf8`, the one reading of a user's text file (a byte that is
+not UTF-8 named by its offset). And :func:`expand_path`, the one reading of a path a user typed, and
 :func:`same_or_inside`, the one test of whether a path lies in a folder."""
 
 from __future__ import annotations
@@ -127,6 +128,24 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def read_utf8(path: Path, name: str) -> str:
+    """The text of the file ``path`` read as UTF-8 (a config, a dataset); ``name`` is how a message names it.
+
+    Raises:
+        ValueError: one line, ``NAME is not UTF-8 text: byte 0xe9 at byte offset 38 (line 3: ...)``: where the first
+            byte that is not UTF-8 lies.
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise ValueError(
+            f"{name} is not UTF-8 text: byte 0x{data[err.start]:02x} at byte offset {err.start} (line {line}: "
+            f"{err.reason}); save the file as UTF-8"
+        ) from None
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

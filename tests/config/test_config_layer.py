@@ -303,3 +303,15 @@ def test_a_run_from_a_recipe_name_records_the_recipe_file(
     assert load_train_config("tiny").source == str(RECIPES / "tiny.yaml")
     (tmp_path / "mine.yaml").write_text("base: " + str(RECIPES / "tiny.yaml") + "\n")
     assert load_train_config("mine.yaml").source == "mine.yaml"  # a file of the user's, as typed
+
+
+def test_a_config_file_saved_in_latin_1_is_refused_naming_the_file_and_the_byte_offset(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "latin1.yaml").write_bytes("a: 1\nrun_name: café\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as err:
+        read_layers(tmp_path / "latin1.yaml")
+    assert str(err.value) == (
+        f"config file {str(tmp_path / 'latin1.yaml')!r} is not UTF-8 text: byte 0xe9 at byte offset 18 (line 2: "
+        "invalid continuation byte); save the file as UTF-8"
+    )

@@ -149,3 +149,16 @@ def test_check_eval_specs_reads_no_data(tmp_path: Path) -> None:
         check_eval_specs(["countdown", "countdwon"])
     with pytest.raises(EvalError, match="dataset must be a task name"):
         check_eval_specs([" "])
+
+
+def test_an_eval_dataset_with_a_byte_that_is_not_utf8_is_refused_naming_the_file_and_the_offset(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"prompt": "\xe9t\xe9", "answer": "1"}\n')
+    with pytest.raises(EvalError) as err:
+        load_eval_dataset(str(path))
+    assert str(err.value) == (
+        f"dataset {str(path)!r} is not UTF-8 text: byte 0xe9 at byte offset 12 (line 1: invalid continuation "
+        "byte); save the file as UTF-8"
+    )

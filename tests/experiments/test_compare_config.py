@@ -370,3 +370,14 @@ def test_train_overrides_may_not_set_the_method_or_its_settings(
         CompareError, match=rf"^train\.overrides\.{name} \(in .*c\.yaml:4\) is a setting of the"
     ):
         load_compare_config(path)
+
+
+def test_a_compare_config_saved_in_latin_1_is_refused_naming_the_file_and_the_byte_offset(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cmp.yaml"
+    path.write_bytes(f"train:\n  config: {CONFIGS / 'tiny.yaml'}\n# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(
+        CompareError, match=rf"^compare config {re.escape(repr(str(path)))} is not UTF-8 text: byte 0xe9"
+    ):
+        load_compare_config(path)

@@ -383,6 +383,17 @@ def test_missing_config_file_and_bad_yaml(tmp_path: Path) -> None:
         load_train_config(write_yaml(tmp_path / "empty.yaml", "seed: 1\n"))
 
 
+def test_a_train_config_saved_in_latin_1_is_refused_naming_the_file_and_the_byte_offset(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("data:\n  task: countdown\nrun_name: café\n".encode("latin-1"))
+    with pytest.raises(
+        ConfigError, match=r"^config file '.*latin1.yaml' is not UTF-8 text: byte 0xe9 at byte offset 37 "
+    ):
+        load_train_config(path)
+
+
 # ------------------------------------------------------------------------------ prepare: checks before loading
 def run_dir(tmp_path: Path) -> list[str]:
     return [f"output_dir={tmp_path / 'out'}", "report_to=none"]

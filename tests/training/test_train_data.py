@@ -217,3 +217,16 @@ def test_countdown_task_split() -> None:
         DataConfig(task="countdown", split="test", task_options={"n_test": 5}), need_answer=False
     )
     assert len(test) == 5 and not {p["prompt"] for p in test} & {p["prompt"] for p in problems}
+
+
+def test_a_jsonl_dataset_with_a_byte_that_is_not_utf8_is_refused_naming_the_file_and_the_offset(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"prompt": "a", "answer": "1"}\n{"prompt": "b\xff", "answer": "2"}\n')
+    with pytest.raises(ConfigError) as err:
+        load_problems(data_config(path), need_answer=True)
+    assert str(err.value) == (
+        f"data.path {str(path)!r} is not UTF-8 text: byte 0xff at byte offset 44 (line 2: invalid start byte); "
+        "save the file as UTF-8"
+    )

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import find_recipe, recipe_name, recipe_names
+from bandpo._files import find_recipe, read_utf8, recipe_name, recipe_names
 from bandpo.registry import did_you_mean
 
 
@@ -179,7 +179,10 @@ def _read_file(path: Path, what: str) -> Layer:
         raise ConfigError(f"{what} {str(path)!r} is a directory; it must be a YAML file")
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r} does not exist")
-    text = path.read_text()
+    try:
+        text = read_utf8(path, f"{what} {str(path)!r}")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     loader = _Loader(text)  # one parse: the node gives the keys' lines, the same node the values
     try:
         node = loader.get_single_node()

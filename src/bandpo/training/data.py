@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import read_utf8
 from bandpo.training.config import ConfigError, DataConfig
 
 __all__ = [
@@ -101,7 +102,10 @@ def read_records(path: str | Path, fmt: str = "auto") -> list[dict[str, Any]]:
             return pq.read_table(path).to_pylist()
         except Exception as err:  # pyarrow raises several types
             raise ConfigError(f"data.path {str(path)!r} is not a readable parquet file: {err}") from err
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = read_utf8(path, f"data.path {str(path)!r}")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if fmt == "json":
         try:
             data = json.loads(text)
