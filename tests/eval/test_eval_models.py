@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,33 @@ def test_check_model_dir_errors(tmp_path: Path, model_dir: Path) -> None:
         check_model_dir(ckpt)
     (ckpt.parent / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
     assert check_model_dir(ckpt) == (ckpt, ckpt.parent)
+
+
+@pytest.mark.parametrize(
+    ("weights", "problem"),
+    [
+        (lambda data: data[:-4], r"model.safetensors is truncated \(\d+ bytes, its header describes \d+\)"),
+        (
+            lambda data: b"oarbage\n",
+            r"model.safetensors is not a safetensors file \(8 bytes\): its first 8 bytes give a header length of "
+            r"749118580988207471, larger than the file$",
+        ),
+    ],
+    ids=["truncated", "garbage"],
+)
+def test_eval_of_a_checkpoint_with_truncated_or_garbage_weights_is_refused_before_loading(
+    tmp_path: Path, model_dir: Path, weights: Callable[[bytes], bytes], problem: str
+) -> None:
+    """It was a ``SafetensorError`` traceback from ``from_pretrained``; the check is resume's, headers only."""
+    ckpt = tmp_path / "checkpoint-4"
+    ckpt.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (ckpt / name).write_bytes((model_dir / name).read_bytes())
+    (ckpt / "model.safetensors").write_bytes(weights((model_dir / "model.safetensors").read_bytes()))
+    with pytest.raises(
+        EvalError, match=rf"^model directory '.*checkpoint-4': its weights cannot be loaded: {problem}"
+    ):
+        resolve_model_dir(str(ckpt))
 
 
 def test_resolve_model_dir(tmp_path: Path, model_dir: Path) -> None:

@@ -90,3 +90,21 @@ def test_safetensors_header_garbage(tmp_path: Path) -> None:
     path = tmp_path / "model.safetensors"
     path.write_bytes((4).to_bytes(8, "little") + b"{{{{")
     assert "unreadable header" in (safetensors_problem(path) or "")
+
+
+def test_resume_past_garbage_weights_says_they_are_not_a_safetensors_file(tmp_path: Path) -> None:
+    """``model.safetensors`` holding 8 bytes of text was "truncated (8 bytes, its header alone needs
+    749118580988207471)"."""
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"oarbage\n")
+    assert safetensors_problem(path) == (
+        "model.safetensors is not a safetensors file (8 bytes): its first 8 bytes give a header length of "
+        "749118580988207471, larger than the file"
+    )
+    path.write_bytes((4).to_bytes(8, "little") + b"abcd")
+    assert safetensors_problem(path) == (
+        "model.safetensors is not a safetensors file (12 bytes): its header starts with b'a', not with the '{' of "
+        "a JSON object"
+    )
+    path.write_bytes((40).to_bytes(8, "little") + b'{"a": ')  # a real header, cut: truncated
+    assert safetensors_problem(path) == "model.safetensors is truncated (14 bytes, its header alone needs 48)"

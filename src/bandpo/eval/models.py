@@ -10,6 +10,7 @@ from typing import Any
 
 from bandpo._files import expand_path
 from bandpo.eval.errors import EvalError
+from bandpo.training.checkpoints import weights_problem
 from bandpo.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
 
 __all__ = [
@@ -64,8 +65,9 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
 
     Raises:
         EvalError: the path does not exist, is a file, has no ``config.json`` (a run directory with only
-            ``checkpoint-*`` folders names the last one), no weights, or no tokenizer; the message names the path and
-            what is missing.
+            ``checkpoint-*`` folders names the last one), no weights or weights that are truncated or not of their
+            format (:func:`bandpo.training.checkpoints.weights_problem`, as resume checks a checkpoint), or no
+            tokenizer; the message names the path and what is missing.
     """
     p = expand_path(path)
     if not p.exists():
@@ -95,6 +97,9 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
             f"model directory {str(path)!r} is not a model: it has config.json but no weights (looked for "
             f"{', '.join(WEIGHT_FILES)}); it holds: {', '.join(names[:20])}"
         )
+    problem = weights_problem(p)  # the check resume makes of a checkpoint's weights, headers only
+    if problem is not None:
+        raise EvalError(f"model directory {str(path)!r}: its weights cannot be loaded: {problem}")
     tokenizer_dir = p
     if not any(n in names for n in TOKENIZER_FILES):
         parent = p.parent

@@ -31,10 +31,14 @@ __all__ = [
     "copy_model_files",
     "safetensors_problem",
     "scan_checkpoints",
+    "weights_problem",
 ]
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 """Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
+
+SAFETENSORS_MAX_HEADER = 100_000_000
+"""The largest header length the safetensors library reads (its ``MAX_HEADER_SIZE``, in bytes)."""
 
 _TRAINING_ONLY = re.compile(r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$")
 
@@ -51,8 +55,10 @@ def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
 def safetensors_problem(path: Path) -> str | None:
     """``None`` if ``path`` is a whole ``.safetensors`` file; otherwise what is wrong with it.
 
-    The format is an 8-byte little-endian header length, a JSON header giving each tensor's ``data_offsets``, then
-    the data: a complete file is exactly ``8 + header length + largest end offset`` bytes long.
+    The format is an 8-byte little-endian header length, a JSON header (an object: it starts with ``{``) giving each
+    tensor's ``data_offsets``, then the data: a complete file is exactly ``8 + header length + largest end offset``
+    bytes long. A file whose header length is beyond safetensors' limit (:data:`SAFETENSORS_MAX_HEADER`) or whose
+    header does not start with ``{`` is not a safetensors file (text, another format), not a truncated one.
     """
     if not path.is_file():
         return f"{path.name} is missing"
@@ -62,8 +68,17 @@ def safetensors_problem(path: Path) -> str | None:
         if len(prefix) < 8:
             return f"{path.name} is truncated ({size} bytes)"
         header_len = int.from_bytes(prefix, "little")
+        first = f.read(1)
+        if header_len > SAFETENSORS_MAX_HEADER or first not in (b"", b"{"):
+            if header_len > SAFETENSORS_MAX_HEADER or 8 + header_len > size:
+                larger = "larger than the file" if 8 + header_len > size else "beyond safetensors' limit"
+                why = f"its first 8 bytes give a header length of {header_len}, {larger}"
+            else:
+                why = f"its header starts with {first!r}, not with the '{{' of a JSON object"
+            return f"{path.name} is not a safetensors file ({size} bytes): {why}"
         if 8 + header_len > size:
             return f"{path.name} is truncated ({size} bytes, its header alone needs {8 + header_len})"
+        f.seek(8)
         try:
             header = json.loads(f.read(header_len))
             end = max(
@@ -86,15 +101,23 @@ def _torch_file_problem(path: Path) -> str | None:
         return f"{path.name} is truncated or unreadable"
 
 
-def _weights_problem(checkpoint: Path) -> str | None:
-    index = checkpoint / "model.safetensors.index.json"
-    if index.is_file():
+def weights_problem(checkpoint: Path) -> str | None:
+    """``None`` if the model weights in the folder ``checkpoint`` are whole (a checkpoint, a saved model: each
+    safetensors file as long as its header says, each ``torch.save`` archive readable, every shard an index names);
+    otherwise the first file missing, truncated or not of its format, or ``no model weights``."""
+    for name, check in (
+        ("model.safetensors.index.json", safetensors_problem),
+        ("pytorch_model.bin.index.json", _torch_file_problem),
+    ):
+        index = checkpoint / name
+        if not index.is_file():
+            continue
         try:
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         except (ValueError, KeyError, TypeError, AttributeError):
             return f"{index.name} is unreadable"
         for shard in shards:
-            problem = safetensors_problem(checkpoint / shard)
+            problem = check(checkpoint / shard) if (checkpoint / shard).is_file() else f"{shard} is missing"
             if problem:
                 return problem
         return None
@@ -145,7 +168,7 @@ def _inspect(checkpoint: Path) -> tuple[str | None, int | None]:
 
 def _files_problem(checkpoint: Path) -> str | None:
     """The first missing or unreadable weights, optimizer, scheduler or RNG file of ``checkpoint``, or ``None``."""
-    problem = _weights_problem(checkpoint)
+    problem = weights_problem(checkpoint)
     if problem:
         return problem
     sharded = _sharded_state(checkpoint)
