@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -437,6 +438,39 @@ def test_prepare_errors(
     config = load_train_config(TINY, run_dir(tmp_path) + overrides)
     with pytest.raises(ConfigError, match=match):
         prepare(config)
+
+
+def test_dry_run_with_use_vllm_on_a_machine_without_vllm_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It passed, and the trainer's ImportError came once the model had loaded."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    config = load_train_config(TINY, [*run_dir(tmp_path), "use_vllm=true"])
+    with pytest.raises(ConfigError) as err:
+        prepare(config)
+    assert str(err.value) == (
+        "use_vllm=true (from the overrides) samples with vLLM, which is not installed here (import vllm finds "
+        "nothing): install vllm (pip install vllm) or set use_vllm: false"
+    )
+
+
+@pytest.mark.parametrize("key", ["model.attn_implementation", "model_init_kwargs.attn_implementation"])
+def test_dry_run_with_an_attention_transformers_lacks_is_refused_naming_the_ones_it_has(
+    tmp_path: Path, key: str
+) -> None:
+    """It passed, and ``from_pretrained`` refused ``foo`` once the model had loaded."""
+    with pytest.raises(ConfigError) as err:
+        prepare(load_train_config(TINY, [*run_dir(tmp_path), f"{key}=eagr"]))
+    assert re.fullmatch(
+        rf"{re.escape(key)}='eagr' \(from the overrides\) is not an attention implementation transformers knows "
+        r"\(did you mean 'eager'\?\): one of eager, (\w+, )*sdpa, .*or a kernel from the Hub \(org/name\)",
+        str(err.value),
+    ), err.value
+    for accepted in ("sdpa", "kernels-community/flash-attn2"):  # a name transformers has, a Hub kernel
+        prepare(load_train_config(TINY, [*run_dir(tmp_path), f"{key}={accepted}"]))
 
 
 def test_prepare_errors_with_files(tmp_path: Path) -> None:

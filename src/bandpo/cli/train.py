@@ -100,7 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run",
         action="store_true",
         help="check everything that needs no model (config, TRL trainer, optimizer, scheduler and generation "
-        "settings, model path, data, output_dir), print the resolved config, and exit without training",
+        "settings, vLLM for use_vllm, the attention implementation, model path, data, output_dir), print the "
+        "resolved config, and exit without training",
     )
 
 

@@ -1,21 +1,29 @@
-"""The checks of a training config that need no model: processes, batch arithmetic, the model path, the cache,
-the tokenizer (:func:`bandpo.training.run.prepare` runs them before anything loads)."""
+"""The checks of a training config that need no model: processes, batch arithmetic, the libraries the config asks
+for (vLLM, an attention implementation), the model path, the cache, the tokenizer (:func:`bandpo.training.run.prepare`
+runs them before anything loads)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bandpo.config import located
 from bandpo.models import MODELS, ModelUnavailableError, is_builtin_model
+from bandpo.registry import did_you_mean
 from bandpo.training.config import ConfigError, TrainConfig
 from bandpo.training.layout import MODEL_CONFIG_FILE
 from bandpo.training.resume import trainer_default
 from bandpo.training.tasks import TASKS, default_cache_dir
 
 __all__ = [
+    "attention_implementations",
+    "attention_problem",
     "cache_dir",
     "check_batch",
+    "check_libraries",
     "check_model",
     "is_main_rank",
     "load_tokenizer",
@@ -81,6 +89,57 @@ def check_batch(config: TrainConfig, world_size: int) -> None:
             "steps_per_generation a multiple of num_generations (e.g. per_device_train_batch_size="
             f"{_suggest_batch(per_device, n)}), or change num_generations"
         )
+
+
+def attention_implementations() -> list[str]:
+    """The attention implementations transformers accepts by name (``eager`` and its registry's: ``sdpa``,
+    ``flash_attention_2``, ``flex_attention``, ...), read from the installed transformers."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+
+
+def attention_problem(value: str | None, name: str, at: str | None = None) -> str | None:
+    """Why ``from_pretrained`` would refuse ``attn_implementation=value`` once the model has loaded, or ``None``:
+    a name among :func:`attention_implementations` (with or without transformers' ``paged|`` prefix) or a kernel
+    from the Hugging Face Hub (``org/name``) is accepted. ``name``: the setting, ``at``: where it was set."""
+    if value is None:
+        return None
+    allowed = attention_implementations()
+    if value in allowed or value.removeprefix("paged|") in allowed:
+        return None
+    try:
+        from transformers.integrations.hub_kernels import is_kernel
+    except ImportError:  # pragma: no cover - transformers without Hub kernels
+        is_kernel = None
+    if is_kernel is not None and is_kernel(value):
+        return None
+    return (
+        f"{located(f'{name}={value!r}', at)} is not an attention implementation transformers knows"
+        f"{did_you_mean(value, allowed)}: one of {', '.join(allowed)}, or a kernel from the Hub (org/name)"
+    )
+
+
+def check_libraries(config: TrainConfig) -> None:
+    """The libraries the config asks for, which the trainer would otherwise miss only once the model has loaded:
+    vLLM for ``use_vllm: true`` (importable), and an attention implementation transformers knows
+    (``model.attn_implementation`` or ``model_init_kwargs.attn_implementation``: :func:`attention_problem`)."""
+    if config.trainer.get("use_vllm") and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            f"{located('use_vllm=true', config.where('use_vllm'))} samples with vLLM, which is not installed "
+            "here (import vllm finds nothing): install vllm (pip install vllm) or set use_vllm: false"
+        )
+    init_kwargs = config.trainer.get("model_init_kwargs")
+    for key, value in (
+        ("model.attn_implementation", config.model.attn_implementation),
+        (
+            "model_init_kwargs.attn_implementation",
+            init_kwargs.get("attn_implementation") if isinstance(init_kwargs, Mapping) else None,
+        ),
+    ):
+        problem = attention_problem(value, key, config.where(key))
+        if problem is not None:
+            raise ConfigError(problem)
 
 
 def _suggest_batch(per_device: int, n: int) -> int:

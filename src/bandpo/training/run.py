@@ -165,6 +165,7 @@ def prepare(
     except ConfigError as err:
         raise ConfigError(config.locate(str(err))) from err
     preflight.check_batch(config, world_size)
+    preflight.check_libraries(config)
     method = config.training_method()
     try:
         args = method.config_class()(**config.trainer_kwargs())
