@@ -102,10 +102,6 @@ def test_eval_file_with_unparsable_answers(model_dir: Path, tmp_path: Path) -> N
             ["--model", "{model}", "--output", "{tmp}/r.json", "--save-samples", "{tmp}/d.jsonl/s.jsonl"],
             "--save-samples '{tmp}/d.jsonl/s.jsonl' is inside '{tmp}/d.jsonl', which is a file",
         ),
-        (
-            ["--model", "{model}", "--attn-implementation", "no-such"],
-            "model directory '{model}' could not be loaded as a causal LM with attn_implementation 'no-such': ",
-        ),
     ],
 )
 def test_eval_errors_name_the_problem(
@@ -151,6 +147,16 @@ def test_eval_errors_name_the_problem(
         (["--output", "{tmp}"], "--output '{tmp}' is a directory; it must be a file path"),
         (["--save-samples", "{tmp}"], "--save-samples '{tmp}' is a directory; it must be a file path"),
         (["--output", ""], "--output must be a file path, got ''"),
+        # the prompt template and the attention (each failed only once the model had loaded)
+        (
+            ["--prompt-template", "Q: {{question}}"],
+            "--prompt-template must be a format string whose only field",
+        ),
+        (["--prompt-template", "Solve it."], "--prompt-template must contain {{prompt}}, got 'Solve it.'"),
+        (
+            ["--attn-implementation", "no-such"],
+            "--attn-implementation='no-such' is not an attention implementation transformers knows: one of eager, ",
+        ),
     ],
 )
 def test_eval_dataset_flags_are_checked_before_the_model(

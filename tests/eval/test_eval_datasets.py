@@ -162,3 +162,12 @@ def test_an_eval_dataset_with_a_byte_that_is_not_utf8_is_refused_naming_the_file
         f"dataset {str(path)!r} is not UTF-8 text: byte 0xe9 at byte offset 12 (line 1: invalid continuation "
         "byte); save the file as UTF-8"
     )
+
+
+def test_an_eval_prompt_template_without_prompt_or_with_another_field_is_refused_before_the_data() -> None:
+    with pytest.raises(EvalError, match=r"^prompt_template must contain \{prompt\}, got 'Solve it.'$"):
+        load_eval_dataset("countdown", prompt_template="Solve it.")
+    with pytest.raises(
+        EvalError, match=r"^prompt_template must be a format string whose only field is \{prompt\}"
+    ):
+        load_eval_dataset("nope.jsonl", prompt_template="Q: {question}")  # before the missing file

@@ -194,9 +194,11 @@ def run(args: argparse.Namespace) -> int:
     from bandpo.eval.datasets import resolve_eval_datasets
     from bandpo.eval.errors import EvalError
     from bandpo.eval.evaluate import evaluate_model_dir, format_table
-    from bandpo.eval.models import check_device, resolve_model_dir
+    from bandpo.eval.models import ATTENTION_AUTO, check_device, resolve_model_dir
     from bandpo.eval.outputs import DEFAULT_RESULTS
     from bandpo.eval.settings import EvalSettings
+    from bandpo.training.preflight import attention_problem
+    from bandpo.training.sections import prompt_template_problem
     from bandpo.validation import check_int_in
 
     specs = args.dataset or ["countdown"]
@@ -215,6 +217,12 @@ def run(args: argparse.Namespace) -> int:
         )
         options = _task_options(args.task_options)
         check_device(args.device)  # before the model and the datasets load
+        # each failed only once the model had loaded (and formatted the prompts)
+        problem = prompt_template_problem(args.prompt_template, "--prompt-template")
+        if args.attn_implementation != ATTENTION_AUTO:  # auto: the run's, checked as the run's config was
+            problem = problem or attention_problem(args.attn_implementation, "--attn-implementation")
+        if problem is not None:
+            raise EvalError(problem)
         if args.threads is not None:
             check_int_in("--threads", args.threads, 1, error=EvalError)
         _check_datasets(args, specs, options)  # before the model, which "tiny" may warm-start for minutes

@@ -93,14 +93,18 @@ def load_eval_dataset(
 
     Raises:
         EvalError: unknown verifier, missing file or column (naming the columns there), a row without a prompt,
-            invalid ``max_problems``.
+            invalid ``max_problems``, a ``prompt_template`` without ``{prompt}`` or with another field.
     """
     from bandpo.training.config import ConfigError, DataConfig
     from bandpo.training.data import MISSING, lookup_column, read_records, resolve_data_files
+    from bandpo.training.sections import prompt_template_problem
     from bandpo.training.tasks import TASKS
 
     if max_problems is not None:
         max_problems = check_int_in("max_problems", max_problems, 1, note=" or None", error=EvalError)
+    problem = prompt_template_problem(prompt_template, "prompt_template")
+    if problem is not None:  # before the data: it was found only when the prompts were formatted
+        raise EvalError(problem)
     is_task = _is_task(spec, split)
     if is_task:
         task = TASKS.get(spec)

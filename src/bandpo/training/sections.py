@@ -24,6 +24,7 @@ __all__ = [
     "DataConfig",
     "ModelConfig",
     "RewardConfig",
+    "prompt_template_problem",
 ]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -34,6 +35,23 @@ DATA_FORMATS = ("auto", "jsonl", "json", "parquet")
 
 CHAT_TEMPLATE_MODES = ("auto", "always", "never")
 """``data.chat_template``: ``auto`` uses the tokenizer's template when it has one."""
+
+
+def prompt_template_problem(template: str | None, name: str) -> str | None:
+    """Why ``template`` cannot format a prompt (training's ``data.prompt_template``, eval's ``--prompt-template``),
+    or ``None``: it must be a format string whose only field is ``{prompt}``, and hold it. ``name``: the setting."""
+    if template is None:
+        return None
+    try:
+        template.format(prompt="")
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as err:
+        return (
+            f"{name} must be a format string whose only field is {{prompt}} (write literal braces as {{{{ }}}}), "
+            f"got {template!r}: {err!r}"
+        )
+    if "{prompt}" not in template:
+        return f"{name} must contain {{prompt}}, got {template!r}"
+    return None
 
 
 @dataclass
@@ -164,18 +182,9 @@ class DataConfig:
             value = getattr(self, key)
             if not value or "" in value.split("."):
                 raise ConfigError(f"data.{key} must be a column name (dots for nested keys), got {value!r}")
-        if self.prompt_template is not None:
-            try:
-                self.prompt_template.format(prompt="")
-            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as err:
-                raise ConfigError(
-                    f"data.prompt_template must be a format string whose only field is {{prompt}} (write literal "
-                    f"braces as {{{{ }}}}), got {self.prompt_template!r}: {err!r}"
-                ) from err
-            if "{prompt}" not in self.prompt_template:
-                raise ConfigError(
-                    f"data.prompt_template must contain {{prompt}}, got {self.prompt_template!r}"
-                )
+        problem = prompt_template_problem(self.prompt_template, "data.prompt_template")
+        if problem is not None:
+            raise ConfigError(problem)
         if self.max_samples is not None:
             check_int_in("data.max_samples", self.max_samples, 1, note=" or null", error=ConfigError)
 
