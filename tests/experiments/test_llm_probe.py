@@ -109,6 +109,8 @@ def test_sequences_mask_the_completion_positions() -> None:
         ({"learning_rate": 0.0}, "learning_rate"),
         ({"rules": ("grpo", "bandd")}, r"unknown clip rule 'bandd'"),
         ({"rules": ()}, "at least one clip rule"),
+        ({"minibatches": 0}, "minibatches"),
+        ({"minibatches": 33}, "minibatches must be at most the batch's 32 completions"),
     ],
 )
 def test_bad_config(options: dict, match: str) -> None:
@@ -142,6 +144,44 @@ def test_probe_batch_update_one_never_clips_and_weights_are_restored(warm_model_
     assert min(out["p_old_values"]) > 0.0
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_minibatches_partition_the_rows() -> None:
+    from bandpo.experiments.llm_probe import _minibatches
+
+    assert [c.tolist() for c in _minibatches(5, 1, 0)] == [[0, 1, 2, 3, 4]]
+    parts = _minibatches(10, 4, 3)
+    assert [len(p) for p in parts] == [3, 3, 2, 2]
+    assert sorted(torch.cat(parts).tolist()) == list(range(10))
+    assert [p.tolist() for p in parts] == [p.tolist() for p in _minibatches(10, 4, 3)]  # seeded
+
+
+def test_probe_batch_with_minibatches_uses_each_completion_once_per_pass(warm_model_dir: Path) -> None:
+    """4 mini-batches and 4 updates (the paper's pattern): the updates' tokens add up to the batch's, each once; with
+    8 updates (each completion twice) every mini-batch comes back; update 1 still never clips."""
+    from transformers import AutoModelForCausalLM
+
+    from bandpo.experiments.llm_probe import by_update
+
+    model = AutoModelForCausalLM.from_pretrained(str(warm_model_dir))
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, model.config.vocab_size, (8, 10), generator=g)
+    attn = torch.ones_like(ids)
+    resp = torch.zeros(8, 9, dtype=torch.bool)
+    resp[:, 4:] = True
+    resp[:2, 7:] = False  # ragged: the mini-batches hold different token counts
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5] * 2)
+    for updates in (4, 8):
+        config = ProbeConfig(rules=("grpo", "band"), updates=updates, minibatches=4, learning_rate=3e-2)
+        out = probe_batch(model, ids, attn, resp, adv, config)
+        for rule in config.rules:
+            per = out["rules"][rule]["per_update"]
+            assert len(per) == updates and per[0]["n_clipped"] == 0
+            assert sum(u["n_live"] for u in per[:4]) == int(resp.sum())  # one pass: every token once
+            if updates == 8:
+                assert [u["n_live"] for u in per[4:]] == [u["n_live"] for u in per[:4]]
+        rows = by_update([out["rules"]["grpo"]["per_update"]])
+        assert [r["update"] for r in rows] == list(range(1, updates + 1))
 
 
 def test_probe_batch_shares_update_one_with_the_same_results(warm_model_dir: Path) -> None:

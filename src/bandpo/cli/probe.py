@@ -57,6 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=defaults.prompts, help="prompts per batch")
     parser.add_argument("--group-size", type=int, default=defaults.group_size, help="completions per prompt")
     parser.add_argument("--updates", type=int, default=defaults.updates, help="updates K per batch and rule")
+    parser.add_argument(
+        "--minibatches",
+        type=int,
+        default=defaults.minibatches,
+        help="split each batch into this many mini-batches, update k taking mini-batch k mod this (--updates equal "
+        "to it: each completion used once, as the paper's scripts; twice it: each used twice, as Study 4); "
+        f"default {defaults.minibatches}: every update takes the whole batch",
+    )
     parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="AdamW learning rate")
     parser.add_argument(
         "--max-new-tokens", type=int, default=defaults.max_new_tokens, help="tokens sampled per completion"
@@ -99,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         "max_new_tokens": ("--max-new-tokens", args.max_new_tokens),
         "temperature": ("--temperature", args.temperature),
         "updates": ("--updates", args.updates),
+        "minibatches": ("--minibatches", args.minibatches),
         "learning_rate": ("--lr", args.lr),
         "seed": ("--seed", args.seed),
         "split": ("--split", args.split),

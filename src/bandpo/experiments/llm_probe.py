@@ -73,6 +73,11 @@ class ProbeConfig:
         prompts: prompts per batch; group_size: completions per prompt (GRPO groups).
         max_new_tokens, temperature: sampling.
         updates: ``K`` optimizer steps on each batch per rule, >= 2 (update 1 never clips).
+        minibatches: the batch's completions are split into this many mini-batches (a seeded shuffle, then
+            nearly equal parts) and update ``k`` (from 0) takes mini-batch ``k mod minibatches``: with ``updates =
+            minibatches`` each completion is used once (the paper's scripts: 4 mini-batches per rollout), with
+            ``updates = 2 * minibatches`` twice (Study 4: 8 mini-batches of 8, 16 updates). 1 (the default): every
+            update takes the whole batch.
         learning_rate: AdamW learning rate.
         seed: first batch's seed (prompt choice and sampling).
         split: the task split prompts come from.
@@ -87,6 +92,7 @@ class ProbeConfig:
     max_new_tokens: int = 16
     temperature: float = 1.0
     updates: int = 3
+    minibatches: int = 1
     learning_rate: float = 1e-5
     seed: int = 0
     split: str = "train"
@@ -99,6 +105,12 @@ class ProbeConfig:
         check_int_in("group_size", self.group_size, 2)
         check_int_in("max_new_tokens", self.max_new_tokens, 1)
         check_int_in("updates", self.updates, 2)
+        check_int_in("minibatches", self.minibatches, 1)
+        if self.minibatches > self.prompts * self.group_size:
+            raise ValueError(
+                f"minibatches must be at most the batch's {self.prompts * self.group_size} completions (prompts x "
+                f"group_size), got {self.minibatches}"
+            )
         check_int_in("seed", self.seed, 0)
         check_positive_number("temperature", self.temperature)
         check_positive_number("learning_rate", self.learning_rate)
@@ -198,22 +210,31 @@ def probe_batch(
         "rules": {},
     }
     bins = _bin_index(p_old)
+    bins_at = torch.zeros(m.shape, dtype=torch.long).masked_scatter(
+        m, bins
+    )  # (N, L - 1): each position's bin
+    chunks = _minibatches(ids.shape[0], config.minibatches, config.seed)
 
     def update(rule: Any, optimizer: Any, k: int) -> dict[str, Any]:
+        rows = chunks[k % len(chunks)]  # (n,) long: the mini-batch's sequences
+        m_k = m[rows]
         with precision.backward():
             with precision.exact():
-                logp, _ = _log_probs(model, ids, attn, resp)
+                logp, _ = _log_probs(model, ids[rows], attn[rows], resp[rows])
             logp.retain_grad()
-            loss, _ = policy_loss(logp, old_logp, advantages, m.float(), clip_rule=rule, check_values=False)
+            loss, _ = policy_loss(
+                logp, old_logp[rows], advantages[rows], m_k.float(), clip_rule=rule, check_values=False
+            )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        grad = logp.grad[m]  # (M,)
-        ratio = (logp.detach()[m] - old_logp[m]).exp()
+        grad = logp.grad[m_k]  # (M_k,)
+        ratio = (logp.detach()[m_k] - old_logp[rows][m_k]).exp()
         if progress is not None:
             progress()
-        return _clip_counts(grad, adv_tok, bins, ratio, k)
+        adv_k = advantages[rows][:, None].expand_as(m_k)[m_k]
+        return _clip_counts(grad, adv_k, bins_at[rows][m_k], ratio, k)
 
     # Update 1 is the same for every rule (ratio exactly 1 lies inside every rule's bounds, and DPPO's weight
     # min(r, c) is 1): with share_first_update it runs once and every rule continues from its weights and
@@ -257,6 +278,15 @@ def probe_batch(
         out["rules"][name] = result
     model.load_state_dict(initial)
     return out
+
+
+def _minibatches(n: int, parts: int, seed: int) -> list[Tensor]:
+    """The rows of each mini-batch: ``[arange(n)]`` for one part (the batch in its order), else a permutation of
+    ``0..n-1`` seeded by ``seed`` split into ``parts`` nearly equal parts (long tensors)."""
+    if parts == 1:
+        return [torch.arange(n)]
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return list(torch.tensor_split(order, parts))
 
 
 def _share(mask: Tensor) -> float | None:
@@ -368,10 +398,38 @@ def summarize_probe(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) 
         return {"mean": s["mean"], "ci95": s["ci95"], "n": s["n"]}
 
     return {
+        "by_update": {r: by_update([b["rules"][r]["per_update"] for b in batches]) for r in rules},
         "batch": {k: stat([b[k] for b in batches]) for k in BATCH_METRICS},
         "rules": {r: {k: stat([b["rules"][r][k] for b in batches]) for k in SUMMARY_METRICS} for r in rules},
         "attribution": {k: stat(v) for k, v in attribution(batches, rules).items()},
     }
+
+
+def by_update(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Per update index ``k`` (1..K), pooled over batches (counts summed, then divided): the tokens with a non-zero
+    advantage, the clipped share, the tail share of clipping (``p_old < 0.2``), and the per-side tokens let through
+    beyond GRPO's interval as shares of those tokens. ``runs``: each batch's ``per_update`` list of one rule."""
+    out = []
+    for k in range(len(runs[0]) if runs else 0):
+        us = [r[k] for r in runs]
+        live, clipped = sum(u["n_live"] for u in us), sum(u["n_clipped"] for u in us)
+        tail = sum(sum(u["clipped_by_bin"][:3]) for u in us)
+        up, down = sum(u["n_up_through"] for u in us), sum(u["n_down_through"] for u in us)
+        out.append(
+            {
+                "update": us[0]["update"],
+                "n_live": live,
+                "n_clipped": clipped,
+                "n_tail_clipped": tail,
+                "n_up_through": up,
+                "n_down_through": down,
+                "clip_frac": clipped / live if live else 0.0,
+                "tail_share": tail / clipped if clipped else None,
+                "up_through_frac": up / live if live else 0.0,
+                "down_through_frac": down / live if live else 0.0,
+            }
+        )
+    return out
 
 
 ATTRIBUTION_RULES = ("grpo", "band", "band_upper", "band_lower")
@@ -520,6 +578,16 @@ def markdown(result: Mapping[str, Any], title: str) -> str:
             share = fmt_ci(summary["rules"][rule][f"{side}_through_grad_share"])
             lines.append(
                 f"| {rule} | {name} | {sum(by_bin)} | " + " | ".join(map(str, by_bin)) + f" | {share} |"
+            )
+    lines += ["", "## By update index (all batches pooled; counts of tokens with a non-zero advantage)", ""]
+    lines.append("| rule | update | tokens | clipped | tail share of clipping | up through | down through |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for rule, rows in summary.get("by_update", {}).items():
+        for u in rows:
+            tail = "-" if u["tail_share"] is None else f"{100 * u['tail_share']:.0f}%"
+            lines.append(
+                f"| {rule} | {u['update']} | {u['n_live']} | {u['n_clipped']} ({100 * u['clip_frac']:.2f}%) | {tail} "
+                f"| {u['n_up_through']} | {u['n_down_through']} |"
             )
     if summary.get("attribution"):
         lines += [
