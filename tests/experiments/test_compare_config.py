@@ -157,6 +157,24 @@ def test_config_errors_name_the_key_and_value(overrides: list[str], message: str
         load_compare_config(CONFIGS / "compare-tiny.yaml", overrides)
 
 
+def test_methods_written_as_an_empty_list_is_refused_not_read_as_the_defaults(tmp_path: Path) -> None:
+    """``methods: []`` planned the seven default methods; it is refused in one line naming where it was written
+    (an absent key keeps the defaults, and the message says so)."""
+    path = tmp_path / "cmp.yaml"
+    path.write_text(f"train:\n  config: {CONFIGS / 'tiny.yaml'}\nmethods: []\n")
+    defaults = ", ".join(label for label, _, _ in DEFAULT_METHODS)
+    with pytest.raises(CompareError) as err:
+        load_compare_config(path)
+    assert str(err.value) == (
+        f"methods (in {path}:3) is an empty list: name at least one method, or leave the key out for the 7 default "
+        f"methods ({defaults})"
+    )
+    with pytest.raises(CompareError, match=r"^methods \(from the overrides\) is an empty list"):
+        load_compare_config(CONFIGS / "compare-tiny.yaml", ["methods=[]"])
+    path.write_text(f"train:\n  config: {CONFIGS / 'tiny.yaml'}\n")
+    assert len(load_compare_config(path).methods) == len(DEFAULT_METHODS)
+
+
 def test_training_config_errors_are_found_when_planning(tmp_path: Path) -> None:
     cfg = load_compare_config(
         CONFIGS / "compare-tiny.yaml", [f"output_dir={tmp_path}", "train.overrides.learning_rat=0.1"]

@@ -459,7 +459,14 @@ def load_compare_config(
                 else "no such recipe either)"
             )
         )
-    methods_raw = data.get("methods") or []
+    methods_raw = data.get("methods")
+    if methods_raw is None:  # absent (or null): the default methods
+        methods_raw = []
+    elif methods_raw == []:  # not read as "the defaults": a list emptied by mistake would run seven methods
+        raise CompareError(
+            f"{located('methods', where(origins, 'methods'))} is an empty list: name at least one method, or leave "
+            f"the key out for the {len(DEFAULT_METHODS)} default methods ({', '.join(m[0] for m in DEFAULT_METHODS)})"
+        )
     if not isinstance(methods_raw, list):
         raise CompareError(f"methods must be a list of {{label, method, params}}, got {methods_raw!r}")
     methods = []
