@@ -24,7 +24,10 @@ TINY = CONFIGS / "tiny.yaml"
         (["temperature=0"], r"^temperature must be a finite number > 0 .*, got 0.0$"),
         (["per_device_train_batch_size=0"], r"^per_device_train_batch_size must be an integer >= 1, got 0$"),
         (["learning_rate=-1"], r"^learning_rate must be a finite number >= 0, got -1.0$"),
-        (["max_steps=0"], r"^max_steps must be an integer >= 1, or -1 .*\(0 trains no step\), got 0$"),
+        (
+            ["max_steps=0"],
+            r"^max_steps must be an integer in \[1, 1000000000\], or -1 .*\(0 trains no step\), got 0$",
+        ),
         (["max_steps=-1", "num_train_epochs=0"], r"^num_train_epochs must be a finite number > 0, got 0.0$"),
         (["top_p=1.5"], r"^top_p must be a number in \(0, 1\], got 1.5$"),
         (["adam_beta2=1"], r"^adam_beta2 must be a number in \[0, 1\), got 1.0$"),
@@ -80,6 +83,56 @@ def test_values_refused_late_by_trl_are_refused_before_loading(
     ],
 )
 def test_the_values_trl_and_transformers_take_pass(overrides: list[str], tmp_path: Path) -> None:
+    config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=none", *overrides])
+    prepare(config)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "max_steps=99999999999999999999999999999",
+            "max_steps must be an integer in [1, 1000000000], or -1 to train num_train_epochs epochs (0 trains no "
+            "step), got 99999999999999999999999999999",
+        ),
+        (
+            "save_steps=0",
+            "save_steps must be a number of steps: an integer in [1, 1000000000], or in (0, 1) a fraction of the "
+            "run (0 saves no checkpoint: set save_strategy: 'no'), got 0.0",
+        ),
+        (
+            "logging_steps=0",
+            "logging_steps must be a number of steps: an integer in [1, 1000000000], or in (0, 1) a fraction of "
+            "the run (0 logs nothing: set logging_strategy: 'no'), got 0.0",
+        ),
+        ("save_steps=1e12", "save_steps must be a number of steps: an integer in [1, 1000000000], "),
+        ("logging_steps=2.5", "logging_steps must be a number of steps: an integer in [1, 1000000000], "),
+    ],
+)
+def test_a_step_count_of_zero_or_beyond_a_billion_is_refused(
+    override: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``max_steps: 99999999999999999999999999999`` trained with an ETA in quadrillions of hours, ``save_steps=0``
+    was taken ("save every 0"): both refused by ``--dry-run`` in one line, with the limit."""
+    code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={tmp_path / 'out'}", override])
+    assert code == 2
+    key = override.partition("=")[0]
+    err = capsys.readouterr().err
+    assert err.startswith(f"bandpo train: error: {message}") and err.endswith(
+        f" ({key}: from the overrides)\n"
+    )
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["max_steps=1000000000", "save_steps=0.25", "logging_steps=1"],
+        ["save_strategy=no", "save_steps=0"],  # unused without the steps strategy, as transformers reads it
+        ["eval_strategy=steps", "eval_steps=0.5", "per_device_eval_batch_size=16"],
+    ],
+)
+def test_step_counts_transformers_uses_pass(overrides: list[str], tmp_path: Path) -> None:
     config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=none", *overrides])
     prepare(config)
 

@@ -19,6 +19,7 @@ from bandpo.training.config import ConfigError
 from bandpo.validation import is_int_in
 
 __all__ = [
+    "MAX_STEPS",
     "MULTI_OBJECTIVE_AGGREGATIONS",
     "SCALE_REWARDS",
     "SEED_MAX",
@@ -55,6 +56,19 @@ def _one_of(*choices: str) -> Predicate:
 SEED_MAX = 2**32 - 1
 """numpy's largest seed: transformers seeds numpy with ``seed`` when it builds the trainer."""
 
+MAX_STEPS = 10**9
+"""The largest step count a config may give (``max_steps``, ``save_steps``, ...): a billion optimizer steps is
+years of training even at a step per 0.1 s; a larger number is a typo (its ETA reads in quadrillions of hours)."""
+
+
+def _interval(v: Any) -> bool:
+    """transformers' ``save_steps`` / ``logging_steps`` / ``eval_steps``: a fraction of the run in (0, 1), or an
+    integer number of steps in [1, :data:`MAX_STEPS`] (transformers reads 0 as a fraction: every 0 steps)."""
+    return _is_number(v) and (0 < v < 1 or (v == int(v) and 1 <= v <= MAX_STEPS))
+
+
+_INTERVAL = f"a number of steps: an integer in [1, {MAX_STEPS}], or in (0, 1) a fraction of the run"
+
 SCALE_REWARDS = ("group", "batch", "none")
 """TRL 1.16's ``scale_rewards`` (its Python ``True`` / ``False`` are ``group`` / ``none``; a config's value is
 text, and TRL refuses ``"true"`` at the first step)."""
@@ -72,9 +86,12 @@ VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
     ("max_completion_length", _or_null(_integer(1)), "an integer >= 1"),
     (
         "max_steps",
-        lambda v: is_int_in(v, 1) or is_int_in(v, -1, -1),
-        "an integer >= 1, or -1 to train num_train_epochs epochs (0 trains no step)",
+        lambda v: is_int_in(v, 1, MAX_STEPS) or is_int_in(v, -1, -1),
+        f"an integer in [1, {MAX_STEPS}], or -1 to train num_train_epochs epochs (0 trains no step)",
     ),
+    ("save_steps", _interval, f"{_INTERVAL} (0 saves no checkpoint: set save_strategy: 'no')"),
+    ("logging_steps", _interval, f"{_INTERVAL} (0 logs nothing: set logging_strategy: 'no')"),
+    ("eval_steps", _or_null(_interval), f"{_INTERVAL}, or null for logging_steps"),
     ("num_train_epochs", _number(lambda v: v > 0), "a finite number > 0"),
     ("learning_rate", _number(lambda v: v >= 0), "a finite number >= 0"),
     ("warmup_steps", _number(lambda v: v >= 0), "a number >= 0 (below 1: a fraction of the steps)"),
@@ -97,20 +114,31 @@ VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
         f"one of {', '.join(MULTI_OBJECTIVE_AGGREGATIONS)}",
     ),
 )
-"""``(key, valid, what is allowed)`` for the trainer settings whose range TRL or transformers enforce late."""
+"""``(key, valid, what is allowed)`` for the trainer settings whose range TRL or transformers enforce late (or
+never: ``max_steps`` beyond :data:`MAX_STEPS`, ``save_steps: 0``)."""
+
+_STRATEGY_OF = {
+    "save_steps": "save_strategy",
+    "logging_steps": "logging_strategy",
+    "eval_steps": "eval_strategy",
+}
+"""The interval settings read only when their strategy is ``steps``."""
 
 
 def check_trainer_values(get: Callable[[str], Any]) -> None:
     """Check the :data:`VALUE_RULES` keys and ``report_to`` (:func:`check_report_to`); ``get(key)`` gives the
     value the run would use (config or default).
 
-    ``num_train_epochs`` is checked only when ``max_steps`` is -1 (otherwise it is unused).
+    ``num_train_epochs`` is checked only when ``max_steps`` is -1 (otherwise it is unused); ``save_steps``,
+    ``logging_steps`` and ``eval_steps`` only when their strategy (:data:`_STRATEGY_OF`) is ``steps``.
 
     Raises:
         ConfigError: ``<key> must be <allowed>, got <value>`` for the first value out of range.
     """
     for key, valid, allowed in VALUE_RULES:
         if key == "num_train_epochs" and get("max_steps") != -1:
+            continue
+        if key in _STRATEGY_OF and _plain(get(_STRATEGY_OF[key])) != "steps":
             continue
         value = get(key)
         if not valid(value):
