@@ -16,6 +16,7 @@ from bandpo._files import (
     RECIPES,
     REPO_CONFIGS,
     WHEEL_RECIPES,
+    expand_path,
     file_lock,
     find_recipe,
     output_dir_problem,
@@ -169,6 +170,25 @@ def test_a_checkout_reads_its_own_configs_folder() -> None:
     """The tests run from a clone (an editable install): no wheel copy, the recipes are configs/ itself."""
     assert not WHEEL_RECIPES.exists() and RECIPES == REPO_CONFIGS
     assert {"tiny", "smollm2-arith", "compare-tiny", "study/study4"} <= set(recipe_names())
+
+
+def test_a_path_naming_an_unset_variable_is_refused_with_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shell reads an unset ``$VAR`` as empty and ``os.path.expandvars`` keeps it as written (a folder named
+    ``$VAR``): :func:`expand_path` refuses it in the caller's error, naming the setting and the variable."""
+    monkeypatch.delenv("BANDPO_UNSET_VAR", raising=False)
+    monkeypatch.setenv("BANDPO_SET_VAR", "there")
+    assert expand_path("a/$BANDPO_SET_VAR/${BANDPO_SET_VAR}") == Path("a/there/there")
+    assert expand_path("price-5$") == Path("price-5$")  # no variable name: kept, as a shell keeps it
+
+    class CallersError(ValueError):
+        pass
+
+    with pytest.raises(
+        CallersError, match=r"^--model 'x/\$\{BANDPO_UNSET_VAR\}' names the environment variable "
+    ):
+        expand_path("x/${BANDPO_UNSET_VAR}", "--model", CallersError)
+    with pytest.raises(ValueError, match=r"^path .* \$BANDPO_UNSET_VAR, which is not set: set it \(export "):
+        expand_path("$BANDPO_SET_VAR/$BANDPO_UNSET_VAR")
 
 
 def test_same_or_inside_reads_paths_as_typed_and_resolved(

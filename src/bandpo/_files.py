@@ -80,11 +80,29 @@ def find_recipe(name: str | Path, folder: Path | None = None) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def expand_path(path: str | Path) -> Path:
-    """``path`` with ``$VAR`` / ``${VAR}`` and a leading ``~`` expanded, as a shell would (an unset variable stays
-    as written): read a path a user typed through this once, so that every check and every writer sees the same
-    directory (transformers expands ``~`` in ``output_dir`` by itself)."""
-    return Path(os.path.expandvars(str(path))).expanduser()
+_VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
+"""``$VAR`` or ``${VAR}``, as ``os.path.expandvars`` finds them."""
+
+
+def expand_path(path: str | Path, name: str = "path", error: type[ValueError] = ValueError) -> Path:
+    """``path`` with ``$VAR`` / ``${VAR}`` and a leading ``~`` expanded, as a shell would: read a path a user typed
+    through this once, so that every check and every writer sees the same directory (transformers expands ``~`` in
+    ``output_dir`` by itself).
+
+    Raises:
+        error: ``path`` names a variable that is not set (a shell would read it as empty, ``os.path.expandvars``
+            keeps it as written: a folder named ``$UNSET``); one line naming ``name`` (the setting or option) and
+            the variable.
+    """
+    text = str(path)
+    for match in _VARIABLE.finditer(text):
+        variable = match.group(1).strip("{}")
+        if variable not in os.environ:
+            raise error(
+                f"{name} {text!r} names the environment variable ${variable}, which is not set: set it (export "
+                f"{variable}=...) or write the path without it"
+            )
+    return Path(os.path.expandvars(text)).expanduser()
 
 
 def same_or_inside(path: str | Path, folder: str | Path) -> bool:

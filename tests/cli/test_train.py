@@ -136,6 +136,27 @@ def test_errors_exit_2_before_loading_a_model(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("spelling", ["$BANDPO_UNSET_VAR", "${BANDPO_UNSET_VAR}"])
+def test_an_output_dir_naming_an_unset_variable_is_refused(
+    spelling: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``output_dir=runs/$UNSET_VAR/x`` made a folder literally named ``$UNSET_VAR``: refused in one line naming the
+    variable, before anything is created (a set variable is read as a shell would)."""
+    monkeypatch.delenv("BANDPO_UNSET_VAR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    value = f"runs/{spelling}/x"
+    code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={value}"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"bandpo train: error: output_dir (from the overrides) {value!r} names the environment variable "
+        "$BANDPO_UNSET_VAR, which is not set: set it (export BANDPO_UNSET_VAR=...) or write the path without it\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("BANDPO_UNSET_VAR", "set")
+    assert main(["train", "--config", str(TINY), "--dry-run", f"output_dir={value}"]) == 0
+    assert "output_dir runs/set/x" in capsys.readouterr().out
+
+
 def test_dry_run_prints_the_resolved_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "clip_rule=dcpo"])

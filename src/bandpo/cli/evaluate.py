@@ -163,8 +163,9 @@ def _check_outputs(output: str | Path | None, samples: str | None, model: str | 
 def _local_model(model: str) -> Path | None:
     """``--model`` as the folder it names, before it is resolved (``None``: a built-in name, ``tiny``, a typo)."""
     from bandpo._files import expand_path
+    from bandpo.eval.errors import EvalError
 
-    path = expand_path(model)
+    path = expand_path(model, "--model", EvalError)
     return path if path.is_dir() else None
 
 

@@ -187,7 +187,7 @@ def _is_task(spec: str, split: str) -> bool:
         raise EvalError(
             f"dataset must be a task name ({', '.join(TASKS.names())}) or a file path, got {spec!r}"
         )
-    if spec not in TASKS or expand_path(spec).exists():
+    if spec not in TASKS or expand_path(spec, "dataset", EvalError).exists():
         return False
     task = TASKS.get(spec)
     if split not in task.splits:
@@ -306,7 +306,7 @@ def resolve_eval_datasets(
     """
     datasets = []
     for spec in specs:
-        is_file = expand_path(spec).exists()  # as load_eval_dataset reads it
+        is_file = expand_path(spec, "dataset", EvalError).exists()  # as load_eval_dataset reads it
         run_options = None if is_file or model_dir is None else task_options_of_run(model_dir, spec)
         options = task_options
         if options is None:

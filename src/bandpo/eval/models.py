@@ -69,7 +69,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
             format (:func:`bandpo.training.checkpoints.weights_problem`, as resume checks a checkpoint), or no
             tokenizer; the message names the path and what is missing.
     """
-    p = expand_path(path)
+    p = expand_path(path, "model directory", EvalError)
     if not p.exists():
         raise EvalError(f"model directory {str(path)!r} does not exist (relative to {Path.cwd()})")
     if not p.is_dir():
@@ -146,7 +146,7 @@ def run_config_of(model_dir: str | Path) -> dict[str, Any] | None:
     ``$VAR`` in ``model_dir`` are expanded."""
     import yaml
 
-    model_dir = expand_path(model_dir)
+    model_dir = expand_path(model_dir, "model directory", EvalError)
     for folder in (model_dir, model_dir.parent):
         path = folder / CONFIG_FILE
         if path.is_file():

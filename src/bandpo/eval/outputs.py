@@ -69,6 +69,10 @@ def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | P
     docstring for the rule; first :func:`bandpo._files.output_file_problem`)."""
     given = {flag: path for flag, path in outputs.items() if path is not None}
     for flag, path in given.items():
+        try:
+            expand_path(path, flag)  # an unset $VAR
+        except ValueError as err:
+            return str(err)
         problem = output_file_problem(path, flag)
         if problem is not None:
             return problem

@@ -86,6 +86,7 @@ from bandpo.config import (
     config_file,
     dataclass_types,
     field_value,
+    located,
     merge,
     override_layer,
     read_layers,
@@ -326,7 +327,9 @@ class TrainConfig:
         (or ``--overwrite``'s discard) would write over the model it starts from."""
         if self.model.uses_task_model:
             return None
-        model_dir = expand_path(str(self.model.path))
+        model_dir = expand_path(
+            str(self.model.path), located("model.path", self.where("model.path")), ConfigError
+        )
         if not model_dir.is_dir():  # a Hugging Face id or a built-in model: nothing of the user's here
             return None
         out = self.output_dir
@@ -441,12 +444,13 @@ class TrainConfig:
 
     @property
     def output_dir(self) -> Path:
-        """``output_dir`` with ``~`` and ``$VAR`` expanded (:func:`bandpo._files.expand_path`: the lock, resume, the
+        """``output_dir`` with ``~`` and ``$VAR`` expanded (:func:`bandpo._files.expand_path`, which refuses an unset
+        variable: the lock, resume, the
         refusal of an earlier run's directory and the trainer all use this one path), or ``runs/<config file stem>``
         when the config does not set it."""
         value = self.trainer.get("output_dir")
         if value:
-            return expand_path(value)
+            return expand_path(value, located("output_dir", self.where("output_dir")), ConfigError)
         stem = Path(self.source).stem if self.source else "bandpo"
         return Path(_DEFAULT_OUTPUT_ROOT) / stem
 

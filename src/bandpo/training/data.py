@@ -16,12 +16,11 @@ Hugging Face cache and every process of a data-parallel run reads the same rows 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bandpo._files import read_utf8
+from bandpo._files import expand_path, read_utf8
 from bandpo.training.config import ConfigError, DataConfig
 
 __all__ = [
@@ -61,7 +60,7 @@ def resolve_data_files(cfg: DataConfig) -> list[Path]:
     """
     files: list[Path] = []
     for raw in cfg.paths:
-        path = Path(os.path.expandvars(raw)).expanduser()
+        path = expand_path(raw, "data.path", ConfigError)
         if path.is_file():
             files.append(path)
             continue

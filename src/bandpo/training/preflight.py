@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bandpo._files import expand_path
 from bandpo.config import located
 from bandpo.models import MODELS, ModelUnavailableError, is_builtin_model
 from bandpo.registry import did_you_mean
@@ -182,7 +183,7 @@ def check_model(config: TrainConfig) -> str | None:
             raise ConfigError(f"model.path={model.path!r}: {err}") from err
         cached = MODELS.get(str(model.path)).cached(cache_dir(config))
         return None if cached is None else str(cached)  # None: converted by the main process before training
-    path = Path(os.path.expandvars(str(model.path))).expanduser()
+    path = expand_path(str(model.path), "model.path", ConfigError)
     if path.is_dir():
         if not (path / MODEL_CONFIG_FILE).is_file():
             raise ConfigError(

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bandpo._files import find_recipe, recipe_kind
+from bandpo._files import expand_path, find_recipe, recipe_kind
 from bandpo.config import (
     OVERRIDES_LABEL,
     ConfigError,
@@ -447,7 +446,7 @@ def load_compare_config(
         raise CompareError(str(err)) from err
     base_dir = Path.cwd() if path is None else Path(path).resolve().parent
     train_path = train.config or "tiny.yaml"
-    resolved = (base_dir / os.path.expandvars(train_path)).expanduser()
+    resolved = base_dir / expand_path(train_path, "train.config", CompareError)
     if path is None and not resolved.is_file():  # no compare file: a recipe's name (tiny, the default)
         resolved = find_recipe(train_path) or resolved
     if not resolved.is_file():
