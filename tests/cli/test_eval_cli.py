@@ -254,3 +254,30 @@ def test_output_and_save_samples_to_one_file_is_refused(
         f"--save-samples '{tmp_path}/./same.json' and --output '{same}' are the same file: each output needs a file "
         "of its own"
     )
+
+
+def test_eval_with_a_verifier_that_parses_no_answer_warns(model_dir: Path, tmp_path: Path) -> None:
+    """``--dataset countdown --verifier dapo`` reported 0% with every answer unparsed and no word: one warning line
+    with the counts and the hint to check --verifier."""
+    out = bandpo(
+        "eval", "--model", str(model_dir), "--dataset", "countdown", "--verifier", "dapo", "--max-problems", "2",
+        "--k", "2", "--no-progress", "--output", str(tmp_path / "r.json"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        "warning: countdown/test: the dapo verifier found no answer in 4 of 4 samples (n_unparsed), which all "
+        "score as wrong: check --verifier (dapo, boxed, last_number, countdown; default: a built-in task's own, "
+        "dapo for files)"
+    ]
+
+
+def test_the_unparsed_warning_takes_a_share_above_nine_tenths() -> None:
+    from bandpo.cli.evaluate import unparsed_warnings
+
+    def results(unparsed: int) -> dict[str, Any]:
+        return {"datasets": {"d": {"n_samples": 100, "n_unparsed": unparsed, "verifier": "boxed"}}}
+
+    assert unparsed_warnings(results(90)) == []
+    assert len(unparsed_warnings(results(91))) == 1
+    assert unparsed_warnings({"datasets": {"d": {"n_samples": 0, "n_unparsed": 0, "verifier": "dapo"}}}) == []

@@ -190,6 +190,30 @@ def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[st
         task_options_for(task, options)  # an unknown key or a value the task refuses, before the model
 
 
+UNPARSED_WARNING_SHARE = 0.9
+"""A dataset whose verifier extracts no answer from more than this share of the samples gets a warning: its
+accuracy is then more likely the verifier's than the model's (``--dataset countdown --verifier dapo`` reported
+0% with every answer unparsed)."""
+
+
+def unparsed_warnings(results: dict[str, Any]) -> list[str]:
+    """One line per dataset of ``results`` (:func:`bandpo.eval.evaluate.evaluate_model`'s) whose verifier parsed
+    no answer, or parsed one from no more than 1 - :data:`UNPARSED_WARNING_SHARE` of the samples: the counts and
+    the hint to check ``--verifier``."""
+    from bandpo.eval.scorers import verifier_names
+
+    lines = []
+    for name, metrics in results["datasets"].items():
+        n, unparsed = metrics.get("n_samples") or 0, metrics.get("n_unparsed") or 0
+        if n and unparsed > UNPARSED_WARNING_SHARE * n:
+            lines.append(
+                f"warning: {name}: the {metrics['verifier']} verifier found no answer in {unparsed} of {n} samples "
+                f"(n_unparsed), which all score as wrong: check --verifier ({', '.join(verifier_names())}; default: "
+                "a built-in task's own, dapo for files)"
+            )
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from bandpo._files import write_json
     from bandpo.eval.datasets import resolve_eval_datasets
@@ -285,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
                 "verifier cannot parse their ground-truth answer (n_unparsed_ground_truth)",
                 file=sys.stderr,
             )
+    for line in unparsed_warnings(results):
+        print(line, file=sys.stderr)
     print(f"results: {output}" + (f"; samples: {args.save_samples}" if samples is not None else ""))
     if results["overall"]["n_problems"] == 0:
         print(
