@@ -176,3 +176,22 @@ def test_unknown_task_option_is_named_as_the_command_spells_it(
         "you mean 'task_options.digits'?). Keys of task_options: digits, second_digits, operators, nonnegative, "
         "n_train, n_test, seed"
     ]
+
+
+def test_bandpo_version_and_bandpo_help_work(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bandpo --version`` was unknown and ``bandpo help`` refused: the version prints, ``bandpo help`` is
+    ``bandpo --help`` and ``bandpo help COMMAND`` that command's ``--help``."""
+    from bandpo import __version__
+
+    assert _status(["--version"]) == 0
+    assert capsys.readouterr().out == f"bandpo {__version__}\n"
+    assert _status(["--help"]) == 0
+    top = capsys.readouterr().out
+    assert _status(["help"]) == 0
+    assert capsys.readouterr().out == top and "bandpo help COMMAND" in top
+    assert _status(["bounds", "--help"]) == 0
+    bounds = capsys.readouterr().out
+    assert _status(["help", "bounds"]) == 0
+    assert capsys.readouterr().out == bounds and bounds.startswith("usage: bandpo bounds ")
+    assert _status(["help", "bogus"]) == 2
+    assert "invalid choice: 'bogus'" in capsys.readouterr().err

@@ -43,8 +43,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+HELP_COMMAND = "help"
+"""``bandpo help`` is ``bandpo --help``; ``bandpo help COMMAND`` is ``bandpo COMMAND --help``."""
+
+
 def build_parser(with_commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bandpo", description="Band-constrained Policy Optimization")
+    from bandpo import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="bandpo",
+        description="Band-constrained Policy Optimization",
+        epilog="bandpo help COMMAND (or bandpo COMMAND --help) prints a command's options",
+    )
+    parser.add_argument("--version", action="version", version=f"bandpo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module, help_) in COMMANDS.items():
@@ -83,6 +94,8 @@ def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> arg
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [HELP_COMMAND]:  # bandpo help [COMMAND ...]: the help of COMMAND, or of bandpo
+        argv = [*argv[1:], "--help"] if len(argv) > 1 else ["--help"]
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser([command] if command in COMMANDS else [])
     try:
