@@ -62,22 +62,51 @@ def recipe_name(name: str | Path) -> str:
     return (path.with_suffix("") if path.suffix == ".yaml" else path).as_posix()
 
 
-def find_recipe(name: str | Path, folder: Path | None = None) -> Path | None:
+def _recipe_of_name(raw: str, folder: Path) -> Path | None:
+    """The recipe file of ``folder`` that ``raw`` could name, existing or not a question here: ``None`` for what
+    reads only as a path (empty, absolute, ``./x``, holding ``..``) or where there is no such recipe."""
+    if not raw.strip() or raw.startswith("./") or raw in {".", ".."}:
+        return None
+    path = Path(raw)
+    if path.is_absolute() or ".." in path.parts:
+        return None
+    candidate = folder / f"{recipe_name(path)}.yaml"
+    return candidate if candidate.is_file() else None
+
+
+def find_recipe(name: str | Path, folder: Path | None = None, beside: Path | None = None) -> Path | None:
     """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``study/study4``, or a clone's path to it,
     ``configs/tiny.yaml``, as the docs write it), or ``None``.
 
     Only a name that could not mean a file of the user's is looked up: not one that exists (``tiny``) or exists
-    with ``.yaml`` added (``tiny`` beside a ``tiny.yaml``), not an absolute path, nor one that starts with ``./``
-    or holds ``..`` (a path relative to here, written as such)."""
+    with ``.yaml`` added (``tiny`` beside a ``tiny.yaml``) in ``beside`` (default: the working directory: where a
+    relative path is read from), not an absolute path, nor one that starts with ``./`` or holds ``..`` (a path
+    relative to here, written as such)."""
     folder = RECIPES if folder is None else folder
     raw = str(name)
-    if not raw.strip() or raw.startswith("./") or raw in {".", ".."}:
+    here = Path() if beside is None else beside
+    if (here / raw).exists() or (here / (raw + ".yaml")).exists():
         return None
-    path = Path(raw)
-    if path.is_absolute() or ".." in path.parts or path.exists() or Path(raw + ".yaml").exists():
-        return None
-    candidate = folder / f"{recipe_name(path)}.yaml"
-    return candidate if candidate.is_file() else None
+    return _recipe_of_name(raw, folder)
+
+
+def resolve_config(
+    name: str | Path, beside: Path | None = None, folder: Path | None = None
+) -> tuple[Path, Path | None]:
+    """The file a config name means, and the built-in recipe it shadows (or ``None``): ``name`` relative to
+    ``beside`` (default: the working directory) where that exists, else ``name.yaml`` there (``tiny`` beside a
+    ``tiny.yaml``), else the built-in recipe of that name (:func:`find_recipe`), else ``name`` there (which does
+    not exist: the caller says so). A file of the user's chosen over a built-in recipe of the same name (another
+    file) is returned with that recipe, for the caller to warn."""
+    folder = RECIPES if folder is None else folder
+    raw = str(name)
+    here = Path() if beside is None else beside
+    with_suffix = [] if Path(raw).suffix == ".yaml" else [here / (raw + ".yaml")]
+    local = next((p for p in [here / raw, *with_suffix] if p.exists()), None) if raw.strip() else None
+    if local is None:
+        return find_recipe(raw, folder, beside) or here / raw, None
+    recipe = _recipe_of_name(raw, folder)
+    return local, recipe if recipe is not None and recipe.resolve() != local.resolve() else None
 
 
 _VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)

@@ -157,6 +157,27 @@ def test_an_output_dir_naming_an_unset_variable_is_refused(
     assert "output_dir runs/set/x" in capsys.readouterr().out
 
 
+def test_dry_run_of_config_tiny_names_the_file_read_and_prints_step_counts_as_integers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--dry-run`` did not say which file ``--config tiny`` read (a local ``tiny.yaml`` won silently) and printed
+    ``logging_steps: 5.0``: its first line names the file, a shadowed recipe is a warning, step counts are integers."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", "tiny", "--dry-run", f"output_dir={tmp_path / 'out'}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"# config tiny: the built-in recipe 'tiny' ({TINY})"
+    assert "logging_steps: 5" in lines and "save_steps: 400" in lines and "max_steps: 1600" in lines
+    (tmp_path / "tiny.yaml").write_text(f"base: {TINY}\nlogging_steps: 0.5\n")
+    with pytest.warns(ConfigWarning) as caught:  # printed as one line (test_main: bandpo warnings)
+        assert main(["train", "--config", "tiny", "--dry-run", f"output_dir={tmp_path / 'out'}"]) == 0
+    assert [str(w.message) for w in caught] == [
+        f"config 'tiny' reads the file tiny.yaml, which shadows the built-in recipe 'tiny' ({TINY}): pass that path "
+        "for the built-in one"
+    ]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# config tiny: the file tiny.yaml" and "logging_steps: 0.5" in lines
+
+
 def test_dry_run_prints_the_resolved_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "clip_rule=dcpo"])
@@ -236,7 +257,12 @@ def test_dry_run_of_a_trl_native_method(tmp_path: Path, capsys: pytest.CaptureFi
     code = main(["train", "--config", str(TINY), "--dry-run", f"output_dir={out}", "method=cispo"])
     text = capsys.readouterr().out
     assert code == 0
-    assert text.startswith("method: cispo\n") and "clip_rule" not in text and "band_delta" not in text
+    assert text.startswith(f"# config {TINY}: the built-in recipe 'tiny' (")
+    assert (
+        text.partition("\n")[2].startswith("method: cispo\n")
+        and "clip_rule" not in text
+        and "band_delta" not in text
+    )
     assert "# ok: 1000 prompts" in text and not out.exists()
 
 

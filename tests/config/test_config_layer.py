@@ -85,7 +85,11 @@ def test_file_errors(tmp_path: Path) -> None:
     ):
         read_layers("tinny")
     (tmp_path / "child.yaml").write_text("base: gone.yaml\n")
-    with pytest.raises(ConfigError, match=r"^config file '.*gone.yaml' does not exist$"):  # a base is a path
+    with pytest.raises(  # a base is a path beside its file, or a recipe's name; the error names the base: line
+        ConfigError,
+        match=rf"^base 'gone.yaml' \(in {tmp_path}/child.yaml:1\) names no config file: '{tmp_path}/gone.yaml' does "
+        r"not exist \(a base is read beside its file\), nor a built-in recipe; built-in recipes: ",
+    ):
         read_layers(tmp_path / "child.yaml")
     (tmp_path / "dup.yaml").write_text("a: 1\na: 2\n")
     with pytest.raises(ConfigError, match=r"(?s)is not valid YAML: .*found duplicate key a"):
@@ -315,3 +319,45 @@ def test_a_config_file_saved_in_latin_1_is_refused_naming_the_file_and_the_byte_
         f"config file {str(tmp_path / 'latin1.yaml')!r} is not UTF-8 text: byte 0xe9 at byte offset 18 (line 2: "
         "invalid continuation byte); save the file as UTF-8"
     )
+
+
+def test_base_tiny_in_a_users_yaml_reads_the_built_in_recipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``base: tiny`` was read as a file beside the user's YAML only (``--config tiny`` named the recipe); a base is
+    now that file where it exists, else the built-in recipe of that name."""
+    from bandpo._files import RECIPES
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("base: tiny\nmax_steps: 8\n")
+    base, own = read_layers("mine.yaml")
+    assert base.values == read_layers(RECIPES / "tiny.yaml")[0].values and own.values == {"max_steps": 8}
+    (tmp_path / "mine.yaml").write_text("base: tiny-grpo.yaml\n")  # a recipe with its own base, beside it
+    assert len(read_layers("mine.yaml")) == 3
+
+
+def test_a_local_file_named_like_a_recipe_is_read_with_a_warning_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--config tiny`` beside a ``tiny.yaml`` of the user's was an error (``tiny`` does not exist) and
+    ``--config tiny.yaml`` read it silently: the user's file is read, with one warning naming the recipe it
+    shadows; a recipe read under its own path (a clone's ``configs/tiny.yaml``) warns of nothing."""
+    import warnings
+
+    from bandpo._files import RECIPES
+    from bandpo.config import ConfigWarning, config_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text("mine: 1\n")
+    for typed in ("tiny", "tiny.yaml"):
+        with pytest.warns(ConfigWarning) as caught:
+            assert config_file(typed) == Path("tiny.yaml")
+        assert [str(w.message) for w in caught] == [
+            f"config {typed!r} reads the file tiny.yaml, which shadows the built-in recipe 'tiny' "
+            f"({RECIPES / 'tiny.yaml'}): pass that path for the built-in one"
+        ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert config_file(RECIPES / "tiny.yaml") == RECIPES / "tiny.yaml"
+        monkeypatch.chdir(RECIPES.parent)
+        assert config_file("configs/tiny.yaml") == Path("configs/tiny.yaml")

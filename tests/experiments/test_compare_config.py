@@ -399,3 +399,14 @@ def test_a_compare_config_saved_in_latin_1_is_refused_naming_the_file_and_the_by
         CompareError, match=rf"^compare config {re.escape(repr(str(path)))} is not UTF-8 text: byte 0xe9"
     ):
         load_compare_config(path)
+
+
+def test_train_config_tiny_in_a_users_compare_file_reads_the_built_in_recipe(tmp_path: Path) -> None:
+    """``train.config: tiny`` in a compare file elsewhere was looked for beside it only; now the recipe is read
+    where no such file is there (a file beside it still wins)."""
+    path = tmp_path / "cmp.yaml"
+    path.write_text("train:\n  config: tiny\nmethods: [grpo]\n")
+    assert load_compare_config(path).train_config == str(CONFIGS / "tiny.yaml")
+    (tmp_path / "tiny.yaml").write_text("max_steps: 2\n")
+    with pytest.warns(UserWarning, match=r"^train.config 'tiny' reads the file .*tiny.yaml, which shadows"):
+        assert load_compare_config(path).train_config == str(tmp_path / "tiny.yaml")

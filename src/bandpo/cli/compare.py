@@ -85,6 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bandpo._files import output_dir_problem
+    from bandpo.config import recipe_note
     from bandpo.experiments.compare import (
         CompareError,
         check_eval_data,
@@ -136,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
             check_eval_data(config, plans)
             validate_with_trainer(plans, locked_ok=True, redo=args.redo)
             print(f"output_dir {config.output_dir}; reference {config.reference}; eval k={config.eval.k}")
+            print(f"train.config: {recipe_note(config.train_config)}")
             for p in plans:
                 print(
                     f"  {p.method.label:<16} seed {p.seed:<3} {p.status:<8} {p.method.method:<14} {p.run_dir}"

@@ -128,6 +128,7 @@ def _interrupted(args: argparse.Namespace, output_dir: Path | None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bandpo.config import recipe_note
     from bandpo.training.config import ConfigError, load_train_config
     from bandpo.training.run import prepare, train
 
@@ -144,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
             note = note_of() if note_of is not None else None
             if note is not None:
                 print(f"bandpo train: warning: {note}", file=sys.stderr)
+            print(f"# config {args.config}: {recipe_note(config.source)}")
             print(config.to_yaml(), end="")
             print(
                 f"# ok: {len(prepared.problems)} prompts, output_dir {config.output_dir}{_dry_run_plan(prepared)}"

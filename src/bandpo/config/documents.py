@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from bandpo._files import find_recipe, read_utf8, recipe_name, recipe_names
+from bandpo._files import read_utf8, recipe_name, recipe_names, resolve_config
 from bandpo.registry import did_you_mean
 
 
@@ -199,11 +200,31 @@ def _read_file(path: Path, what: str) -> Layer:
     return Layer(data, origins)
 
 
-def config_file(path: str | Path) -> str | Path:
-    """The file a config argument names: ``path`` itself, as given (the loaders record it), or the built-in recipe
-    that its name names where it could mean no file of the user's (``tiny``, ``configs/tiny.yaml`` from another
-    folder: :func:`bandpo._files.find_recipe`)."""
-    return find_recipe(path) or path
+def config_file(path: str | Path, beside: Path | None = None, what: str = "config") -> Path:
+    """The file a config argument names (:func:`bandpo._files.resolve_config`): ``path`` itself, as given (the
+    loaders record it), relative to ``beside`` (default: the working directory), or with ``.yaml`` added, where
+    that is a file of the user's, else the built-in recipe that its name names (``tiny``, ``configs/tiny.yaml``
+    from another folder). A file of the user's that shadows a built-in recipe of the same name is read, with a
+    :class:`ConfigWarning` naming both (``what``: how the message names ``path``)."""
+    chosen, shadowed = resolve_config(path, beside)
+    if shadowed is not None:
+        warnings.warn(
+            f"{what} {str(path)!r} reads the file {shown_path(chosen)}, which shadows the built-in recipe "
+            f"{recipe_name(path)!r} ({shadowed}): pass that path for the built-in one",
+            ConfigWarning,
+            stacklevel=3,
+        )
+    return chosen
+
+
+def recipe_note(path: str | Path) -> str:
+    """What a config file is, for a dry run: ``the built-in recipe 'tiny' (PATH)`` or ``the file PATH``."""
+    from bandpo._files import RECIPES, same_or_inside
+
+    if same_or_inside(path, RECIPES):
+        name = Path(path).resolve().relative_to(RECIPES.resolve()).with_suffix("").as_posix()
+        return f"the built-in recipe {name!r} ({shown_path(Path(path).resolve())})"
+    return f"the file {shown_path(Path(path).resolve())}"
 
 
 def read_layers(
@@ -222,8 +243,10 @@ def read_layers(
             ``path`` lists the built-in recipes of ``kind`` (``train``, ``compare``, ``None``: all) and the
             closest one.
     """
-    if not _chain:  # the file named on the command line
-        typed, path = path, Path(config_file(path))
+    if (
+        not _chain
+    ):  # the file named on the command line (the loaders resolved it, and warned of a shadowed recipe)
+        typed, path = path, resolve_config(path)[0]
         if not path.exists():
             names = recipe_names(kind=kind)
             raise ConfigError(
@@ -237,12 +260,23 @@ def read_layers(
     layers: list[Layer] = []
     if base_key is not None and base_key in layer.values:
         base = layer.values.pop(base_key)
+        at = where(layer.origins, base_key)
         layer.origins = {k: v for k, v in layer.origins.items() if k.split(".")[0] != base_key}
         if not isinstance(base, str):
             raise ConfigError(
                 f"{base_key} in {str(path)!r} must be a path to another config file, got {base!r}"
             )
-        layers.extend(read_layers(path.parent / base, what, base_key, kind, (*_chain, path)))
+        base_path = config_file(
+            base, path.parent, f"{base_key} ({at})"
+        )  # beside its file, or a recipe's name
+        if not base_path.exists():
+            names = recipe_names(kind=kind)
+            raise ConfigError(
+                f"{base_key} {base!r} ({at}) names no config file: {str(base_path)!r} does not exist (a base is "
+                f"read beside its file), nor a built-in recipe{did_you_mean(recipe_name(base), names)}; built-in "
+                f"recipes: {', '.join(names) or 'none in this install'}"
+            )
+        layers.extend(read_layers(base_path, what, base_key, kind, (*_chain, path)))
     layers.append(layer)
     return layers
 

@@ -133,6 +133,10 @@ REFUSED_TRAINER_KEYS = {
 }
 """TrainingArguments fields a config may not set, with what to do instead."""
 
+STEP_COUNT_FIELDS = ("logging_steps", "save_steps", "eval_steps", "warmup_steps")
+"""transformers' fields typed ``float`` because a value below 1 is a fraction of the run; a whole number is a count
+of steps, written as an integer (``logging_steps: 5``, not ``5.0``) by :meth:`TrainConfig.to_yaml`."""
+
 _DEFAULT_OUTPUT_ROOT = "runs"
 _DEFAULT_CLIP_RULE = "band"  # BandPOConfig's default
 
@@ -425,9 +429,15 @@ class TrainConfig:
         return out
 
     def to_yaml(self) -> str:
-        """The config as YAML (what ``--dry-run`` prints and a run saves); TRL's own ``delta``, when set, carries a
-        comment saying it is not Band's radius."""
-        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+        """The config as YAML (what ``--dry-run`` prints and a run saves), a step count as an integer
+        (:data:`STEP_COUNT_FIELDS`); TRL's own ``delta``, when set, carries a comment saying it is not Band's
+        radius."""
+        values = self.to_dict()
+        for key in STEP_COUNT_FIELDS:
+            value = values.get(key)
+            if isinstance(value, float) and value >= 1 and value.is_integer():
+                values[key] = int(value)
+        text = yaml.safe_dump(values, sort_keys=False, default_flow_style=None)
         return re.sub(
             r"^(delta: .*)$",
             r"\1  # TRL's two-sided clamp of the ratio; Band's radius is band_delta",

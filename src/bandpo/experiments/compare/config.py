@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bandpo._files import expand_path, find_recipe, recipe_kind
+from bandpo._files import expand_path, recipe_kind
 from bandpo.config import (
     OVERRIDES_LABEL,
     ConfigError,
@@ -446,17 +446,13 @@ def load_compare_config(
         raise CompareError(str(err)) from err
     base_dir = Path.cwd() if path is None else Path(path).resolve().parent
     train_path = train.config or "tiny.yaml"
-    resolved = base_dir / expand_path(train_path, "train.config", CompareError)
-    if path is None and not resolved.is_file():  # no compare file: a recipe's name (tiny, the default)
-        resolved = find_recipe(train_path) or resolved
+    # a file beside the compare config (or, without one, here), else a built-in recipe's name (tiny, the default)
+    resolved = config_file(expand_path(train_path, "train.config", CompareError), base_dir, "train.config")
     if not resolved.is_file():
+        beside = "the compare config's directory" if path is not None else "the working directory"
         raise CompareError(
-            f"train.config {train_path!r} does not exist (resolved to {str(resolved)!r}; "
-            + (
-                "relative to the compare config's directory)"
-                if path is not None
-                else "no such recipe either)"
-            )
+            f"train.config {train_path!r} does not exist (resolved to {str(resolved)!r}, relative to {beside}; no "
+            "such recipe either)"
         )
     methods_raw = data.get("methods")
     if methods_raw is None:  # absent (or null): the default methods
