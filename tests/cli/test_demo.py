@@ -133,7 +133,7 @@ def fake_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     scores = {"pass@1": 0.1, "pass@4": 0.2, "pass@8": 0.3, "n_problems": 3}
     monkeypatch.setattr("bandpo.training.run.prepare", lambda config, overwrite: None)
     monkeypatch.setattr("bandpo.training.run.train", train)
-    monkeypatch.setattr("bandpo.training.tasks.build_task_model", lambda *args: tmp_path / "model")
+    monkeypatch.setattr("bandpo.training.tasks.build_task_model", lambda *args, **kw: tmp_path / "model")
     monkeypatch.setattr("bandpo.eval.models.resolve_model_dir", lambda model: tmp_path / "model")
     monkeypatch.setattr("bandpo.eval.datasets.load_eval_dataset", lambda *args, **kwargs: None)
     monkeypatch.setattr("bandpo.cli.demo._evaluate", lambda *args: scores)
@@ -289,3 +289,46 @@ def test_demo_figure_without_matplotlib_says_why(tmp_path: Path, monkeypatch: py
     message = _training_figure(tmp_path, "t")
     assert message.startswith("none (") and "matplotlib" in message
     assert not (tmp_path / "training.png").exists()
+
+
+def test_demo_dry_run_prints_the_plan_and_builds_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bandpo demo --dry-run`` was refused: it checks the run as train --dry-run does, prints the four steps and
+    exits 0 without a warm start, an evaluation or a run directory."""
+    from bandpo.cli.main import main
+    from helpers import CONFIGS
+
+    monkeypatch.setenv("BANDPO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # the recipe is named by its full path
+    out = tmp_path / "demo"
+    assert main(["demo", "--dry-run", "--no-progress", "--output-dir", str(out), "--steps", "7"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "bandpo demo: dry run: the plan (nothing built, evaluated or trained)",
+        f"recipe: the built-in recipe 'tiny' ({CONFIGS / 'tiny.yaml'})",
+        "[1/4] model the tiny model of task 'countdown'",
+        "[2/4] held-out evaluation before RL: 200 problems of countdown/test, 8 samples each, up to 8 new tokens",
+        f"[3/4] RL with clip rule 'band' for 7 steps in {out} (1000 prompts; an earlier demo run there is replaced)",
+        "[4/4] held-out evaluation after RL",
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_and_demo_take_no_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--no-progress`` was missing on train and demo: it sets transformers' disable_tqdm (the training bar; the
+    model building follows it), which the dry run shows; the resume command repeats it."""
+    import argparse
+
+    from bandpo.cli.main import main
+    from bandpo.cli.train import resume_command
+    from helpers import CONFIGS
+
+    tiny = str(CONFIGS / "tiny.yaml")
+    assert (
+        main(["train", "--config", tiny, "--dry-run", "--no-progress", f"output_dir={tmp_path / 'o'}"]) == 0
+    )
+    assert "disable_tqdm: true" in capsys.readouterr().out.splitlines()
+    assert main(["train", "--config", tiny, "--dry-run", f"output_dir={tmp_path / 'o'}"]) == 0
+    assert "disable_tqdm" not in capsys.readouterr().out
+    args = argparse.Namespace(config="tiny", overrides=[], allow_config_change=False, no_progress=True)
+    assert resume_command(args) == "bandpo train --config tiny --resume --no-progress"

@@ -54,6 +54,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output-dir", default=None, help="where the run goes (default: runs/demo; --model: runs/demo-llm)"
     )
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (the evaluations, the training bar, building the model)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the recipe, the overrides and the run (as bandpo train --dry-run does), print the plan and exit "
+        "without building a model, evaluating or training",
+    )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="training config overrides")
 
 
@@ -126,16 +137,18 @@ def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -
     )
 
 
-def _evaluate(model_dir: Path, dataset: Any, k: int, max_new_tokens: int) -> dict[str, Any]:
+def _evaluate(model_dir: Path, dataset: Any, k: int, max_new_tokens: int, progress: bool) -> dict[str, Any]:
     from bandpo.eval.evaluate import evaluate_model_dir
     from bandpo.eval.settings import EvalSettings
 
-    settings = EvalSettings(k=k, ks=(1, k), temperature=1.0, max_new_tokens=max_new_tokens, progress=True)
+    settings = EvalSettings(k=k, ks=(1, k), temperature=1.0, max_new_tokens=max_new_tokens, progress=progress)
     return evaluate_model_dir(model_dir, [dataset], settings)["overall"]
 
 
 def run(args: argparse.Namespace) -> int:
     from bandpo.cli.bounds import usage_error
+    from bandpo.cli.train import NO_PROGRESS
+    from bandpo.config import recipe_note
     from bandpo.eval.datasets import load_eval_dataset
     from bandpo.eval.errors import EvalError
     from bandpo.eval.models import resolve_model_dir
@@ -176,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
         for flag, value in (("--k", k), ("--eval-problems", n_problems), ("--steps", args.steps)):
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{flag} must be an integer >= 1, got {value!r}")
-        config = load_train_config(config_file, [*overrides, f"output_dir={output_dir}"])
+        no_progress = NO_PROGRESS[: args.no_progress]  # the run's, not the printed baseline's
+        config = load_train_config(config_file, [*overrides, f"output_dir={output_dir}", *no_progress])
         prepared = prepare(config, overwrite=True)
     except ConfigError as err:
         usage_error("demo", str(err))
@@ -186,10 +200,33 @@ def run(args: argparse.Namespace) -> int:
             f"--config {config_file} names no data.task; the demo needs one of {', '.join(TASKS.names())}",
         )
     task = TASKS.get(config.data.task)
+    new_tokens = int(config.trainer_kwargs().get("max_completion_length") or 16)
+    kw = config.trainer_kwargs()
+    if args.dry_run:
+        model = f"the tiny model of task {task.name!r}" if config.model.uses_task_model else config.model.path
+        print(
+            "\n".join(
+                [
+                    "bandpo demo: dry run: the plan (nothing built, evaluated or trained)",
+                    f"recipe: {recipe_note(config_file)}",
+                    f"[1/4] model {model}",
+                    f"[2/4] held-out evaluation before RL: {n_problems} problems of {task.name}/test, {k} samples "
+                    f"each, up to {new_tokens} new tokens",
+                    f"[3/4] RL with clip rule {kw.get('clip_rule')!r} for {kw.get('max_steps')} steps in {output_dir} "
+                    f"({len(prepared.problems)} prompts; an earlier demo run there is replaced)",
+                    "[4/4] held-out evaluation after RL",
+                ]
+            )
+        )
+        return 0
     if config.model.uses_task_model:
         print(f"[1/4] warm start of the tiny model for task {task.name!r} (cached after the first run)")
         model_dir = build_task_model(
-            task.name, config.data.task_options or {}, config.model.warm_start or {}, default_cache_dir()
+            task.name,
+            config.data.task_options or {},
+            config.model.warm_start or {},
+            default_cache_dir(),
+            progress=not args.no_progress,
         )
     else:
         print(f"[1/4] model {config.model.path} (a built-in model is converted once, then cached)")
@@ -200,17 +237,15 @@ def run(args: argparse.Namespace) -> int:
     dataset = load_eval_dataset(
         task.name, split="test", task_options=config.data.task_options or {}, max_problems=n_problems
     )
-    new_tokens = int(config.trainer_kwargs().get("max_completion_length") or 16)
     print(f"[2/4] held-out evaluation before RL ({k} samples per problem)")
-    before = _evaluate(model_dir, dataset, k, new_tokens)
-    kw = config.trainer_kwargs()
+    before = _evaluate(model_dir, dataset, k, new_tokens, not args.no_progress)
     print(f"[3/4] RL with clip rule {kw.get('clip_rule')!r} for {kw.get('max_steps')} steps")
     try:  # a rerun discards the earlier run's checkpoints, metrics and TensorBoard folders
         out = train(config, overwrite=True, prepared=prepared)
     except ConfigError as err:  # e.g. another run is using the output directory
         usage_error("demo", str(err))
     print("[4/4] held-out evaluation after RL")
-    after = _evaluate(out, dataset, k, new_tokens)
+    after = _evaluate(out, dataset, k, new_tokens, not args.no_progress)
     stats = _metrics_summary(out / METRICS_FILE)
     method = config.method or config.trainer.get("clip_rule", "band")
     figure = _training_figure(out, f"bandpo demo: {method} on {task.name}")

@@ -50,6 +50,11 @@ examples:
 """
 
 
+NO_PROGRESS = ["disable_tqdm=true"]
+"""The override ``--no-progress`` adds (train, demo): transformers' switch of the training bar, which bandpo's
+model building follows too."""
+
+
 def _trl_methods_help() -> str:
     """One help line per TRL-native method (from the registry): its name and parameters."""
     from bandpo.training.methods import TRL_METHODS
@@ -97,6 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "recorded in run_info.json)",
     )
     parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (the training bar, building the model): the same as disable_tqdm=true",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="check everything that needs no model (config, TRL trainer, optimizer, scheduler and generation "
@@ -108,6 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def resume_command(args: argparse.Namespace) -> str:
     """The ``bandpo train`` command line that resumes the run ``args`` describes."""
     words = ["bandpo", "train", "--config", args.config, *args.overrides, "--resume"]
+    if args.no_progress:
+        words.append("--no-progress")
     if args.allow_config_change:
         words.append("--allow-config-change")
     return shlex.join(words)
@@ -134,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     output_dir = None
     try:
-        config = load_train_config(args.config, args.overrides)
+        config = load_train_config(args.config, [*args.overrides, *NO_PROGRESS[: args.no_progress]])
         output_dir = config.output_dir
         prepared = prepare(
             config, resume=args.resume, overwrite=args.overwrite, allow_config_change=args.allow_config_change

@@ -489,14 +489,16 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
         cache_dir = preflight.cache_dir(config)
         with args.main_process_first(desc="building the model"):
             if is_builtin_model(config.model.path):
-                built = builtin_model_dir(str(config.model.path), cache_dir, progress=is_main)
+                built = builtin_model_dir(
+                    str(config.model.path), cache_dir, progress=is_main and not args.disable_tqdm
+                )
             else:
                 built = build_task_model(
                     config.data.task,  # type: ignore[arg-type]
                     config.data.task_options,
                     config.model.warm_start,
                     cache_dir,
-                    progress=is_main,
+                    progress=is_main and not args.disable_tqdm,
                 )
         model_path = str(built)
     if prepared.tokenizer is None:
