@@ -281,3 +281,37 @@ def test_the_unparsed_warning_takes_a_share_above_nine_tenths() -> None:
     assert unparsed_warnings(results(90)) == []
     assert len(unparsed_warnings(results(91))) == 1
     assert unparsed_warnings({"datasets": {"d": {"n_samples": 0, "n_unparsed": 0, "verifier": "dapo"}}}) == []
+
+
+def test_eval_on_arith_without_max_new_tokens_samples_the_tasks_answer_length(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bandpo eval --dataset arith`` sampled up to the model's 1,024 new tokens (the task gave no answer length):
+    a built-in task's own length is the default (arith: 16), --max-new-tokens still wins, and files or a task
+    without a length keep the model's. (The settings the evaluation receives; the tiny model has no chat template
+    to sample arith with.)"""
+    from bandpo.cli.main import main
+    from bandpo.eval.datasets import EvalDataset, task_answer_length
+    from bandpo.eval.errors import EvalError
+    from bandpo.training.tasks import ARITH_ANSWER_TOKENS
+
+    assert ARITH_ANSWER_TOKENS == 16
+
+    def dataset(task: str | None) -> EvalDataset:
+        return EvalDataset(name=str(task), source="", verifier="dapo", problems=[], task=task)
+
+    assert task_answer_length([dataset("arith")]) == 16
+    assert task_answer_length([dataset("arith"), dataset("countdown")]) is None
+    assert task_answer_length([dataset("arith"), dataset(None)]) is None
+    received = []
+
+    def evaluate(model: Any, datasets: Any, settings: Any, **kwargs: Any) -> None:
+        received.append(settings.max_new_tokens)
+        raise EvalError("stop here")
+
+    monkeypatch.setattr("bandpo.eval.evaluate.evaluate_model_dir", evaluate)
+    for extra in ([], ["--max-new-tokens", "3"]):
+        argv = ["eval", "--model", str(model_dir), "--dataset", "arith", "--max-problems", "2", *extra]
+        assert main([*argv, "--output", str(model_dir.parent / "r.json")]) == 2
+    assert received == [16, 3] and capsys.readouterr().err.count("stop here") == 2
+    assert "arith: 16" in bandpo("eval", "--help").stdout

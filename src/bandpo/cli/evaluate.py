@@ -96,7 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     parser.add_argument(
-        "--max-new-tokens", type=int, default=None, help="default: the model's generation config"
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="new tokens per answer (default: the task's answer length where every dataset is a built-in task that "
+        "has one, arith: 16; else the model's generation config, else 1024)",
     )
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call (default: 64)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
@@ -216,7 +220,7 @@ def unparsed_warnings(results: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from bandpo._files import write_json
-    from bandpo.eval.datasets import resolve_eval_datasets
+    from bandpo.eval.datasets import resolve_eval_datasets, task_answer_length
     from bandpo.eval.errors import EvalError
     from bandpo.eval.evaluate import evaluate_model_dir, format_table
     from bandpo.eval.models import ATTENTION_AUTO, check_device, resolve_model_dir
@@ -275,6 +279,8 @@ def run(args: argparse.Namespace) -> int:
             system_prompt=args.system_prompt,
             chat_template=args.chat_template,
         )
+        if settings.max_new_tokens is None:  # a built-in task's own answer length (arith: 16)
+            settings.max_new_tokens = task_answer_length(datasets)
         results = evaluate_model_dir(
             model,
             datasets,

@@ -23,6 +23,7 @@ __all__ = [
     "prompt_texts",
     "raw_prompt_text",
     "resolve_eval_datasets",
+    "task_answer_length",
     "task_options_of_run",
 ]
 
@@ -233,6 +234,15 @@ def check_eval_specs(specs: Sequence[str], *, split: str = "test", data_format: 
         except ConfigError as err:
             raise _translate(err) from err
     return tasks
+
+
+def task_answer_length(datasets: Sequence[EvalDataset]) -> int | None:
+    """The answer length of ``datasets`` when each is a built-in task that has one
+    (:attr:`bandpo.training.tasks.TaskSpec.max_new_tokens`): the longest; ``None`` otherwise (files, countdown)."""
+    from bandpo.training.tasks import TASKS
+
+    lengths = [TASKS.get(d.task).max_new_tokens if d.task in TASKS else None for d in datasets]
+    return None if not lengths or None in lengths else max(lengths)  # type: ignore[type-var]
 
 
 def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | None:

@@ -58,6 +58,9 @@ class TaskSpec:
     cached_model: Callable[[Any, Mapping[str, Any], Path], Path | None] | None = None
     check_model_options: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
+    max_new_tokens: int | None = None
+    """The task's answer length: the new tokens ``bandpo eval`` samples per answer when ``--max-new-tokens`` is not
+    given (``None``: the model's generation config, which for a chat model may be 1,024)."""
 
     def options(self, options: Mapping[str, Any], name: str = "data.task_options") -> Any:
         """The task's options object from ``data.task_options`` (``ValueError`` on a bad key or value, naming the
@@ -126,6 +129,11 @@ register_task(
 
 
 # ---------------------------------------------------------------------------------------------------- arith
+ARITH_ANSWER_TOKENS = 16
+"""arith's answer length: a short sentence ending in the number (configs/smollm2-arith.yaml's
+max_completion_length, study/smollm2.yaml's eval.max_new_tokens)."""
+
+
 def _arith_split(options: ArithConfig, split: str) -> list[dict[str, Any]]:
     train, test = make_arith_splits(options)
     return {"train": train, "test": test}[split]
@@ -137,6 +145,7 @@ register_task(
         options_type=ArithConfig,
         build_split=_arith_split,
         default_reward="last_number",
+        max_new_tokens=ARITH_ANSWER_TOKENS,
         description="arithmetic questions for instruct models ('What is 23 + 45?'), scored by the last number in "
         "the reply; model.path must name a chat model (e.g. smollm2-135m)",
     )
