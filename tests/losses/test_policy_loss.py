@@ -585,6 +585,17 @@ def test_optional_tensors_and_the_clip_rule_are_type_checked(entry: str, kwargs:
         ENTRY_POINTS[entry](**(_good_args() | kwargs))
 
 
+def test_entropy_coef_without_entropy_is_refused() -> None:
+    """``entropy_coef > 0`` with no ``entropy``: the bonus was dropped silently (kl_coef without ref_log_prob
+    raised); now refused in one line naming both arguments, as the KL penalty is."""
+    match = r"^entropy_coef > 0 needs entropy \(B, T\), the policy's per-token entropy: pass entropy=\.\.\. or set entropy_coef=0$"
+    with pytest.raises(ValueError, match=match):
+        policy_loss(**_good_args(), entropy_coef=0.1)
+    loss, m = policy_loss(**_good_args(), entropy_coef=0.1, entropy=torch.ones(2, 3))
+    assert m["loss/entropy"] == 1.0 and loss == m["loss/policy"] - 0.1
+    policy_loss(**_good_args(), entropy_coef=0.0)  # no bonus asked: no entropy needed
+
+
 def test_group_advantages() -> None:
     r = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.1, 0.1, 0.1, 0.1])
     a = group_advantages(r, 4)

@@ -226,6 +226,11 @@ def _check_objective_inputs(
     KL_ESTIMATORS.canonical(kl_estimator)
     if kl_coef > 0 and ref_log_prob is None:
         raise ValueError("kl_coef > 0 needs ref_log_prob (B, T)")
+    if entropy_coef > 0 and entropy is None:  # the bonus would be dropped
+        raise ValueError(
+            "entropy_coef > 0 needs entropy (B, T), the policy's per-token entropy: pass entropy=... or set "
+            "entropy_coef=0"
+        )
     for name, x in (
         ("rollout_is_weights", rollout_is_weights),
         ("ref_log_prob", ref_log_prob),
@@ -504,7 +509,8 @@ def policy_loss(
             finite and <= 0.
         kl_coef, kl_estimator: KL penalty coefficient and estimator (``KL_ESTIMATORS.names()``).
         entropy: (B, T) float, per-token policy entropy; logged, used by entropy-driven rules, and the bonus.
-        entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef * agg(entropy)``).
+        entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef * agg(entropy)``); > 0 needs
+            ``entropy``.
         check_values: raise ``ValueError`` on values outside those above at real tokens, or a mask that is not
             0/1 (one device->host sync); ``False`` skips it (shape, dtype and name checks always run).
         diagnostics: how many clipping diagnostics to compute, a name in ``DIAGNOSTICS.names()``: ``full``
