@@ -585,6 +585,44 @@ def test_optional_tensors_and_the_clip_rule_are_type_checked(entry: str, kwargs:
         ENTRY_POINTS[entry](**(_good_args() | kwargs))
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("rollout_is_weights", math.nan, "finite numbers >= 0"),
+        ("rollout_is_weights", math.inf, "finite numbers >= 0"),
+        ("rollout_is_weights", -0.5, "finite numbers >= 0"),
+        ("entropy", math.nan, "finite numbers"),
+        ("entropy", -math.inf, "finite numbers"),
+    ],
+)
+def test_bad_weights_or_entropy_at_a_real_token_are_refused(name: str, value: float, allowed: str) -> None:
+    """A NaN or negative rollout_is_weights gave a NaN or sign-flipped loss, a NaN entropy a NaN loss: refused at
+    real tokens in one line naming the argument, how many and the first bad value; padding may hold them, and
+    ``check_values=False`` skips the check (the loss is then what the values make it)."""
+    args = _good_args() | {
+        "advantages": torch.tensor([1.0, -1.0]),
+        "response_mask": torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]),
+        "rollout_is_weights": torch.ones(2, 3),
+        "entropy": torch.ones(2, 3),
+        "entropy_coef": 0.1,
+    }
+    bad = args[name].clone()
+    bad[0, 2] = bad[1, 0] = value
+    match = rf"^{name} must hold {allowed} at real tokens \(response_mask = 1\); found 2 other value\(s\), e\.g\. {re.escape(repr(value))}$"
+    for rule in ("band", "adaptive_band"):
+        with pytest.raises(ValueError, match=match):
+            policy_loss(**(args | {name: bad, "clip_rule": rule}))
+    loss, _ = policy_loss(**(args | {name: bad}), check_values=False)
+    assert not torch.isfinite(loss) or value == -0.5  # what the check prevents
+    padded = args[name].clone()
+    padded[1, 2] = value  # padding: never read
+    want, _ = policy_loss(**args)
+    assert torch.equal(policy_loss(**(args | {name: padded}))[0], want)
+    zero_weight = torch.ones(2, 3)
+    zero_weight[0, 0] = 0.0
+    policy_loss(**(args | {"rollout_is_weights": zero_weight}))  # 0 is a weight
+
+
 def test_entropy_coef_without_entropy_is_refused() -> None:
     """``entropy_coef > 0`` with no ``entropy``: the bonus was dropped silently (kl_coef without ref_log_prob
     raised); now refused in one line naming both arguments, as the KL penalty is."""

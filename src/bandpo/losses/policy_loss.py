@@ -247,7 +247,9 @@ def _check_objective_inputs(
 
     mask = response_mask if response_mask.dtype == torch.bool else response_mask != 0
     if check_values:
-        _check_values(response_mask, mask, log_prob, old_log_prob, advantages, ref_log_prob)
+        _check_values(
+            response_mask, mask, log_prob, old_log_prob, advantages, ref_log_prob, rollout_is_weights, entropy
+        )
     return _ObjectiveInputs(
         log_prob,
         old_log_prob,
@@ -269,6 +271,8 @@ def _check_values(
     old_log_prob: Tensor,
     advantages: Tensor,
     ref_log_prob: Tensor | None,
+    rollout_is_weights: Tensor | None = None,
+    entropy: Tensor | None = None,
 ) -> None:
     """``policy_loss(check_values=True)``: the values the objective accepts at real tokens (``mask`` true), in
     one device->host sync. Positions where the mask is 0 are never read, so they may hold anything.
@@ -276,7 +280,9 @@ def _check_values(
     ``log_prob`` and ``ref_log_prob``: finite log-probabilities, ``<= 0`` (``-inf`` would make the loss or its
     KL term infinite). ``old_log_prob``: ``[-inf, 0]`` as ``band_bounds`` accepts (``-inf``: the behaviour
     policy gave the token probability 0; its ratio is clamped at ``e^20``). ``advantages``: finite.
-    ``response_mask``: bool, or numbers 0 and 1.
+    ``rollout_is_weights`` (where passed): finite and ``>= 0`` (NaN made the loss NaN, a negative weight flipped
+    the token's sign). ``entropy`` (where passed): finite (NaN made the bonus and an entropy-driven rule's bounds
+    NaN). ``response_mask``: bool, or numbers 0 and 1.
 
     Raises:
         ValueError: naming the first argument that holds another value, how many, and one of them.
@@ -302,6 +308,11 @@ def _check_values(
         checks.append(
             ("ref_log_prob", ref_log_prob, lp_bad, ~torch.isfinite(ref_log_prob) | (ref_log_prob > 0))
         )
+    if rollout_is_weights is not None:
+        w = rollout_is_weights
+        checks.append(("rollout_is_weights", w, "finite numbers >= 0", ~torch.isfinite(w) | (w < 0)))
+    if entropy is not None:
+        checks.append(("entropy", entropy, "finite numbers", ~torch.isfinite(entropy)))
     bad = [b if x is None else b & mask for _, x, _, b in checks]
     counts = torch.stack([b.sum() for b in bad]).tolist()  # the one host sync
     for (name, x, allowed, _), b, n in zip(checks, bad, counts):
@@ -486,10 +497,13 @@ def policy_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Policy-gradient loss (the module docstring's clipped or truncated objective) and its diagnostics.
 
-    Values accepted at real tokens (``response_mask`` 1), checked with ``check_values=True``: ``log_prob`` and
-    ``ref_log_prob`` finite and ``<= 0``; ``old_log_prob`` in ``[-inf, 0]`` (as :func:`bandpo.band_bounds`;
-    ``-inf``, probability 0 under the behaviour policy, gives the ratio its clamp ``e^20``); ``advantages``
-    finite. Positions where the mask is 0 are never read: padding may hold anything (NaN, +-inf, positive
+    Values accepted at real tokens (``response_mask`` 1), checked with ``check_values=True`` (the default; all in
+    one device->host sync, the only one of the call): ``log_prob`` and ``ref_log_prob`` finite and ``<= 0``;
+    ``old_log_prob`` in ``[-inf, 0]`` (as :func:`bandpo.band_bounds`; ``-inf``, probability 0 under the behaviour
+    policy, gives the ratio its clamp ``e^20``); ``advantages`` finite; ``rollout_is_weights`` finite and ``>= 0``
+    (a NaN weight made the loss NaN, a negative one flipped the token's sign); ``entropy`` finite. With
+    ``check_values=False`` (and in :func:`per_token_policy_loss`, which never syncs) none of these is checked: a
+    NaN there gives a NaN loss. Positions where the mask is 0 are never read: padding may hold anything (NaN, +-inf, positive
     values), as verl and TRL leave it.
 
     Args:
@@ -504,11 +518,13 @@ def policy_loss(
             The truncated objective has no dual clip (DPPO's rules carry their own ``truncation_c``, its ``c``):
             with it, any other ``clip_ratio_c`` passed raises ``ValueError`` instead of being ignored.
         truncation_c: > 1: the truncated objective with this ``c`` for any rule (e.g. Band); ``None``: the rule's.
-        rollout_is_weights: (B, T) float, truncated importance weights (e.g. vLLM/trainer mismatch), detached.
+        rollout_is_weights: (B, T) float, truncated importance weights (e.g. vLLM/trainer mismatch), detached;
+            finite and >= 0.
         ref_log_prob: (B, T) float, reference policy log-probs for the KL penalty (needed when kl_coef > 0),
             finite and <= 0.
         kl_coef, kl_estimator: KL penalty coefficient and estimator (``KL_ESTIMATORS.names()``).
-        entropy: (B, T) float, per-token policy entropy; logged, used by entropy-driven rules, and the bonus.
+        entropy: (B, T) float, per-token policy entropy; logged, used by entropy-driven rules, and the bonus;
+            finite.
         entropy_coef: entropy bonus coefficient (the loss subtracts ``entropy_coef * agg(entropy)``); > 0 needs
             ``entropy``.
         check_values: raise ``ValueError`` on values outside those above at real tokens, or a mask that is not
