@@ -652,6 +652,33 @@ def test_group_advantages() -> None:
             group_advantages(r, 4, eps=eps)
 
 
+@pytest.mark.parametrize(("index", "value"), [(5, math.nan), (0, math.inf), (7, -math.inf)])
+def test_group_advantages_refuses_a_non_finite_reward(index: int, value: float) -> None:
+    """One NaN or inf reward made its whole group's advantages NaN: refused in one line with its index and value
+    (and how many); ``check_values=False`` skips the check."""
+    r = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.1, 0.2, 0.1, 0.1])
+    r[index] = value
+    match = rf"^rewards must hold finite numbers \(.*\); found 1 other value\(s\), the first rewards\[{index}\] = {value!r}$"
+    with pytest.raises(ValueError, match=match):
+        group_advantages(r, 4)
+    assert torch.isnan(group_advantages(r, 4, check_values=False)[index // 4 * 4]).item()
+    r[3] = math.nan
+    with pytest.raises(ValueError, match=rf"found 2 other value\(s\), the first rewards\[{min(index, 3)}\]"):
+        group_advantages(r, 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64])
+def test_group_advantages_accepts_integer_and_bool_rewards(dtype: torch.dtype) -> None:
+    """A verifier's 0/1 rewards as a bool or integer tensor were refused: cast to float32, the same advantages as
+    the float32 rewards."""
+    r = torch.tensor([1, 0, 1, 1, 0, 0, 0, 0])
+    a = group_advantages(r.to(dtype), 4)
+    assert a.dtype == torch.float32
+    assert torch.equal(a, group_advantages(r.to(torch.float32), 4))
+    with pytest.raises(TypeError, match=r"^rewards must be a floating-point tensor"):
+        group_advantages(r.to(torch.complex64), 4)
+
+
 @pytest.mark.parametrize(
     ("estimator", "want"),
     [
