@@ -143,6 +143,11 @@ def test_config_from_command_line(tmp_path: Path) -> None:
         ({"clip_rule": None}, r"^clip_rule must be a registered clip rule name, got None; valid names: grpo"),
         ({"band_delta": -0.1}, r"\): band_delta must be a finite number > 0, got -0\.1$"),
         ({"band_divergence": "nope"}, r"\): band_divergence: unknown divergence 'nope'.*valid names"),
+        (  # TV <= 1: from radius 1 on the bounds are the whole simplex [0, 1/p] and nothing is clipped
+            {"band_divergence": "tv", "band_delta": 5},
+            r"\): band_delta must be a finite number in \(0, 1\) for divergence 'tv' \(it is at most 1: .* nothing is "
+            r"clipped\), got 5$",
+        ),
         (  # band_cap=None keeps the default cap: the message names where None means no cap
             {"band_cap": 0.5},
             r"\): band_cap must be a finite number >= 1 \(band_cap=None keeps the rule's default; no cap: "

@@ -292,11 +292,20 @@ def test_kl_radius_at_its_limit_gives_finite_bounds(name: str) -> None:
     assert (lo >= 0).all() and (lo <= 1).all() and (hi >= 1).all()
 
 
-def test_dppo_tv_thresholds_have_no_upper_limit() -> None:
-    """TV's closed form has no overflow: any finite threshold gives finite bounds (1 -+ delta / p in [0, 1/p])."""
-    rule = make_clip_rule("dppo_tv", clip_divergence_low=1.8e16, clip_divergence_high=1.8e16)
+def test_dppo_tv_thresholds_are_below_one() -> None:
+    """|p_new - p_old| <= 1: from a threshold of 1 on every token is inside DPPO-TV's region (Band-TV's bounds are
+    [0, 1/p] for every p), so thresholds >= 1 are refused as Band-TV's radius is, naming TV's range; any threshold
+    below gives finite bounds (1 -+ delta / p in [0, 1/p]: no overflow), and p = 1 keeps lo > 0."""
+    for key in ("clip_divergence_low", "clip_divergence_high"):
+        for value in (1.0, 1.8e16):
+            with pytest.raises(
+                ValueError, match=rf"^{key} must be a finite number in \(0, 1\) for divergence 'tv'"
+            ):
+                make_clip_rule("dppo_tv", **{key: value})
+    rule = make_clip_rule("dppo_tv", clip_divergence_low=0.999, clip_divergence_high=0.999)
     lo, hi = rule.bounds(torch.tensor([0.0, -0.5, -80.0, -math.inf]))
-    assert not torch.isnan(lo).any() and not torch.isnan(hi).any() and (lo == 0).all()
+    assert not torch.isnan(lo).any() and not torch.isnan(hi).any()
+    assert lo[0] == pytest.approx(0.001, rel=1e-4) and (lo[1:] == 0).all()  # float32
 
 
 def _count_table_builds(monkeypatch: pytest.MonkeyPatch) -> list[float]:

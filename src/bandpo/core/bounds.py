@@ -32,7 +32,15 @@ import torch
 from torch import Tensor
 
 from bandpo.core import newton, solvers
-from bandpo.core.checks import check_cap, check_delta, check_float_tensor, check_logprobs, check_relax
+from bandpo.core.checks import (
+    check_cap,
+    check_delta,
+    check_float_tensor,
+    check_logprobs,
+    check_relax,
+    delta_range,
+    delta_refused,
+)
 from bandpo.core.divergences import DIVERGENCES, Divergence
 
 METHODS = ("auto", "closed_form", "table", "newton", "bisection")
@@ -195,7 +203,9 @@ def band_bounds(
     Args:
         old_logp: (...) float16/bfloat16/float32/float64, ``log pi_old(a|s)`` of the sampled tokens, in
             [-inf, 0]. ``-inf`` (p = 0) gives ``lo = 0, hi = cap``; ``0`` (p = 1) gives ``hi = 1``.
-        delta: trust-region radius > 0 (KL: at most ``KL_DELTA_MAX`` = 1000, ``Divergence.max_delta``); a float,
+        delta: trust-region radius > 0 (KL: at most ``KL_DELTA_MAX`` = 1000, ``Divergence.max_delta``; a bounded
+            divergence below its largest value, ``Divergence.saturating_delta``: TV < 1, hellinger < 2, JS < log 2,
+            where the bounds would be the whole simplex); a float,
             or a float tensor broadcastable to ``old_logp`` (per token).
         divergence: a registered name (``bandpo.DIVERGENCES.names()``), a ``Divergence``, or a convex generator
             ``f(u)`` with ``f(1) = 0`` (solved by the generic bisection).
@@ -230,15 +240,10 @@ def band_bounds(
                 f"delta of shape {tuple(delta.shape)} must broadcast to old_logp's shape {tuple(old_logp.shape)}"
             )
         delta_t = delta.to(device=old_logp.device, dtype=cdt)
-        out = (delta_t <= 0) | ~torch.isfinite(delta_t) | (delta_t > div.max_delta)
+        out = delta_refused(delta_t, div)
         if check_values and bool(out.any()):
-            allowed = (
-                "> 0"
-                if math.isinf(div.max_delta)
-                else f"in (0, {div.max_delta:g}] for divergence {div.name!r}"
-            )
             raise ValueError(
-                f"delta must hold finite numbers {allowed}, found {delta_t[out].reshape(-1)[0].item()!r}"
+                f"delta must hold finite numbers {delta_range(div)}, found {delta_t[out].reshape(-1)[0].item()!r}"
             )
     cap = check_cap(cap)
     if cap is not None:

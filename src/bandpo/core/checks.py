@@ -30,18 +30,44 @@ def check_float_tensor(name: str, x: object) -> Tensor:
     return x
 
 
+def delta_range(divergence: Divergence) -> str:
+    """The radii ``divergence`` accepts, for messages: ``"> 0"``, ``"in (0, 1000] for divergence 'kl' (...)"``
+    or ``"in (0, 1) for divergence 'tv' (...)"``, with why the range ends (:func:`check_delta`)."""
+    sat, top = divergence.saturating_delta, divergence.max_delta
+    if math.isfinite(sat) and sat <= top:
+        return (
+            f"in (0, {sat:g}) for divergence {divergence.name!r} (it is at most {sat:g}: from there on its bounds "
+            "are [0, 1/p] for every p, the whole simplex, and nothing is clipped)"
+        )
+    if math.isfinite(top):
+        return (
+            f"in (0, {top:g}] for divergence {divergence.name!r} (from about 745 on its bounds are [0, 1/p], "
+            "the whole simplex)"
+        )
+    return "> 0"
+
+
+def delta_refused(delta: Tensor, divergence: Divergence) -> Tensor:
+    """Where a radius tensor lies outside ``divergence``'s range (:func:`check_delta`): bool, no host sync."""
+    return (
+        ~torch.isfinite(delta)
+        | (delta <= 0)
+        | (delta > divergence.max_delta)
+        | (delta >= divergence.saturating_delta)
+    )
+
+
 def check_delta(name: str, value: object, divergence: Divergence) -> float:
-    """A trust-region radius of ``divergence``: a finite number in ``(0, divergence.max_delta]``.
+    """A trust-region radius of ``divergence``: a finite number in ``(0, divergence.max_delta]`` and below
+    ``divergence.saturating_delta`` (a bounded divergence: TV < 1, squared Hellinger < 2, JS < log 2; at or
+    above, the bounds are the whole simplex ``[0, 1/p]`` for every p, a clip rule that clips nothing).
 
     The one check for ``band_bounds``' scalar ``delta``, Band's ``delta`` and DPPO-KL's thresholds (KL's limit:
     ``bandpo.core.divergences.KL_DELTA_MAX``). Returns it as a float.
     """
     delta = check_positive_number(name, value)
-    if delta > divergence.max_delta:
-        raise ValueError(
-            f"{name} must be a finite number in (0, {divergence.max_delta:g}] for divergence {divergence.name!r} "
-            f"(from about 745 on its bounds are [0, 1/p], the whole simplex), got {value!r}"
-        )
+    if delta > divergence.max_delta or delta >= divergence.saturating_delta:
+        raise ValueError(f"{name} must be a finite number {delta_range(divergence)}, got {value!r}")
     return delta
 
 

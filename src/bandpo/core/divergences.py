@@ -48,6 +48,11 @@ class Divergence:
         max_delta: the largest radius ``band_bounds`` and the clip rules accept (``inf``: no limit; KL:
             :data:`KL_DELTA_MAX`). A finite one lies where the bounds have already reached ``[0, 1/p]`` (a larger
             radius would change nothing) and below any radius where a solver fails.
+        saturating_delta: for a bounded divergence, its largest value ``sup g_f`` (TV 1, squared Hellinger 2,
+            JS log 2): from this radius on every ratio in ``[0, 1/p]`` is inside the region for every ``p``, the
+            bounds are ``[0, 1/p]`` (the whole simplex) and nothing is clipped, so ``band_bounds`` and the clip
+            rules refuse a radius ``>= saturating_delta`` (``inf``: unbounded, never reached; KL, reverse KL and
+            both chi^2 keep lo > 0 at p near 1 and hi < 1/p at p near 0 for every finite radius).
     """
 
     name: str
@@ -59,6 +64,7 @@ class Divergence:
     limit_lo_at_one: Callable[[float], float] | None = None
     derivative: Callable[[Tensor], Tensor] | None = None
     max_delta: float = math.inf
+    saturating_delta: float = math.inf
 
     def g(self, p: Tensor, r: Tensor) -> Tensor:
         """The projected divergence ``g_f(p, r) = p f(r) + (1-p) f((1-rp)/(1-p))`` (naive; for tests/plots)."""
@@ -219,6 +225,7 @@ register_divergence(
         "total variation, f(u) = |u - 1| / 2: r = 1 -/+ delta / p",
         closed_form=_tv_bounds,
         limit_lo_at_one=lambda d: max(1.0 - d, 0.0),
+        saturating_delta=1.0,  # p |r - 1| <= 1: from delta = 1 on lo = 0 and hi = 1/p for every p
     ),
     aliases=("bandtv",),
 )
@@ -248,6 +255,7 @@ register_divergence(
         "squared Hellinger, f(u) = (sqrt(u) - 1)^2: closed form with saturation at both simplex edges",
         closed_form=_hellinger_bounds,
         limit_lo_at_one=lambda d: max(1.0 - 0.5 * d, 0.0) ** 2,
+        saturating_delta=2.0,  # (sqrt P - sqrt Q)^2 summed is at most 2: k = 1 - delta/2 reaches 0
     )
 )
 register_divergence(
@@ -257,6 +265,7 @@ register_divergence(
         "Jensen-Shannon, f(u) = [u log u - (1+u) log((1+u)/2)] / 2; saturates (JS <= log 2)",
         fast_solver="newton",
         derivative=_df_js,
+        saturating_delta=math.log(2.0),  # JS <= log 2, reached at p = 1, r = 0 (disjoint supports)
     ),
     aliases=("jensen_shannon",),
 )
