@@ -360,6 +360,34 @@ def test_invalid_band_parameters_fail_when_the_config_is_built(params: dict[str,
         actor_config(**params)
 
 
+def test_a_misspelled_key_of_a_plain_dict_policy_loss_is_refused() -> None:
+    """A plain dict config (``{"policy_loss": {"deltaa": 0.5}}``) ran with the default radius, the key ignored, while
+    hydra's ``_target_`` route refuses it: refused in one line with a "did you mean"; the known keys (verl's and
+    bandpo's) pass, in a dict as in an OmegaConf DictConfig."""
+    data = make_batch()
+    match = (
+        r"^actor\.policy_loss: unknown key\(s\) 'deltaa' \(did you mean 'delta'\?\), 'caap' \(did you mean 'cap'\?\); "
+        r"valid: _target_, loss_mode, .*, delta, cap, .* \(a misspelled key would be ignored and its default used\)$"
+    )
+    for config in (
+        {"policy_loss": {"deltaa": 0.5, "caap": 2.0}},
+        OmegaConf.create({"policy_loss": {"deltaa": 0.5, "caap": 2.0}}),
+    ):
+        with pytest.raises(ValueError, match=match):
+            bverl.clip_method_from_config("bandpo", config)
+        with pytest.raises(ValueError, match=match):
+            get_policy_loss_fn("bandpo")(
+                data["old_log_prob"],
+                data["log_prob"],
+                data["advantages"],
+                data["response_mask"],
+                config=config,
+            )
+    good = {"policy_loss": {"loss_mode": "bandpo", "delta": 0.07, "rollout_correction": None}}
+    assert bverl.clip_rule_from_config("bandpo", good) == bandpo.make_clip_rule("band", delta=0.07)
+    assert bverl.clip_rule_from_config("bandpo", {"clip_ratio_c": 3.0}) == bandpo.make_clip_rule("band")
+
+
 def _example_overrides(**env: str) -> list[str]:
     result = subprocess.run(
         ["bash", str(EXAMPLE)],

@@ -86,6 +86,7 @@ This module needs verl; ``import bandpo`` does not import it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
@@ -101,6 +102,7 @@ from bandpo.losses.diagnostics import check_diagnostics, metrics_to_floats
 from bandpo.losses.method import RULE_PREFIX, ClipMethod, clip_method, freeze, loss_names
 from bandpo.losses.policy_loss import TokenTerms, framework_metrics, per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule
+from bandpo.registry import did_you_mean
 
 try:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
@@ -283,9 +285,30 @@ def _param(policy_loss: Any, key: str) -> Any:
     return getattr(policy_loss, key, default)
 
 
+_POLICY_LOSS_KEYS = tuple(field.name for field in dataclasses.fields(BandPOPolicyLossConfig))
+"""The keys an ``actor.policy_loss`` may hold: the fields of :class:`BandPOPolicyLossConfig` (verl's and bandpo's)."""
+
+
+def _check_policy_loss_keys(policy_loss: Any) -> None:
+    """A plain ``actor.policy_loss`` (a dict or ``DictConfig``, not a verl config dataclass, whose fields hydra
+    checked) holds only :data:`_POLICY_LOSS_KEYS`: a misspelled key (``deltaa``) was read as absent, its default
+    used instead. Raises ``ValueError`` naming each unknown key with a "did you mean"."""
+    if policy_loss is None or isinstance(policy_loss, PolicyLossConfig) or not hasattr(policy_loss, "keys"):
+        return
+    unknown = [key for key in policy_loss if key not in _POLICY_LOSS_KEYS]
+    if unknown:
+        named = ", ".join(f"{key!r}{did_you_mean(key, _POLICY_LOSS_KEYS)}" for key in unknown)
+        raise ValueError(
+            f"actor.policy_loss: unknown key(s) {named}; valid: {', '.join(_POLICY_LOSS_KEYS)} (a misspelled key "
+            "would be ignored and its default used)"
+        )
+
+
 def _settings(policy_loss: Any, config: Any = None) -> dict[str, Any]:
     """verl's settings by :data:`VERL_NAMES`' spelling: the BandPO fields of ``policy_loss`` and, with the actor
-    ``config``, its clip ratios and run length (without it, the rules' defaults)."""
+    ``config``, its clip ratios and run length (without it, the rules' defaults). A plain dict ``policy_loss``
+    with a key that is no field of :class:`BandPOPolicyLossConfig` raises (:func:`_check_policy_loss_keys`)."""
+    _check_policy_loss_keys(policy_loss)
     settings = {f"policy_loss.{key}": _param(policy_loss, key) for key in _POLICY_LOSS_FIELDS}
     relax = settings["policy_loss.relax"]
     settings["policy_loss.relax"] = None
