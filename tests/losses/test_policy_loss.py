@@ -623,6 +623,37 @@ def test_bad_weights_or_entropy_at_a_real_token_are_refused(name: str, value: fl
     policy_loss(**(args | {"rollout_is_weights": zero_weight}))  # 0 is a weight
 
 
+@pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
+def test_tensors_on_the_meta_device_or_on_two_devices_are_refused(entry: str) -> None:
+    """Tensors on the meta device, or on different devices, raised torch's own errors from deep in the objective (or,
+    on meta without check_values, returned a meta loss): refused first, in one line naming each argument and its
+    device."""
+    args = _good_args() | {"clip_rule": make_clip_rule("band"), "entropy": torch.ones(2, 3)}
+    meta = {k: v.to("meta") for k, v in args.items() if isinstance(v, torch.Tensor)}
+    with pytest.raises(
+        ValueError,
+        match=r"^log_prob, old_log_prob, advantages, response_mask, entropy are on the meta device, which holds "
+        r"shapes but no values: pass tensors with values \(on the model's device\)$",
+    ):
+        ENTRY_POINTS[entry](**(args | meta))
+    with pytest.raises(
+        ValueError,
+        match=r"^the tensor arguments must be on one device, got log_prob on cpu, old_log_prob on meta, "
+        r"advantages on cpu, response_mask on cpu, entropy on cpu$",
+    ):
+        ENTRY_POINTS[entry](**(args | {"old_log_prob": meta["old_log_prob"]}))
+    if torch.cuda.is_available():
+        with pytest.raises(
+            ValueError, match=r"^the tensor arguments .* response_mask on cuda:0, entropy on cpu$"
+        ):
+            ENTRY_POINTS[entry](
+                **(
+                    args
+                    | {k: v.cuda() for k, v in args.items() if k != "entropy" and isinstance(v, torch.Tensor)}
+                )
+            )
+
+
 def test_entropy_coef_without_entropy_is_refused() -> None:
     """``entropy_coef > 0`` with no ``entropy``: the bonus was dropped silently (kl_coef without ref_log_prob
     raised); now refused in one line naming both arguments, as the KL penalty is."""

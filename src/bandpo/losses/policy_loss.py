@@ -144,6 +144,25 @@ def _check_mask(response_mask: object) -> None:
         raise TypeError(f"response_mask must be {allowed}, got dtype {response_mask.dtype}")
 
 
+def _check_devices(**tensors: Tensor | None) -> None:
+    """The tensors passed (``None``: not passed) must be on one device, and not the meta device (shapes without
+    values): torch's own errors came from deep in the objective. No host sync (devices are metadata).
+
+    Raises:
+        ValueError: naming each argument and its device.
+    """
+    on = {name: x.device for name, x in tensors.items() if x is not None}
+    if len(set(on.values())) > 1:
+        listed = ", ".join(f"{name} on {device}" for name, device in on.items())
+        raise ValueError(f"the tensor arguments must be on one device, got {listed}")
+    meta = [name for name, device in on.items() if device.type == "meta"]
+    if meta:
+        raise ValueError(
+            f"{', '.join(meta)} are on the meta device, which holds shapes but no values: pass tensors with values "
+            "(on the model's device)"
+        )
+
+
 def _check_objective_inputs(
     log_prob: Tensor,
     old_log_prob: Tensor,
@@ -170,7 +189,8 @@ def _check_objective_inputs(
         TypeError: a ``log_prob``, ``old_log_prob`` or ``advantages``, or a ``rollout_is_weights``, ``entropy`` or
             ``ref_log_prob`` passed, that is not a floating-point tensor; a ``response_mask`` that is not a tensor
             of :data:`MASK_DTYPES`; a ``clip_rule`` that is neither a registered name nor a ``ClipRule``.
-        ValueError: every other bad input, naming the argument, its value and what is allowed.
+        ValueError: every other bad input, naming the argument, its value and what is allowed (tensors on
+            different devices or on the meta device: each argument and its device).
     """
     for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
         check_float_tensor(name, x)
@@ -239,6 +259,15 @@ def _check_objective_inputs(
         if x is not None:
             check_float_tensor(name, x)
             _check_like_log_prob(name, x, log_prob)
+    _check_devices(
+        log_prob=log_prob,
+        old_log_prob=old_log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        rollout_is_weights=rollout_is_weights,
+        ref_log_prob=ref_log_prob,
+        entropy=entropy,
+    )
     if rule.needs_entropy and entropy is None:
         raise ValueError(
             f"clip rule {rule.name!r} needs the per-token entropy of the policy: pass entropy=(B, T) float, "
