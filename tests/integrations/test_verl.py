@@ -507,6 +507,20 @@ CASES = [
         10.0,
         bandpo.make_clip_rule("dcpo", eps_low=0.16, eps_high=0.2, cap=5.0),
     ),
+    (  # Band's upper side: its fixed lower bound from clip_ratio_low, Band's fields from the section
+        "bandpo_band_upper",
+        {"delta": 0.1},
+        (0.3, 0.28),
+        10.0,
+        bandpo.make_clip_rule("band_upper", delta=0.1, eps_low=0.3),
+    ),
+    (  # Band's lower side: its fixed upper bound from clip_ratio_high
+        "bandpo_band_lower",
+        {"divergence": "tv"},
+        (0.3, 0.28),
+        10.0,
+        bandpo.make_clip_rule("band_lower", divergence="tv", eps_high=0.28),
+    ),
     (
         "bandpo_dppo_tv",
         {},
