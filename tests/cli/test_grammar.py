@@ -1,6 +1,7 @@
 """One CLI grammar (issue "One vocabulary ... and a front page", item 4): every option's default is in its
 ``--help``; ``--output-dir`` names a directory and ``--output`` a file in every command, the old spellings still
-work with one line on stderr; an unknown flag is reported by the subcommand's parser."""
+work with one line on stderr; every list is written with commas; an unknown flag is reported by the subcommand's
+parser."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def test_every_default_is_in_the_help() -> None:
             if action.default is None or action.default == argparse.SUPPRESS:
                 continue
             text = formatter._expand_help(action) if action.help is not None else ""
-            if action.choices is not None and list(action.default) == list(action.choices):
+            choices = action.choices if action.choices is not None else getattr(action.type, "choices", None)
+            if choices is not None and list(action.default) == list(choices):
                 ok = "(default: all)" in text  # every choice, listed once
             else:
                 ok = any(r in text for r in _renderings(action.default))
@@ -96,6 +98,85 @@ def test_plot_bounds_old_out_writes_the_file(tmp_path: Path, capsys: pytest.Capt
     assert main(["plot-bounds", "--out", str(png), "--divergence", "kl"]) == 0
     assert png.is_file()
     assert capsys.readouterr().err == "bandpo plot-bounds: --out is now --output\n"
+
+
+REPEATED = {("eval", "--dataset"): "a path may hold a comma; repeat --dataset for several"}
+"""The list options that are not comma-separated, and why."""
+
+
+def test_every_list_option_takes_commas() -> None:
+    """Every option that takes several values (several words, a list default, an appended value, or "comma" in its
+    help) is added by ``add_list_option``: the one type (``CommaList``) and action of ``cli/_args.py``, so that
+    ``--divergence kl,tv`` is written as ``--rules grpo,band``, ``--methods grpo,band-kl`` and ``--ks 1,8``."""
+    from bandpo.cli._args import CommaList, ListOption
+
+    listed, wrong = [], []
+    for name, sub in _subparsers().items():
+        for action in sub._actions:
+            if not action.option_strings:  # the KEY=VALUE overrides: words, not a list option
+                continue
+            several = action.nargs in ("+", "*") or (isinstance(action.nargs, int) and action.nargs > 1)
+            if not (
+                several
+                or isinstance(action.default, (list, tuple))
+                or isinstance(action, (argparse._AppendAction, ListOption))
+                or "comma" in (action.help or "")
+            ):
+                continue
+            flag = max(action.option_strings, key=len)
+            if (name, flag) in REPEATED:
+                continue
+            listed.append(f"{name} {flag}")
+            if not (isinstance(action, ListOption) and isinstance(action.type, CommaList)):
+                wrong.append(f"bandpo {name} {flag}")
+    assert not wrong, "list options not added by add_list_option:\n" + "\n".join(wrong)
+    for expected in ("bounds --divergence", "plot-bounds --divergence", "bench --sizes", "probe --rules",
+                     "mechanism --scenarios", "compare --methods", "eval --ks"):  # fmt: skip
+        assert expected in listed
+
+
+def test_lists_take_commas_and_the_old_spaces_still_read(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bounds --divergence kl,tv --p 0.08,0.5`` prints what ``--divergence kl tv --p 0.08 0.5`` printed; the
+    space form still reads, with one line on stderr giving the comma form; ``--help`` shows the commas only."""
+    assert _status(["bounds", "--divergence", "kl,tv", "--p", "0.08,0.5"]) == 0
+    commas = capsys.readouterr()
+    assert commas.err == "" and [r.split()[0] for r in commas.out.splitlines()[3:7]] == [
+        "kl",
+        "kl",
+        "tv",
+        "tv",
+    ]
+    assert _status(["bounds", "--divergence", "kl", "tv", "--p", "0.08", "0.5"]) == 0
+    spaces = capsys.readouterr()
+    assert spaces.out == commas.out
+    assert spaces.err.splitlines() == [
+        "bandpo bounds: --divergence takes commas now: --divergence kl,tv",
+        "bandpo bounds: --p takes commas now: --p 0.08,0.5",
+    ]
+    assert _status(["bounds", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--divergence NAME[,NAME...]" in out and "0.001,0.01,0.08,0.2" in out and "[NAME ...]" not in out
+
+
+def test_a_bad_list_item_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    from bandpo.cli.main import parse_args
+
+    assert _status(["bounds", "--divergence", "kl,kll"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "bandpo bounds: error: argument --divergence: unknown divergence 'kll' (did you mean 'kl'?); choose from "
+        "kl, reverse_kl, tv, chi2, neyman_chi2, hellinger, js"
+    )
+    assert _status(["bounds", "--p", "0.5,x"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "bandpo bounds: error: argument --p: items must be of type float, comma-separated, got '0.5,x'"
+    )
+    args = parse_args(build_parser(["bench"]), ["bench", "--loss-shape", "4,64", "--verl-shape", "2", "8"])
+    assert (args.loss_shape, args.verl_shape) == ([4, 64], [2, 8])
+    capsys.readouterr()
+    assert _status(["bench", "--loss-shape", "4,64,2"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "bandpo bench: error: argument --loss-shape: takes 2 comma-separated values, got '4,64,2'"
+    )
 
 
 @pytest.mark.parametrize("command", ["probe", "bounds", "mechanism"])

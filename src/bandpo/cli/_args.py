@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -16,6 +17,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """The epilog and description as written (examples keep their layout), and every option's default in its
     help: appended as ``(default: X)`` unless the help already states it (it says "default"), and left out for
     on/off flags and options without a default (``None``)."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if isinstance(action, ListOption):  # the comma form only, whatever words it reads
+            metavar = action.metavar if action.metavar is not None else default_metavar
+            if isinstance(metavar, tuple):
+                return ",".join(metavar)
+            return f"{metavar}[,{metavar}...]"
+        return super()._format_args(action, default_metavar)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         help_ = action.help
@@ -30,11 +39,113 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         ):
             return action.help
         default = action.default
-        if isinstance(default, (list, tuple)):  # nargs="+": shown as typed on the command line
-            shown = " ".join(str(v) for v in default).replace("%", "%%")
+        if isinstance(default, (list, tuple)):  # a list option: shown as typed on the command line
+            shown = ",".join(str(v) for v in default).replace("%", "%%")
         else:
             shown = "%(default)s"
         return f"{help_} (default: {shown})" if help_ else f"default: {shown}"
+
+
+class ListValue(list):  # type: ignore[type-arg]
+    """A list option's items, with the text as typed (``text``) for a message about it (``--rules ','``)."""
+
+    text: str = ""
+
+
+class CommaList:
+    """The type of every list-valued option: ``"a,b"`` -> ``ListValue(["a", "b"])``, each item stripped and
+    converted by ``item`` (``int``, ``float``; ``str`` by default), empty items dropped (``","`` is an empty list,
+    which the command refuses in its own words). ``choices``: the names an item may take, an unknown one refused
+    with the closest (:func:`bandpo.registry.did_you_mean`) as an unknown ``noun``."""
+
+    def __init__(
+        self, item: Callable[[str], Any] = str, choices: Sequence[str] | None = None, noun: str = "name"
+    ) -> None:
+        self.item = item
+        self.choices = None if choices is None else list(choices)
+        self.noun = noun
+
+    def __call__(self, text: str) -> ListValue:
+        from bandpo.registry import did_you_mean
+
+        words = [w.strip() for w in text.split(",") if w.strip()]
+        if self.choices is not None:
+            for word in words:
+                if word not in self.choices:
+                    raise argparse.ArgumentTypeError(
+                        f"unknown {self.noun} {word!r}{did_you_mean(word, self.choices)}; choose from "
+                        f"{', '.join(self.choices)}"
+                    )
+        try:
+            items = ListValue(self.item(w) for w in words)
+        except ValueError:
+            name = getattr(self.item, "__name__", "value")
+            raise argparse.ArgumentTypeError(
+                f"items must be of type {name}, comma-separated, got {text!r}"
+            ) from None
+        items.text = text
+        return items
+
+
+class ListOption(argparse.Action):
+    """A list-valued option (added by :func:`add_list_option`): one comma-separated word; where ``spaces`` is on
+    (the options that took space-separated words before), several words too, read as one list, with a line on
+    stderr saying the comma form. ``length``: the number of items it must hold (a shape ``B,T``)."""
+
+    def __init__(
+        self,
+        option_strings: list[str],
+        dest: str,
+        spaces: bool = False,
+        length: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.spaces = spaces
+        self.length = length
+        super().__init__(option_strings, dest, nargs="+" if spaces else None, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if self.spaces:  # one ListValue per word
+            items = ListValue(item for word in values for item in word)
+            items.text = ",".join(word.text for word in values)
+            if len(values) > 1:  # the comma form of what was typed, shortened past 60 characters
+                shown = items.text if len(items.text) <= 60 else items.text[:57] + "..."
+                print(
+                    f"{parser.prog}: {option_string} takes commas now: {option_string} {shown}",
+                    file=sys.stderr,
+                )
+        else:
+            items = values
+        if self.length is not None and len(items) != self.length:
+            parser.error(
+                f"argument {option_string}: takes {self.length} comma-separated values, got {items.text!r}"
+            )
+        setattr(namespace, self.dest, items)
+
+
+def add_list_option(
+    parser: argparse.ArgumentParser,
+    *flags: str,
+    item: Callable[[str], Any] = str,
+    choices: Sequence[str] | None = None,
+    noun: str = "name",
+    spaces: bool = False,
+    length: int | None = None,
+    **kwargs: Any,
+) -> argparse.Action:
+    """Add a list-valued option, written with commas (``--rules grpo,band``): the one way every ``bandpo``
+    command takes a list. ``item``: each item's type; ``choices``: the names an item may take (an unknown one is named an unknown ``noun``); ``spaces``: also
+    read space-separated words (the old form of the options that had it); ``length``: a fixed number of items;
+    ``kwargs``: ``default``, ``help``, ``metavar``, ... as ``add_argument`` takes them."""
+    return parser.add_argument(
+        *flags, action=ListOption, type=CommaList(item, choices, noun), spaces=spaces, length=length, **kwargs
+    )
 
 
 class _DeprecatedSpelling(argparse.Action):

@@ -6,11 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from bandpo.cli._args import add_deprecated_spelling
+from bandpo.cli._args import add_deprecated_spelling, add_list_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24], help="token counts")
+    add_list_option(parser, "--sizes", item=int, spaces=True, default=[1 << 20, 1 << 24], help="token counts")
     parser.add_argument(
         "--repeats",
         type=int,
@@ -21,19 +21,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--accuracy-points", type=int, default=200_000, help="random p for the accuracy check"
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--loss-shape",
-        type=int,
-        nargs=2,
+        item=int,
+        spaces=True,
+        length=2,
         default=[64, 4096],
         metavar=("B", "T"),
         help="shape of the loss benchmark",
     )
     parser.add_argument("--skip-loss", action="store_true", help="skip the loss benchmark")
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--verl-shape",
-        type=int,
-        nargs=2,
+        item=int,
+        spaces=True,
+        length=2,
         default=[64, 2048],
         metavar=("B", "T"),
         help="shape of the loss against verl's own (grpo, band, dppo_kl vs verl's vanilla and dppo_kl)",

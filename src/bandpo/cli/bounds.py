@@ -9,6 +9,7 @@ from typing import NoReturn
 
 import torch
 
+from bandpo.cli._args import add_list_option
 from bandpo.core import DIVERGENCES, band_bounds
 from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
 
@@ -16,12 +17,13 @@ DEFAULT_P = (0.001, 0.01, 0.08, 0.2, 0.5, 0.9, 0.99)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--p", type=float, nargs="+", default=list(DEFAULT_P), help="old probabilities in (0, 1]"
+    add_list_option(
+        parser, "--p", item=float, spaces=True, default=list(DEFAULT_P), help="old probabilities in (0, 1]"
     )
-    parser.add_argument(
-        "--divergence", nargs="+", default=DIVERGENCES.names(), choices=DIVERGENCES.names(), metavar="NAME",
-        help=f"divergences (default: all): {', '.join(DIVERGENCES.names())}",
+    add_list_option(
+        parser, "--divergence", choices=DIVERGENCES.names(), noun="divergence", spaces=True,
+        default=DIVERGENCES.names(),
+        metavar="NAME", help=f"divergences (default: all): {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
     parser.add_argument(
         "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default: {PAPER_DELTA})"

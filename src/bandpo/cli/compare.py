@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bandpo.cli._args import add_list_option
+
 EPILOG = """\
 compare config keys (YAML; KEY=VALUE overrides with dotted keys):
   output_dir          where runs and the report go (runs/<label>/seed<seed>/, baseline/, report/)
@@ -53,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="config overrides (dotted keys: eval.k=8, seeds=[0])",
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--methods",
         default=None,
         help="comma-separated labels: run and report only these methods (default: all the config's)",
@@ -103,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
             problem = None if path is None else output_dir_problem(path, name)
             if problem is not None:
                 raise CompareError(problem)
-        if args.methods:
-            wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if args.methods is not None:
+            wanted = list(args.methods)
             labels = [m.label for m in config.methods]
             if not wanted:
                 raise CompareError(
-                    f"--methods must name at least one method label, got {args.methods!r}; labels: {', '.join(labels)}"
+                    f"--methods must name at least one method label, got {args.methods.text!r}; labels: {', '.join(labels)}"
                 )
             unknown = [w for w in wanted if w not in labels]
             if unknown:

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bandpo.cli._args import add_list_option
+
 EPILOG = """\
 datasets:
   countdown             the built-in task's test split (--split train for the training puzzles); the task options
@@ -91,8 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-problems", type=int, default=None, help="first N problems of each dataset (default: all)"
     )
     parser.add_argument("--k", type=int, default=32, help="samples per problem (default: 32)")
-    parser.add_argument(
-        "--ks", default=None, help="pass@j values, comma-separated, each <= k ('k' for k) (default: 1,4,k)"
+    add_list_option(
+        parser,
+        "--ks",
+        default=None,
+        help="pass@j values, comma-separated, each <= k ('k' for k) (default: 1,4,k)",
     )
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     parser.add_argument(
@@ -234,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = EvalSettings(
             k=args.k,
-            ks=args.ks,
+            ks=None if args.ks is None else args.ks.text,  # EvalSettings reads 'k' and names what was typed
             temperature=args.temperature,
             max_new_tokens=args.max_new_tokens,
             batch_size=args.batch_size,

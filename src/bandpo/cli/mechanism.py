@@ -11,7 +11,7 @@ import argparse
 import shlex
 import sys
 
-from bandpo.cli._args import add_deprecated_spelling
+from bandpo.cli._args import add_deprecated_spelling, add_list_option
 
 EPILOG = """\
 examples:
@@ -19,10 +19,6 @@ examples:
   bandpo mechanism --quick --output-dir runs/mech-quick        # test-sized: seconds
   bandpo mechanism --rules grpo,band --scenarios rare_reward --vocab 150000 --output-dir runs/mech-150k
 """
-
-
-def _names(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,12 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps", type=int, default=None, help="sampled batches per run (default: per scenario)"
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--rules",
         default=None,
         help=f"comma-separated clip rules (default: every registered one: {', '.join(CLIP_RULES.names())})",
     )
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--scenarios",
         default=None,
         help=f"comma-separated scenarios (default: all: {', '.join(SCENARIOS.names())})",
@@ -65,7 +63,7 @@ def _command(args: argparse.Namespace) -> str:
     parts = ["bandpo", "mechanism"]
     for flag, value in (
         ("--output-dir", args.output_dir), ("--seeds", args.seeds), ("--vocab", args.vocab),
-        ("--steps", args.steps), ("--rules", args.rules), ("--scenarios", args.scenarios),
+        ("--steps", args.steps), ("--rules", args.rules and args.rules.text), ("--scenarios", args.scenarios and args.scenarios.text),
     ):  # fmt: skip
         if value is not None:
             parts += [flag, str(value)]
@@ -103,19 +101,20 @@ def run(args: argparse.Namespace) -> int:
             if value is not None:
                 check_int_in(flag, value, low, high)
         try:
-            rules = resolve_rules(_names(args.rules) if args.rules is not None else None)
+            rules = resolve_rules(list(args.rules) if args.rules is not None else None)
         except ValueError as err:
             raise ValueError(f"--rules: {err}") from None
         if not rules:
-            raise ValueError(f"--rules must name at least one clip rule, got {args.rules!r}")
+            raise ValueError(f"--rules must name at least one clip rule, got {args.rules.text!r}")
         try:
             scenarios = [
-                SCENARIOS.get(n) for n in (_names(args.scenarios) if args.scenarios else SCENARIOS.names())
+                SCENARIOS.get(n)
+                for n in (args.scenarios if args.scenarios is not None else SCENARIOS.names())
             ]
         except ValueError as err:
             raise ValueError(f"--scenarios: {err}") from None
         if not scenarios:
-            raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios!r}")
+            raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios.text!r}")
         _make_output(args.output_dir)
     except ValueError as err:
         print(f"bandpo mechanism: error: {err}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bandpo.cli._args import add_deprecated_spelling
+from bandpo.cli._args import add_deprecated_spelling, add_list_option
 from bandpo.cli.bounds import check_delta_and_cap, usage_error
 from bandpo.core import DIVERGENCES
 from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
@@ -18,8 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="figure file to write; its suffix picks the format: .png, .pdf, .svg, ... (default: bounds.png)",
     )
     add_deprecated_spelling(parser, "--out", "--output")
-    parser.add_argument(
-        "--divergence", nargs="+", default=["kl", "tv", "chi2", "hellinger"], choices=DIVERGENCES.names(),
+    add_list_option(
+        parser, "--divergence", choices=DIVERGENCES.names(), noun="divergence", spaces=True,
+        default=["kl", "tv", "chi2", "hellinger"],
         metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
     )  # fmt: skip
     parser.add_argument(

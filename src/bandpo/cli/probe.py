@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bandpo.cli._args import add_deprecated_spelling, yaml_mapping
+from bandpo.cli._args import add_deprecated_spelling, add_list_option, yaml_mapping
 
 if TYPE_CHECKING:
     from bandpo.experiments.llm_probe import ProbeConfig
@@ -48,9 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"'{ARITH_DEFAULT}', problems with enough right answers for the groups to carry signal)",
     )
     parser.add_argument("--split", default=defaults.split, help="split the prompts come from")
-    parser.add_argument(
+    add_list_option(
+        parser,
         "--rules",
-        default=",".join(DEFAULT_RULES),
+        default=list(DEFAULT_RULES),
         help=f"comma-separated clip rules, each at its default settings (default: {','.join(DEFAULT_RULES)})",
     )
     parser.add_argument("--batches", type=int, default=defaults.batches, help="batches (seeds)")
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo.eval.errors import EvalError
     from bandpo.experiments.llm_probe import ProbeConfig
 
-    rules = tuple(r.strip() for r in args.rules.split(",") if r.strip())
+    rules = tuple(args.rules)
     fields: dict[str, tuple[str, Any]] = {  # ProbeConfig's field: the flag that sets it, and its value
         "rules": ("--rules", rules),
         "batches": ("--batches", args.batches),
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             text = ARITH_DEFAULT
         options = yaml_mapping("--task-options", text, "{digits: [1]}") if text else None
         if not rules:
-            raise ValueError(f"--rules must name at least one clip rule, got {args.rules!r}")
+            raise ValueError(f"--rules must name at least one clip rule, got {args.rules.text!r}")
         try:
             config = ProbeConfig(**{name: value for name, (_, value) in fields.items()})
         except ValueError as err:  # "<field> must be ...", or a clip rule's own "unknown clip rule ..."
