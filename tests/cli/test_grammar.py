@@ -1,6 +1,6 @@
 """One CLI grammar (issue "One vocabulary ... and a front page", item 4): every option's default is in its
-``--help``; ``--output-dir`` names a directory and ``--output`` a file in every command, the old spellings still
-work with one line on stderr; every list is written with commas; an unknown flag is reported by the subcommand's
+``--help``; ``-o/--output-dir`` names a directory and ``-o/--output`` a file in every command (train and compare:
+the config key ``output_dir=``), the old spellings still work with one line on stderr; every list is written with commas; an unknown flag is reported by the subcommand's
 parser."""
 
 from __future__ import annotations
@@ -90,6 +90,50 @@ def test_old_output_spellings_still_work(
     default = parse_args(parser, [command, *base])
     sub = parser._subparsers._group_actions[0].choices[command]
     assert getattr(default, dest) == sub._option_string_actions[new].default
+
+
+def test_every_command_names_its_output_one_way() -> None:
+    """Each command's output is the one option ``cli/_args.py``'s ``OUTPUTS`` gives it, with ``-o`` as its short
+    form: ``-o/--output FILE`` where it writes a file, ``-o/--output-dir DIR`` where it writes a folder, the config
+    key ``output_dir=`` for train and compare (no option), none for bounds; the other output spellings
+    (``--out``, ``--json``, ``--output`` of a folder) are hidden aliases of it."""
+    from bandpo.cli._args import OUTPUT_KEY, OUTPUTS, _DeprecatedSpelling
+    from bandpo.cli.main import parse_args
+
+    subparsers = _subparsers()
+    assert set(OUTPUTS) == set(subparsers)
+    for name, sub in subparsers.items():
+        output = OUTPUTS[name]
+        named = {
+            s: a
+            for a in sub._actions
+            for s in a.option_strings
+            if s == "-o" or s.startswith(("--out", "--json"))
+        }
+        visible = {s for s, a in named.items() if a.help != argparse.SUPPRESS}
+        if output is None or output == OUTPUT_KEY:
+            assert visible == set(), (name, visible)
+        else:
+            assert visible == {output, "-o"}, (name, visible)
+            assert named["-o"] is named[output]
+        for spelling, action in named.items():
+            if action.help == argparse.SUPPRESS:
+                assert isinstance(action, _DeprecatedSpelling) and action.new == output, (name, spelling)
+        if output == OUTPUT_KEY:  # a KEY=VALUE override of the config
+            argv = [name, "--config", "c.yaml", "output_dir=runs/x"]
+            assert parse_args(build_parser([name]), argv).overrides == ["output_dir=runs/x"]
+
+
+@pytest.mark.parametrize("command", ["plot-bounds", "bench", "eval", "probe", "mechanism", "demo"])
+def test_dash_o_names_the_output(command: str) -> None:
+    """``bandpo probe -o runs/p`` is ``--output-dir runs/p``, ``bandpo plot-bounds -o b.svg`` ``--output b.svg``."""
+    from bandpo.cli._args import OUTPUTS
+    from bandpo.cli.main import parse_args
+
+    base = ["--model", "m"] if command in ("probe", "eval") else []
+    dest = OUTPUTS[command].lstrip("-").replace("-", "_")
+    args = parse_args(build_parser([command]), [command, *base, "-o", "out/x"])
+    assert str(getattr(args, dest)) == "out/x"
 
 
 def test_plot_bounds_old_out_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,8 +1,15 @@
-"""What every ``bandpo`` subcommand's parser shares: the help formatter (defaults shown) and the deprecated
-spellings of renamed flags.
+"""What every ``bandpo`` subcommand's parser shares: the help formatter (defaults shown), the one way to write
+a list (:func:`add_list_option`), each command's output option (:data:`OUTPUTS`) and the deprecated spellings of
+renamed flags.
 
-One grammar for outputs: ``--output-dir DIR`` for a directory, ``--output FILE`` for a file. An old spelling
-stays accepted (hidden from ``--help``) and says once on stderr what it is now.
+One grammar for lists: comma-separated, ``--divergence kl,tv``, ``--rules grpo,band``, ``--ks 1,8``. The options
+that took space-separated words (``bounds --p``, ``--divergence``; ``bench --sizes``, ``--loss-shape``) still
+read them, with one line on stderr, and ``--help`` shows the commas only.
+
+One grammar for outputs: a command that writes one file takes ``-o/--output FILE`` (``plot-bounds``, ``bench``,
+``eval``), one that writes a folder ``-o/--output-dir DIR`` (``probe``, ``mechanism``, ``demo``); ``train`` and
+``compare`` write where their config's ``output_dir`` says (``output_dir=DIR``, a config key like any other). An
+old spelling stays accepted (hidden from ``--help``) and says once on stderr what it is now.
 """
 
 from __future__ import annotations
@@ -11,6 +18,23 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
+
+OUTPUT_FILE, OUTPUT_DIR, OUTPUT_KEY = "--output", "--output-dir", "output_dir="
+"""The three ways a command is told where to write: a file, a folder, the config key of train and compare."""
+
+OUTPUTS: dict[str, str | None] = {
+    "bounds": None,
+    "plot-bounds": OUTPUT_FILE,
+    "bench": OUTPUT_FILE,
+    "eval": OUTPUT_FILE,
+    "probe": OUTPUT_DIR,
+    "mechanism": OUTPUT_DIR,
+    "demo": OUTPUT_DIR,
+    "train": OUTPUT_KEY,
+    "compare": OUTPUT_KEY,
+}
+"""Each command's output option (``-o`` is its short form), ``output_dir=`` for the commands whose config says
+where they write, ``None`` for one that prints only. ``tests/cli/test_grammar.py`` holds every command to it."""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -52,7 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"held-out problems to score (default: 200; --model: {LLM_EVAL_PROBLEMS})",
     )
     parser.add_argument(
-        "--output-dir", default=None, help="where the run goes (default: runs/demo; --model: runs/demo-llm)"
+        "--output-dir",
+        "-o",
+        default=None,
+        help="where the run goes (default: runs/demo; --model: runs/demo-llm)",
     )
     parser.add_argument(
         "--no-progress",

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.epilog = EPILOG
     parser.add_argument(
-        "--output-dir", default="runs/mechanism", help="output directory (default: runs/mechanism)"
+        "--output-dir", "-o", default="runs/mechanism", help="output directory (default: runs/mechanism)"
     )
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument(

@@ -14,6 +14,7 @@ from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output",
+        "-o",
         default="bounds.png",
         help="figure file to write; its suffix picks the format: .png, .pdf, .svg, ... (default: bounds.png)",
     )

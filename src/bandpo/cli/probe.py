@@ -86,7 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attention the model is loaded with: auto (a training run's model.attn_implementation, else "
         "transformers' default), eager, sdpa, ... (default: auto)",
     )
-    parser.add_argument("--output-dir", default="runs/probe", help="output directory (default: runs/probe)")
+    parser.add_argument(
+        "--output-dir", "-o", default="runs/probe", help="output directory (default: runs/probe)"
+    )
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
