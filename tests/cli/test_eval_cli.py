@@ -272,6 +272,27 @@ def test_eval_with_a_verifier_that_parses_no_answer_warns(model_dir: Path, tmp_p
     ]
 
 
+def test_eval_no_progress_shows_no_bar_at_all(model_dir: Path, tmp_path: Path) -> None:
+    """``bandpo eval --no-progress`` still drew transformers' bar as the model loaded ("Loading weights: 100%|...");
+    now no bar at all, and without the flag the sampling bar is there."""
+    argv = [
+        "eval",
+        "--model",
+        str(model_dir),
+        "--max-problems",
+        "2",
+        "--k",
+        "2",
+        "--output",
+        str(tmp_path / "r.json"),
+    ]
+    quiet = bandpo(*argv, "--no-progress")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Loading weights" not in quiet.stderr and "%|" not in quiet.stderr, quiet.stderr
+    loud = bandpo(*argv)
+    assert loud.returncode == 0 and "eval: 100%|" in loud.stderr, loud.stderr
+
+
 def test_the_unparsed_warning_takes_a_share_above_nine_tenths() -> None:
     from bandpo.cli.evaluate import unparsed_warnings
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 OUTPUT_FILE, OUTPUT_DIR, OUTPUT_KEY = "--output", "--output-dir", "output_dir="
@@ -204,6 +205,25 @@ def add_deprecated_spelling(parser: argparse.ArgumentParser, old: str, new: str)
         default=argparse.SUPPRESS,  # the new option's default stands
         help=argparse.SUPPRESS,
     )
+
+
+@contextmanager
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """The command's ``--no-progress`` for the libraries it calls: with ``enabled`` False, transformers' and
+    huggingface_hub's own bars are off while the block runs (``Loading weights: 100%|...`` as a model loads) and
+    back as they were after it; with ``enabled`` True nothing changes (and transformers is not imported)."""
+    if enabled:
+        yield
+        return
+    from transformers.utils import logging
+
+    was_on = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            logging.enable_progress_bar()
 
 
 def yaml_mapping(flag: str, text: str, example: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bandpo.cli._args import add_list_option
+from bandpo.cli._args import add_list_option, progress_bars
 
 EPILOG = """\
 datasets:
@@ -224,6 +224,11 @@ def unparsed_warnings(results: dict[str, Any]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    with progress_bars(not args.no_progress):  # transformers' bars too: building or loading the model
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from bandpo._files import write_json
     from bandpo.eval.datasets import resolve_eval_datasets, task_answer_length
     from bandpo.eval.errors import EvalError

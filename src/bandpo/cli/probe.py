@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bandpo.cli._args import add_deprecated_spelling, add_list_option, yaml_mapping
+from bandpo.cli._args import add_deprecated_spelling, add_list_option, progress_bars, yaml_mapping
 
 if TYPE_CHECKING:
     from bandpo.experiments.llm_probe import ProbeConfig
@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     except MissingDependencyError as err:
         usage_error("probe", f"{err}; or pass --no-figures")
     try:
-        return _run(args, config, options)
+        with progress_bars(not args.no_progress):  # the model's loading bar too
+            return _run(args, config, options)
     except EvalError as err:
         usage_error("probe", str(err))
 
