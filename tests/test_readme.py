@@ -28,7 +28,9 @@ def _quickstart() -> str:
 
 def test_trl_quickstart_runs_as_written_on_a_cpu(tmp_path: Path) -> None:
     """The block, unchanged, in a fresh interpreter (offline, one thread, an empty working directory): it trains
-    its two steps and prints them with the Band upper bound's mean."""
+    its two steps and prints them with the Band upper bound's mean. It printed four ``FutureWarning:
+    gradient_checkpointing is deprecated`` lines that TRL causes and the user did not, and a dict of more than 60
+    metrics per step: now one short line a step, and every metric still in the log history (band/hi_mean)."""
     script = tmp_path / "quickstart.py"
     script.write_text(_quickstart())
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -40,6 +42,13 @@ def test_trl_quickstart_runs_as_written_on_a_cpu(tmp_path: Path) -> None:
     match = re.fullmatch(r"steps: 2 band/hi_mean: (\S+)", last)
     assert match is not None, proc.stdout[-2000:]
     assert float(match.group(1)) > 1.0  # Band-KL's upper bounds lie above 1
+    assert "Warning" not in proc.stderr, proc.stderr[-3000:]
+    assert "{'loss'" not in proc.stdout and "band/hi_mean" not in proc.stdout.replace(last, ""), proc.stdout[
+        -2000:
+    ]
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("step ")]
+    assert [s.split(" | ")[0] for s in steps] == ["step 1", "step 2"], proc.stdout[-2000:]
+    assert all(len(s) < 160 and "clip/frac" in s and "band/delta 0.05" in s for s in steps), steps
 
 
 def test_ci_runs_exactly_the_readme_test_commands() -> None:

@@ -84,10 +84,12 @@ except ImportError as err:  # pragma: no cover - exercised only without trl
     ) from err
 
 from bandpo.integrations.trl_config import ALLOW_UNSUPPORTED_TRL_ENV, BandPOConfig, check_trl_version
+from bandpo.integrations.trl_progress import use_compact_progress
 from bandpo.integrations.trl_spec import (
     REFUSED_LOSS_TYPES,
     SUPPORTED_LOSS_TYPES,
     SUPPORTED_TRL,
+    silence_old_checkpointing_names,
 )
 from bandpo.losses.aggregation import masked_mean
 from bandpo.losses.clip_rules import ClipRule
@@ -196,11 +198,20 @@ class BandPOTrainer(GRPOTrainer):
         self._bandpo_round_step = 0
         self._bandpo_old_from_forward: dict[str, Any] | None = None
         self._bandpo_forward_log_probs: Tensor | None = None
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        with silence_old_checkpointing_names():  # warnings TRL causes, not the caller
+            super().__init__(model, reward_funcs, args=args, **kwargs)
         self.add_callback(_StepGuard(self))
+        use_compact_progress(self)  # the bar prints a short line per log, not the 60-odd metrics it logs
         note = args.on_policy_note()
         if note is not None and self.accelerator.is_main_process:
             warnings.warn(note, OnPolicyClipWarning, stacklevel=2)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """``GRPOTrainer.train`` without the ``FutureWarning`` lines TRL causes around each generation (its use of
+        gradient checkpointing's old names: :func:`~bandpo.integrations.trl_spec.silence_old_checkpointing_names`);
+        every other warning shows."""
+        with silence_old_checkpointing_names():
+            return super().train(*args, **kwargs)
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
         """TRL's loss with the clip rule's bounds: arm the hook, call the parent, log our metrics."""

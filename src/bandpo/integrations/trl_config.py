@@ -21,7 +21,13 @@ except ImportError as err:  # pragma: no cover - exercised only without trl
         "bandpo.integrations.trl needs TRL 1.16.x: pip install 'bandpo[trl]' (or 'trl>=1.16,<1.17')"
     ) from err
 
-from bandpo.integrations.trl_spec import SUPPORTED_TRL, TRL_NAMES, check_loss_type, check_trl_delta
+from bandpo.integrations.trl_spec import (
+    SUPPORTED_TRL,
+    TRL_NAMES,
+    check_loss_type,
+    check_trl_delta,
+    silence_old_checkpointing_names,
+)
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule
 from bandpo.losses.diagnostics import DIAGNOSTICS
 from bandpo.losses.method import ClipMethod, clip_method
@@ -152,7 +158,8 @@ class BandPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         # Our checks first: they are cheap and need nothing from TrainingArguments' device setup.
         self._validate_bandpo_fields()
-        super().__post_init__()
+        with silence_old_checkpointing_names():  # GRPOConfig's own gradient_checkpointing=True default
+            super().__post_init__()
 
     def _validate_bandpo_fields(self) -> None:
         check_loss_type(self.loss_type)

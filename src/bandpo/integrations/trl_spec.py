@@ -8,7 +8,10 @@ that reading a ``bandpo train`` YAML file imports no TRL. :data:`TRL_NAMES` is t
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from bandpo.losses.clip_rules import clip_rule_params
@@ -16,6 +19,7 @@ from bandpo.losses.method import METHOD_NAMES
 from bandpo.registry import did_you_mean
 
 __all__ = [
+    "OLD_CHECKPOINTING_NAMES",
     "REFUSED_LOSS_TYPES",
     "SUPPORTED_LOSS_TYPES",
     "SUPPORTED_TRL",
@@ -24,7 +28,28 @@ __all__ = [
     "check_loss_type",
     "check_trl_delta",
     "loss_type_problem",
+    "silence_old_checkpointing_names",
 ]
+
+
+OLD_CHECKPOINTING_NAMES = (
+    r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated and will be removed in v6"
+)
+"""transformers 5's ``FutureWarning`` about gradient checkpointing's old names (now activation checkpointing),
+which TRL 1.16 still uses: ``GRPOConfig``'s ``gradient_checkpointing=True`` default, read as a ``TrainingArguments``
+is built, and the toggling around each generation (four warnings in a two-step run). bandpo never uses the old
+names (a regex, as ``warnings.filterwarnings`` takes it; pyproject's filterwarnings holds the same)."""
+
+
+@contextlib.contextmanager
+def silence_old_checkpointing_names() -> Iterator[None]:
+    """Within the block, hide :data:`OLD_CHECKPOINTING_NAMES` warnings, by that message and as ``FutureWarning``
+    only: the warnings TRL causes and the user did not. ``BandPOConfig`` and ``BandPOTrainer`` (its construction
+    and ``train``) run TRL inside it; every other warning shows, and the filter is gone after the block."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=OLD_CHECKPOINTING_NAMES, category=FutureWarning)
+        yield
+
 
 TRL_NAMES: dict[str, str] = {
     "clip_rule": "rule",

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from transformers import ProgressCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from bandpo._files import read_jsonl
+from bandpo.integrations.trl_progress import PROGRESS_KEYS, CompactProgressCallback
 from bandpo.training.layout import METRICS_FILE
 
 __all__ = ["METRICS_FILE", "PROGRESS_KEYS", "CompactProgressCallback", "MetricsJSONLCallback", "read_metrics"]
@@ -91,40 +92,3 @@ class MetricsJSONLCallback(TrainerCallback):
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
             f.flush()
-
-
-PROGRESS_KEYS = ("loss", "reward", "reward_std", "entropy", "kl", "clip/frac", "clip/frac_out", "grad_norm")
-"""Metrics shown on the progress line (all of them go to ``metrics.jsonl`` and the ``report_to`` loggers)."""
-
-
-class CompactProgressCallback(ProgressCallback):
-    """transformers' tqdm progress bar (steps, rate, ETA), printing ``step N | loss ... | reward ... | ...`` with
-    :data:`PROGRESS_KEYS` (and any nonzero ``rewards/*/failures``) at each log instead of the full dict."""
-
-    def on_log(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        logs: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if not state.is_world_process_zero or self.training_bar is None or not logs:
-            return
-        if "train_runtime" in logs:  # the end-of-training summary
-            summary = {
-                k: logs[k] for k in ("train_runtime", "train_steps_per_second", "train_loss") if k in logs
-            }
-            self.training_bar.write(f"done: {_format_items(summary)}")
-            return
-        shown = {k: logs[k] for k in PROGRESS_KEYS if k in logs}
-        shown.update({k: v for k, v in logs.items() if k.endswith("/failures") and v})
-        if shown:
-            self.training_bar.write(f"step {state.global_step} | {_format_items(shown)}")
-
-
-def _format_items(items: dict[str, Any]) -> str:
-    def fmt(value: Any) -> str:
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-    return " | ".join(f"{k} {fmt(v)}" for k, v in items.items())

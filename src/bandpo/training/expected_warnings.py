@@ -1,7 +1,9 @@
 """Silence the two messages every ``bandpo train`` printed although nothing is wrong, and nothing else.
 
-* transformers 5 deprecates ``PreTrainedModel.is_gradient_checkpointing``, which TRL 1.16 still reads before each
-  generation: a ``FutureWarning`` about an API we do not call. Filtered by its message, as a ``FutureWarning``.
+* transformers 5 deprecates ``PreTrainedModel.is_gradient_checkpointing`` (and the other old names of gradient
+  checkpointing), which TRL 1.16 still uses around each generation: a ``FutureWarning`` about an API we do not
+  call. Filtered by its message, as a ``FutureWarning`` (``bandpo.integrations.trl_spec``, which a plain
+  ``GRPOTrainer`` of a TRL-native method needs here too).
 * On resume, ``Trainer`` loads the checkpoint's state dict non-strictly and logs
   ``There were missing keys in the checkpoint model loaded: ['lm_head.weight']`` for a model whose output layer
   is tied to the input embedding (the checkpoint stores the shared tensor once). Dropped only when every listed
@@ -14,9 +16,10 @@ import ast
 import contextlib
 import logging
 import re
-import warnings
 from collections.abc import Collection, Iterator
 from typing import Any
+
+from bandpo.integrations.trl_spec import OLD_CHECKPOINTING_NAMES, silence_old_checkpointing_names
 
 __all__ = [
     "GRADIENT_CHECKPOINTING_MESSAGE",
@@ -25,8 +28,8 @@ __all__ = [
     "tied_weight_keys",
 ]
 
-GRADIENT_CHECKPOINTING_MESSAGE = r"`is_gradient_checkpointing` is deprecated"
-"""Start of the transformers ``FutureWarning`` that TRL triggers (regex, as ``warnings.filterwarnings`` takes)."""
+GRADIENT_CHECKPOINTING_MESSAGE = OLD_CHECKPOINTING_NAMES
+"""The transformers ``FutureWarning`` that TRL triggers (regex, as ``warnings.filterwarnings`` takes)."""
 
 _MISSING_KEYS = re.compile(r"There were missing keys in the checkpoint model loaded: (\[.*\])\.?")
 _TRAINER_LOGGER = "transformers.trainer"
@@ -71,8 +74,7 @@ def silence_expected_warnings(tied: Collection[str] = ()) -> Iterator[None]:
     keys_filter = TiedKeysFilter(tied)
     logger.addFilter(keys_filter)
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_MESSAGE, category=FutureWarning)
+        with silence_old_checkpointing_names():
             yield
     finally:
         logger.removeFilter(keys_filter)

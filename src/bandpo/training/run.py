@@ -543,9 +543,8 @@ def _run_trainer(
 ) -> int:
     """Build the method's trainer, resolve its precision, train and save the final model (the caller marks the
     run finished); returns the last optimizer step."""
-    from transformers import ProgressCallback
-
-    from bandpo.training.callbacks import CompactProgressCallback, MetricsJSONLCallback
+    from bandpo.integrations.trl_progress import use_compact_progress
+    from bandpo.training.callbacks import MetricsJSONLCallback
 
     config, args = prepared.config, prepared.args
     output_dir = Path(args.output_dir)
@@ -570,9 +569,7 @@ def _run_trainer(
         if note is not None:
             print(f"  note       {note}", flush=True)
         record_run_info(output_dir, precision=trainer.precision.record())
-    if not args.disable_tqdm:  # same bar and ETA, one summary line per log instead of ~70 metrics
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(CompactProgressCallback())
+    use_compact_progress(trainer)  # a TRL-native method's GRPOTrainer too (BandPOTrainer has it already)
     try:
         with silence_expected_warnings(tied_weight_keys(trainer.model)):
             trainer.train(resume_from_checkpoint=str(prepared.resume_from) if prepared.resume_from else None)
