@@ -7,6 +7,12 @@
 Study 4's bookkeeping (``scripts/study4_session.py``) with Study 5's commit, config, folders and queue script, and
 finer machine kinds: ``amx``, ``avx512_bf16`` or ``emulated`` (the registration's "Machines": an unfinished run
 that started on another kind restarts from step 0). ``status`` reads only step numbers, checkpoints and times.
+
+The worktree gets an environment of its own, ``../study5-venv`` (``make setup`` run in the worktree: its editable
+install points at the worktree's ``src``), linked as the worktree's ``.venv``. Study 4 linked the main checkout's
+environment, whose ``bandpo`` command imports whatever main's layout names (``bandpo_lab.cli.main`` once the lab
+moved there): through it a run would take main's lab with the worktree's library. ``resume`` builds that
+environment where the link is missing or points elsewhere, before the queue starts.
 """
 
 from __future__ import annotations
@@ -44,6 +50,20 @@ def machine_kind(run_dir: Path) -> str | None:
     return "amx" if re.search(r"\bamx_bf16\b", reason) else "avx512_bf16"
 
 
+def own_environment(worktree: Path) -> Path:
+    """The worktree's own environment ``<worktree>/../study5-venv``, built with the worktree's ``make setup`` if
+    missing, and the worktree's ``.venv`` linked to it (replacing a link to another environment); returns it."""
+    venv = worktree.parent / "study5-venv"
+    if not (venv / ".installed").exists():
+        s4._call(["make", "setup", f"VENV={venv}"], worktree)
+    link = worktree / ".venv"
+    if link.is_symlink() and link.resolve() != venv.resolve():
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(venv)
+    return venv
+
+
 def configure() -> None:
     """Point Study 4's bookkeeping at Study 5."""
     s4.COMMIT = COMMIT
@@ -66,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     configure()
     if not any(a.startswith("--worktree") for a in argv):
         argv = [*argv, "--worktree", str(s4.MAIN.parent / "study5")]
+    if argv[:1] == ["resume"]:
+        given = next(a for a in reversed(argv) if a.startswith("--worktree"))
+        worktree = Path(given.partition("=")[2] or argv[argv.index(given) + 1]).resolve()
+        if not worktree.exists():
+            s4._call(["git", "worktree", "add", "--detach", str(worktree), COMMIT], s4.MAIN)
+        own_environment(worktree)
     return s4.main(argv)
 
 

@@ -125,3 +125,27 @@ def test_reuse_check_compares_every_value_but_timings_and_the_new_keys() -> None
         "step 1 loss: now 0.5000001, export 0.5",
         "step 2: not in the export",
     ]
+
+
+def test_the_worktree_gets_an_environment_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worktree whose .venv links the main checkout's environment is relinked to its own, built once by its own
+    ``make setup`` (a stand-in here), so that main's layout cannot reach the study's runs."""
+    session = _load("session")
+    worktree, main_venv = tmp_path / "study5", tmp_path / "main" / ".venv"
+    worktree.mkdir()
+    main_venv.mkdir(parents=True)
+    (worktree / ".venv").symlink_to(main_venv)
+    calls = []
+
+    def fake_call(cmd: list[str], cwd: Path, pythonpath: Path | None = None) -> None:
+        calls.append((cmd, cwd))
+        venv = Path(cmd[-1].partition("=")[2])
+        venv.mkdir()
+        (venv / ".installed").touch()
+
+    monkeypatch.setattr(session.s4, "_call", fake_call)
+    venv = session.own_environment(worktree)
+    assert venv == tmp_path / "study5-venv" and (worktree / ".venv").resolve() == venv.resolve()
+    assert calls == [(["make", "setup", f"VENV={venv}"], worktree)]
+    session.own_environment(worktree)  # built and linked: nothing to do
+    assert len(calls) == 1
