@@ -1,6 +1,6 @@
 """The build's one addition to pyproject.toml: the wheel carries the recipes. ``configs/**/*.yaml`` are copied into
-``bandpo/recipes/`` (same folders), so an installed bandpo finds ``tiny``, ``smollm2-arith`` or ``study/study4`` by
-name (``bandpo._files.RECIPES``). An editable install reads the clone's ``configs/`` itself and copies nothing."""
+``bandpo_lab/recipes/`` (same folders), so an installed bandpo finds ``tiny``, ``smollm2-arith`` or ``study/study4`` by
+name (``bandpo_lab._files.RECIPES``). An editable install reads the clone's ``configs/`` itself and copies nothing."""
 
 import shutil
 from pathlib import Path

@@ -6,7 +6,7 @@ benchmarks/skyrl_loss.py``). Every case is the registered loss called as SkyRL 0
 metrics included (bandpo's: ``clip_ratio`` and every ``bandpo.clip_metrics`` diagnostic but in the ``(basic)`` and
 ``(none)`` cases, one host transfer; SkyRL's
 ``regular``: ``clip_ratio``, one ``.item()``). Cases are timed in turn, best of ``--rounds`` rounds each
-(``bandpo.experiments.bench.time_interleaved``), and printed as ratios to ``regular``. ``bandpo_grpo (basic)``
+(``bandpo_lab.experiments.bench.time_interleaved``), and printed as ratios to ``regular``. ``bandpo_grpo (basic)``
 and ``(none)`` are the same loss at the lighter diagnostics levels (``trainer.algorithm.bandpo.diagnostics``): where
 the adapter's time goes.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from bandpo.cli._args import add_deprecated_spelling
-from bandpo.experiments.bench import sample_logp, time_interleaved
 from bandpo.validation import check_int_in
+from bandpo_lab.cli._args import add_deprecated_spelling
+from bandpo_lab.experiments.bench import sample_logp, time_interleaved
 
 #: label -> (policy_loss_type, further trainer.algorithm overrides)
 CASES: dict[str, tuple[str, dict[str, str]]] = {

@@ -1,4 +1,4 @@
-"""Eager attention from float32 copies of the cache (``bandpo.bf16_attention``) against transformers' own, in an
+"""Eager attention from float32 copies of the cache (``bandpo_lab.bf16_attention``) against transformers' own, in an
 evaluation with emulated bf16: the speed of each, and whether they give the same results.
 
 Evaluates one model with eager attention and bf16 sampling (Study 4's settings: the arith task's held-out split, k
@@ -31,8 +31,8 @@ ORDER = (False, True, False, True)
 
 
 def _without_copies() -> contextlib.AbstractContextManager[Any]:
-    """``Precision.sampling`` as it was before ``bandpo.bf16_attention``: autocast and the emulated products only."""
-    from bandpo.runtime import Precision
+    """``Precision.sampling`` as it was before ``bandpo_lab.bf16_attention``: autocast and the emulated products only."""
+    from bandpo_lab.runtime import Precision
 
     return mock.patch.object(Precision, "_attention", lambda self: contextlib.nullcontext())
 
@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from bandpo.bf16_attention import EagerAttentionCopies
-    from bandpo.eval.datasets import load_eval_dataset
-    from bandpo.eval.evaluate import evaluate_model
-    from bandpo.eval.models import load_model, resolve_model_dir
-    from bandpo.eval.settings import EvalSettings
-    from bandpo.runtime import resolve_precision
+    from bandpo_lab.bf16_attention import EagerAttentionCopies
+    from bandpo_lab.eval.datasets import load_eval_dataset
+    from bandpo_lab.eval.evaluate import evaluate_model
+    from bandpo_lab.eval.models import load_model, resolve_model_dir
+    from bandpo_lab.eval.settings import EvalSettings
+    from bandpo_lab.runtime import resolve_precision
 
     precision = resolve_precision("bf16")
     if not precision.emulated:

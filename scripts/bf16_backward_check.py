@@ -5,7 +5,7 @@ One micro-batch of the recipe's shape (16 sequences of 54 tokens, the last 16 sc
 seed), TRL's fused LM head on the scored tokens, loss ``-mean(A * logp)`` with random advantages. Three ways:
 
   float32          every product in float32
-  bf16_inputs      oneDNN's fp32_precision = "bf16" for the backward (bf16 precision before bandpo.bf16_backward)
+  bf16_inputs      oneDNN's fp32_precision = "bf16" for the backward (bf16 precision before bandpo_lab.bf16_backward)
   bf16             Precision("bf16").backward(): the linear layers' backward in bfloat16 products
 
 Printed: whether the log-probs equal float32's bit for bit, the relative difference of the whole gradient and
@@ -41,9 +41,14 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from bandpo.models import builtin_model_dir
-    from bandpo.runtime import completion_tokens_only, freed_memory_kept, matmul_precision, resolve_precision
-    from bandpo.training.tasks import default_cache_dir
+    from bandpo_lab.models import builtin_model_dir
+    from bandpo_lab.runtime import (
+        completion_tokens_only,
+        freed_memory_kept,
+        matmul_precision,
+        resolve_precision,
+    )
+    from bandpo_lab.training.tasks import default_cache_dir
 
     path = builtin_model_dir("smollm2-135m", default_cache_dir(), progress=False)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")

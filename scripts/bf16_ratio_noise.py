@@ -33,9 +33,9 @@ from collections.abc import Iterator
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from bandpo.models import builtin_model_dir
-from bandpo.tasks.arith import ArithConfig, make_arith_splits
-from bandpo.training.tasks import default_cache_dir
+from bandpo_lab.models import builtin_model_dir
+from bandpo_lab.tasks.arith import ArithConfig, make_arith_splits
+from bandpo_lab.training.tasks import default_cache_dir
 
 MODES = {
     "cpu": ("float32", "autocast", "autocast_head32", "bf16_inputs"),

@@ -4,7 +4,7 @@ no bit (docs/smollm2.md, "bf16 on a CPU without native bf16").
 SmolLM2-135M-Instruct, one forward of 8 x 64 random tokens that records a graph, float32 at oneDNN's
 ``fp32_precision = "ieee"``, as in training under ``Precision.backward()`` + ``Precision.exact()`` for an emulated
 ``bf16``: once with the emulation's mode on (as before ``exact()`` suspended it) and once as ``exact()`` now runs it.
-Interleaved rounds, best of ``--repeats`` each after a warm-up (``bandpo.experiments.bench.time_call``); prints both times and their ratio per round.
+Interleaved rounds, best of ``--repeats`` each after a warm-up (``bandpo_lab.experiments.bench.time_call``); prints both times and their ratio per round.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/emulation_mode_cost.py [--rounds 4] [--repeats 5]
 """
@@ -16,12 +16,12 @@ import argparse
 import torch
 from transformers import AutoModelForCausalLM
 
-from bandpo.bf16_backward import bf16_backward_linears
-from bandpo.bf16_emulation import emulated_bf16_products
-from bandpo.experiments.bench import time_call
-from bandpo.models import builtin_model_dir
-from bandpo.runtime import Precision, matmul_precision
-from bandpo.training.tasks import default_cache_dir
+from bandpo_lab.bf16_backward import bf16_backward_linears
+from bandpo_lab.bf16_emulation import emulated_bf16_products
+from bandpo_lab.experiments.bench import time_call
+from bandpo_lab.models import builtin_model_dir
+from bandpo_lab.runtime import Precision, matmul_precision
+from bandpo_lab.training.tasks import default_cache_dir
 
 
 def main() -> None:

@@ -5,8 +5,8 @@ in three allocator settings, each in a fresh process, and compares every complet
 
 - ``fresh``: a process that never called ``mallopt`` (glibc's dynamic threshold, settling at up to 32 MiB);
 - ``fixed-128k``: inside the training's block and ``freed_memory_returned`` with the threshold fixed at glibc's
-  starting 128 KiB (what ``bandpo.runtime`` restored before 2026-12-04);
-- ``settled``: inside ``freed_memory_kept`` / ``freed_memory_returned`` as ``bandpo.runtime`` sets them now
+  starting 128 KiB (what ``bandpo_lab.runtime`` restored before 2026-12-04);
+- ``settled``: inside ``freed_memory_kept`` / ``freed_memory_returned`` as ``bandpo_lab.runtime`` sets them now
   (``_RETURNED``: the threshold fixed where the dynamic one settles).
 
 Prints each setting's wall time as a ratio to ``fresh`` measured in the same run, and whether the completions and
@@ -42,11 +42,11 @@ def _child(mode: str, problems: int, k: int, precision: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import bandpo.runtime as runtime
-    from bandpo.eval.datasets import load_eval_dataset
-    from bandpo.eval.evaluate import evaluate_model
-    from bandpo.eval.models import resolve_model_dir
-    from bandpo.eval.settings import EvalSettings
+    import bandpo_lab.runtime as runtime
+    from bandpo_lab.eval.datasets import load_eval_dataset
+    from bandpo_lab.eval.evaluate import evaluate_model
+    from bandpo_lab.eval.models import resolve_model_dir
+    from bandpo_lab.eval.settings import EvalSettings
 
     torch.set_num_threads(1)
     data = load_eval_dataset("arith", split="test", task_options=TASK_OPTIONS, max_problems=problems)

@@ -24,7 +24,7 @@ for k in sorted(t):
 print(f"tensor digest {h.hexdigest()[:16]} ({len(t)} tensors, {sum(v.numel() for v in t.values())} values)")
 EOF
 }
-model_file() { "$PY" -c "from bandpo.models import builtin_model_dir; from bandpo.training.tasks import default_cache_dir; print(builtin_model_dir('smollm2-135m', default_cache_dir(), progress=False) / 'model.safetensors')"; }
+model_file() { "$PY" -c "from bandpo_lab.models import builtin_model_dir; from bandpo_lab.training.tasks import default_cache_dir; print(builtin_model_dir('smollm2-135m', default_cache_dir(), progress=False) / 'model.safetensors')"; }
 if [ "${1:-}" = "--digest" ]; then digest "$(model_file)"; exit; fi
 
 OUT=${OUT:-runs/gpu-real}
@@ -48,7 +48,7 @@ TASK='{digits: [1, 2], second_digits: [1], operators: ["+", "-", "*"], n_train: 
 	for rule in grpo band; do
 		for bf16 in false true; do
 			step "train $rule bf16=$bf16"
-			timeout 120 "$PY" -c "from bandpo.cli.main import main; main()" train --config configs/smollm2-arith.yaml \
+			timeout 120 "$PY" -c "from bandpo_lab.cli.main import main; main()" train --config configs/smollm2-arith.yaml \
 				--overwrite model.precision=bf16 "data.task_options=$TASK" per_device_train_batch_size=8 num_generations=8 \
 				steps_per_generation=8 num_iterations=2 max_completion_length=32 max_steps=32 save_steps=1000 \
 				clip_rule=$rule bf16=$bf16 seed=1000 disable_tqdm=true output_dir="$work/$rule-bf16-$bf16"
@@ -57,7 +57,7 @@ TASK='{digits: [1, 2], second_digits: [1], operators: ["+", "-", "*"], n_train: 
 		done
 	done
 	step "eval smollm2-135m (Study 4's held-out evaluation)"
-	timeout 120 "$PY" -c "from bandpo.cli.main import main; main()" eval --model smollm2-135m --dataset arith \
+	timeout 120 "$PY" -c "from bandpo_lab.cli.main import main; main()" eval --model smollm2-135m --dataset arith \
 		--task-options "$TASK" --max-problems 200 --k 8 --ks 1,8 --temperature 1.0 --max-new-tokens 32 \
 		--no-progress --output "$OUT/eval.json"
 	echo "exit $?"

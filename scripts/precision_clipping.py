@@ -1,7 +1,7 @@
 """Clipping in float32 and in bf16, side by side, over the recipe's first optimizer steps (docs/smollm2.md).
 
 Trains configs/smollm2-arith.yaml for --steps optimizer steps with GRPO (0.2/0.2) and Band-KL (delta 0.05), each in
-float32 and in bf16 (bandpo.runtime), two runs at a time at one thread each, then prints per rule and precision:
+float32 and in bf16 (bandpo_lab.runtime), two runs at a time at one thread each, then prints per rule and precision:
 the share of tokens outside their bounds (``clip/frac_out``), the clip fraction (``clip/frac``: clipped tokens with
 a non-zero advantage), pooled over the off-policy steps (every second step: the first of each round has ratio
 exactly 1) with the token counts behind each share, and the mean seconds per step.

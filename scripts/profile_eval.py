@@ -40,10 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from bandpo.eval.datasets import load_eval_dataset
-    from bandpo.eval.evaluate import evaluate_model
-    from bandpo.eval.models import load_model, resolve_model_dir
-    from bandpo.eval.settings import EvalSettings
+    from bandpo_lab.eval.datasets import load_eval_dataset
+    from bandpo_lab.eval.evaluate import evaluate_model
+    from bandpo_lab.eval.models import load_model, resolve_model_dir
+    from bandpo_lab.eval.settings import EvalSettings
 
     torch.set_num_threads(1)
     path = resolve_model_dir(args.model)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Optimizer steps per hour of configs/smollm2-arith.yaml: this checkout (its precision: auto) against the code of an
-# earlier commit (default 5aee1b2: float32 everywhere, before bandpo.runtime), side by side at one thread each so
+# earlier commit (default 5aee1b2: float32 everywhere, before bandpo_lab.runtime), side by side at one thread each so
 # both see the same machine. Each trains STEPS steps; the figure is the mean step_time of steps 3..STEPS (the
 # first round includes the warm-up) from metrics.jsonl. MODE=sequential runs them one after the other instead,
 # each alone on the machine (side by side, each slows the other by sharing caches and memory bandwidth, and not

@@ -26,7 +26,7 @@ option): a sensitivity check, not the registered analysis, which uses every seed
 The sensitivity check named in the registration's deviation for CPUs without native bf16: the primary outcome
 again over the seeds whose two runs both computed with native bf16, and over those whose two runs were both
 emulated (``precision`` in ``run_info.json``: ``emulated: true``, or a reason naming the CPU's native bf16 flags;
-:mod:`bandpo.bf16_emulation`); a seed whose runs differ, or whose kind a run does not say, goes to neither, and
+:mod:`bandpo_lab.bf16_emulation`); a seed whose runs differ, or whose kind a run does not say, goes to neither, and
 their number is printed.
 
 A second sensitivity check, added on 2026-12-05 before any analysis (docs/study.md, "Disclosure: the attention of
@@ -48,9 +48,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bandpo._files import read_jsonl
-from bandpo.experiments.report.runs import run_folder_seed
-from bandpo.experiments.report.stats import compare_methods
+from bandpo_lab._files import read_jsonl
+from bandpo_lab.experiments.report.runs import run_folder_seed
+from bandpo_lab.experiments.report.stats import compare_methods
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from power import minimum_detectable
@@ -215,7 +215,7 @@ def planned_seeds(config_path: Path | None) -> dict[str, list[int]] | None:
     """Each method's planned seeds from the study's compare config (``None`` without one)."""
     if config_path is None:
         return None
-    from bandpo.experiments.compare.config import load_compare_config
+    from bandpo_lab.experiments.compare.config import load_compare_config
 
     config = load_compare_config(config_path)
     return {m.label: list(config.seeds_of(m)) for m in config.methods}
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.figure is not None:
-        from bandpo.plots import figure_formats
+        from bandpo_lab.plots import figure_formats
 
         suffix = args.figure.suffix.lower().lstrip(".")
         if suffix not in figure_formats():

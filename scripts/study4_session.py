@@ -34,11 +34,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bandpo._files import read_jsonl
-from bandpo.experiments.compare.layout import RESULTS_FILE, TRAIN_DONE_FILE
-from bandpo.runtime import cpu_bf16_flags
-from bandpo.training.checkpoints import CHECKPOINT_PATTERN, checkpoint_dirs
-from bandpo.training.layout import METRICS_FILE
+from bandpo_lab._files import read_jsonl
+from bandpo_lab.experiments.compare.layout import RESULTS_FILE, TRAIN_DONE_FILE
+from bandpo_lab.runtime import cpu_bf16_flags
+from bandpo_lab.training.checkpoints import CHECKPOINT_PATTERN, checkpoint_dirs
+from bandpo_lab.training.layout import METRICS_FILE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from study4_analysis import machine_kind

@@ -6,7 +6,7 @@ Prints (1) the tail share of clipping under both conventions, (2) entropy ratios
 comparisons the summaries quote that the reports do not print (a seed left out, Band-KL vs DPPO-KL, the delta
 screen), (4) Study 3's per-seed outcomes and paired differences, the power its 5 seeds had and its screens,
 (5) ``bandpo probe`` on SmolLM2-135M (docs/results/probe-smollm2/results.json): the numbers docs/smollm2.md and
-docs/results.md quote, each over the batches it names. Every number comes from ``bandpo.experiments.report`` (``load_runs``,
+docs/results.md quote, each over the batches it names. Every number comes from ``bandpo_lab.experiments.report`` (``load_runs``,
 ``run_summary``, ``compare_methods``, ``mean_ci``: the same code as the reports) applied to the per-run files;
 sections 4 and 5 also assert that each number the docs quote rounds to what they write.
 """
@@ -19,8 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from bandpo.experiments.report.runs import load_runs, run_summary
-from bandpo.experiments.report.stats import compare_methods, mean_ci
+from bandpo_lab.experiments.report.runs import load_runs, run_summary
+from bandpo_lab.experiments.report.stats import compare_methods, mean_ci
 
 ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
 GRID = {"A": "beta 0.1", "B": "beta 0.02", "C": "beta 0", "D": "beta 0.1, lr 1e-3", "E": "beta 0.1, 8 updates",

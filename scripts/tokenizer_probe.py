@@ -16,7 +16,7 @@ import random
 
 from transformers import AutoTokenizer
 
-from bandpo.tasks.arith import ArithConfig, make_arith_splits
+from bandpo_lab.tasks.arith import ArithConfig, make_arith_splits
 
 EXTRA_TEXTS = [
     "  leading spaces",

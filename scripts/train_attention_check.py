@@ -1,4 +1,4 @@
-"""A short training run with and without eager attention's float32 cache copies (``bandpo.bf16_attention``): the same
+"""A short training run with and without eager attention's float32 cache copies (``bandpo_lab.bf16_attention``): the same
 run, bit for bit?
 
 Runs ``bandpo train`` twice, each in a fresh process at one thread, with the given config and overrides (the copies
@@ -32,10 +32,10 @@ from typing import Any
 CHILD = """
 import contextlib, json, sys
 from unittest import mock
-from bandpo.bf16_attention import EagerAttentionCopies
-from bandpo.cli.main import main
-from bandpo.runtime import Precision
-if sys.argv[1] == "off":  # Precision.sampling as before bandpo.bf16_attention
+from bandpo_lab.bf16_attention import EagerAttentionCopies
+from bandpo_lab.cli.main import main
+from bandpo_lab.runtime import Precision
+if sys.argv[1] == "off":  # Precision.sampling as before bandpo_lab.bf16_attention
     mock.patch.object(Precision, "_attention", lambda self: contextlib.nullcontext()).start()
 made = []
 init = EagerAttentionCopies.__init__
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.exists():
         parser.error(f"--out {str(args.out)!r} exists: give a new folder")
 
-    from bandpo.runtime import resolve_precision
+    from bandpo_lab.runtime import resolve_precision
 
     precision = resolve_precision("bf16")
     if not precision.emulated:

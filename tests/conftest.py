@@ -43,14 +43,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache directory holding the small countdown warm start (``helpers.tiny.SMALL_WARM_START``), built once per
     test run. Runs of configs/tiny.yaml with ``helpers.tiny.warm_start_overrides(warm_cache)`` find it there and
-    skip the build (tests/cli/test_train.py checks that they do).
+    skip the build (tests/lab/cli/test_train.py checks that they do).
 
     Under pytest-xdist the workers share it: it lives in the run's common temporary directory (the parent of each
     worker's own), and a file lock lets the first worker that needs it build it while the others wait and reuse
     it (``warm_start`` returns a finished cache entry as it is). Without xdist it is this session's own."""
     from filelock import FileLock
 
-    from bandpo.tasks.tiny_model import warm_start
+    from bandpo_lab.tasks.tiny_model import warm_start
     from helpers.tiny import small_warm_start_config
 
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
@@ -77,9 +77,9 @@ def warm_model_dir(warm_cache: Path) -> Path:
 def smollm2_dir() -> Path:
     """The built-in real model's converted directory (``smollm2-135m``), in the default cache, converted once (about
     30-90 s; a file lock makes parallel test workers convert it once); skipped without its package."""
-    from bandpo.models import ModelUnavailableError, builtin_model_dir
-    from bandpo.models.smollm2 import INSTALL, gguf_path
-    from bandpo.training.tasks import default_cache_dir
+    from bandpo_lab.models import ModelUnavailableError, builtin_model_dir
+    from bandpo_lab.models.smollm2 import INSTALL, gguf_path
+    from bandpo_lab.training.tasks import default_cache_dir
 
     try:
         gguf_path()

@@ -175,10 +175,10 @@ def test_the_cycle_finder_finds_cycles(graph: dict[str, set[str]], expected: lis
 
 def test_the_layer_check_sees_function_level_imports(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
-    path.write_text("def f():\n    from bandpo.cli import main\n    from .sibling import x\n")
+    path.write_text("def f():\n    from bandpo_lab.cli import main\n    from .sibling import x\n")
     assert imports_of(path, "bandpo.core.m") == {
-        "bandpo.cli",
-        "bandpo.cli.main",
+        "bandpo_lab.cli",
+        "bandpo_lab.cli.main",
         "bandpo.core.sibling",
         "bandpo.core.sibling.x",
     }

@@ -43,7 +43,7 @@ def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_cli_figure_without_matplotlib_is_one_line(tmp_path: Path) -> None:
     out = _python(
-        "from bandpo.cli.main import main\n"
+        "from bandpo_lab.cli.main import main\n"
         f"raise SystemExit(main(['plot-bounds', '--output', {str(tmp_path / 'b.png')!r}]))\n"
     )
     assert out.returncode == 2, out.stdout + out.stderr
@@ -53,13 +53,13 @@ def test_cli_figure_without_matplotlib_is_one_line(tmp_path: Path) -> None:
 def test_missing_config_library_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The config layer's pydantic comes with ``bandpo[trl]``: without it, reading a config is one clear error."""
     blocked = "pydantic"
-    from bandpo.config import coerce
+    from bandpo_lab.config import coerce
 
     monkeypatch.setitem(sys.modules, blocked, None)
     coerce._adapter.cache_clear()  # adapters built earlier in the session would hide the missing library
     path = tmp_path / "c.yaml"
     path.write_text("learning_rate: 1.0e-6\n")
-    from bandpo.training.config import load_train_config
+    from bandpo_lab.training.config import load_train_config
 
     with pytest.raises(MissingDependencyError, match=rf"need {blocked}, .*pip install 'bandpo\[trl\]'"):
         load_train_config(path)

@@ -1,5 +1,5 @@
 """What a user who installs bandpo from its package gets (``setup.py``, ``MANIFEST.in``): the recipes travel from
-the clone's ``configs/`` through the source distribution into the wheel as ``bandpo/recipes/``, and the installed
+the clone's ``configs/`` through the source distribution into the wheel as ``bandpo_lab/recipes/``, and the installed
 package finds them by name from any folder."""
 
 from __future__ import annotations
@@ -56,13 +56,15 @@ def test_the_wheel_built_from_the_sdist_carries_every_recipe_and_finds_them_by_n
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         zf.extractall(tmp_path / "site")
-    shipped = sorted(n.removeprefix("bandpo/recipes/") for n in names if n.startswith("bandpo/recipes/"))
+    shipped = sorted(
+        n.removeprefix("bandpo_lab/recipes/") for n in names if n.startswith("bandpo_lab/recipes/")
+    )
     assert shipped == recipes  # every recipe, nothing else (no run scripts)
 
     probe = (
-        "import json, bandpo, bandpo._files as f, bandpo.cli.demo as demo\n"
-        "from bandpo.training.config import load_train_config\n"
-        "from bandpo.experiments.compare import load_compare_config\n"
+        "import json, bandpo, bandpo_lab._files as f, bandpo_lab.cli.demo as demo\n"
+        "from bandpo_lab.training.config import load_train_config\n"
+        "from bandpo_lab.experiments.compare import load_compare_config\n"
         "print(json.dumps({'package': bandpo.__file__, 'recipes': str(f.RECIPES), 'demo': demo.DEFAULT_CONFIG.is_file(),\n"
         "    'tiny': str(load_train_config('tiny').output_dir),\n"
         "    'docs': str(load_train_config('configs/tiny-grpo.yaml').output_dir),\n"

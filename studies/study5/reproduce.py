@@ -76,7 +76,7 @@ def differences(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> list[s
 
 def start(method: str, seed: int, out: Path) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
-    cmd = [sys.executable, "-m", "bandpo.cli.main", "compare", "--config", str(CONFIG), "--methods", method,
+    cmd = [sys.executable, "-m", "bandpo_lab.cli.main", "compare", "--config", str(CONFIG), "--methods", method,
            "--no-progress", f"output_dir={out}", f"seeds=[{seed}]", "baseline=false"]  # fmt: skip
     log = (out.parent / f"{method}-{seed}.log").open("w")
     return subprocess.Popen(

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import study4_session as s4  # noqa: E402
 
-from bandpo.runtime import cpu_bf16_flags  # noqa: E402
+from bandpo_lab.runtime import cpu_bf16_flags  # noqa: E402
 
 _STUDY4_KIND = s4.machine_kind  # native / emulated, before configure() replaces it with the finer kinds below
 

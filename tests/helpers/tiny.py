@@ -5,7 +5,7 @@ Two kinds of tiny model:
 - :func:`build_tiny_model_dir`: a generic character-level tokenizer (letters, digits, arithmetic) and a random
   two-layer Qwen2 (hidden size 32, init std 0.2): the TRL integration tests, whose prompts and rewards use letters.
 - :func:`save_countdown_model_dir`: the countdown task's own tokenizer and a random one-layer model of
-  ``bandpo.tasks.tiny_model`` (no warm start): tests that need the task's model format but not its skill.
+  ``bandpo_lab.tasks.tiny_model`` (no warm start): tests that need the task's model format but not its skill.
 
 :func:`trl_test_args` holds the TRL integration tests' short-run arguments for the first kind.
 
@@ -81,7 +81,7 @@ def build_tiny_model_dir(path: str | Path, seed: int = 0) -> Path:
 def save_countdown_model_dir(path: str | Path, chat_template: str | None = None) -> Path:
     """A random (not warm-started) one-layer countdown model and its tokenizer in ``path`` (optionally with a chat
     template); returns ``path``."""
-    from bandpo.tasks.tiny_model import WarmStartConfig, build_model, build_tokenizer
+    from bandpo_lab.tasks.tiny_model import WarmStartConfig, build_model, build_tokenizer
 
     path = Path(path)
     tokenizer = build_tokenizer()
@@ -148,8 +148,8 @@ def trl_test_args(output_dir: str | Path, **overrides: Any) -> dict[str, Any]:
 
 def small_warm_start_config() -> Any:
     """The ``WarmStartConfig`` of :data:`SMALL_WARM_START` on the default countdown puzzles."""
-    from bandpo.tasks.countdown import CountdownConfig
-    from bandpo.tasks.tiny_model import WarmStartConfig
+    from bandpo_lab.tasks.countdown import CountdownConfig
+    from bandpo_lab.tasks.tiny_model import WarmStartConfig
 
     return WarmStartConfig(task=CountdownConfig(), **SMALL_WARM_START)
 

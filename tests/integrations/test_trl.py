@@ -80,10 +80,10 @@ def harness_trainer(
     dataset: Any,
     on_gpu: bool = False,
 ) -> BandPOTrainer:
-    """``cls`` as ``bandpo train`` builds it (the harness's trainer mixin) at ``precision`` (bandpo.runtime), on a
+    """``cls`` as ``bandpo train`` builds it (the harness's trainer mixin) at ``precision`` (bandpo_lab.runtime), on a
     GPU with ``on_gpu`` (precision ``framework``: TRL's own)."""
-    from bandpo.runtime import resolve_precision
-    from bandpo.training.run import _trainer_class
+    from bandpo_lab.runtime import resolve_precision
+    from bandpo_lab.training.run import _trainer_class
 
     trainer = _trainer_class(cls)(
         model=model,
@@ -93,7 +93,7 @@ def harness_trainer(
         processing_class=tokenizer,
     )
     if precision == "bf16-emulated":  # the emulation of a CPU without native bf16, on any CPU
-        from bandpo.runtime import Precision
+        from bandpo_lab.runtime import Precision
 
         trainer.precision = Precision("bf16", "bf16", "test: emulated", emulated=True)
         return trainer
@@ -521,7 +521,7 @@ def test_first_update_of_a_round_has_ratio_exactly_one(
 ) -> None:
     """The old log-probs of a generation round are computed on the micro-batches the updates use, so the first
     update of every round sees ratio exactly 1 (bit for bit), in float32 and in bf16 (bf16 sampling and backward,
-    ``bandpo.runtime``); later updates of the round see a moved policy (the ratio differs from 1 somewhere).
+    ``bandpo_lab.runtime``); later updates of the round see a moved policy (the ratio differs from 1 somewhere).
     On this tiny model TRL's own layout happens to give the same bits too; the layout itself is checked by
     test_old_log_probs_use_the_training_micro_batches."""
     # 2 mini-batches x 2 iterations per round: rounds start at steps 0 and 4
@@ -529,7 +529,7 @@ def test_first_update_of_a_round_has_ratio_exactly_one(
     trainer = harness_trainer(BandPOTrainer, precision, args, tiny_model, tiny_tokenizer, tiny_dataset)
     spy = ClampSpy()
     modes: list[Any] = []
-    from bandpo.bf16_emulation import EmulatedBf16Products
+    from bandpo_lab.bf16_emulation import EmulatedBf16Products
 
     init = EmulatedBf16Products.__init__
 

@@ -66,7 +66,7 @@ def test_config_errors(tmp_path: Path, overrides: dict[str, Any], match: str) ->
 
 def test_compare_accepts_dppo_methods() -> None:
     """``bandpo compare`` validates methods through the registry: DPPO's names and parameters are known."""
-    from bandpo.experiments.compare import CompareError, MethodSpec
+    from bandpo_lab.experiments.compare import CompareError, MethodSpec
 
     spec = MethodSpec(label="dppo-kl", clip_rule="dppo_kl", params={"truncation_c": 10.0})
     assert spec.rule() == DPPOKLClip(truncation_c=10.0)

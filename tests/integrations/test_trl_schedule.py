@@ -24,11 +24,11 @@ from bandpo.core import solvers
 from bandpo.integrations.trl import BandPOConfig, BandPOTrainer
 from bandpo.losses import RadiusSchedule
 from bandpo.losses.method import ClipMethod
-from bandpo.training.callbacks import read_metrics
-from bandpo.training.config import ConfigError, load_train_config
-from bandpo.training.methods import METHODS
-from bandpo.training.resume import config_changes
-from bandpo.training.run import prepare, train
+from bandpo_lab.training.callbacks import read_metrics
+from bandpo_lab.training.config import ConfigError, load_train_config
+from bandpo_lab.training.methods import METHODS
+from bandpo_lab.training.resume import config_changes
+from bandpo_lab.training.run import prepare, train
 
 TINY = CONFIGS / "tiny.yaml"
 DECAY = {"band_delta": 0.2, "band_delta_schedule": "linear", "band_delta_end": 0.02}

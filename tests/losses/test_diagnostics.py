@@ -1,5 +1,5 @@
 """``bandpo.losses.diagnostics.clip_metrics`` (one fused pass) against the naive implementation it replaced (one
-masked mean per metric, kept verbatim as ``bandpo.experiments.bench.naive_clip_metrics``, the baseline of ``bandpo
+masked mean per metric, kept verbatim as ``bandpo_lab.experiments.bench.naive_clip_metrics``, the baseline of ``bandpo
 bench``): the same names in the same order and the same values, bit for bit, on ragged batches with NaN and inf in the padding, empty bins, an empty mask, p_old = 0
 and p_old exactly at a bin edge, in float32 and float64; the ``basic`` level against ``full``."""
 
@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-from bandpo.experiments.bench import naive_clip_metrics
 from bandpo.losses import make_clip_rule, policy_loss
 from bandpo.losses.diagnostics import (
     _N_CODES,
@@ -26,6 +25,7 @@ from bandpo.losses.diagnostics import (
     clip_metrics,
 )
 from bandpo.losses.policy_loss import per_token_policy_loss
+from bandpo_lab.experiments.bench import naive_clip_metrics
 
 
 def assert_same_metrics(got: dict[str, Tensor], want: dict[str, Tensor]) -> None:

@@ -1,0 +1,337 @@
+"""``bandpo eval --model DIR [--dataset countdown | FILE ...] [--k 32] [--ks 1,4,32] [--temperature 1.0] ...``.
+
+Samples ``k`` answers per problem and prints mean@k, pass@j (unbiased, for each ``j`` in ``--ks``), the authors'
+bootstrap best@k and maj@k per dataset and overall; the full result goes to a JSON file (``--output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bandpo_lab.cli._args import add_list_option, progress_bars
+
+EPILOG = """\
+datasets:
+  countdown             the built-in task's test split (--split train for the training puzzles); the task options
+                        come from the run's train_config.yaml when --model is a training run (or a checkpoint of one)
+  FILE.jsonl|.json|.parquet, or a directory with <split>*.<ext> files: scored with --verifier (dapo: the last
+                        'Answer:' line; boxed: the last \\boxed{}), columns --prompt-column / --answer-column
+
+output JSON: {"model", "settings", "datasets": {name: metrics}, "overall": metrics, "wall_time_s"}; metrics are
+n_problems, n_samples, mean@k, pass@j, best@k, maj@k, n_unparsed (samples without an extractable answer),
+n_unparsed_ground_truth (problems left out: the verifier cannot parse their answer), entropy, mean_length,
+truncated_frac.
+
+output files: --output and --save-samples are two files, never one; neither is written into a folder holding a
+  model (config.json + weights: the model evaluated, a folder inside it, another model's) but the default
+  <model>/eval_results.json, and neither replaces an existing file that is not empty or an earlier bandpo eval
+  output (a results JSON, a samples JSONL): refused before any work
+
+examples:
+  bandpo eval --model runs/tiny --dataset countdown --k 32
+  bandpo eval --model runs/tiny/checkpoint-200 --k 8 --ks 1,2,8 --temperature 0.6
+  bandpo eval --model /models/qwen --dataset aime24.jsonl --verifier dapo --answer-column solution --vllm
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bandpo_lab.eval.scorers import verifier_names
+
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--model",
+        "-m",
+        required=True,
+        help="model directory (a training run's output_dir or a checkpoint-N in it), a built-in model (e.g. "
+        "smollm2-135m, converted and cached on first use), or 'tiny': the built-in task's cached warm-started model",
+    )
+    parser.add_argument(
+        "--dataset",
+        "-d",
+        action="append",
+        default=None,
+        help="a built-in task (countdown) or a JSONL / JSON / parquet file or directory; repeat for several "
+        "(default: countdown)",
+    )
+    parser.add_argument(
+        "--split", default="test", help="task split, or file prefix in a directory (default: test)"
+    )
+    parser.add_argument(
+        "--verifier",
+        choices=verifier_names(),
+        default=None,
+        help="answer checker (default: the task's own, dapo for files)",
+    )
+    parser.add_argument(
+        "--prompt-column", default="prompt", help="prompt column of the files (default: prompt)"
+    )
+    parser.add_argument(
+        "--answer-column", default="answer", help="ground-truth column (dots for nested keys)"
+    )
+    parser.add_argument(
+        "--prompt-template", default=None, help="format string with {prompt} applied to prompts"
+    )
+    parser.add_argument("--system-prompt", default=None, help="system message (chat) or prefix line")
+    parser.add_argument(
+        "--chat-template",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="use the tokenizer's chat template",
+    )
+    parser.add_argument(
+        "--task-options",
+        default=None,
+        help="the task's options as YAML (JSON reads too), e.g. '{n_test: 100}': they change the training run's "
+        "(default: the run's, else the task's defaults); a test split that would then hold problems of the run's "
+        "training split is refused",
+    )
+    parser.add_argument(
+        "--max-problems", type=int, default=None, help="first N problems of each dataset (default: all)"
+    )
+    parser.add_argument("--k", type=int, default=32, help="samples per problem (default: 32)")
+    add_list_option(
+        parser,
+        "--ks",
+        default=None,
+        help="pass@j values, comma-separated, each <= k ('k' for k) (default: 1,4,k)",
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="new tokens per answer (default: the task's answer length where every dataset is a built-in task that "
+        "has one, arith: 16; else the model's generation config, else 1024)",
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call (default: 64)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    parser.add_argument("--n-bootstrap", type=int, default=1000, help="best@k resamples (default: 1000)")
+    parser.add_argument("--vllm", action="store_true", help="sample with vLLM (must be installed)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default: auto)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (1 is fastest on a busy machine; default: torch's)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="dtype the model is loaded in (auto: its config's)",
+    )
+    parser.add_argument(
+        "--attn-implementation",
+        default="auto",
+        help="attention the model is loaded with: auto (the training run's model.attn_implementation, else "
+        "transformers' default, sdpa for most models; a saved model does not record it), eager, sdpa, ... "
+        "(default: auto)",
+    )
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        help="CPU sampling precision: auto (bf16 where the CPU has native bf16 and the model is large enough), "
+        "float32 or bf16 (default: auto)",
+    )
+    parser.add_argument(
+        "--output", "-o", default=None, help="JSON results file (default: <model>/eval_results.json)"
+    )
+    parser.add_argument("--save-samples", default=None, help="also write every completion to this JSONL file")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _task_options(text: str | None) -> dict[str, Any] | None:
+    from bandpo_lab.cli._args import yaml_mapping
+    from bandpo_lab.eval.errors import EvalError
+
+    if text is None:
+        return None
+    try:
+        return yaml_mapping("--task-options", text, "{n_test: 100}")
+    except ValueError as err:
+        raise EvalError(str(err)) from None
+
+
+def _check_outputs(output: str | Path | None, samples: str | None, model: str | Path | None) -> None:
+    """The results file (``--output``) and the samples file (``--save-samples``) can be written and destroy
+    nothing (:func:`bandpo_lab.eval.outputs.outputs_problem`: each its own file, none among a model's files, none
+    replacing a file that is not an earlier eval output); ``model``: the model folder, ``None`` while it is not
+    known. Raises ``EvalError`` naming the flag."""
+    from bandpo_lab.eval.errors import EvalError
+    from bandpo_lab.eval.outputs import outputs_problem
+
+    problem = outputs_problem({"--output": output, "--save-samples": samples}, model)
+    if problem is not None:
+        raise EvalError(problem)
+
+
+def _local_model(model: str) -> Path | None:
+    """``--model`` as the folder it names, before it is resolved (``None``: a built-in name, ``tiny``, a typo)."""
+    from bandpo_lab._files import expand_path
+    from bandpo_lab.eval.errors import EvalError
+
+    path = expand_path(model, "--model", EvalError)
+    return path if path.is_dir() else None
+
+
+def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[str, Any] | None) -> None:
+    """The dataset flags that need no model: ``--max-problems``, each ``--dataset`` (a task with ``--split``, or
+    files that exist) and ``--task-options`` (``options``: only with a built-in task among the datasets, files take
+    none; keys and values checked by each such task). Raises ``EvalError`` naming the flag."""
+    from bandpo.validation import check_int_in
+    from bandpo_lab.eval.datasets import check_eval_specs, task_options_for
+    from bandpo_lab.eval.errors import EvalError
+    from bandpo_lab.training.tasks import TASKS
+
+    if args.max_problems is not None:
+        check_int_in("--max-problems", args.max_problems, 1, error=EvalError)
+    tasks = check_eval_specs(specs, split=args.split)
+    if args.task_options is not None and not tasks:
+        raise EvalError(
+            f"--task-options {args.task_options!r} applies to a built-in task ({', '.join(TASKS.names())}), and "
+            f"no --dataset is one: {', '.join(map(repr, specs))} (files take no task options)"
+        )
+    for task in dict.fromkeys(tasks) if options is not None else ():
+        task_options_for(task, options)  # an unknown key or a value the task refuses, before the model
+
+
+UNPARSED_WARNING_SHARE = 0.9
+"""A dataset whose verifier extracts no answer from more than this share of the samples gets a warning: its
+accuracy is then more likely the verifier's than the model's (``--dataset countdown --verifier dapo`` reported
+0% with every answer unparsed)."""
+
+
+def unparsed_warnings(results: dict[str, Any]) -> list[str]:
+    """One line per dataset of ``results`` (:func:`bandpo_lab.eval.evaluate.evaluate_model`'s) whose verifier parsed
+    no answer, or parsed one from no more than 1 - :data:`UNPARSED_WARNING_SHARE` of the samples: the counts and
+    the hint to check ``--verifier``."""
+    from bandpo_lab.eval.scorers import verifier_names
+
+    lines = []
+    for name, metrics in results["datasets"].items():
+        n, unparsed = metrics.get("n_samples") or 0, metrics.get("n_unparsed") or 0
+        if n and unparsed > UNPARSED_WARNING_SHARE * n:
+            lines.append(
+                f"warning: {name}: the {metrics['verifier']} verifier found no answer in {unparsed} of {n} samples "
+                f"(n_unparsed), which all score as wrong: check --verifier ({', '.join(verifier_names())}; default: "
+                "a built-in task's own, dapo for files)"
+            )
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    with progress_bars(not args.no_progress):  # transformers' bars too: building or loading the model
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bandpo.validation import check_int_in
+    from bandpo_lab._files import write_json
+    from bandpo_lab.eval.datasets import resolve_eval_datasets, task_answer_length
+    from bandpo_lab.eval.errors import EvalError
+    from bandpo_lab.eval.evaluate import evaluate_model_dir, format_table
+    from bandpo_lab.eval.models import ATTENTION_AUTO, check_device, resolve_model_dir
+    from bandpo_lab.eval.outputs import DEFAULT_RESULTS
+    from bandpo_lab.eval.settings import EvalSettings
+    from bandpo_lab.training.preflight import attention_problem
+    from bandpo_lab.training.sections import prompt_template_problem
+
+    specs = args.dataset or ["countdown"]
+    try:
+        settings = EvalSettings(
+            k=args.k,
+            ks=None if args.ks is None else args.ks.text,  # EvalSettings reads 'k' and names what was typed
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            n_bootstrap=args.n_bootstrap,
+            backend="vllm" if args.vllm else "transformers",
+            precision=args.precision,
+            progress=not args.no_progress,
+        )
+        options = _task_options(args.task_options)
+        check_device(args.device)  # before the model and the datasets load
+        # each failed only once the model had loaded (and formatted the prompts)
+        problem = prompt_template_problem(args.prompt_template, "--prompt-template")
+        if args.attn_implementation != ATTENTION_AUTO:  # auto: the run's, checked as the run's config was
+            problem = problem or attention_problem(args.attn_implementation, "--attn-implementation")
+        if problem is not None:
+            raise EvalError(problem)
+        if args.threads is not None:
+            check_int_in("--threads", args.threads, 1, error=EvalError)
+        _check_datasets(args, specs, options)  # before the model, which "tiny" may warm-start for minutes
+        # the files named on the command line, before the model; the default one (in the model's folder) after it
+        _check_outputs(args.output, args.save_samples, _local_model(args.model))
+        model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
+        output = Path(args.output) if args.output else model / DEFAULT_RESULTS
+        # the default file, in the model's folder, and a built-in model's folder: checked now, before the work
+        _check_outputs(output, args.save_samples, model)
+        if args.threads is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        datasets = resolve_eval_datasets(
+            specs,
+            model,
+            task_options=options,
+            report=lambda message: print(f"bandpo eval: {message}", file=sys.stderr),
+            split=args.split,
+            verifier=args.verifier,
+            prompt_column=args.prompt_column,
+            answer_column=args.answer_column,
+            max_problems=args.max_problems,
+            prompt_template=args.prompt_template,
+            system_prompt=args.system_prompt,
+            chat_template=args.chat_template,
+        )
+        if settings.max_new_tokens is None:  # a built-in task's own answer length (arith: 16)
+            settings.max_new_tokens = task_answer_length(datasets)
+        results = evaluate_model_dir(
+            model,
+            datasets,
+            settings,
+            device=args.device,
+            dtype=args.dtype,
+            attn_implementation=args.attn_implementation,
+            keep_samples=bool(args.save_samples),
+        )
+    except EvalError as err:
+        print(f"bandpo eval: error: {err}", file=sys.stderr)
+        return 2
+    samples = results.pop("samples", None)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_json(output, results)
+    if samples is not None:
+        path = Path(args.save_samples)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as f:
+            for row in samples:
+                f.write(json.dumps(row) + "\n")
+    print(f"model {results['model']}")
+    resolved = results.get("settings", {}).get("precision_resolved")
+    if resolved:
+        print(f"precision {resolved['name']} ({resolved['reason']})")
+    print(format_table(results))
+    for name, metrics in results["datasets"].items():
+        bad = metrics.get("n_unparsed_ground_truth", 0)
+        if bad:
+            print(
+                f"warning: {name}: {bad} of {bad + metrics['n_problems']} problems left out: the {metrics['verifier']} "
+                "verifier cannot parse their ground-truth answer (n_unparsed_ground_truth)",
+                file=sys.stderr,
+            )
+    for line in unparsed_warnings(results):
+        print(line, file=sys.stderr)
+    print(f"results: {output}" + (f"; samples: {args.save_samples}" if samples is not None else ""))
+    if results["overall"]["n_problems"] == 0:
+        print(
+            "bandpo eval: error: no problem could be scored (every ground truth is unparsable)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

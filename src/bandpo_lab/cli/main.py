@@ -1,0 +1,164 @@
+"""``bandpo <command> ...``: dispatch to the subcommand modules (imported lazily, so ``bandpo bounds`` never
+imports transformers)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import select
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+
+from bandpo._optional import MissingDependencyError
+from bandpo_lab.cli._args import HelpFormatter
+
+# The exit status of a process killed by SIGPIPE (128 + 13), which is what shells report for `yes | head -1`.
+EXIT_BROKEN_PIPE = 141
+
+# name -> (module, one-line help). The single list of subcommands.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bounds": ("bandpo_lab.cli.bounds", "print a table of Band bounds and the allowed probability change"),
+    "plot-bounds": ("bandpo_lab.cli.plot_bounds", "write the Figure-1-style PNG of ratio bounds against p"),
+    "bench": (
+        "bandpo_lab.cli.bench",
+        "time the bound solvers and the loss against baselines on this machine",
+    ),
+    "train": ("bandpo_lab.cli.train", "train with BandPO (or a baseline clip rule) through TRL"),
+    "eval": (
+        "bandpo_lab.cli.evaluate",
+        "sample k answers per problem and report mean@k / pass@k / best@k / maj@k",
+    ),
+    "compare": (
+        "bandpo_lab.cli.compare",
+        "train and evaluate several clip rules over seeds; write plots and a report",
+    ),
+    "demo": (
+        "bandpo_lab.cli.demo",
+        "the main job: warm-start the tiny model, train it with BandPO, evaluate",
+    ),
+    "mechanism": (
+        "bandpo_lab.cli.mechanism",
+        "the clip rules on a Zipf-vocabulary bandit: where Band changes the outcome",
+    ),
+    "probe": (
+        "bandpo_lab.cli.probe",
+        "the clip rules on a real model's own tokens: p_old of the sampled tokens, what each rule clips",
+    ),
+}
+
+
+HELP_COMMAND = "help"
+"""``bandpo help`` is ``bandpo --help``; ``bandpo help COMMAND`` is ``bandpo COMMAND --help``."""
+
+
+def build_parser(with_commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    from bandpo import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="bandpo",
+        description="Band-constrained Policy Optimization",
+        epilog="bandpo help COMMAND (or bandpo COMMAND --help) prints a command's options",
+    )
+    parser.add_argument("--version", action="version", version=f"bandpo {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_, formatter_class=HelpFormatter)
+        if with_commands is None or name in with_commands:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, with a command's ``KEY=VALUE`` overrides accepted anywhere on the line.
+
+    A command that takes overrides declares them as the positional ``overrides`` (``nargs="*"``); argparse fills
+    it with one run of positional words only, so ``train --config c.yaml method=cispo --dry-run output_dir=x``
+    left ``output_dir=x`` unrecognized. Here the words argparse did not place are appended to the overrides in
+    their order on the line (overrides apply in order, so the last one of a key wins, as before), provided that
+    none of them is an option: an unknown flag (``--bogus``) is still an error, as it is for a command without
+    overrides. The error is the subcommand's (``bandpo probe: error: unrecognized arguments: --bogus``, with its
+    usage line), exit status 2.
+    """
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        if not isinstance(getattr(args, "overrides", None), list) or any(w.startswith("-") for w in extras):
+            _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extras)}")
+        args.overrides = [*args.overrides, *extras]
+    return args
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The subparser of ``command`` (the top-level parser if there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [HELP_COMMAND]:  # bandpo help [COMMAND ...]: the help of COMMAND, or of bandpo
+        argv = [*argv[1:], "--help"] if len(argv) > 1 else ["--help"]
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser([command] if command in COMMANDS else [])
+    try:
+        args = parse_args(parser, argv)  # --help prints too
+        module = importlib.import_module(COMMANDS[args.command][0])
+        with warnings.catch_warnings():
+            warnings.formatwarning = _one_line_warnings(args.command, warnings.formatwarning)
+            status = int(module.run(args) or 0)
+        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at interpreter exit
+    except BrokenPipeError:
+        if not _stdout_is_closed():
+            raise  # a broken pipe elsewhere (a socket, a subprocess) is a real error
+        return EXIT_BROKEN_PIPE
+    except MissingDependencyError as err:  # an optional extra the command needs (e.g. matplotlib for figures)
+        print(f"bandpo {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return status
+
+
+def _one_line_warnings(command: str, default: Callable[..., str]) -> Callable[..., str]:
+    """``warnings.formatwarning`` for a command: bandpo's own warnings (a category defined in a ``bandpo`` module:
+    ``ConfigWarning``, ``Bf16SlowWarning``, ...) print as one line, ``bandpo train: warning: <message>``, without
+    Python's file, line number and echo of the source line; other libraries' warnings keep ``default``. (The
+    format, not ``showwarning``: a caller recording warnings, such as ``pytest.warns``, still records them.)"""
+
+    def format_(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: object
+    ) -> str:
+        if category.__module__.split(".")[0] == "bandpo":
+            return f"bandpo {command}: warning: {message}\n"
+        return default(message, category, filename, lineno, *rest)
+
+    return format_
+
+
+def _stdout_is_closed() -> bool:
+    """After a ``BrokenPipeError``: True if the reader of our stdout went away (``bandpo bounds | head -2``).
+
+    Asks the OS (a pipe whose read end is closed polls as POLLERR) rather than retrying a write. Then stdout
+    is pointed at /dev/null, so that the interpreter's final flush of what is still buffered does not raise a
+    second time (the recipe of Python's ``signal`` documentation), and the command exits quietly like any Unix
+    tool whose reader stopped reading.
+    """
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        closed = any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows) or no real stdout: trust the error
+        closed = True
+        fd = None
+    if closed and fd is not None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return closed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

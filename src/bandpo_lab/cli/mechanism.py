@@ -1,0 +1,143 @@
+"""``bandpo mechanism``: the clip rules on a categorical policy with a Zipf vocabulary, in about a minute.
+
+Trains one logit vector per (rule, learning rate, initial probability, seed) with GRPO group advantages and
+several SGD updates per sampled batch, for each scenario, and writes tables and figures
+(``bandpo_lab.experiments.mechanism``, ``docs/mechanism.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from bandpo_lab.cli._args import add_deprecated_spelling, add_list_option
+
+EPILOG = """\
+examples:
+  bandpo mechanism --output-dir runs/mechanism                 # the default run (about a minute on 2 cores)
+  bandpo mechanism --quick --output-dir runs/mech-quick        # test-sized: seconds
+  bandpo mechanism --rules grpo,band --scenarios rare_reward --vocab 150000 --output-dir runs/mech-150k
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bandpo.losses.clip_rules import CLIP_RULES
+    from bandpo_lab.experiments.mechanism import SCENARIOS
+
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--output-dir", "-o", default="runs/mechanism", help="output directory (default: runs/mechanism)"
+    )
+    add_deprecated_spelling(parser, "--output", "--output-dir")
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds per cell, >= 2 (default: 30; --quick: 8)"
+    )
+    parser.add_argument(
+        "--vocab", type=int, default=None, help="number of actions, >= 16 (default: 1024; --quick: 256)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="sampled batches per run (default: per scenario)"
+    )
+    add_list_option(
+        parser,
+        "--rules",
+        default=None,
+        help=f"comma-separated clip rules (default: every registered one: {', '.join(CLIP_RULES.names())})",
+    )
+    add_list_option(
+        parser,
+        "--scenarios",
+        default=None,
+        help=f"comma-separated scenarios (default: all: {', '.join(SCENARIOS.names())})",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="test-sized grid: 2 learning rates, K in {1, 4}, 12 steps"
+    )
+    parser.add_argument("--no-figures", action="store_true", help="write the tables only")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run (options at their defaults left out)."""
+    parts = ["bandpo", "mechanism"]
+    for flag, value in (
+        ("--output-dir", args.output_dir), ("--seeds", args.seeds), ("--vocab", args.vocab),
+        ("--steps", args.steps), ("--rules", args.rules and args.rules.text), ("--scenarios", args.scenarios and args.scenarios.text),
+    ):  # fmt: skip
+        if value is not None:
+            parts += [flag, str(value)]
+    parts += [flag for flag, on in (("--quick", args.quick), ("--no-figures", args.no_figures)) if on]
+    return shlex.join(parts)
+
+
+def _make_output(output: str) -> None:
+    """Create the ``--output-dir`` directory now, before the simulation (which writes only at its end); a path
+    that cannot be one raises ``ValueError`` naming it."""
+    from pathlib import Path
+
+    from bandpo_lab._files import output_dir_problem
+
+    problem = output_dir_problem(output, "--output-dir")
+    if problem is not None:
+        raise ValueError(problem)
+    try:
+        Path(output).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--output-dir {output!r} cannot be created: {err.strerror or err}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from bandpo.validation import check_int_in
+    from bandpo_lab.experiments.mechanism import MAX_VOCAB, SCENARIOS, MechanismConfig, quick, resolve_rules
+    from bandpo_lab.experiments.mechanism_report import run_mechanism
+
+    try:
+        for flag, value, low, high in (
+            ("--seeds", args.seeds, 2, None),
+            ("--vocab", args.vocab, 16, MAX_VOCAB),
+            ("--steps", args.steps, 1, None),
+        ):
+            if value is not None:
+                check_int_in(flag, value, low, high)
+        try:
+            rules = resolve_rules(list(args.rules) if args.rules is not None else None)
+        except ValueError as err:
+            raise ValueError(f"--rules: {err}") from None
+        if not rules:
+            raise ValueError(f"--rules must name at least one clip rule, got {args.rules.text!r}")
+        try:
+            scenarios = [
+                SCENARIOS.get(n)
+                for n in (args.scenarios if args.scenarios is not None else SCENARIOS.names())
+            ]
+        except ValueError as err:
+            raise ValueError(f"--scenarios: {err}") from None
+        if not scenarios:
+            raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios.text!r}")
+        _make_output(args.output_dir)
+    except ValueError as err:
+        print(f"bandpo mechanism: error: {err}", file=sys.stderr)
+        return 2
+    if args.quick:
+        scenarios = [quick(s) for s in scenarios]
+    config = MechanismConfig(
+        seeds=args.seeds or (8 if args.quick else 30),
+        vocab=args.vocab or (256 if args.quick else 1024),
+        steps=args.steps,
+    )
+    command = _command(args)
+    _, _, meta = run_mechanism(
+        config,
+        scenarios,
+        rules,
+        args.output_dir,
+        progress=not args.no_progress,
+        command=command,
+        figures=not args.no_figures,
+    )
+    print(
+        f"bandpo mechanism: {len(scenarios)} scenario(s) x {len(rules)} rule(s) x {config.seeds} seeds in "
+        f"{meta['wall_time_s']:.0f} s; tables and figures in {args.output_dir}/ (results.md)"
+    )
+    return 0

@@ -1,0 +1,62 @@
+"""``bandpo plot-bounds``: the Figure-1-style figure (ratio bounds and Delta pi against p), a PNG by default."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bandpo.core import DIVERGENCES
+from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
+from bandpo_lab.cli._args import add_deprecated_spelling, add_list_option
+from bandpo_lab.cli.bounds import check_delta_and_cap, usage_error
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output",
+        "-o",
+        default="bounds.png",
+        help="figure file to write; its suffix picks the format: .png, .pdf, .svg, ... (default: bounds.png)",
+    )
+    add_deprecated_spelling(parser, "--out", "--output")
+    add_list_option(
+        parser, "--divergence", choices=DIVERGENCES.names(), noun="divergence", spaces=True,
+        default=["kl", "tv", "chi2", "hellinger"],
+        metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default: {PAPER_DELTA})"
+    )
+    parser.add_argument(
+        "--cap",
+        default=f"{PAPER_CAP:g}",
+        help=f"upper cap, a number >= 1, or none for no cap (default: {PAPER_CAP:g})",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from bandpo_lab._files import output_file_problem
+    from bandpo_lab.plots import default_rules, figure_formats, plot_bounds
+
+    cap = check_delta_and_cap("plot-bounds", args.delta, args.cap)
+    problem = output_file_problem(args.output, "--output")
+    if problem is not None:
+        usage_error("plot-bounds", problem)
+    suffix = Path(args.output).suffix
+    formats = figure_formats()
+    if suffix.lower().removeprefix(".") not in formats:
+        usage_error(
+            "plot-bounds",
+            f"--output {args.output!r} must end in a figure suffix, one of "
+            f"{', '.join('.' + f for f in formats)}; got {repr(suffix) if suffix else 'none'}",
+        )
+    try:
+        rules = default_rules(args.divergence, args.delta, cap)
+    except ValueError as err:
+        usage_error("plot-bounds", str(err))
+    try:
+        path = plot_bounds(args.output, rules)
+    except OSError as err:
+        usage_error("plot-bounds", f"--output {args.output!r} cannot be written: {err.strerror or err}")
+    print(f"wrote {path}")
+    return 0

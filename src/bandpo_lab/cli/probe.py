@@ -1,0 +1,213 @@
+"""``bandpo probe``: the clip rules on a real model's own tokens, from one sampled batch at a time.
+
+Samples batches from a local causal LM (a directory, or a built-in model such as ``smollm2-135m``) on a task, and
+from each batch takes ``K`` updates under every clip rule (same weights, batch and optimizer); reports the sampled
+tokens' ``p_old`` distribution and, per rule, what it clipped, where, and what the updates did
+(``bandpo_lab.experiments.llm_probe``). Writes ``results.json``, ``results.md`` and ``probe.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bandpo_lab.cli._args import add_deprecated_spelling, add_list_option, progress_bars, yaml_mapping
+
+if TYPE_CHECKING:
+    from bandpo_lab.experiments.llm_probe import ProbeConfig
+
+EPILOG = """\
+examples:
+  bandpo probe --model smollm2-135m --dataset arith --output-dir runs/probe-smollm2  # 4-5 min on 2 idle CPU cores
+  bandpo probe --model runs/my-model --dataset data/test.jsonl --rules grpo,band --batches 5 --lr 3e-5
+"""
+
+
+ARITH_DEFAULT = "{digits: [1], n_train: 155, n_test: 100}"
+"""The probe's task options for ``arith`` when none are given: one-digit problems (SmolLM2-135M answers 17% of
+them, so most groups of 8 have a right and a wrong answer; with two digits most groups are all wrong)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bandpo_lab.experiments.llm_probe import DEFAULT_RULES, ProbeConfig
+
+    defaults = ProbeConfig()
+    parser.epilog = EPILOG
+    parser.add_argument("--model", required=True, help="a model directory or a built-in model (smollm2-135m)")
+    parser.add_argument(
+        "--dataset", default="arith", help="a built-in task or a data file/directory (default: arith)"
+    )
+    parser.add_argument(
+        "--task-options",
+        default=None,
+        help="the task's options as YAML (JSON reads too), e.g. '{digits: [1, 2]}' (default for arith: "
+        f"'{ARITH_DEFAULT}', problems with enough right answers for the groups to carry signal)",
+    )
+    parser.add_argument("--split", default=defaults.split, help="split the prompts come from")
+    add_list_option(
+        parser,
+        "--rules",
+        default=list(DEFAULT_RULES),
+        help=f"comma-separated clip rules, each at its default settings (default: {','.join(DEFAULT_RULES)})",
+    )
+    parser.add_argument("--batches", type=int, default=defaults.batches, help="batches (seeds)")
+    parser.add_argument("--prompts", type=int, default=defaults.prompts, help="prompts per batch")
+    parser.add_argument("--group-size", type=int, default=defaults.group_size, help="completions per prompt")
+    parser.add_argument("--updates", type=int, default=defaults.updates, help="updates K per batch and rule")
+    parser.add_argument(
+        "--minibatches",
+        type=int,
+        default=defaults.minibatches,
+        help="split each batch into this many mini-batches, update k taking mini-batch k mod this (--updates equal "
+        "to it: each completion used once, as the paper's scripts; twice it: each used twice, as Study 4); "
+        f"default {defaults.minibatches}: every update takes the whole batch",
+    )
+    parser.add_argument("--lr", type=float, default=defaults.learning_rate, help="AdamW learning rate")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=defaults.max_new_tokens, help="tokens sampled per completion"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=defaults.temperature, help="sampling temperature"
+    )
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="first batch's seed")
+    parser.add_argument(
+        "--precision",
+        default=defaults.precision,
+        help="CPU precision: auto (bf16 where the CPU has native bf16 and the model is large enough), float32 or "
+        f"bf16; the log-probs of the ratio stay float32 (default: {defaults.precision})",
+    )
+    parser.add_argument(
+        "--attn-implementation",
+        default="auto",
+        help="attention the model is loaded with: auto (a training run's model.attn_implementation, else "
+        "transformers' default), eager, sdpa, ... (default: auto)",
+    )
+    parser.add_argument(
+        "--output-dir", "-o", default="runs/probe", help="output directory (default: runs/probe)"
+    )
+    add_deprecated_spelling(parser, "--output", "--output-dir")
+    parser.add_argument("--no-figures", action="store_true", help="write the tables only")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bandpo._optional import MissingDependencyError, pyplot
+    from bandpo_lab._files import output_dir_problem
+    from bandpo_lab.cli.bounds import usage_error
+    from bandpo_lab.eval.errors import EvalError
+    from bandpo_lab.experiments.llm_probe import ProbeConfig
+
+    rules = tuple(args.rules)
+    fields: dict[str, tuple[str, Any]] = {  # ProbeConfig's field: the flag that sets it, and its value
+        "rules": ("--rules", rules),
+        "batches": ("--batches", args.batches),
+        "prompts": ("--prompts", args.prompts),
+        "group_size": ("--group-size", args.group_size),
+        "max_new_tokens": ("--max-new-tokens", args.max_new_tokens),
+        "temperature": ("--temperature", args.temperature),
+        "updates": ("--updates", args.updates),
+        "minibatches": ("--minibatches", args.minibatches),
+        "learning_rate": ("--lr", args.lr),
+        "seed": ("--seed", args.seed),
+        "split": ("--split", args.split),
+        "precision": ("--precision", args.precision),
+    }
+    try:
+        text = args.task_options
+        if text is None and args.dataset == "arith":
+            text = ARITH_DEFAULT
+        options = yaml_mapping("--task-options", text, "{digits: [1]}") if text else None
+        if not rules:
+            raise ValueError(f"--rules must name at least one clip rule, got {args.rules.text!r}")
+        try:
+            config = ProbeConfig(**{name: value for name, (_, value) in fields.items()})
+        except ValueError as err:  # "<field> must be ...", or a clip rule's own "unknown clip rule ..."
+            name, _, rest = str(err).partition(" ")
+            raise ValueError(f"{fields[name][0]} {rest}" if name in fields else f"--rules: {err}") from None
+        # before the work, which writes only at its end
+        problem = output_dir_problem(args.output_dir, "--output-dir")
+        if problem is not None:
+            raise ValueError(problem)
+        if not args.no_figures:
+            pyplot()
+    except ValueError as err:
+        usage_error("probe", str(err))
+    except MissingDependencyError as err:
+        usage_error("probe", f"{err}; or pass --no-figures")
+    try:
+        with progress_bars(not args.no_progress):  # the model's loading bar too
+            return _run(args, config, options)
+    except EvalError as err:
+        usage_error("probe", str(err))
+
+
+def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] | None) -> int:
+    import torch
+
+    from bandpo_lab.cli.bounds import usage_error
+    from bandpo_lab.eval.datasets import load_eval_dataset, prompt_texts, raw_prompt_text
+    from bandpo_lab.eval.models import load_model, loaded_attention, resolve_model_dir
+    from bandpo_lab.eval.scorers import get_scorer
+    from bandpo_lab.experiments.llm_probe import figure, markdown, run_probe
+    from bandpo_lab.provenance import code_changed, provenance
+    from bandpo_lab.runtime import precision_for
+
+    dataset = load_eval_dataset(args.dataset, split=config.split, task_options=options)
+    if len(dataset.problems) < config.prompts:
+        usage_error(
+            "probe",
+            f"--prompts {config.prompts} is more than the {len(dataset.problems)} problems of {dataset.name}",
+        )
+    score_fn, check = get_scorer(dataset.verifier)
+    for i, problem in enumerate(dataset.problems):  # before the model loads: a bad row fails in one line
+        try:
+            check(raw_prompt_text(problem["prompt"]), problem.get("answer"))
+        except ValueError as err:
+            usage_error(
+                "probe",
+                f"problem {i} of {dataset.name} cannot be scored by verifier {dataset.verifier!r}: {err}",
+            )
+    model_dir = resolve_model_dir(args.model, [args.dataset], options)
+    model, tokenizer = load_model(
+        model_dir,
+        device="cpu" if not torch.cuda.is_available() else "auto",
+        dtype="float32",
+        attn_implementation=args.attn_implementation,
+    )
+    texts, _ = prompt_texts(dataset, tokenizer)
+
+    def score(i: int, completion: str) -> float:
+        problem = dataset.problems[i]
+        correct, _ = score_fn(raw_prompt_text(problem["prompt"]), completion, problem.get("answer"))
+        return 1.0 if correct else 0.0
+
+    print(f"bandpo probe: precision  {precision_for(config.precision, model).describe()}", file=sys.stderr)
+    code = provenance()  # the code that runs the probe, recorded before it runs
+    result = run_probe(
+        model, tokenizer, dataset.problems, texts, score, config, progress=not args.no_progress
+    )
+    changed = code_changed(code, provenance())
+    command = shlex.join(["bandpo", "probe", *sys.argv[2:]]) if sys.argv[1:2] == ["probe"] else None
+    result.update(
+        {"model": str(args.model), "model_dir": str(model_dir), "dataset": dataset.name, "command": command,
+         "attn_implementation": loaded_attention(model),
+         "provenance": code, "checkout_changed_during_run": changed}
+    )  # fmt: skip
+    if changed is True:
+        print("bandpo probe: warning: the checkout's code changed while the probe ran (provenance is its start)",
+              file=sys.stderr)  # fmt: skip
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    title = f"bandpo probe: {args.model} on {dataset.name}, K={config.updates}, lr={config.learning_rate:g}"
+    (out / "results.md").write_text(markdown(result, title))
+    if not args.no_figures:
+        figure(result, out / "probe.png")
+    print(markdown(result, title))
+    print(f"bandpo probe: {config.batches} batch(es) x {len(config.rules)} rule(s) in {result['wall_time_s']:.0f} s; "
+          f"results in {out}/")  # fmt: skip
+    return 0

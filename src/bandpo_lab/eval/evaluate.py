@@ -1,0 +1,291 @@
+"""Evaluate a model: sample ``k`` answers per problem and report mean@k, pass@k, best@k and maj@k.
+
+The engine behind ``bandpo eval`` and the final / held-out evaluations of ``bandpo compare``::
+
+    from bandpo_lab.eval.datasets import load_eval_dataset
+    from bandpo_lab.eval.evaluate import evaluate_model_dir
+    from bandpo_lab.eval.settings import EvalSettings
+    data = load_eval_dataset("countdown")                                  # the task's test split
+    data = load_eval_dataset("aime.jsonl", verifier="dapo", answer_column="solution")
+    results = evaluate_model_dir("runs/tiny", [data], EvalSettings(k=32, ks=(1, 4, 32)))
+    results["overall"]["mean@32"], results["datasets"]["aime"]["pass@4"]
+
+The parts, one module each: datasets (:mod:`bandpo_lab.eval.datasets`: a built-in task's split, scored by the
+task's own verifier, or local JSONL / JSON / parquet files scored by a verifier of
+:data:`bandpo_lab.rewards.VERIFIERS`; prompts formatted as in training), scorers (:mod:`bandpo_lab.eval.scorers`), model
+directories (:mod:`bandpo_lab.eval.models`), settings (:mod:`bandpo_lab.eval.settings`), sampling backends
+(:mod:`bandpo_lab.eval.backends`: transformers ``generate``, batched; vLLM with ``backend="vllm"``,
+``bandpo eval --vllm``). This module runs the evaluation, with a progress bar and ETA, and prints its table.
+
+Scoring never crashes on bad answers: a ground truth the verifier cannot parse (empty after normalisation, not a
+string/number, missing) takes its problem out of the metrics and is counted in ``n_unparsed_ground_truth``; a
+sampled answer the verifier cannot extract counts in ``n_unparsed`` (and does not vote in maj@k).
+
+Metrics (:mod:`bandpo_lab.eval.metrics`, docs/method.md#metrics), per dataset and overall (all problems pooled, each
+problem weighing the same): ``mean@k`` (per-problem accuracy of the ``k`` samples), ``pass@j`` (unbiased, for
+every ``j`` in ``ks``), ``best@k`` (the authors' bootstrap: 1000 resamples of ``k`` with replacement), ``maj@k``
+(majority vote of the extracted answers), plus the sampling entropy (nats per generated token), mean completion
+length and the share of completions cut by ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bandpo_lab.eval.backends import TransformersSampler, VLLMSampler, max_new_tokens_of
+from bandpo_lab.eval.datasets import EvalDataset, prompt_texts, raw_prompt_text
+from bandpo_lab.eval.errors import EvalError
+from bandpo_lab.eval.models import ATTENTION_AUTO, check_model_dir, load_model, loaded_attention
+from bandpo_lab.eval.scorers import get_scorer
+from bandpo_lab.eval.settings import EvalSettings
+
+__all__ = ["evaluate_model", "evaluate_model_dir", "format_table"]
+
+
+@dataclass
+class _Scored:
+    problems: list[dict[str, Any]] = field(default_factory=list)  # {"correct": [...], "answers": [...]}
+    records: list[dict[str, Any]] = field(default_factory=list)
+    n_unparsed_ground_truth: int = 0
+    entropy_sum: float = 0.0
+    entropy_tokens: int = 0
+    lengths: list[int] = field(default_factory=list)
+    n_truncated: int = 0
+
+
+def _summary(scored: _Scored, settings: EvalSettings) -> dict[str, Any]:
+    from bandpo_lab.eval.metrics import summarize
+
+    out: dict[str, Any] = {}
+    if scored.problems:
+        out.update(
+            summarize(
+                scored.problems,
+                ks=settings.ks or (1,),
+                best_ks=[settings.k],
+                maj_ks=[settings.k],
+                n_bootstrap=settings.n_bootstrap,
+                seed=settings.seed or 0,
+            )
+        )
+    else:
+        out.update({"n_problems": 0, "n_samples": 0, "n_unparsed": 0})
+    out["n_unparsed_ground_truth"] = scored.n_unparsed_ground_truth
+    out["entropy"] = scored.entropy_sum / scored.entropy_tokens if scored.entropy_tokens else None
+    out["mean_length"] = sum(scored.lengths) / len(scored.lengths) if scored.lengths else None
+    out["truncated_frac"] = scored.n_truncated / len(scored.lengths) if scored.lengths else None
+    return out
+
+
+def _merge(parts: Sequence[_Scored]) -> _Scored:
+    total = _Scored()
+    for part in parts:
+        total.problems.extend(part.problems)
+        total.n_unparsed_ground_truth += part.n_unparsed_ground_truth
+        total.entropy_sum += part.entropy_sum
+        total.entropy_tokens += part.entropy_tokens
+        total.lengths.extend(part.lengths)
+        total.n_truncated += part.n_truncated
+    return total
+
+
+def evaluate_model(
+    model: Any,
+    tokenizer: Any,
+    datasets: Sequence[EvalDataset],
+    settings: EvalSettings | None = None,
+    *,
+    keep_samples: bool = False,
+    sampler: Callable[[list[str], bool, int | None], Any] | None = None,
+) -> dict[str, Any]:
+    """Sample ``settings.k`` answers per problem of every dataset, score them and summarize.
+
+    Args:
+        model, tokenizer: a causal LM and its tokenizer (the model's train/eval mode is restored afterwards).
+        datasets: from :func:`load_eval_dataset`; names must be distinct.
+        settings: sampling and metric settings (default :class:`EvalSettings`).
+        keep_samples: also return every completion with its correctness and extracted answer (``"samples"``).
+        sampler: replaces the transformers sampler (the vLLM backend passes its own).
+
+    Returns:
+        ``{"settings": {...}, "datasets": {name: metrics}, "overall": metrics, "wall_time_s": float}`` and, with
+        ``keep_samples``, ``"samples": [{"dataset", "index", "prompt", "answer", "completions", "correct",
+        "answers"}, ...]``. ``metrics`` holds ``n_problems`` (scored problems), ``n_samples``, ``mean@k``,
+        ``pass@j`` for ``j`` in ``ks``, ``best@k``, ``maj@k``, ``n_unparsed`` (samples without an extractable
+        answer), ``n_unparsed_ground_truth`` (problems left out: ground truth unusable), ``entropy``,
+        ``mean_length``, ``truncated_frac``; a dataset with no scorable problem has only the counts.
+    """
+    from tqdm.auto import tqdm
+
+    settings = settings or EvalSettings()
+    if not datasets:
+        raise EvalError("datasets must hold at least one dataset, got none")
+    names = [d.name for d in datasets]
+    if len(set(names)) != len(names):
+        raise EvalError(f"dataset names must be distinct, got {names}")
+    max_new = max_new_tokens_of(settings, model)
+    sample = sampler or TransformersSampler(model, tokenizer, settings, max_new)
+    start_time = time.perf_counter()
+
+    plans = []  # (dataset, scorer, usable indices, texts, add_special_tokens)
+    for d in datasets:
+        score, check = get_scorer(d.verifier)
+        usable = []
+        for i, problem in enumerate(d.problems):
+            try:
+                check(raw_prompt_text(problem["prompt"]), problem.get("answer"))
+            except (TypeError, ValueError):
+                continue
+            usable.append(i)
+        texts, chat = prompt_texts(d, tokenizer) if usable else ([], False)
+        plans.append((d, score, usable, texts, not chat))
+
+    total = sum(len(p[2]) for p in plans) * settings.k
+    results: dict[str, _Scored] = {}
+    samples: list[dict[str, Any]] = []
+    chunk_index = 0
+    with tqdm(
+        total=total, unit="sample", desc="eval", disable=not settings.progress, dynamic_ncols=True
+    ) as bar:
+        for d, score, usable, texts, add_special in plans:
+            scored = _Scored(n_unparsed_ground_truth=len(d.problems) - len(usable))
+            bar.set_postfix_str(d.name)
+            for start in range(0, len(usable), settings.batch_size):
+                idx = usable[start : start + settings.batch_size]
+                seed = None if settings.seed is None else settings.seed + chunk_index
+                chunk_index += 1
+                out = sample([texts[i] for i in idx], add_special, seed)
+                for j, i in enumerate(idx):
+                    problem = d.problems[i]
+                    raw = raw_prompt_text(problem["prompt"])
+                    pairs = [score(raw, c, problem.get("answer")) for c in out.completions[j]]
+                    correct = [1.0 if ok else 0.0 for ok, _ in pairs]
+                    answers = [a for _, a in pairs]
+                    scored.problems.append({"correct": correct, "answers": answers})
+                    if keep_samples:
+                        samples.append(
+                            {
+                                "dataset": d.name,
+                                "index": i,
+                                "prompt": texts[i],
+                                "answer": problem.get("answer"),
+                                "completions": out.completions[j],
+                                "correct": [bool(c) for c in correct],
+                                "answers": answers,
+                            }
+                        )
+                    scored.lengths.extend(out.lengths[j])
+                    scored.n_truncated += sum(not f for f in out.finished[j])
+                if out.entropy is not None:
+                    scored.entropy_sum += out.entropy * out.n_tokens
+                    scored.entropy_tokens += out.n_tokens
+                bar.update(len(idx) * settings.k)
+            results[d.name] = scored
+
+    attention = loaded_attention(model)  # None without a transformers model (the vLLM backend)
+    report: dict[str, Any] = {
+        "settings": {
+            **{k: v for k, v in asdict(settings).items() if k != "progress"},
+            "ks": list(settings.ks or ()),
+            "max_new_tokens": max_new,
+            **(
+                {"precision_resolved": sample.precision.record()}
+                if getattr(sample, "precision", None) is not None
+                else {}
+            ),
+            **({"attn_implementation": attention} if attention is not None else {}),
+        },
+        "datasets": {
+            d.name: {"source": d.source, "verifier": d.verifier, **_summary(results[d.name], settings)}
+            for d in datasets
+        },
+        "overall": _summary(_merge(list(results.values())), settings),
+        "wall_time_s": round(time.perf_counter() - start_time, 3),
+    }
+    if keep_samples:
+        report["samples"] = samples
+    return report
+
+
+def evaluate_model_dir(
+    model_dir: str | Path,
+    datasets: Sequence[EvalDataset],
+    settings: EvalSettings | None = None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    attn_implementation: str | None = ATTENTION_AUTO,
+    keep_samples: bool = False,
+) -> dict[str, Any]:
+    """:func:`evaluate_model` on the model saved in ``model_dir`` (checked by :func:`check_model_dir` first);
+    the result also holds ``"model": str(model_dir)``. ``device``, ``dtype``, ``attn_implementation``: as
+    :func:`load_model` takes them (the attention by default the training run's, :data:`ATTENTION_AUTO`)."""
+    settings = settings or EvalSettings()
+    model_path, tokenizer_dir = check_model_dir(model_dir)
+    if (
+        settings.backend == "vllm"
+    ):  # vLLM loads the weights itself: only the tokenizer and generation config here
+        from transformers import AutoTokenizer, GenerationConfig
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        max_new = settings.max_new_tokens
+        if max_new is None:
+            try:
+                max_new = GenerationConfig.from_pretrained(str(model_path)).max_new_tokens
+            except OSError:
+                max_new = None
+        settings = dataclasses.replace(settings, max_new_tokens=int(max_new or 1024))
+        sampler = VLLMSampler(model_path, tokenizer, settings, settings.max_new_tokens, dtype, tokenizer_dir)
+        out = evaluate_model(None, tokenizer, datasets, settings, keep_samples=keep_samples, sampler=sampler)
+    else:
+        model, tokenizer = load_model(
+            model_path, device=device, dtype=dtype, attn_implementation=attn_implementation
+        )
+        out = evaluate_model(model, tokenizer, datasets, settings, keep_samples=keep_samples)
+    return {"model": str(model_dir), **out}
+
+
+# ------------------------------------------------------------------------------------------------------ table
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100 * float(value):.1f}"
+
+
+def format_table(results: Mapping[str, Any]) -> str:
+    """A plain-text table of :func:`evaluate_model`'s result: one row per dataset and ``overall``; accuracies in
+    percent."""
+    k = results["settings"]["k"]
+    ks = results["settings"]["ks"]
+    metric_cols = [f"mean@{k}", *[f"pass@{j}" for j in ks], f"best@{k}", f"maj@{k}"]
+    header = ["dataset", "problems", *metric_cols, "unparsed", "bad gt", "entropy"]
+    rows = []
+    items = list(results["datasets"].items())
+    if len(items) > 1:
+        items.append(("overall", results["overall"]))
+    for name, m in items:
+        rows.append(
+            [
+                name,
+                str(m.get("n_problems", 0)),
+                *[_pct(m.get(c)) for c in metric_cols],
+                str(m.get("n_unparsed", 0)),
+                str(m.get("n_unparsed_ground_truth", 0)),
+                "-" if m.get("entropy") is None else f"{m['entropy']:.3f}",
+            ]
+        )
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    out = [line(header), line(["-" * w for w in widths]), *[line(r) for r in rows]]
+    out.append(
+        f"(accuracies in %; k={k} samples per problem at temperature {results['settings']['temperature']:g})"
+    )
+    return "\n".join(out)

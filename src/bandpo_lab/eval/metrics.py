@@ -1,0 +1,385 @@
+"""Sample-based accuracy metrics over a set of problems, each answered by ``n`` sampled completions.
+
+Pure Python/numpy; no framework imports. Per problem the input is one value per sample:
+
+* **correctness**: ``0/1`` (or ``False/True``) or a verifier reward in ``[-1, 1]`` (``+1/-1`` or ``1/0``). A
+  sample counts as correct iff its value is ``> 0``, so ``+1/-1`` and ``1/0`` rewards give the same metrics.
+  Pass verifier rewards, not shaped rewards (a partial-credit reward ``0.1`` would count as correct).
+* **answers** (for ``maj@k`` only): the extracted, normalised answer string of each sample, ``None`` when no
+  answer could be parsed (see ``bandpo_lab.rewards``).
+
+Metrics (docs/method.md#metrics), each a mean over problems of a per-problem value:
+
+* ``mean@n`` (:func:`mean_at_k`): fraction of the ``n`` samples that are correct.
+* ``pass@k`` (:func:`pass_at_k`): the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` of "at least one of ``k``
+  samples drawn without replacement is correct" (``c`` correct out of ``n``).
+* ``best@k`` (:func:`best_at_k`): the authors' bootstrap: draw ``k`` of the ``n`` samples *with* replacement,
+  take the max, average over resamples. Its expectation is ``1 - (1 - c/n)^k`` <= pass@k.
+* ``maj@k`` (:func:`maj_at_k`): accuracy of the majority-vote answer among the first ``k`` samples.
+
+:func:`summarize` computes all of them into one flat dict for logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from bandpo.validation import check_int_in
+
+__all__ = [
+    "ProblemResult",
+    "best_at_k",
+    "maj_at_k",
+    "mean_at_k",
+    "pass_at_k",
+    "summarize",
+    "to_correct",
+]
+
+
+@dataclass(frozen=True)
+class ProblemResult:
+    """The samples of one problem, as :func:`summarize` takes them.
+
+    Attributes:
+        correct: (n,) per-sample correctness, 0/1, bool or a verifier reward in [-1, 1] (> 0 is correct).
+        answers: (n,) per-sample extracted answer, ``None`` where unparsed; optional (needed for maj@k and
+            ``n_unparsed``).
+    """
+
+    correct: Sequence[float] | NDArray[Any]
+    answers: Sequence[str | None] | None = None
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def _int_array(name: str, value: ArrayLike) -> NDArray[np.int64]:
+    """``value`` as an int64 array; integer-valued floats are accepted, bools and fractions are not."""
+    arr = np.asarray(value)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f" and bool(np.all(np.isfinite(arr))) and bool(np.all(arr == np.round(arr))):
+        return arr.astype(np.int64)
+    raise ValueError(f"{name} must be an integer or an array of integers, got {value!r}")
+
+
+def to_correct(values: ArrayLike, name: str = "correct") -> NDArray[np.bool_]:
+    """Per-sample correctness of one problem: ``values > 0``.
+
+    Args:
+        values: (n,) 0/1, bool, or verifier rewards in [-1, 1] (``+1/-1`` and ``1/0`` both work).
+        name: argument name for error messages.
+
+    Returns:
+        (n,) bool array.
+
+    Raises:
+        ValueError: not a non-empty 1-D sequence of finite numbers in [-1, 1].
+    """
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a 1-D sequence of numbers in [-1, 1], got {values!r}") from err
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(
+            f"{name} must be a non-empty 1-D sequence of per-sample values, got shape {arr.shape}"
+        )
+    bad = ~np.isfinite(arr) | (arr < -1.0) | (arr > 1.0)
+    if bool(bad.any()):
+        raise ValueError(
+            f"{name} must hold 0/1 correctness or verifier rewards in [-1, 1] (> 0 counts as correct), "
+            f"got {float(arr[bad][0])!r}"
+        )
+    return arr > 0
+
+
+def _problems(correct: Iterable[ArrayLike] | NDArray[Any], name: str = "correct") -> list[NDArray[np.bool_]]:
+    """Per-problem correctness arrays from a ragged list of per-problem sequences or a (P, n) array."""
+    if isinstance(correct, (str, bytes)) or not isinstance(correct, Iterable):
+        raise ValueError(
+            f"{name} must be a list of per-problem sequences of sample values (or a (problems, samples) "
+            f"array), got {type(correct).__name__}"
+        )
+    if isinstance(correct, np.ndarray) and correct.ndim != 2:
+        raise ValueError(f"{name} as an array must have shape (problems, samples), got shape {correct.shape}")
+    out = [to_correct(row, f"{name}[{i}]") for i, row in enumerate(correct)]
+    if not out:
+        raise ValueError(f"{name} must hold at least one problem, got none")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- pass@k
+def _pass_at_k_one(n: int, c: int, k: int) -> float:
+    """``1 - C(n-c, k) / C(n, k)`` for valid scalars.
+
+    ``C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k/i)`` (Chen et al. 2021); the product is accumulated as
+    a sum of ``log1p(-k/i)`` and ``-expm1`` keeps full relative precision when pass@k is tiny (c << n).
+    """
+    if n - c < k:  # every k-subset contains a correct sample
+        return 1.0
+    i = np.arange(n - c + 1, n + 1, dtype=np.float64)
+    return float(-np.expm1(np.sum(np.log1p(-k / i)))) + 0.0  # + 0.0 turns -0.0 (c = 0) into 0.0
+
+
+def pass_at_k(n: ArrayLike, c: ArrayLike, k: ArrayLike) -> float | NDArray[np.float64]:
+    """Unbiased pass@k estimator ``1 - C(n-c, k) / C(n, k)``: the probability that at least one of ``k``
+    samples drawn without replacement from ``n`` (``c`` of them correct) is correct.
+
+    Equivalent to the naive enumeration of all ``k``-subsets; computed in product form (no factorials), so it
+    is exact to rounding for any ``n``. ``pass_at_k(n, c, 1) == c / n``; ``pass@k = 1`` whenever ``n - c < k``.
+
+    Args:
+        n: number of samples per problem, integer >= 1; scalar or array.
+        c: number of correct samples, integer in [0, n]; scalar or array.
+        k: integer in [1, n]; scalar or array. ``n``, ``c``, ``k`` broadcast against each other.
+
+    Returns:
+        ``float`` when all inputs are scalars, else a float64 array of the broadcast shape.
+
+    Raises:
+        ValueError: non-integer input, shapes that do not broadcast, or values outside the ranges above.
+    """
+    n_arr, c_arr, k_arr = _int_array("n", n), _int_array("c", c), _int_array("k", k)
+    try:
+        n_b, c_b, k_b = np.broadcast_arrays(n_arr, c_arr, k_arr)
+    except ValueError as err:
+        raise ValueError(
+            f"n, c and k must broadcast to one shape, got shapes {n_arr.shape}, {c_arr.shape}, {k_arr.shape}"
+        ) from err
+    checks = (
+        (n_b < 1, "n must be >= 1 (samples per problem)"),
+        ((c_b < 0) | (c_b > n_b), "c must be in [0, n] (correct samples out of n)"),
+        ((k_b < 1) | (k_b > n_b), "k must be in [1, n] (k cannot exceed the number of samples n)"),
+    )
+    for bad, message in checks:
+        if bool(bad.any()):
+            idx = tuple(int(j) for j in np.argwhere(bad)[0])
+            raise ValueError(f"{message}, got n={n_b[idx]}, c={c_b[idx]}, k={k_b[idx]}")
+    out = np.empty(n_b.shape, dtype=np.float64)
+    for idx in np.ndindex(n_b.shape):
+        out[idx] = _pass_at_k_one(int(n_b[idx]), int(c_b[idx]), int(k_b[idx]))
+    if n_arr.ndim == 0 and c_arr.ndim == 0 and k_arr.ndim == 0:
+        return float(out)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- mean/best/maj@k
+def mean_at_k(correct: Iterable[ArrayLike] | NDArray[Any]) -> float:
+    """mean@n: per problem the fraction of correct samples, averaged over problems (problems weigh equally,
+    whatever their number of samples).
+
+    Args:
+        correct: per-problem sequences (ragged allowed) of 0/1 or verifier rewards in [-1, 1] (> 0 is
+            correct), or a (problems, samples) array.
+    """
+    return float(np.mean([x.mean() for x in _problems(correct)]))
+
+
+def best_at_k(
+    correct: Iterable[ArrayLike] | NDArray[Any], k: int, n_bootstrap: int = 1000, seed: int = 0
+) -> float:
+    """The authors' bootstrap best@k: per problem, ``n_bootstrap`` times draw ``k`` of its ``n`` samples with
+    replacement and take the max correctness; average over resamples, then over problems.
+
+    Its expectation per problem is ``1 - (1 - c/n)^k``, below pass@k (drawing with replacement can repeat a
+    wrong sample). Deterministic given ``seed``: one ``numpy.random.default_rng(seed)`` serves the problems in
+    order.
+
+    Args:
+        correct: per-problem sequences of 0/1 or verifier rewards in [-1, 1] (> 0 is correct).
+        k: draws per resample, integer in [1, n] for every problem.
+        n_bootstrap: resamples per problem, integer >= 1 (the authors use 1000).
+        seed: integer seed of the resampling.
+    """
+    problems = _problems(correct)
+    _check_k(k, problems)
+    n_bootstrap = check_int_in("n_bootstrap", n_bootstrap, 1)
+    check_int_in("seed", seed, 0)
+    rng = np.random.default_rng(seed)
+    values = []
+    for x in problems:
+        idx = rng.integers(0, x.size, size=(n_bootstrap, k))  # (n_bootstrap, k)
+        values.append(x[idx].max(axis=1).mean())
+    return float(np.mean(values))
+
+
+def _check_k(k: object, problems: list[NDArray[np.bool_]]) -> int:
+    n_min = min(x.size for x in problems)
+    return check_int_in("k", k, 1, n_min, note=" (k cannot exceed the number of samples of any problem)")
+
+
+def _majority_correct(answers: Sequence[str | None], correct: NDArray[np.bool_]) -> bool:
+    """Whether the majority answer is correct. Unparsed answers (None) do not vote; ties go to the answer
+    whose first occurrence comes first; the majority answer's correctness is that of its first sample."""
+    counts: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, answer in enumerate(answers):
+        if answer is None:
+            continue
+        counts[answer] = counts.get(answer, 0) + 1
+        first.setdefault(answer, i)
+    if not counts:
+        return False
+    winner = max(counts, key=lambda a: (counts[a], -first[a]))
+    return bool(correct[first[winner]])
+
+
+def maj_at_k(
+    answers: Sequence[Sequence[str | None]],
+    correct: Iterable[ArrayLike] | NDArray[Any],
+    k: int,
+) -> float:
+    """Majority-vote accuracy: per problem, the most frequent extracted answer among the *first* ``k``
+    samples is the vote; the problem scores 1 if that answer is correct. Averaged over problems.
+
+    Rules: unparsed answers (``None``) do not vote, and a problem with no parsed answer among its first ``k``
+    scores 0. Ties are broken deterministically in favour of the tied answer that appears first among the
+    samples. The vote's correctness is the correctness of its first occurrence (samples with the same
+    normalised answer are normally all right or all wrong).
+
+    Args:
+        answers: per-problem sequences of normalised answer strings or ``None``, one per sample.
+        correct: per-problem sequences of 0/1 or verifier rewards in [-1, 1] (> 0 is correct), same lengths.
+        k: samples that vote, integer in [1, n] for every problem.
+    """
+    problems = _problems(correct)
+    if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence):
+        raise ValueError(f"answers must be a list of per-problem sequences of answers, got {answers!r}")
+    if len(answers) != len(problems):
+        raise ValueError(
+            f"answers must have one entry per problem: got {len(answers)} for {len(problems)} problems"
+        )
+    k = _check_k(k, problems)
+    scores = []
+    for i, (ans, x) in enumerate(zip(answers, problems)):
+        ans = _check_answers(f"answers[{i}]", ans, x.size)
+        scores.append(_majority_correct(ans[:k], x[:k]))
+    return float(np.mean(scores))
+
+
+def _check_answers(name: str, answers: object, n: int) -> list[str | None]:
+    if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence):
+        raise ValueError(f"{name} must be a sequence of answer strings or None, got {answers!r}")
+    if len(answers) != n:
+        raise ValueError(
+            f"{name} must have one answer per sample: got {len(answers)} answers for {n} samples"
+        )
+    for a in answers:
+        if a is not None and not isinstance(a, str):
+            raise ValueError(f"{name} must hold answer strings or None, got {a!r}")
+    return list(answers)
+
+
+# ------------------------------------------------------------------------------------------------ summarize
+def _as_result(i: int, item: object) -> tuple[Any, Any]:
+    if isinstance(item, ProblemResult):
+        return item.correct, item.answers
+    if isinstance(item, Mapping):
+        if "correct" not in item:
+            raise ValueError(
+                f"per_problem_results[{i}] must have a 'correct' entry, got keys {sorted(map(str, item))}"
+            )
+        return item["correct"], item.get("answers")
+    raise ValueError(
+        f"per_problem_results[{i}] must be a ProblemResult or a mapping with 'correct' (and optional "
+        f"'answers'), got {type(item).__name__}"
+    )
+
+
+def _check_ks(name: str, ks: object) -> list[int]:
+    if isinstance(ks, (int, np.integer)) and not isinstance(ks, bool):
+        ks = (ks,)
+    if not isinstance(ks, Iterable) or isinstance(ks, (str, bytes)):
+        raise ValueError(f"{name} must be an integer or a sequence of integers >= 1, got {ks!r}")
+    out = sorted({check_int_in(f"{name} entries", k, 1) for k in ks})
+    if not out:
+        raise ValueError(f"{name} must hold at least one k, got {ks!r}")
+    return out
+
+
+def summarize(
+    per_problem_results: Sequence[ProblemResult | Mapping[str, Any]],
+    ks: int | Sequence[int] = (1,),
+    *,
+    best_ks: int | Sequence[int] | None = None,
+    maj_ks: int | Sequence[int] | None = None,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> dict[str, float | int]:
+    """All metrics in one flat dict, e.g. ``{"n_problems": 40, "n_samples": 1280, "mean@32": ...,
+    "pass@1": ..., "pass@8": ..., "pass@32": ..., "best@32": ..., "maj@32": ..., "n_unparsed": 17}``.
+
+    Args:
+        per_problem_results: one :class:`ProblemResult` (or mapping with ``"correct"`` and optional
+            ``"answers"``) per problem. Either every problem has answers or none has.
+        ks: the k of ``pass@k`` (each must be <= every problem's sample count).
+        best_ks: the k of ``best@k``; default ``max(ks)``.
+        maj_ks: the k of ``maj@k``; default ``max(ks)`` when answers are given (else maj@k is skipped;
+            asking for it explicitly without answers is an error).
+        n_bootstrap, seed: of :func:`best_at_k`.
+
+    Returns:
+        Keys: ``n_problems``; ``n_samples`` (total); ``mean@n`` where ``n`` is the common number of samples
+        per problem (plain ``mean`` when problems have different counts); ``pass@k``, ``best@k``, ``maj@k``
+        per requested k; ``n_unparsed`` (samples whose answer is ``None``) when answers are given.
+    """
+    if isinstance(per_problem_results, (str, bytes, Mapping)) or not isinstance(
+        per_problem_results, Sequence
+    ):
+        raise ValueError(
+            f"per_problem_results must be a sequence of per-problem results, got {type(per_problem_results).__name__}"
+        )
+    if not per_problem_results:
+        raise ValueError("per_problem_results must hold at least one problem, got none")
+    pairs = [_as_result(i, item) for i, item in enumerate(per_problem_results)]
+    problems = [to_correct(c, f"per_problem_results[{i}].correct") for i, (c, _) in enumerate(pairs)]
+    has_answers = [a is not None for _, a in pairs]
+    if any(has_answers) and not all(has_answers):
+        missing = has_answers.index(False)
+        raise ValueError(
+            f"per_problem_results must give answers for every problem or for none; "
+            f"per_problem_results[{missing}] has none"
+        )
+    answers = (
+        [
+            _check_answers(f"per_problem_results[{i}].answers", a, problems[i].size)
+            for i, (_, a) in enumerate(pairs)
+        ]
+        if all(has_answers)
+        else None
+    )
+
+    ks_list = _check_ks("ks", ks)
+    best_list = _check_ks("best_ks", best_ks) if best_ks is not None else [ks_list[-1]]
+    if maj_ks is not None and answers is None:
+        raise ValueError(f"maj_ks={maj_ks!r} needs answers in per_problem_results, but none were given")
+    maj_list = _check_ks("maj_ks", maj_ks) if maj_ks is not None else ([ks_list[-1]] if answers else [])
+    n_min = min(x.size for x in problems)
+    for name, values in (("ks", ks_list), ("best_ks", best_list), ("maj_ks", maj_list)):
+        if values and values[-1] > n_min:
+            raise ValueError(
+                f"{name} must not exceed the number of samples of any problem ({n_min}), got k={values[-1]}"
+            )
+
+    sizes = {x.size for x in problems}
+    out: dict[str, float | int] = {
+        "n_problems": len(problems),
+        "n_samples": int(sum(x.size for x in problems)),
+    }
+    mean_key = f"mean@{sizes.pop()}" if len(sizes) == 1 else "mean"
+    out[mean_key] = mean_at_k(problems)
+    n_arr = np.array([x.size for x in problems])
+    c_arr = np.array([int(x.sum()) for x in problems])
+    for k in ks_list:
+        out[f"pass@{k}"] = float(np.mean(pass_at_k(n_arr, c_arr, k)))
+    for k in best_list:
+        out[f"best@{k}"] = best_at_k(problems, k, n_bootstrap=n_bootstrap, seed=seed)
+    if answers is not None:
+        for k in maj_list:
+            out[f"maj@{k}"] = maj_at_k(answers, problems, k)
+        out["n_unparsed"] = int(sum(a is None for ans in answers for a in ans))
+    return out

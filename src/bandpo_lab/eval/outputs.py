@@ -1,0 +1,106 @@
+"""Where ``bandpo eval`` may write its results (``--output``) and samples (``--save-samples``), checked before any
+work (:func:`outputs_problem`).
+
+The rule: each output is a file of its own (not the other output); it lies in no folder holding a model
+(``config.json`` + weights: the model evaluated, any folder inside it, or another model's), but for the default
+results file ``eval_results.json`` beside the model; and it replaces no existing file but an empty one or an
+earlier bandpo eval output (a results JSON, a samples JSONL). A model's weights, its ``config.json`` or a dataset
+are never written over.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from bandpo_lab._files import expand_path, output_file_problem, read_json_object, same_or_inside
+from bandpo_lab.eval.models import holds_model
+
+__all__ = ["DEFAULT_RESULTS", "is_eval_output", "outputs_problem"]
+
+DEFAULT_RESULTS = "eval_results.json"
+"""The results file in the model's folder when ``--output`` is not given: the one output a model folder takes."""
+
+RESULT_KEYS = frozenset({"model", "settings", "datasets", "overall"})
+"""The top-level keys of a results JSON (``bandpo eval --help``: output JSON)."""
+
+SAMPLE_KEYS = frozenset({"dataset", "index", "completions", "correct"})
+"""Keys of every row of a samples JSONL (:func:`bandpo_lab.eval.evaluate.evaluate_model`'s ``samples``)."""
+
+_LARGEST_RESULTS = 64 << 20
+"""A results JSON is small: a larger file is not read whole to find out (a model's weights)."""
+
+
+def is_eval_output(path: Path) -> bool:
+    """Whether the file ``path`` is an earlier bandpo eval output: a samples JSONL (its first line is a row with
+    :data:`SAMPLE_KEYS`) or a results JSON (an object with :data:`RESULT_KEYS`). Reads the first line, and the
+    whole file only when it starts as JSON and is small."""
+    first = b""
+    try:
+        with path.open("rb") as f:
+            first = f.readline(1 << 20)
+        row = json.loads(first)
+        if isinstance(row, dict) and row.keys() >= SAMPLE_KEYS:
+            return True
+    except (OSError, ValueError):
+        pass
+    if not first.lstrip().startswith(b"{"):
+        return False
+    try:
+        if path.stat().st_size > _LARGEST_RESULTS:
+            return False
+    except OSError:
+        return False
+    return read_json_object(path).keys() >= RESULT_KEYS
+
+
+def _model_folder(path: Path, model_dir: Path | None) -> Path | None:
+    """The model folder ``path`` lies in (the evaluated ``model_dir``, or the folder of the file holding a model),
+    or ``None``."""
+    if model_dir is not None and same_or_inside(path, model_dir):
+        return model_dir
+    return path.parent if holds_model(path.parent) else None
+
+
+def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | Path | None) -> str | None:
+    """Why the files ``outputs`` (``{flag: path}``, ``None`` for one not asked for) cannot be written by an
+    evaluation of ``model_dir`` (``None``: not known yet), in one line naming the flag, or ``None`` (module
+    docstring for the rule; first :func:`bandpo_lab._files.output_file_problem`)."""
+    given = {flag: path for flag, path in outputs.items() if path is not None}
+    for flag, path in given.items():
+        try:
+            expand_path(path, flag)  # an unset $VAR
+        except ValueError as err:
+            return str(err)
+        problem = output_file_problem(path, flag)
+        if problem is not None:
+            return problem
+    flags = list(given)
+    for i, flag in enumerate(flags):
+        for other in flags[i + 1 :]:
+            if same_or_inside(given[flag], given[other]) or same_or_inside(given[other], given[flag]):
+                return (
+                    f"{other} {str(given[other])!r} and {flag} {str(given[flag])!r} are the same file: each "
+                    "output needs a file of its own"
+                )
+    model = None if model_dir is None else expand_path(model_dir)
+    for flag, raw in given.items():
+        path = expand_path(raw)
+        folder = _model_folder(path, model)
+        default = flag == "--output" and path.name == DEFAULT_RESULTS and holds_model(path.parent)
+        if folder is not None and not default:
+            return (
+                f"{flag} {str(raw)!r} is inside the model folder {str(folder)!r}: bandpo eval writes no file among "
+                f"a model's but its default results file {DEFAULT_RESULTS}; write it elsewhere"
+            )
+        try:
+            taken = path.is_file() and path.stat().st_size > 0 and not is_eval_output(path)
+        except OSError:
+            taken = False  # the write reports it
+        if taken:
+            return (
+                f"{flag} {str(raw)!r} exists and is not an earlier bandpo eval output: bandpo eval replaces only "
+                "an empty file or its own results JSON / samples JSONL; choose a new file"
+            )
+    return None

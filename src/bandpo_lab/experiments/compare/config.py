@@ -1,0 +1,526 @@
+"""The compare config: methods, seeds, evaluation, held-out curves (the file layout is in the package docstring)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bandpo.registry import did_you_mean
+from bandpo.validation import check_int_in
+from bandpo_lab._files import expand_path, recipe_kind
+from bandpo_lab.config import (
+    OVERRIDES_LABEL,
+    ConfigError,
+    build_dataclass,
+    config_file,
+    dataclass_types,
+    located,
+    merge,
+    override_layer,
+    parse_scalar,
+    read_layers,
+    shown_path,
+    split_override,
+    unknown_key,
+    where,
+)
+
+_LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+class CompareError(ValueError):
+    """A problem with the compare config or its output directory, found before training."""
+
+
+# --------------------------------------------------------------------------------------------------- config
+@dataclass
+class MethodSpec:
+    """One method with its parameters, under a label (also its directory name).
+
+    Args:
+        label: unique name in the report, letters / digits / ``_.+-``.
+        clip_rule: a clip rule of :data:`bandpo.losses.CLIP_RULES` (grpo, clip_higher, dcpo, band, band_upper,
+            ...); the same as ``method`` for a clip rule. After construction: the rule, or ``None`` for a
+            TRL-native method.
+        params: a clip rule's parameters (``make_clip_rule(clip_rule, **params)``) and, for a rule with a radius,
+            its schedule (``delta_schedule``, ``delta_end``, ``delta_hold_frac``); or the ``GRPOConfig`` fields a
+            TRL-native method takes (``{epsilon_high: 5.0}`` for cispo); empty: its defaults.
+        method: any name of :data:`bandpo_lab.training.methods.METHODS`: a clip rule or a TRL-native method (cispo,
+            sapo, gspo). After construction: the method's name, whichever key named it.
+        seeds: this method's seeds, when it runs on fewer than the others (``None``: the config's ``seeds``); it
+            runs on those of them that are also in the config's ``seeds`` (:meth:`CompareConfig.seeds_of`).
+        where: where the entry was written (``in FILE:LINE``), named by its errors; not part of the method.
+    """
+
+    label: str
+    clip_rule: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    method: str | None = None
+    seeds: list[int] | None = None
+    where: str | None = field(default=None, compare=False, repr=False)
+
+    def _name(self, suffix: str = "") -> str:
+        """``methods[LABEL]SUFFIX (in FILE:LINE)``: how errors name this entry (or one of its keys)."""
+        return located(f"methods[{self.label}]{suffix}", self.where)
+
+    def __post_init__(self) -> None:
+        from bandpo_lab.training.methods import METHODS
+
+        if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
+            raise CompareError(
+                f"{located('methods', self.where)}: label must be letters, digits and _.+- (it names a directory), got {self.label!r}"
+            )
+        name = self._name()
+        if not isinstance(self.params, Mapping):
+            raise CompareError(f"{self._name('.params')} must be a mapping, got {self.params!r}")
+        self.params = dict(self.params)
+        if self.seeds is not None:
+            if not isinstance(self.seeds, list) or not self.seeds:
+                raise CompareError(
+                    f"{self._name('.seeds')} must be a non-empty list of integers >= 0, got {self.seeds!r}"
+                )
+            for seed in self.seeds:
+                check_int_in(self._name(".seeds entries"), seed, 0, error=CompareError)
+        if self.method is None and self.clip_rule is None:
+            raise CompareError(
+                f"{name} needs method (a method name: {', '.join(METHODS.names())}) or clip_rule"
+            )
+        if self.method is not None and self.clip_rule is not None and self.method != self.clip_rule:
+            raise CompareError(
+                f"{name}: method={self.method!r} and clip_rule={self.clip_rule!r} name different "
+                "methods: set one of them"
+            )
+        try:
+            if self.method is not None:
+                method: Any = METHODS.get(self.method)
+            elif METHODS.is_trl_native(self.clip_rule):
+                raise ValueError(
+                    f"clip_rule={self.clip_rule!r} is a TRL-native method, not a clip rule: write method: "
+                    f"{self.clip_rule} (its params are the GRPOConfig fields it takes)"
+                )
+            else:
+                try:
+                    method = METHODS.clip_rule(self.clip_rule)  # type: ignore[arg-type]
+                except ValueError as err:
+                    raise ValueError(
+                        f"{err}; TRL-native methods (method: NAME): {', '.join(METHODS.trl_names())}"
+                    ) from None
+            method.check_params(copy.deepcopy(self.params))
+        except (TypeError, ValueError) as err:
+            raise CompareError(f"{name}: {err}") from err
+        self.method = method.name
+        self.clip_rule = None if METHODS.is_trl_native(method.name) else method.name
+
+    def training_method(self) -> Any:
+        """The method (:data:`bandpo_lab.training.methods.METHODS`): how the runs are configured and trained."""
+        from bandpo_lab.training.methods import METHODS
+
+        return METHODS.get(self.method)  # type: ignore[arg-type]
+
+    def rule(self) -> Any:
+        """The ``ClipRule`` object of a clip-rule method (``CompareError`` for a TRL-native method, which has none)."""
+        from bandpo.losses import make_clip_rule
+
+        if self.clip_rule is None:
+            raise CompareError(
+                f"methods[{self.label}]: method {self.method!r} is TRL-native and has no clip rule"
+            )
+        from bandpo_lab.training.methods import split_schedule
+
+        return make_clip_rule(self.clip_rule, **split_schedule(copy.deepcopy(self.params))[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{label, clip_rule | method, params}`` as a compare config lists it (``clip_rule`` for a clip rule)."""
+        key = "clip_rule" if self.clip_rule is not None else "method"
+        out = {"label": self.label, key: self.method, "params": copy.deepcopy(self.params)}
+        return out if self.seeds is None else {**out, "seeds": list(self.seeds)}
+
+
+DEFAULT_METHODS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("grpo", "grpo", {}),
+    ("clip_higher", "clip_higher", {}),
+    ("dcpo", "dcpo", {}),
+    ("band-kl", "band", {"divergence": "kl", "delta": 0.05}),
+    ("band-tv", "band", {"divergence": "tv", "delta": 0.05}),
+    ("band-chi2", "band", {"divergence": "chi2", "delta": 0.05}),
+    ("adaptive_band", "adaptive_band", {"divergence": "kl", "delta": 0.05}),
+)
+"""``(label, clip_rule, params)`` of the methods compared when the config lists none: GRPO, Clip-Higher, DCPO,
+Band with KL / TV / Pearson chi2 (delta 0.05) and entropy-adaptive Band-KL."""
+
+
+@dataclass
+class EvalSpec:
+    """``eval:``: the final evaluation of every run (and of the starting policy).
+
+    Args:
+        k: samples per problem; ks: pass@j values (each <= k; default 1, 4, k); temperature: sampling temperature.
+        dataset: a task name or a file / directory (default: the training task, on ``split``).
+        split: the split of ``dataset`` (default ``test``).
+        max_problems: first N problems (``None``: all). verifier, prompt_column, answer_column: for files.
+        batch_size: prompts per generate call. seed: sampling seed. max_new_tokens: ``None``: the model's default.
+        precision: how a CPU samples (:mod:`bandpo_lab.runtime`): ``auto``, ``float32`` or ``bf16``; a study pins
+            it so that machines with and without native bf16 sample alike.
+        at_steps: optimizer steps (each below the last) at which each run's policy is also evaluated, during its
+            training, with these same settings; the report's main metric is then the late mean: the mean of
+            these evaluations and the final one (``late/mean@k``), less sensitive to where a trajectory happens
+            to be at its last step. Empty: the final evaluation alone.
+    """
+
+    k: int = 16
+    ks: list[int] | None = None
+    temperature: float = 1.0
+    dataset: str | None = None
+    split: str = "test"
+    max_problems: int | None = None
+    verifier: str | None = None
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    batch_size: int = 64
+    seed: int = 0
+    max_new_tokens: int | None = None
+    precision: str = "auto"
+    at_steps: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from bandpo_lab.eval.errors import EvalError
+
+        try:
+            settings = self.settings()
+        except EvalError as err:
+            raise CompareError(f"eval: {err}") from err
+        self.ks = list(settings.ks or ())
+        if self.max_problems is not None:
+            check_int_in("eval.max_problems", self.max_problems, 1, error=CompareError)
+        if not isinstance(self.at_steps, list):
+            raise CompareError(f"eval.at_steps must be a list of optimizer steps >= 1, got {self.at_steps!r}")
+        for step in self.at_steps:
+            check_int_in("eval.at_steps entries", step, 1, error=CompareError)
+        if self.at_steps != sorted(set(self.at_steps)):
+            raise CompareError(f"eval.at_steps must be increasing and distinct, got {self.at_steps}")
+
+    def settings(self, progress: bool = False) -> Any:
+        """The :class:`bandpo_lab.eval.settings.EvalSettings`."""
+        from bandpo_lab.eval.settings import EvalSettings
+
+        return EvalSettings(
+            k=self.k,
+            ks=tuple(self.ks) if self.ks else None,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            precision=self.precision,
+            progress=progress,
+        )
+
+
+@dataclass
+class CurveSpec:
+    """``curves:``: held-out accuracy during training, every ``every`` optimizer steps (and at steps 0 and the
+    last), with ``k`` samples on the first ``max_problems`` problems of the eval dataset (``every: 0``: off)."""
+
+    every: int = 0
+    k: int = 4
+    max_problems: int | None = 100
+
+    def __post_init__(self) -> None:
+        check_int_in("curves.every", self.every, 0, error=CompareError)
+        check_int_in("curves.k", self.k, 1, error=CompareError)
+        if self.max_problems is not None:
+            check_int_in("curves.max_problems", self.max_problems, 1, error=CompareError)
+
+
+@dataclass
+class CompareConfig:
+    """A compare config (module docstring). ``source`` is the YAML file, if any."""
+
+    output_dir: str = "runs/compare"
+    train_config: str = "configs/tiny.yaml"
+    train_overrides: dict[str, Any] = field(default_factory=dict)
+    methods: list[MethodSpec] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    reference: str | None = None
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    curves: CurveSpec = field(default_factory=CurveSpec)
+    baseline: bool = True
+    num_threads: int | None = None
+    smooth: int = 1
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            self.methods = [MethodSpec(label, rule, dict(params)) for label, rule, params in DEFAULT_METHODS]
+        labels = [m.label for m in self.methods]
+        duplicates = sorted({x for x in labels if labels.count(x) > 1})
+        if duplicates:
+            raise CompareError(f"methods: labels must be unique, got {', '.join(duplicates)} more than once")
+        if not isinstance(self.seeds, list) or not self.seeds:
+            raise CompareError(f"seeds must be a non-empty list of integers >= 0, got {self.seeds!r}")
+        for seed in self.seeds:
+            check_int_in("seeds entries", seed, 0, error=CompareError)
+        if len(set(self.seeds)) != len(self.seeds):
+            raise CompareError(f"seeds must be distinct, got {self.seeds}")
+        if self.reference is None:
+            self.reference = "grpo" if "grpo" in labels else labels[0]
+        elif self.reference not in labels:
+            raise CompareError(
+                f"reference must be one of the method labels ({', '.join(labels)}), got {self.reference!r}"
+            )
+        if self.num_threads is not None:
+            check_int_in("num_threads", self.num_threads, 1, error=CompareError)
+        check_int_in("report.smooth", self.smooth, 1, error=CompareError)
+        if not isinstance(self.output_dir, str) or not self.output_dir.strip():
+            raise CompareError(
+                "output_dir must be a directory path (a non-empty string; quote a name YAML reads as a number), "
+                f"got {self.output_dir!r}"
+            )
+        if not isinstance(self.baseline, bool):
+            raise CompareError(f"baseline must be true or false, got {self.baseline!r}")
+
+    def seeds_of(self, method: MethodSpec) -> list[int]:
+        """The seeds ``method`` runs on: the config's ``seeds``, or those of them in the method's own ``seeds``."""
+        return [s for s in self.seeds if method.seeds is None or s in method.seeds]
+
+    def method(self, label: str) -> MethodSpec:
+        for m in self.methods:
+            if m.label == label:
+                return m
+        raise CompareError(
+            f"no method labelled {label!r}; labels: {', '.join(m.label for m in self.methods)}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as YAML-ready nested dict (the file layout)."""
+        return {
+            "output_dir": self.output_dir,
+            "train": {"config": self.train_config, "overrides": copy.deepcopy(self.train_overrides)},
+            "methods": [m.to_dict() for m in self.methods],
+            "seeds": list(self.seeds),
+            "reference": self.reference,
+            "eval": dataclasses.asdict(self.eval),
+            "curves": dataclasses.asdict(self.curves),
+            "baseline": self.baseline,
+            "num_threads": self.num_threads,
+            "report": {"smooth": self.smooth},
+        }
+
+
+@dataclass
+class _TrainSection:
+    """``train:``: the training recipe and the overrides every run applies to it."""
+
+    config: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _ReportSection:
+    smooth: int = 1
+
+
+_SECTIONS: dict[str, type] = {
+    "train": _TrainSection,
+    "eval": EvalSpec,
+    "curves": CurveSpec,
+    "report": _ReportSection,
+}
+_TOP_KEYS = (
+    "output_dir",
+    "train",
+    "methods",
+    "seeds",
+    "reference",
+    "eval",
+    "curves",
+    "baseline",
+    "num_threads",
+    "report",
+)
+_OVERRIDES_PREFIX = "train.overrides."
+
+
+def _read(
+    path: str | Path | None, overrides: Iterable[str] | Mapping[str, Any]
+) -> tuple[dict[str, Any], Any, dict[str, str]]:
+    """The file and the overrides (values read as YAML) merged by :mod:`bandpo_lab.config`, top-level keys checked, the
+    sections built, and where each key was set (``methods.0``: the first entry of ``methods``).
+    ``train.overrides.KEY=VALUE`` sets one training key (dots kept: ``train.overrides.model.path``) on top of the
+    file's ``train.overrides``."""
+    items = (
+        list(overrides.items())
+        if isinstance(overrides, Mapping)
+        else [split_override(text, "e.g. seeds=[0]") for text in overrides]
+    )
+    read = {k: parse_scalar(v) if isinstance(v, str) else v for k, v in items}
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    layers = (
+        read_layers(path, what="compare config", base_key=None, kind="compare") if path is not None else []
+    )
+    from bandpo_lab.training.sections import SECTIONS as TRAIN_SECTIONS
+
+    file_keys = {k for layer in layers for k in layer.values}
+    sections = sorted(file_keys & set(TRAIN_SECTIONS))
+    if recipe_kind(file_keys) == "train" and sections:  # a training recipe, not a mistyped compare key
+        shown = shown_path(Path(str(path)))
+        raise ConfigError(
+            f"compare config {shown} is a training config (it has the sections {', '.join(sections)}): run it "
+            f"with bandpo train --config {shown}, or name it as a compare config's train.config"
+        )
+    for layer in [
+        *layers,
+        override_layer({k: v for k, v in read.items() if not k.startswith(_OVERRIDES_PREFIX)}),
+    ]:
+        merge(values, origins, layer)
+    for key, value in values.items():
+        if key not in _TOP_KEYS:
+            at = where(origins, key)
+            raise unknown_key(key, _TOP_KEYS, "compare config", at, known=f"; keys: {', '.join(_TOP_KEYS)}")
+        if key in _SECTIONS:
+            fields = ", ".join(dataclass_types(_SECTIONS[key]))
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(
+                    f"{key} ({where(origins, key)}) must be a mapping of {fields}, got {value!r}"
+                )
+            values[key] = build_dataclass(_SECTIONS[key], value or {}, key, origins, "compare config")
+    sections = {name: values.get(name) or cls() for name, cls in _SECTIONS.items()}
+    train = sections["train"]
+    train.overrides.update(
+        {k[len(_OVERRIDES_PREFIX) :]: v for k, v in read.items() if k.startswith(_OVERRIDES_PREFIX)}
+    )
+    _check_no_method_overrides(train.overrides, origins, read)
+    return {**values, **sections}, train, origins
+
+
+def _check_no_method_overrides(
+    overrides: Mapping[str, Any], origins: Mapping[str, str], read: Mapping[str, Any]
+) -> None:
+    """``train.overrides`` may not set the method (``clip_rule``, ``method``) or its settings (``clip_rule_kwargs``,
+    ``band_*``): every run takes them from its ``methods[]`` entry and drops the recipe's, so they would be
+    silently without effect. ``ConfigError`` naming the key, where it was set and where it belongs."""
+    from bandpo.integrations.trl_spec import TRL_NAMES
+    from bandpo_lab.training.methods import CLIP_RULE_KEYS, METHOD_KEY
+
+    for key in overrides:
+        if key not in CLIP_RULE_KEYS and key != METHOD_KEY:
+            continue
+        dotted = _OVERRIDES_PREFIX + key
+        at = OVERRIDES_LABEL if dotted in read else where(origins, dotted)
+        if key in (METHOD_KEY, "clip_rule"):
+            instead = "choose each run's method in methods[] (clip_rule or method)"
+        elif key == "clip_rule_kwargs":
+            instead = "set the rule's parameters as methods[].params"
+        else:
+            instead = f"set it as methods[].params.{TRL_NAMES[key]} on the methods it applies to"
+        raise ConfigError(
+            f"{located(dotted, at)} is a setting of the method, which every run takes from its methods[] entry "
+            f"(the recipe's own method settings are dropped, so it would have no effect): {instead}"
+        )
+
+
+def load_compare_config(
+    path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()
+) -> CompareConfig:
+    """Read a compare config (module docstring; ``path`` may name a built-in recipe: ``compare-tiny``,
+    ``study/study4``) and apply ``key=value`` overrides.
+
+    ``train.config`` is resolved relative to the file (``configs/tiny.yaml`` from ``configs/compare-tiny.yaml``
+    is written ``tiny.yaml``); without a file, relative to the working directory, or a built-in recipe's name
+    (default ``tiny``); ``output_dir`` relative to the working directory.
+
+    Raises:
+        CompareError: unreadable file, unknown key (with the closest valid key), bad value, unknown clip rule or
+            parameter, duplicate labels, a missing training config.
+    """
+    if path is not None:
+        path = config_file(path)  # a built-in recipe's name: train.config is beside it
+    try:
+        data, train, origins = _read(path, overrides)
+    except ConfigError as err:
+        raise CompareError(str(err)) from err
+    base_dir = Path.cwd() if path is None else Path(path).resolve().parent
+    train_path = train.config or "tiny.yaml"
+    # a file beside the compare config (or, without one, here), else a built-in recipe's name (tiny, the default)
+    resolved = config_file(expand_path(train_path, "train.config", CompareError), base_dir, "train.config")
+    if not resolved.is_file():
+        beside = "the compare config's directory" if path is not None else "the working directory"
+        raise CompareError(
+            f"train.config {train_path!r} does not exist (resolved to {str(resolved)!r}, relative to {beside}; no "
+            "such recipe either)"
+        )
+    methods_raw = data.get("methods")
+    if methods_raw is None:  # absent (or null): the default methods
+        methods_raw = []
+    elif methods_raw == []:  # not read as "the defaults": a list emptied by mistake would run seven methods
+        raise CompareError(
+            f"{located('methods', where(origins, 'methods'))} is an empty list: name at least one method, or leave "
+            f"the key out for the {len(DEFAULT_METHODS)} default methods ({', '.join(m[0] for m in DEFAULT_METHODS)})"
+        )
+    if not isinstance(methods_raw, list):
+        raise CompareError(f"methods must be a list of {{label, method, params}}, got {methods_raw!r}")
+    methods = []
+    keys = ("label", "method", "clip_rule", "params", "seeds")
+    for i, item in enumerate(methods_raw):
+        found = where(origins, f"methods.{i}")
+        at = None if found == "default" else found
+        entry = located(f"methods[{i}]", at)
+        if isinstance(item, str):
+            item = {"method": item}
+        if not isinstance(item, dict):
+            raise CompareError(
+                f"{entry} must be a mapping with method or clip_rule (and label, params), got {item!r}"
+            )
+        unknown = sorted(map(str, set(item) - set(keys)))
+        if unknown:
+            raise CompareError(
+                f"{entry} has unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], keys)}; keys: "
+                f"{', '.join(keys)}"
+            )
+        name = item.get("method", item.get("clip_rule"))
+        if name is None:
+            from bandpo_lab.training.methods import METHODS
+
+            raise CompareError(
+                f"{entry} needs method (a method name: {', '.join(METHODS.names())}), got {item!r}"
+            )
+        params = item.get("params") or {}
+        label = item.get("label") or _default_label(str(name), params)
+        methods.append(
+            MethodSpec(
+                label=label,
+                clip_rule=item.get("clip_rule"),
+                params=params,
+                method=item.get("method"),
+                seeds=item.get("seeds"),
+                where=at,
+            )
+        )
+
+    seeds = data.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    return CompareConfig(
+        output_dir=data.get("output_dir", "runs/compare"),
+        train_config=str(resolved),
+        train_overrides=dict(train.overrides),
+        methods=methods,
+        seeds=seeds,
+        reference=data.get("reference"),
+        eval=data["eval"],
+        curves=data["curves"],
+        baseline=data.get("baseline", True),
+        num_threads=data.get("num_threads"),
+        smooth=data["report"].smooth,
+        source=None if path is None else str(path),
+    )
+
+
+def _default_label(rule: str, params: Mapping[str, Any]) -> str:
+    divergence = params.get("divergence")
+    return f"{rule}-{divergence}" if divergence else str(rule)

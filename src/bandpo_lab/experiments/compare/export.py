@@ -1,0 +1,98 @@
+"""Compact results of a comparison (no weights), from which its report rebuilds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bandpo_lab.experiments.compare.config import CompareError
+from bandpo_lab.experiments.compare.layout import (
+    AT_STEPS_FILE,
+    BASELINE_DIR,
+    HELDOUT_FILE,
+    PLAN_FILE,
+    REPORT_DIR,
+    RESULTS_FILE,
+    RUN_SPEC_FILE,
+    TRAIN_DONE_FILE,
+)
+
+
+def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
+    """Copy the compact results of a comparison into ``dest``: what the report needs, not the models.
+
+    Writes, in the layout of ``output_dir``: the plan (with every call that queued runs and its provenance), the
+    baseline evaluation, for every started run its spec, training config, run info (the training code's
+    provenance), final evaluation (the evaluating code's), held-out curve and the training log ``metrics.jsonl``
+    gzipped (``metrics.jsonl.gz``, byte-for-byte reproducible), and the report directory if there is one (but its
+    ``report.html``, which embeds the figures again). A report
+    rebuilt from ``dest`` (``bandpo compare --config ... output_dir=DEST --report-only``) equals one built
+    from ``output_dir``. Exporting again into ``dest`` updates it: of a run's files there, those the run no longer
+    has are removed (a run being redone loses the results of its earlier config); a run directory whose run is
+    gone from ``output_dir`` is left as it is.
+
+    Returns:
+        The files written.
+
+    Raises:
+        CompareError: ``output_dir`` holds no runs, or ``dest`` is inside it or the same directory.
+    """
+    import gzip
+    import shutil
+
+    from bandpo_lab.training.layout import CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE
+
+    # what is kept of a run directory besides its training log (no weights, no checkpoints)
+    run_files = (
+        RUN_SPEC_FILE,
+        RESULTS_FILE,
+        TRAIN_DONE_FILE,
+        HELDOUT_FILE,
+        AT_STEPS_FILE,
+        CONFIG_FILE,
+        RUN_INFO_FILE,
+    )
+    src, out = Path(output_dir).resolve(), Path(dest).resolve()
+    if out == src or src in out.parents:
+        raise CompareError(
+            f"export destination {str(dest)!r} must be outside the output_dir {str(output_dir)!r}"
+        )
+    run_dirs = sorted(p.parent for p in src.glob(f"runs/*/seed*/{RUN_SPEC_FILE}"))
+    if not run_dirs:
+        raise CompareError(
+            f"nothing to export: no runs in {str(output_dir)!r} (runs/<label>/seed<n>/{RUN_SPEC_FILE})"
+        )
+    written: list[Path] = []
+
+    def copy(path: Path) -> None:
+        target = out / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        written.append(target)
+
+    for path in (src / PLAN_FILE, src / BASELINE_DIR / RESULTS_FILE):
+        if path.is_file():
+            copy(path)
+    for run_dir in run_dirs:
+        metrics = run_dir / METRICS_FILE
+        packed = metrics.with_name(metrics.name + ".gz")  # read_jsonl's fallback
+        # an earlier export's files that the run no longer has (a run being redone: its old results) go
+        has = {name for name in run_files if (run_dir / name).is_file()}
+        has |= {packed.name} if metrics.is_file() or packed.is_file() else set()
+        for name in (*run_files, packed.name):
+            stale = out / run_dir.relative_to(src) / name
+            if name not in has and stale.is_file():
+                stale.unlink()
+        for name in run_files:
+            if name in has:
+                copy(run_dir / name)
+        if metrics.is_file():
+            target = out / packed.relative_to(src)
+            target.write_bytes(gzip.compress(metrics.read_bytes(), compresslevel=9, mtime=0))
+            written.append(target)
+        elif packed.is_file():  # a run restored from an export: its log is already packed
+            copy(packed)
+    report = src / REPORT_DIR
+    if report.is_dir():  # report.html is left out: it embeds the figures a second time (rebuild it from here)
+        for path in sorted(p for p in report.rglob("*") if p.is_file() and p.suffix != ".html"):
+            copy(path)
+    return written

@@ -1,0 +1,50 @@
+"""The files of a comparison's output directory, and the one way they are written.
+
+A run directory (``<output_dir>/runs/<label>/seed<seed>/``) is a training run's output directory
+(its files are named in :mod:`bandpo_lab.training.layout`) plus the files below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+RUN_SPEC_FILE = "run_spec.json"
+RESULTS_FILE = "results.json"
+HELDOUT_FILE = "heldout.jsonl"
+AT_STEPS_FILE = "evals_at_steps.jsonl"
+TRAIN_DONE_FILE = "train_done.json"
+LOG_FILE = "train.log"
+PLAN_FILE = "compare_plan.json"
+COMPARE_CONFIG_FILE = "compare_config.yaml"
+BASELINE_DIR = "baseline"
+REPORT_DIR = "report"
+
+RUN_DIR_FILES = (RUN_SPEC_FILE, LOG_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, AT_STEPS_FILE)
+"""The comparison's own files in a run directory, beside the training run's: the run trains there among them
+(:func:`bandpo_lab.training.run.prepare`'s ``caller_files``)."""
+
+
+LATER_SETTINGS = {"precision": ("float32", "auto"), "at_steps": ([],)}
+"""Settings added after runs were exported, by key (at any depth), with the values that reproduce what those runs
+did: left out of the fingerprint at these values, so exports made before the setting existed still match (every
+run before ``precision`` computed in float32, and ``auto`` is float32 for the task model; a study that ran a
+large model before it existed pins ``float32``; before ``eval.at_steps``, no evaluation during training)."""
+
+
+def without_later_settings(payload: Any) -> Any:
+    if isinstance(payload, dict):
+        return {
+            k: without_later_settings(v)
+            for k, v in payload.items()
+            if not (k in LATER_SETTINGS and v in LATER_SETTINGS[k])
+        }
+    return payload
+
+
+def fingerprint(payload: Any) -> str:
+    """A short stable hash of a JSON-able payload (what a run or the baseline was made with), without the
+    :data:`LATER_SETTINGS` at their earlier behaviour."""
+    blob = json.dumps(without_later_settings(payload), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

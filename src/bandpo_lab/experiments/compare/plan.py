@@ -1,0 +1,345 @@
+"""The runs of a comparison (method x seed), their status on disk, and the plan file the report reads."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bandpo_lab._files import file_lock, read_json_object, write_json
+from bandpo_lab.experiments.compare.config import CompareConfig, CompareError, MethodSpec
+from bandpo_lab.experiments.compare.layout import (
+    COMPARE_CONFIG_FILE,
+    PLAN_FILE,
+    RESULTS_FILE,
+    RUN_DIR_FILES,
+    RUN_SPEC_FILE,
+    fingerprint,
+    without_later_settings,
+)
+from bandpo_lab.provenance import provenance
+
+
+@dataclass
+class RunPlan:
+    """One run: method x seed, its directory, the training config dict and the fingerprint of what it runs."""
+
+    method: MethodSpec
+    method_index: int
+    seed: int
+    run_dir: Path
+    train_config: dict[str, Any]
+    train_source: str | None
+    fingerprint: str
+    status: str = "new"  # new | partial | done | stale
+
+    def spec(self, config: CompareConfig) -> dict[str, Any]:
+        """What the run's process needs (written to ``run_spec.json``)."""
+        return {
+            "label": self.method.label,
+            "method": self.method.method,
+            "clip_rule": self.method.clip_rule,
+            "params": self.method.params,
+            "method_index": self.method_index,
+            "seed": self.seed,
+            "train_config": self.train_config,
+            "train_source": self.train_source,
+            "eval": dataclasses.asdict(config.eval),
+            "curves": dataclasses.asdict(config.curves),
+            "fingerprint": self.fingerprint,
+        }
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    a, b = _flatten(without_later_settings(old)), _flatten(without_later_settings(new))
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def base_train_config(config: CompareConfig) -> Any:
+    from bandpo_lab.training.config import ConfigError, load_train_config
+
+    try:
+        return load_train_config(config.train_config, config.train_overrides)
+    except ConfigError as err:
+        raise CompareError(f"train: {err}") from err
+
+
+def plan_runs(config: CompareConfig) -> list[RunPlan]:
+    """Every (method, seed) run with its training config, in order (methods outer, seeds inner), and its status
+    (``done``: finished with this config; ``stale``: finished or started with another config; ``partial``:
+    started with this config, resumed; ``new``).
+
+    Raises:
+        CompareError: a training config the trainer refuses (checked for every run without loading a model).
+    """
+    from bandpo_lab.training.config import ConfigError, TrainConfig
+    from bandpo_lab.training.methods import switch_keys
+
+    base = base_train_config(config)
+    base_dict = base.to_dict()
+    base_method = base.training_method().name
+    out_root = Path(config.output_dir)
+    plans = []
+    for index, method in enumerate(config.methods):
+        chosen = method.training_method()
+        for seed in config.seeds_of(method):
+            run_dir = out_root / "runs" / method.label / f"seed{seed}"
+            d = copy.deepcopy(base_dict)
+            # the recipe's method settings go, as when a config layer switches method
+            for key in switch_keys(base_method, chosen.name):
+                d.pop(key, None)
+            d.update(chosen.config_entries(copy.deepcopy(method.params)))
+            d["seed"] = seed
+            d["output_dir"] = str(run_dir)
+            try:
+                train_config = TrainConfig.from_dict(d, source=base.source)
+            except ConfigError as err:
+                raise CompareError(f"methods[{method.label}] seed {seed}: {err}") from err
+            last = train_config.trainer.get("max_steps")
+            if (
+                config.eval.at_steps
+                and isinstance(last, int)
+                and last > 0
+                and config.eval.at_steps[-1] >= last
+            ):
+                raise CompareError(
+                    f"eval.at_steps must be below the last optimizer step (max_steps {last}: the final "
+                    f"evaluation is at the end), got {config.eval.at_steps}"
+                )
+            train_dict = json.loads(json.dumps(train_config.to_dict(), default=str))
+            payload = {
+                "train": {k: v for k, v in train_dict.items() if k != "output_dir"},
+                "eval": dataclasses.asdict(config.eval),
+                "curves": dataclasses.asdict(config.curves),
+            }
+            plan = RunPlan(method, index, seed, run_dir, train_dict, base.source, fingerprint(payload))
+            plan.status = _status(plan)
+            plans.append(plan)
+    return plans
+
+
+def _status(plan: RunPlan) -> str:
+    results = plan.run_dir / RESULTS_FILE
+    if results.is_file():
+        try:
+            done = json.loads(results.read_text())
+        except json.JSONDecodeError:
+            return "partial"
+        return "done" if done.get("fingerprint") == plan.fingerprint else "stale"
+    spec = plan.run_dir / RUN_SPEC_FILE
+    if spec.is_file():  # started: with this config (resume it) or another one (its checkpoints do not fit)
+        try:
+            same = json.loads(spec.read_text()).get("fingerprint") == plan.fingerprint
+        except json.JSONDecodeError:
+            same = False
+        return "partial" if same else "stale"
+    return "partial" if plan.run_dir.exists() else "new"
+
+
+def check_plans(config: CompareConfig, plans: Sequence[RunPlan], redo: bool = False) -> None:
+    """Refuse runs (finished or started) made with another config, unless ``redo``, naming the keys that differ."""
+    stale = [p for p in plans if p.status == "stale"]
+    if not stale or redo:
+        return
+    p = stale[0]
+    differing = ""
+    try:
+        old_spec = json.loads((p.run_dir / RUN_SPEC_FILE).read_text())
+        old = {k: old_spec.get(k) for k in ("train_config", "eval", "curves")}
+        new = {k: v for k, v in p.spec(config).items() if k in old}
+        keys = [k for k in _differences(old, new) if not k.endswith("output_dir")]
+        differing = f" (differs in: {', '.join(keys[:8])})" if keys else ""
+    except (OSError, json.JSONDecodeError):
+        pass
+    raise CompareError(
+        f"{len(stale)} run(s) in {config.output_dir!r} were made (or started) with another config, e.g. "
+        f"{p.method.label} seed {p.seed}{differing}: choose another output_dir, or pass --redo to retrain them"
+    )
+
+
+def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False, redo: bool = False) -> None:
+    """Every unfinished run's config through ``prepare`` (batch arithmetic, the method's TRL config, reward, data;
+    no model loaded). ``locked_ok``: a run whose directory another live process holds (a comparison in progress)
+    is skipped instead of refused (for ``--dry-run``).
+
+    A run made (or started) with another config (``stale``) is checked as the fresh run ``--redo`` makes of it
+    (the driver discards it first), so with ``redo`` a change of training settings is no reason to refuse it. A
+    run that resumes must resume with its config: when only its earlier start stands in the way, it is refused
+    naming ``--redo``, unless ``redo``, which then retrains it from scratch too (its status becomes ``stale``).
+
+    Raises:
+        CompareError: the first run the trainer refuses, naming its method and seed.
+    """
+    from bandpo_lab.training.config import ConfigError, TrainConfig
+    from bandpo_lab.training.lock import OutputDirLockedError
+    from bandpo_lab.training.run import prepare
+
+    for plan in plans:
+        if plan.status == "done":
+            continue
+        train_config = TrainConfig.from_dict(plan.train_config, source=plan.train_source)
+        fresh = plan.status == "stale" and redo  # discarded before it trains
+        try:
+            prepare(train_config, resume=not fresh, overwrite=fresh, caller_files=RUN_DIR_FILES)
+        except ConfigError as err:
+            if locked_ok and isinstance(err, OutputDirLockedError):
+                continue
+            if fresh or not _starts_afresh(train_config):
+                raise CompareError(f"methods[{plan.method.label}] seed {plan.seed}: {err}") from err
+            if not redo:  # the settings are fine; the run started in its directory cannot continue with them
+                raise CompareError(
+                    f"methods[{plan.method.label}] seed {plan.seed}: the run started in {str(plan.run_dir)!r} "
+                    f"cannot resume with this config ({_resume_problem(plan, train_config, err)}): pass --redo "
+                    "to retrain it from scratch, or choose another output_dir"
+                ) from err
+            plan.status = "stale"
+
+
+def _starts_afresh(train_config: Any) -> bool:
+    """Whether ``train_config`` passes ``prepare`` as a fresh run (its output directory's earlier run discarded)."""
+    from bandpo_lab.training.config import ConfigError
+    from bandpo_lab.training.run import prepare
+
+    try:
+        prepare(train_config, overwrite=True, caller_files=RUN_DIR_FILES)
+    except ConfigError:
+        return False
+    return True
+
+
+def _resume_problem(plan: RunPlan, train_config: Any, err: Exception) -> str:
+    """Why the run in ``plan.run_dir`` cannot resume: the training settings that changed since it started (keys,
+    before and now), else the trainer's words."""
+    from bandpo_lab.training.layout import CONFIG_FILE
+    from bandpo_lab.training.resume import ConfigChanges, config_changes
+
+    try:
+        saved = yaml.safe_load((plan.run_dir / CONFIG_FILE).read_text())
+        altering = config_changes(saved, yaml.safe_load(train_config.to_yaml())).altering
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        altering = {}
+    if altering:
+        return f"it started with other training settings: {ConfigChanges.describe(altering)}"
+    return str(err)
+
+
+def check_eval_data(config: CompareConfig, plans: Sequence[RunPlan]) -> None:
+    """The evaluation data loads: ``eval.dataset`` and ``eval.split`` read as the runs and the baseline read them
+    (:func:`bandpo_lab.experiments.compare.worker.eval_dataset`), once per training task and its options, before
+    anything trains (it is read after training otherwise).
+
+    Raises:
+        CompareError: an unknown dataset or split, a missing file or column (``eval: ...``).
+    """
+    from bandpo_lab.experiments.compare.worker import eval_dataset
+
+    spec = dataclasses.asdict(config.eval)
+    seen = set()
+    for plan in plans:
+        data = plan.train_config.get("data") or {}
+        key = json.dumps([data.get("task"), data.get("task_options")], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            eval_dataset(spec, plan.train_config, config.eval.max_problems)
+
+
+# ------------------------------------------------------------------------------------------------ the driver
+def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
+    """``<output_dir>/compare_plan.json``: the config of this call (``config``, ``source``), the study's methods,
+    seeds, reference and runs over every call that queued runs here (the report reads method order, planned seeds
+    and reference from them; :func:`_over_calls`), and ``calls``: each of those calls, oldest first, with its own
+    config (:func:`queue_call`); also ``compare_config.yaml`` (this call's)."""
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / COMPARE_CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    plan = {
+        "config": config.to_dict(),
+        "source": config.source,
+        "reference": config.reference,
+        "methods": [
+            {"label": m.label, "method": m.method, "clip_rule": m.clip_rule, "params": m.params}
+            | ({} if m.seeds is None else {"seeds": config.seeds_of(m)})
+            for m in config.methods
+        ],
+        "seeds": list(config.seeds),
+        "runs": [
+            {"label": p.method.label, "seed": p.seed, "dir": str(p.run_dir), "fingerprint": p.fingerprint}
+            for p in plans
+        ],
+    }
+    call = queue_call(config, plans)  # before the lock: provenance runs git
+    with file_lock(out / (PLAN_FILE + ".lock")):  # another queue of this comparison may be writing it
+        earlier = read_json_object(out / PLAN_FILE)
+        plan = {**plan, **_over_calls(earlier, plan), "calls": [*earlier_calls(earlier), call]}
+        write_json(out / PLAN_FILE, plan)
+    return out / PLAN_FILE
+
+
+def _over_calls(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """``methods``, ``seeds``, ``runs`` and ``reference`` of the plan ``earlier`` (the file) and this call's (``now``)
+    together: a call on some of the methods or seeds (``--methods``, ``seeds=[...]``) adds to the study rather than
+    replacing it. Seeds and methods in the order they were first planned; a method's entry and a run's are the
+    latest call's (a method keeps ``seeds`` when it is planned on fewer than all: the union of its calls'). The
+    reference is this call's, unless the earlier one is a method this call does not run (a call on other methods
+    names one of its own). A plan without methods (none yet, or older than them) adds nothing."""
+    methods_before = [m for m in earlier.get("methods") or [] if isinstance(m, dict) and "label" in m]
+    if not methods_before:
+        return {k: now[k] for k in ("methods", "seeds", "runs", "reference")}
+    seeds = list(dict.fromkeys([*(earlier.get("seeds") or []), *now["seeds"]]))
+    entries = {m["label"]: m for m in methods_before} | {m["label"]: m for m in now["methods"]}
+    own: dict[str, set[Any]] = {}
+    for plan, methods in ((earlier, methods_before), (now, now["methods"])):
+        for m in methods:
+            own.setdefault(m["label"], set()).update(m.get("seeds", plan.get("seeds") or []))
+    methods = []
+    for label, entry in entries.items():
+        entry = {k: v for k, v in entry.items() if k != "seeds"}
+        if own[label] != set(seeds):
+            entry["seeds"] = [s for s in seeds if s in own[label]]
+        methods.append(entry)
+    runs = [r for r in earlier.get("runs") or [] if isinstance(r, dict)] + list(now["runs"])
+    runs = list({(r.get("label"), r.get("seed")): r for r in runs}.values())
+    reference = earlier.get("reference")
+    if reference not in entries or reference in {m["label"] for m in now["methods"]}:
+        reference = now["reference"]
+    return {"methods": methods, "seeds": seeds, "runs": runs, "reference": reference}
+
+
+def queue_call(config: CompareConfig, plans: Sequence[RunPlan]) -> dict[str, Any]:
+    """The record of this call: ``time``, ``argv``, ``provenance`` (:func:`bandpo_lab.provenance.provenance`), the
+    ``config`` and ``queued``, the runs it trains or resumes (``"<label> seed <seed>"``; the others are done)."""
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": list(sys.argv),
+        "provenance": provenance(),
+        "config": config.to_dict(),
+        "queued": [f"{p.method.label} seed {p.seed}" for p in plans if p.status != "done"],
+    }
+
+
+def earlier_calls(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``calls`` of an existing plan; a plan written before calls were kept counts as one call whose time and
+    provenance were not recorded (``None``), with its config. ``[]`` for no plan."""
+    calls = plan.get("calls")
+    if isinstance(calls, list):
+        return [c for c in calls if isinstance(c, dict)]
+    if not plan:
+        return []
+    return [{"time": None, "argv": None, "provenance": None, "config": plan.get("config"), "queued": None}]

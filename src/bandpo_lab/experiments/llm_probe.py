@@ -1,0 +1,637 @@
+"""The mechanism on a real model's own tokens: do the clip rules' bounds bind, and where, for *this* model?
+
+``run_probe`` samples batches from any local causal LM (or a built-in one) on a task, then, from each batch, takes
+``K`` updates with every clip rule (same batch, same starting weights, same optimizer) and measures:
+
+* the batch: the distribution of the sampled tokens' old probability ``p_old`` (shares below 0.2, 0.01, 1e-3;
+  also among tokens with a positive advantage) and the per-token entropy of the sampling policy;
+* per rule, over updates ``2..K`` (update 1 has ratio exactly 1, where no rule binds): the share of tokens whose
+  gradient the rule removes ("clipped": the loss's gradient with respect to the token's log-probability is 0
+  although its advantage is not), split by the sign of the advantage (up: ``A > 0``, the ratio rose past the upper
+  bound; down: ``A < 0``) and by ``p_old`` bin, and the tail share (clipped tokens with ``p_old < 0.2``);
+* per rule, the per-side counts against GRPO's fixed interval ``[0.8, 1.2]``: the tokens the rule lets through where
+  GRPO would clip them ("through": ``A > 0`` and ``r > 1.2``, the upper side; ``A < 0`` and ``r < 0.8``, the lower
+  side; each with a non-zero gradient), by ``p_old`` bin, and their gradient mass (their share of ``sum |dL/d log
+  pi|`` over the batch's tokens);
+* the entropy change attributed to each side of Band: the one-sided rules ``band_upper`` (Band's upper bound,
+  GRPO's lower) and ``band_lower`` (the converse) start from the same weights on the same batch as ``grpo`` and
+  ``band``, so ``H(band_upper) - H(grpo)`` is what the upper side alone does to the entropy after ``K`` updates,
+  ``H(band_lower) - H(grpo)`` the lower side alone, and ``H(band) - H(band_upper) - H(band_lower) + H(grpo)`` their
+  interaction (:func:`attribution`);
+* per rule, after the ``K`` updates: the probability gained by low-probability positive-advantage tokens
+  (``mean(p_new - p_old)`` over tokens with ``A > 0`` and ``p_old < 0.2``, resp. ``< 0.01``), the policy's mean
+  entropy at the batch's positions and the exact ``KL(pi_old || pi_new)`` over the whole vocabulary there.
+
+Batches are seeded (``seed + b``) and shared by all rules, so rules differ only by their bounds. Each metric is
+reported per batch and as a mean with a 95% t-interval over batches.
+
+The objective is :func:`bandpo.policy_loss` with each rule at its registered defaults (``band`` is Band-KL,
+delta 0.05, cap 10), ``seq-mean-token-mean``, dual clip ``c = 10`` for the clipped rules, no KL or entropy term.
+The optimizer is AdamW (betas 0.9/0.999, no weight decay) with gradient clipping at 1.0, fresh for every rule and
+batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bandpo.losses.clip_rules import make_clip_rule
+from bandpo.losses.policy_loss import group_advantages, policy_loss
+from bandpo.validation import check_int_in, check_positive_number
+from bandpo_lab.runtime import FLOAT32, Precision, check_precision, precision_for
+
+__all__ = ["P_OLD_BINS", "ProbeConfig", "probe_batch", "run_probe", "summarize_probe"]
+
+P_OLD_BINS = (0.0, 1e-3, 1e-2, 0.2, 1.0 + 1e-9)
+"""Edges of the ``p_old`` bins the probe reports (half-open ``[a, b)``; the last bin includes p = 1)."""
+BIN_NAMES = ("p<1e-3", "1e-3<=p<0.01", "0.01<=p<0.2", "p>=0.2")
+DEFAULT_RULES = ("grpo", "band", "band_upper", "band_lower")
+"""The rules ``bandpo probe`` compares unless told others: GRPO, Band and Band's two sides alone, which
+:func:`attribution` needs. ``clip_higher`` (a default before Study 5) is one ``--rules`` entry away. Not ``dppo_kl``: at the defaults its bounds are Band-KL's
+without Band's cap of 10 on the upper bound, no ratio reaches 10 (nor DPPO's truncation at 20) within 3 updates
+at lr 1e-5, and its rows equalled ``band``'s in every number (docs/smollm2.md) for a quarter of the probe's time.
+``--rules grpo,clip_higher,band,dppo_kl`` adds it."""
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What the probe samples and how it updates.
+
+    Args:
+        rules: registered clip rules, each at its defaults.
+        batches: independent batches (seeds ``seed .. seed + batches - 1``), >= 2 for intervals.
+        prompts: prompts per batch; group_size: completions per prompt (GRPO groups).
+        max_new_tokens, temperature: sampling.
+        updates: ``K`` optimizer steps on each batch per rule, >= 2 (update 1 never clips).
+        minibatches: the batch's completions are split into this many mini-batches (a seeded shuffle, then
+            nearly equal parts) and update ``k`` (from 0) takes mini-batch ``k mod minibatches``: with ``updates =
+            minibatches`` each completion is used once (the paper's scripts: 4 mini-batches per rollout), with
+            ``updates = 2 * minibatches`` twice (Study 4: 8 mini-batches of 8, 16 updates). 1 (the default): every
+            update takes the whole batch.
+        learning_rate: AdamW learning rate.
+        seed: first batch's seed (prompt choice and sampling).
+        split: the task split prompts come from.
+        precision: ``auto``, ``float32`` or ``bf16`` (:mod:`bandpo_lab.runtime`): bf16 samples and back-propagates
+            in bfloat16; the log-probs the ratios and the metrics come from are float32 either way.
+    """
+
+    rules: tuple[str, ...] = DEFAULT_RULES
+    batches: int = 3
+    prompts: int = 4
+    group_size: int = 8
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    updates: int = 3
+    minibatches: int = 1
+    learning_rate: float = 1e-5
+    seed: int = 0
+    split: str = "train"
+    precision: str = "auto"
+    rule_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_int_in("batches", self.batches, 1)
+        check_int_in("prompts", self.prompts, 1)
+        check_int_in("group_size", self.group_size, 2)
+        check_int_in("max_new_tokens", self.max_new_tokens, 1)
+        check_int_in("updates", self.updates, 2)
+        check_int_in("minibatches", self.minibatches, 1)
+        if self.minibatches > self.prompts * self.group_size:
+            raise ValueError(
+                f"minibatches must be at most the batch's {self.prompts * self.group_size} completions (prompts x "
+                f"group_size), got {self.minibatches}"
+            )
+        check_int_in("seed", self.seed, 0)
+        check_positive_number("temperature", self.temperature)
+        check_positive_number("learning_rate", self.learning_rate)
+        object.__setattr__(self, "precision", check_precision(self.precision))  # bfloat16 recorded as bf16
+        if not self.rules:
+            raise ValueError("rules must name at least one clip rule")
+        for rule in self.rules:
+            make_clip_rule(
+                rule, **self.rule_params.get(rule, {})
+            )  # unknown names raise, listing the valid ones
+
+
+# ------------------------------------------------------------------------------------------------ one batch
+def _sequences(
+    prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Right-padded ``input_ids`` (N, L), ``attention_mask`` (N, L) and the response mask (N, L - 1) over the
+    positions that predict a completion token (position ``t`` predicts token ``t + 1``)."""
+    n = len(prompt_ids)
+    length = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids))
+    ids = torch.full((n, length), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, length), dtype=torch.long)
+    resp = torch.zeros((n, length - 1), dtype=torch.bool)
+    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        ids[i, : len(p) + len(c)] = torch.tensor([*p, *c])
+        attn[i, : len(p) + len(c)] = 1
+        resp[i, len(p) - 1 : len(p) + len(c) - 1] = True
+    return ids, attn, resp
+
+
+def _log_probs(
+    model: Any, ids: Tensor, attn: Tensor, resp: Tensor, full: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probabilities of the next tokens (N, L - 1) float32, 0 outside ``resp``, and, with ``full``, the whole
+    log-softmax at the ``resp`` positions (M, V) float32. The LM head projects only the ``resp`` positions (the
+    decoder runs on every position), in float32."""
+    decoder = getattr(model, "base_model", None)
+    head = model.get_output_embeddings()
+    if decoder is None or decoder is model or head is None:  # no separate head: full logits
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1][resp].float()  # (M, V)
+    else:
+        hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state[:, :-1]  # (N, L-1, H)
+        logits = head(hidden[resp]).float()  # (M, V)
+    logp_all = torch.log_softmax(logits, dim=-1)  # (M, V)
+    picked = logp_all.gather(-1, ids[:, 1:][resp][:, None]).squeeze(-1)  # (M,)
+    logp = torch.zeros(resp.shape, dtype=picked.dtype).masked_scatter(resp, picked)  # (N, L-1)
+    return logp, (logp_all if full else None)
+
+
+def _bin_index(p: Tensor) -> Tensor:
+    return torch.bucketize(p, torch.tensor(P_OLD_BINS[1:-1], dtype=p.dtype), right=True)
+
+
+def probe_batch(
+    model: Any,
+    ids: Tensor,
+    attn: Tensor,
+    resp: Tensor,
+    advantages: Tensor,
+    config: ProbeConfig,
+    progress: Callable[[], None] | None = None,
+    precision: Precision = FLOAT32,
+    share_first_update: bool = True,
+) -> dict[str, Any]:
+    """Every rule's ``K`` updates from the same weights on one batch; returns the batch's and each rule's numbers.
+
+    Args:
+        model: a causal LM in float32; its weights are restored after each rule.
+        ids, attn: (N, L) long input ids and attention mask (prompt + completion, right-padded).
+        resp: (N, L - 1) bool, positions that predict completion tokens.
+        advantages: (N,) float group advantages.
+        progress: called after every update run (``1 + len(rules) * (K - 1)`` with ``share_first_update``).
+        precision: the resolved precision (:mod:`bandpo_lab.runtime`): the forwards of the log-probs in float32, the
+            backward pass in bf16 for ``bf16``.
+        share_first_update: run update 1, identical for every rule, once (``False``: once per rule).
+    """
+    initial = copy.deepcopy(model.state_dict())
+    model.eval()  # no dropout: the only difference between rules is the rule
+    with torch.no_grad(), precision.exact():
+        old_logp, old_all_r = _log_probs(model, ids, attn, resp, full=True)
+    assert old_all_r is not None  # (M, V): the old distribution at the response positions
+    m = resp
+    p_old = old_logp[m].exp()  # (M,)
+    adv_tok = advantages[:, None].expand_as(m)[m]  # (M,)
+    entropy_old = -(old_all_r.exp() * old_all_r).sum(-1)  # (M,)
+    out: dict[str, Any] = {
+        "n_tokens": int(m.sum()),
+        "n_sequences": int(ids.shape[0]),
+        "share_signal": float((advantages != 0).float().mean()),
+        "p_old_below_0.2": float((p_old < 0.2).float().mean()),
+        "p_old_below_0.01": float((p_old < 0.01).float().mean()),
+        "p_old_below_1e-3": float((p_old < 1e-3).float().mean()),
+        "pos_adv_p_old_below_0.2": _share(p_old[adv_tok > 0] < 0.2),
+        "pos_adv_p_old_below_0.01": _share(p_old[adv_tok > 0] < 0.01),
+        "entropy_old": float(entropy_old.mean()),
+        "p_old_values": [float(f"{float(v):.4g}") for v in p_old],  # 4 significant digits: the tail stays
+        "rules": {},
+    }
+    bins = _bin_index(p_old)
+    bins_at = torch.zeros(m.shape, dtype=torch.long).masked_scatter(
+        m, bins
+    )  # (N, L - 1): each position's bin
+    chunks = _minibatches(ids.shape[0], config.minibatches, config.seed)
+
+    def update(rule: Any, optimizer: Any, k: int) -> dict[str, Any]:
+        rows = chunks[k % len(chunks)]  # (n,) long: the mini-batch's sequences
+        m_k = m[rows]
+        with precision.backward():
+            with precision.exact():
+                logp, _ = _log_probs(model, ids[rows], attn[rows], resp[rows])
+            logp.retain_grad()
+            loss, _ = policy_loss(
+                logp, old_logp[rows], advantages[rows], m_k.float(), clip_rule=rule, check_values=False
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        grad = logp.grad[m_k]  # (M_k,)
+        ratio = (logp.detach()[m_k] - old_logp[rows][m_k]).exp()
+        if progress is not None:
+            progress()
+        adv_k = advantages[rows][:, None].expand_as(m_k)[m_k]
+        return _clip_counts(grad, adv_k, bins_at[rows][m_k], ratio, k)
+
+    # Update 1 is the same for every rule (ratio exactly 1 lies inside every rule's bounds, and DPPO's weight
+    # min(r, c) is 1): with share_first_update it runs once and every rule continues from its weights and
+    # optimizer state (copied: AdamW updates its state in place).
+    first: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
+    for name in config.rules:
+        rule = make_clip_rule(name, **config.rule_params.get(name, {}))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+        if first is None or not share_first_update:
+            model.load_state_dict(initial)
+            per_update = [update(rule, optimizer, 0)]
+            first = (copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()), per_update[0])
+        else:
+            model.load_state_dict(first[0])
+            optimizer.load_state_dict(copy.deepcopy(first[1]))
+            per_update = [copy.deepcopy(first[2])]
+        for k in range(1, config.updates):
+            per_update.append(update(rule, optimizer, k))
+        with torch.no_grad(), precision.exact():
+            new_logp, new_all_r = _log_probs(model, ids, attn, resp, full=True)
+        assert new_all_r is not None
+        p_new = new_logp[m].exp()
+        kl = (old_all_r.exp() * (old_all_r - new_all_r)).sum(
+            -1
+        )  # (M,) exact KL(old || new) over the vocabulary
+        gained = p_new - p_old
+        low = (adv_tok > 0) & (p_old < 0.2)
+        rare = (adv_tok > 0) & (p_old < 0.01)
+        later = [u for u in per_update if u["update"] >= 2]
+        result = _pool(later)
+        result.update(
+            {
+                "gain_pos_adv_p_below_0.2": float(gained[low].mean()) if low.any() else None,
+                "gain_pos_adv_p_below_0.01": float(gained[rare].mean()) if rare.any() else None,
+                "n_pos_adv_p_below_0.2": int(low.sum()),
+                "entropy_after": float(-(new_all_r.exp() * new_all_r).sum(-1).mean()),
+                "kl_after": float(kl.mean()),
+                "per_update": per_update,
+            }
+        )
+        out["rules"][name] = result
+    model.load_state_dict(initial)
+    return out
+
+
+def _minibatches(n: int, parts: int, seed: int) -> list[Tensor]:
+    """The rows of each mini-batch: ``[arange(n)]`` for one part (the batch in its order), else a permutation of
+    ``0..n-1`` seeded by ``seed`` split into ``parts`` nearly equal parts (long tensors)."""
+    if parts == 1:
+        return [torch.arange(n)]
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return list(torch.tensor_split(order, parts))
+
+
+def _share(mask: Tensor) -> float | None:
+    return float(mask.float().mean()) if mask.numel() else None
+
+
+def _clip_counts(grad: Tensor, adv: Tensor, bins: Tensor, ratio: Tensor, k: int) -> dict[str, Any]:
+    """Counts for one update: tokens with a non-zero advantage whose log-prob gradient is exactly 0 (clipped),
+    by the advantage's sign and by ``p_old`` bin (``bins``: (M,) long); the tokens with a gradient where GRPO's
+    fixed interval would clip them, per side (:data:`bandpo.losses.diagnostics.FIXED_INTERVAL`: ``A > 0`` and
+    ``r > 1 + 0.2``, ``A < 0`` and ``r < 1 - 0.2``), by bin, and their gradient mass ``sum |grad|``."""
+    from bandpo.losses.diagnostics import FIXED_INTERVAL
+
+    live = adv != 0
+    clipped = live & (grad == 0)
+    n_bins = len(BIN_NAMES)
+    e_lo, e_hi = FIXED_INTERVAL
+    flowing = live & (grad != 0)
+    through = {
+        "up": flowing & (adv > 0) & (ratio > 1.0 + e_hi),
+        "down": flowing & (adv < 0) & (ratio < 1.0 - e_lo),
+    }
+    mass = grad.abs().double()
+    sides: dict[str, Any] = {"grad_mass": float(mass.sum())}
+    for side, sel in through.items():
+        sides[f"n_{side}_through"] = int(sel.sum())
+        sides[f"{side}_through_by_bin"] = torch.bincount(bins[sel], minlength=n_bins).tolist()
+        sides[f"grad_mass_{side}_through"] = float(mass[sel].sum())
+    return {
+        **sides,
+        "update": k + 1,
+        "n_live": int(live.sum()),
+        "n_clipped": int(clipped.sum()),
+        "n_up": int((clipped & (adv > 0)).sum()),
+        "n_down": int((clipped & (adv < 0)).sum()),
+        "live_by_bin": torch.bincount(bins[live], minlength=n_bins).tolist(),
+        "clipped_by_bin": torch.bincount(bins[clipped], minlength=n_bins).tolist(),
+        "ratio_max": float(ratio.max()) if ratio.numel() else 1.0,
+        "ratio_min": float(ratio.min()) if ratio.numel() else 1.0,
+    }
+
+
+def _pool(updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Clip shares pooled over updates ``2..K`` (counts summed, then divided)."""
+    live = sum(u["n_live"] for u in updates)
+    clipped = sum(u["n_clipped"] for u in updates)
+    live_bins = [sum(u["live_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))]
+    clip_bins = [sum(u["clipped_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))]
+    tail = sum(clip_bins[:3])  # p_old < 0.2
+    mass = sum(u["grad_mass"] for u in updates)
+    sides: dict[str, Any] = {}
+    for side in ("up", "down"):
+        n = sum(u[f"n_{side}_through"] for u in updates)
+        sides[f"{side}_through_frac"] = n / live if live else 0.0
+        sides[f"{side}_through_grad_share"] = (
+            sum(u[f"grad_mass_{side}_through"] for u in updates) / mass if mass else 0.0
+        )
+        sides[f"n_{side}_through"] = n
+        sides[f"{side}_through_by_bin"] = [
+            sum(u[f"{side}_through_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))
+        ]
+    out: dict[str, Any] = {
+        **sides,
+        "clip_frac": clipped / live if live else 0.0,
+        "clip_frac_up": sum(u["n_up"] for u in updates) / live if live else 0.0,
+        "clip_frac_down": sum(u["n_down"] for u in updates) / live if live else 0.0,
+        "tail_share": tail / clipped if clipped else None,
+        "n_clipped": clipped,
+    }
+    for name, n_live, n_clip in zip(BIN_NAMES, live_bins, clip_bins):
+        out[f"clip_frac[{name}]"] = n_clip / n_live if n_live else None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- the run
+SUMMARY_METRICS = (
+    "clip_frac",
+    "clip_frac_up",
+    "clip_frac_down",
+    "tail_share",
+    *(f"clip_frac[{b}]" for b in BIN_NAMES),
+    "up_through_frac",
+    "down_through_frac",
+    "up_through_grad_share",
+    "down_through_grad_share",
+    "gain_pos_adv_p_below_0.2",
+    "gain_pos_adv_p_below_0.01",
+    "entropy_after",
+    "kl_after",
+)
+BATCH_METRICS = (
+    "p_old_below_0.2",
+    "p_old_below_0.01",
+    "p_old_below_1e-3",
+    "pos_adv_p_old_below_0.2",
+    "pos_adv_p_old_below_0.01",
+    "entropy_old",
+    "share_signal",
+)
+
+
+def summarize_probe(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> dict[str, Any]:
+    """Mean and 95% t-interval over batches of every batch metric and every rule's metric (``None`` values, e.g.
+    a tail share with nothing clipped, are left out and ``n`` says how many batches remain)."""
+    from bandpo_lab.experiments.report.stats import mean_ci
+
+    def stat(values: Sequence[Any]) -> dict[str, Any]:
+        s = mean_ci([v for v in values if v is not None])
+        return {"mean": s["mean"], "ci95": s["ci95"], "n": s["n"]}
+
+    return {
+        "by_update": {r: by_update([b["rules"][r]["per_update"] for b in batches]) for r in rules},
+        "batch": {k: stat([b[k] for b in batches]) for k in BATCH_METRICS},
+        "rules": {r: {k: stat([b["rules"][r][k] for b in batches]) for k in SUMMARY_METRICS} for r in rules},
+        "attribution": {k: stat(v) for k, v in attribution(batches, rules).items()},
+    }
+
+
+def by_update(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Per update index ``k`` (1..K), pooled over batches (counts summed, then divided): the tokens with a non-zero
+    advantage, the clipped share, the tail share of clipping (``p_old < 0.2``), and the per-side tokens let through
+    beyond GRPO's interval as shares of those tokens. ``runs``: each batch's ``per_update`` list of one rule."""
+    out = []
+    for k in range(len(runs[0]) if runs else 0):
+        us = [r[k] for r in runs]
+        live, clipped = sum(u["n_live"] for u in us), sum(u["n_clipped"] for u in us)
+        tail = sum(sum(u["clipped_by_bin"][:3]) for u in us)
+        up, down = sum(u["n_up_through"] for u in us), sum(u["n_down_through"] for u in us)
+        out.append(
+            {
+                "update": us[0]["update"],
+                "n_live": live,
+                "n_clipped": clipped,
+                "n_tail_clipped": tail,
+                "n_up_through": up,
+                "n_down_through": down,
+                "clip_frac": clipped / live if live else 0.0,
+                "tail_share": tail / clipped if clipped else None,
+                "up_through_frac": up / live if live else 0.0,
+                "down_through_frac": down / live if live else 0.0,
+            }
+        )
+    return out
+
+
+ATTRIBUTION_RULES = ("grpo", "band", "band_upper", "band_lower")
+"""The rules :func:`attribution` needs, all four on the same batches."""
+
+
+def attribution(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> dict[str, list[float]]:
+    """The entropy change after ``K`` updates attributed to each side of Band, per batch (paired: every rule starts
+    from the same weights on the same batch), in nats, from each rule's ``entropy_after``:
+
+    ``upper = H(band_upper) - H(grpo)`` (Band's upper side alone), ``lower = H(band_lower) - H(grpo)`` (its lower
+    side alone), ``both = H(band) - H(grpo)`` and ``interaction = both - upper - lower``. ``{}`` unless all of
+    :data:`ATTRIBUTION_RULES` ran."""
+    if not set(ATTRIBUTION_RULES) <= set(rules):
+        return {}
+    out: dict[str, list[float]] = {"upper": [], "lower": [], "both": [], "interaction": []}
+    for b in batches:
+        h = {r: b["rules"][r]["entropy_after"] for r in ATTRIBUTION_RULES}
+        upper, lower, both = (h[r] - h["grpo"] for r in ("band_upper", "band_lower", "band"))
+        for key, value in (
+            ("upper", upper),
+            ("lower", lower),
+            ("both", both),
+            ("interaction", both - upper - lower),
+        ):
+            out[key].append(value)
+    return out
+
+
+def run_probe(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[Mapping[str, Any]],
+    prompts: Sequence[str],
+    score: Callable[[int, str], float],
+    config: ProbeConfig,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Sample ``config.batches`` batches and probe each (:func:`probe_batch`); returns per-batch results, the
+    summary and the wall time.
+
+    Args:
+        model, tokenizer: a causal LM (float32) and its tokenizer (with a pad or eos token).
+        problems: the task's problems (for ``score``); prompts: their formatted prompt texts, aligned.
+        score: ``score(problem_index, completion) -> reward``.
+    """
+    from bandpo_lab.eval.sampling import generate_samples
+
+    start = time.perf_counter()
+    precision = precision_for(config.precision, model)
+    n_steps = config.batches * (1 + len(config.rules) * (config.updates - 1))  # update 1 shared by the rules
+    bar = _bar(n_steps, progress)
+    chat = bool(getattr(tokenizer, "chat_template", None))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    results = []
+    for b in range(config.batches):
+        g = torch.Generator().manual_seed(config.seed + b)
+        chosen = torch.randperm(len(problems), generator=g)[: config.prompts].tolist()
+        samples = generate_samples(
+            model,
+            tokenizer,
+            [prompts[i] for i in chosen],
+            k=config.group_size,
+            temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens,
+            seed=config.seed + b,
+            add_special_tokens=not chat,
+            precision=precision,
+        )
+        rewards, prompt_ids, completion_ids = [], [], []
+        for j, i in enumerate(chosen):
+            ids = tokenizer(prompts[i], add_special_tokens=not chat)["input_ids"]
+            for text, toks in zip(samples.completions[j], samples.token_ids[j]):
+                rewards.append(score(i, text))
+                prompt_ids.append(ids)
+                completion_ids.append(toks)
+        adv = group_advantages(torch.tensor(rewards, dtype=torch.float32), config.group_size)
+        ids, attn, resp = _sequences(prompt_ids, completion_ids, pad_id)
+        result = probe_batch(
+            model, ids, attn, resp, adv, config, progress=bar.update if bar else None, precision=precision
+        )
+        result.update({"batch": b, "seed": config.seed + b, "reward_mean": sum(rewards) / len(rewards)})
+        results.append(result)
+    if bar:
+        bar.close()
+    return {
+        "config": dataclasses.asdict(config),
+        "batches": results,
+        "summary": summarize_probe(results, config.rules),
+        "precision": precision.record(),
+        "wall_time_s": round(time.perf_counter() - start, 1),
+    }
+
+
+class _Bar:
+    def __init__(self, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=total, desc="probe updates", unit="update")
+
+    def update(self) -> None:
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _bar(total: int, on: bool) -> _Bar | None:
+    return _Bar(total) if on else None
+
+
+def fmt_ci(stat: Mapping[str, Any], scale: float = 1.0, digits: int = 3) -> str:
+    """``mean ± ci95 (n=..)`` with ``n`` always printed; ``-`` when there is no value."""
+    if stat["mean"] is None:
+        return f"- (n={stat['n']})"
+    mean = stat["mean"] * scale
+    if stat["ci95"] is None:
+        return f"{mean:.{digits}g} (n={stat['n']})"
+    return f"{mean:.{digits}g} ± {stat['ci95'] * scale:.{digits}g} (n={stat['n']})"
+
+
+def markdown(result: Mapping[str, Any], title: str) -> str:
+    """The probe's tables: the batch's token distribution, then one row per rule."""
+    summary = result["summary"]
+    lines = [f"# {title}", "", "Mean ± 95% t-interval over batches (n = batches with a value).", ""]
+    lines += ["## The sampled tokens", "", "| metric | value |", "|---|---|"]
+    for key in BATCH_METRICS:
+        lines.append(f"| {key} | {fmt_ci(summary['batch'][key])} |")
+    lines += ["", "## Per rule, updates 2..K (clip shares pooled over updates) and after K updates", ""]
+    cols = SUMMARY_METRICS
+    lines.append("| rule | " + " | ".join(cols) + " |")
+    lines.append("|---|" + "---|" * len(cols))
+    for rule, stats in summary["rules"].items():
+        lines.append(f"| {rule} | " + " | ".join(fmt_ci(stats[c]) for c in cols) + " |")
+    lines += [
+        "",
+        "## Per side: tokens with a gradient where GRPO's [0.8, 1.2] would clip them (updates 2..K, all batches)",
+        "",
+    ]
+    lines.append("| rule | side | tokens | " + " | ".join(BIN_NAMES) + " | share of the gradient mass |")
+    lines.append("|---|---|---|" + "---|" * len(BIN_NAMES) + "---|")
+    for rule in summary["rules"]:
+        for side, name in (("up", "upper (A > 0, r > 1.2)"), ("down", "lower (A < 0, r < 0.8)")):
+            per_batch = [b["rules"][rule] for b in result["batches"]]
+            by_bin = [sum(r[f"{side}_through_by_bin"][i] for r in per_batch) for i in range(len(BIN_NAMES))]
+            share = fmt_ci(summary["rules"][rule][f"{side}_through_grad_share"])
+            lines.append(
+                f"| {rule} | {name} | {sum(by_bin)} | " + " | ".join(map(str, by_bin)) + f" | {share} |"
+            )
+    lines += ["", "## By update index (all batches pooled; counts of tokens with a non-zero advantage)", ""]
+    lines.append("| rule | update | tokens | clipped | tail share of clipping | up through | down through |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for rule, rows in summary.get("by_update", {}).items():
+        for u in rows:
+            tail = "-" if u["tail_share"] is None else f"{100 * u['tail_share']:.0f}%"
+            lines.append(
+                f"| {rule} | {u['update']} | {u['n_live']} | {u['n_clipped']} ({100 * u['clip_frac']:.2f}%) | {tail} "
+                f"| {u['n_up_through']} | {u['n_down_through']} |"
+            )
+    if summary.get("attribution"):
+        lines += [
+            "",
+            "## Entropy after K updates, attributed to Band's sides (nats, paired over batches)",
+            "",
+        ]
+        lines += ["| part | definition | change |", "|---|---|---|"]
+        words = {
+            "upper": "H(band_upper) - H(grpo)",
+            "lower": "H(band_lower) - H(grpo)",
+            "both": "H(band) - H(grpo)",
+            "interaction": "both - upper - lower",
+        }
+        for key, definition in words.items():
+            lines.append(f"| {key} | {definition} | {fmt_ci(summary['attribution'][key])} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(result: Mapping[str, Any], path: Path) -> Path:
+    """Two panels: the histogram of ``log10 p_old`` of the sampled tokens, and each rule's clipped share by
+    ``p_old`` bin (updates 2..K, mean over batches)."""
+    from bandpo._optional import pyplot
+
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    values = [v for b in result["batches"] for v in b["p_old_values"]]
+    logs = [math.log10(max(v, 1e-12)) for v in values]
+    ax1.hist(logs, bins=40, color="0.4")
+    for edge in (-3, -2, math.log10(0.2)):
+        ax1.axvline(edge, color="k", lw=0.8, ls=":")
+    ax1.set_xlabel("log10 p_old of the sampled token")
+    ax1.set_ylabel("tokens")
+    ax1.set_title(f"sampled tokens ({len(values)} over {len(result['batches'])} batches)")
+    rules = list(result["summary"]["rules"])
+    width = 0.8 / max(len(rules), 1)
+    for j, rule in enumerate(rules):
+        heights = [result["summary"]["rules"][rule][f"clip_frac[{b}]"]["mean"] or 0.0 for b in BIN_NAMES]
+        ax2.bar([i + j * width for i in range(len(BIN_NAMES))], heights, width, label=rule)
+    ax2.set_xticks([i + 0.4 - width / 2 for i in range(len(BIN_NAMES))], BIN_NAMES)
+    ax2.set_ylabel("share of the bin's tokens clipped")
+    ax2.set_title("clipped by p_old (updates 2..K)")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

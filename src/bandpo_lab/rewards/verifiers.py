@@ -1,0 +1,187 @@
+"""Verifiers: score one completion against one ground truth.
+
+* ``"dapo"`` (:func:`verify_dapo`): the DAPO / BandPO recipe (docs/method.md#recipe): the last ``Answer:`` line,
+  normalised, exact match.
+* ``"boxed"`` (:func:`verify_boxed`): the last ``\\boxed{...}``; compared symbolically with the optional
+  ``math-verify`` package (extra ``bandpo[math]``), else by the normalised exact match.
+* ``"last_number"`` (:func:`verify_last_number`): the last number in the reply, compared as a number (the
+  "flexible extract" of GSM8K evaluations); for instruct models that answer in prose.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any, NamedTuple
+
+from bandpo_lab.rewards.answers import (
+    ascii_minus,
+    completion_text,
+    extract_answer,
+    ground_truth_strs,
+    last_boxed,
+    normalize_answer,
+    normalized_ground_truth,
+)
+
+__all__ = [
+    "Verifier",
+    "VerifyResult",
+    "last_number",
+    "math_verify_available",
+    "verify_boxed",
+    "verify_dapo",
+    "verify_last_number",
+]
+
+
+class VerifyResult(NamedTuple):
+    """Outcome of checking one completion.
+
+    Attributes:
+        correct: the answer matches the ground truth.
+        answer: the normalised extracted answer; ``None`` when no answer could be parsed (then ``correct`` is
+            False).
+    """
+
+    correct: bool
+    answer: str | None
+
+
+Verifier = Callable[[Any, Any], VerifyResult]
+"""``verify(completion, ground_truth) -> VerifyResult``; ``completion`` a string or chat message list."""
+
+
+def verify_dapo(completion: str | Sequence[Mapping[str, Any]], ground_truth: object) -> VerifyResult:
+    """DAPO verifier: the last ``Answer:`` line (:func:`extract_answer`), normalised, exact match.
+
+    ``ground_truth`` is a string or number, or a list of accepted answers (any may match).
+
+    Raises:
+        ValueError: a ground truth that is not a string/number (list) or normalises to ``""``.
+    """
+    truths = {normalized_ground_truth(gt) for gt in ground_truth_strs(ground_truth)}
+    answer = extract_answer(completion)
+    return VerifyResult(answer is not None and answer in truths, answer)
+
+
+@functools.lru_cache(maxsize=1)
+def math_verify_available() -> bool:
+    """Whether the optional ``math-verify`` package (extra ``bandpo[math]``) can be imported."""
+    try:
+        return importlib.util.find_spec("math_verify") is not None
+    except (ImportError, ValueError):  # e.g. blocked with sys.modules["math_verify"] = None
+        return False
+
+
+def _timeout() -> int | None:
+    # math_verify enforces timeouts with signal.alarm, which works in the main thread only.
+    return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _mv_parse_gold(gold: str) -> tuple[Any, ...]:
+    import math_verify
+
+    text = gold if "$" in gold or "\\boxed" in gold else f"${gold}$"
+    return tuple(math_verify.parse(text, parsing_timeout=_timeout()))
+
+
+def _mv_equal(gold: str, content: str) -> bool:
+    import math_verify
+
+    gold_parsed = list(_mv_parse_gold(gold))
+    pred_parsed = math_verify.parse(f"\\boxed{{{content}}}", parsing_timeout=_timeout())
+    if not gold_parsed or not pred_parsed:
+        return False
+    return bool(math_verify.verify(gold_parsed, pred_parsed, timeout_seconds=_timeout()))
+
+
+def verify_boxed(
+    completion: str | Sequence[Mapping[str, Any]],
+    ground_truth: object,
+    *,
+    use_math_verify: bool | None = None,
+) -> VerifyResult:
+    """``\\boxed{}`` verifier: the last ``\\boxed{...}`` of the completion against the ground truth.
+
+    Which comparison is used:
+
+    * ``math-verify`` installed (or ``use_math_verify=True``): correct when the normalised strings match
+      *or* ``math_verify.verify(parse(gold), parse("\\boxed{answer}"))`` holds, so ``0.5`` matches ``\\frac12``
+      and ``x^2+1`` matches ``1+x^2``. Gold answers without ``$`` or ``\\boxed`` are parsed as ``$gold$``.
+    * otherwise (or ``use_math_verify=False``): the normalised exact match of :func:`normalize_answer`.
+
+    math-verify's 5-second parse/verify timeouts use ``signal.alarm``, so they apply in the main thread only;
+    called from another thread it runs without them.
+
+    ``ground_truth`` is a string or number, or a list of accepted answers (any may match); one containing
+    ``\\boxed{}`` is reduced to its last boxed content first. The returned ``answer`` is the normalised boxed
+    content (``None`` without a ``\\boxed{}``).
+
+    Raises:
+        ImportError: ``use_math_verify=True`` without the package.
+        ValueError: a ground truth that is not a string/number (list) or normalises to ``""``.
+    """
+    gts_raw = [last_boxed(gt) or gt for gt in ground_truth_strs(ground_truth)]
+    gts = [normalized_ground_truth(gt) for gt in gts_raw]
+    if use_math_verify is None:
+        use_math_verify = math_verify_available()
+    elif use_math_verify and not math_verify_available():
+        raise ImportError("use_math_verify=True needs the math-verify package: pip install 'bandpo[math]'")
+    content = last_boxed(completion_text(completion))
+    answer = normalize_answer(content) if content is not None else None
+    if not answer:
+        return VerifyResult(False, None)
+    if answer in gts:
+        return VerifyResult(True, answer)
+    correct = use_math_verify and any(_mv_equal(gt, content) for gt in gts_raw)  # type: ignore[arg-type]
+    return VerifyResult(bool(correct), answer)
+
+
+# ------------------------------------------------------------------------------------------------ last number
+_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
+"""A number as a reply writes it (after :func:`ascii_minus`): optional minus, digits with optional thousands
+commas, optional decimals (``-1,234.50``); not part of a word (``x2``) and not the tail of a decimal (``.5`` is
+skipped)."""
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` in canonical form (commas removed, trailing decimal zeros dropped, ``-0`` is
+    ``0``: ``"1,234.50"`` -> ``"1234.5"``), or ``None`` when it holds none. Unicode minus signs count as ``-``
+    (:func:`~bandpo_lab.rewards.answers.ascii_minus`: ``"−5"`` -> ``"-5"``)."""
+    found = _NUMBER_RE.findall(ascii_minus(text))
+    return _canonical_number(found[-1]) if found else None
+
+
+def _canonical_number(raw: str) -> str | None:
+    try:
+        value = Decimal(raw.replace(",", ""))
+    except InvalidOperation:
+        return None
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_truth: object) -> VerifyResult:
+    """The last number in the reply (:func:`last_number`) equals the ground truth as a number (``"7.0"`` = ``7``).
+
+    ``ground_truth`` is a number or a numeric string, or a list of them (any may match).
+
+    Raises:
+        ValueError: a ground truth that is not a number.
+    """
+    truths = set()
+    for gt in ground_truth_strs(ground_truth):
+        text = ascii_minus(gt).strip().removeprefix("+")  # a ground truth "+5" is the number 5
+        canonical = _canonical_number(text) if _NUMBER_RE.fullmatch(text) else None
+        if canonical is None:
+            raise ValueError(f"the last_number verifier needs a numeric ground truth, got {gt!r}")
+        truths.add(canonical)
+    answer = last_number(completion_text(completion))
+    return VerifyResult(answer is not None and answer in truths, answer)

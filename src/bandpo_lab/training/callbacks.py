@@ -1,0 +1,94 @@
+"""Trainer callbacks of ``bandpo train``: every logged dict to ``<output_dir>/metrics.jsonl``, and a progress bar
+that prints a one-line summary per log instead of the whole dict (the dict has ~70 keys under BandPO)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from bandpo.integrations.trl_progress import PROGRESS_KEYS, CompactProgressCallback
+from bandpo_lab._files import read_jsonl
+from bandpo_lab.training.layout import METRICS_FILE
+
+__all__ = ["METRICS_FILE", "PROGRESS_KEYS", "CompactProgressCallback", "MetricsJSONLCallback", "read_metrics"]
+
+
+def _json_value(value: Any) -> Any:
+    """Plain JSON values: non-finite floats become ``null``; tensors and numpy scalars become numbers."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    return repr(value)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` file (a directory means its ``metrics.jsonl``); a torn last line (the
+    process was killed mid-write) is skipped."""
+    path = Path(path)
+    return read_jsonl(path / METRICS_FILE if path.is_dir() else path)
+
+
+class MetricsJSONLCallback(TrainerCallback):
+    """Appends one JSON line per ``Trainer.log`` call to ``path``: ``{"step", "time", "elapsed_s", **logs}``.
+
+    ``step`` is the optimizer step (``state.global_step``), ``time`` the Unix time, ``elapsed_s`` the seconds since
+    this process began training. Only the main process writes. At the start of training the file is reconciled with
+    the state: a fresh run (``global_step == 0``) starts a new file; a run resumed from a checkpoint at step ``s``
+    keeps the rows with ``step <= s`` and drops the later ones, which the resumed run logs again, so after a crash
+    and ``--resume`` every step appears once.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._start = time.time()
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._start = time.time()
+        if not state.is_world_process_zero:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keep = (
+            []
+            if state.global_step == 0
+            else [r for r in read_metrics(self.path) if r.get("step", 0) <= state.global_step]
+        )
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w") as f:
+            for row in keep:
+                f.write(json.dumps(row) + "\n")
+        os.replace(tmp, self.path)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        now = time.time()
+        row = {"step": state.global_step, "time": round(now, 3), "elapsed_s": round(now - self._start, 3)}
+        row.update({str(k): _json_value(v) for k, v in logs.items()})
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()

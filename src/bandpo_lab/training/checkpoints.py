@@ -1,0 +1,241 @@
+"""Which ``checkpoint-<step>`` directories of a run can be resumed from.
+
+Transformers writes a checkpoint in place, in this order: the model (weights, config, tokenizer), the optimizer,
+the scheduler, the RNG states and last ``trainer_state.json``. A process killed in between leaves a directory that
+``transformers.trainer_utils.get_last_checkpoint`` still picks (newest by name) and that
+``Trainer.train(resume_from_checkpoint=...)`` then fails on. :func:`checkpoint_problem` says what is missing or
+unreadable in one directory; :func:`scan_checkpoints` picks the newest complete one and lists the newer ones it
+skipped.
+
+The checks read only headers and directory listings: a ``.safetensors`` file must be as long as its header says
+(a truncated file is shorter), a ``torch.save`` file (``optimizer.pt``, ``scheduler.pt``, ``rng_state*.pth``, a zip
+archive) must have its central directory (written last, at the end), ``trainer_state.json`` must parse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bandpo_lab.training.layout import TRAINER_STATE
+
+__all__ = [
+    "CHECKPOINT_PATTERN",
+    "CheckpointScan",
+    "checkpoint_dirs",
+    "checkpoint_problem",
+    "copy_model_files",
+    "safetensors_problem",
+    "scan_checkpoints",
+    "weights_problem",
+]
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+"""Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
+
+SAFETENSORS_MAX_HEADER = 100_000_000
+"""The largest header length the safetensors library reads (its ``MAX_HEADER_SIZE``, in bytes)."""
+
+_TRAINING_ONLY = re.compile(r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$")
+
+
+def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
+    """The ``checkpoint-<step>`` directories of ``output_dir``, oldest (lowest step) first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [p for p in output_dir.iterdir() if CHECKPOINT_PATTERN.match(p.name) and p.is_dir()]
+    return sorted(found, key=lambda p: int(CHECKPOINT_PATTERN.match(p.name).group(1)))  # type: ignore[union-attr]
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """``None`` if ``path`` is a whole ``.safetensors`` file; otherwise what is wrong with it.
+
+    The format is an 8-byte little-endian header length, a JSON header (an object: it starts with ``{``) giving each
+    tensor's ``data_offsets``, then the data: a complete file is exactly ``8 + header length + largest end offset``
+    bytes long. A file whose header length is beyond safetensors' limit (:data:`SAFETENSORS_MAX_HEADER`) or whose
+    header does not start with ``{`` is not a safetensors file (text, another format), not a truncated one.
+    """
+    if not path.is_file():
+        return f"{path.name} is missing"
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            return f"{path.name} is truncated ({size} bytes)"
+        header_len = int.from_bytes(prefix, "little")
+        first = f.read(1)
+        if header_len > SAFETENSORS_MAX_HEADER or first not in (b"", b"{"):
+            if header_len > SAFETENSORS_MAX_HEADER or 8 + header_len > size:
+                larger = "larger than the file" if 8 + header_len > size else "beyond safetensors' limit"
+                why = f"its first 8 bytes give a header length of {header_len}, {larger}"
+            else:
+                why = f"its header starts with {first!r}, not with the '{{' of a JSON object"
+            return f"{path.name} is not a safetensors file ({size} bytes): {why}"
+        if 8 + header_len > size:
+            return f"{path.name} is truncated ({size} bytes, its header alone needs {8 + header_len})"
+        f.seek(8)
+        try:
+            header = json.loads(f.read(header_len))
+            end = max(
+                (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0
+            )
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return f"{path.name} has an unreadable header"
+    expected = 8 + header_len + end
+    if size != expected:
+        return f"{path.name} is truncated ({size} bytes, its header describes {expected})"
+    return None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """``None`` if the ``torch.save`` archive ``path`` is whole (its zip central directory, written last, reads)."""
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except (OSError, zipfile.BadZipFile):
+        return f"{path.name} is truncated or unreadable"
+
+
+def weights_problem(checkpoint: Path) -> str | None:
+    """``None`` if the model weights in the folder ``checkpoint`` are whole (a checkpoint, a saved model: each
+    safetensors file as long as its header says, each ``torch.save`` archive readable, every shard an index names);
+    otherwise the first file missing, truncated or not of its format, or ``no model weights``."""
+    for name, check in (
+        ("model.safetensors.index.json", safetensors_problem),
+        ("pytorch_model.bin.index.json", _torch_file_problem),
+    ):
+        index = checkpoint / name
+        if not index.is_file():
+            continue
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return f"{index.name} is unreadable"
+        for shard in shards:
+            problem = check(checkpoint / shard) if (checkpoint / shard).is_file() else f"{shard} is missing"
+            if problem:
+                return problem
+        return None
+    for name in ("model.safetensors", "adapter_model.safetensors"):
+        if (checkpoint / name).exists():
+            return safetensors_problem(checkpoint / name)
+    for name in ("pytorch_model.bin", "adapter_model.bin"):
+        if (checkpoint / name).exists():
+            return _torch_file_problem(checkpoint / name)
+    if _sharded_state(checkpoint):
+        return None
+    return "no model weights (model.safetensors)"
+
+
+NO_TRAINING_STATE = "saved without training state"
+"""Why a checkpoint with its model and ``trainer_state.json`` cannot be resumed: no optimizer or scheduler state.
+``trainer_state.json`` is written last, so such a save finished: it was made with ``save_only_model=true``."""
+
+
+def _sharded_state(checkpoint: Path) -> bool:
+    """FSDP (``pytorch_model_fsdp_*``) or DeepSpeed (``global_step*``) state directories: not inspected."""
+    return any(
+        p.is_dir() for p in (*checkpoint.glob("pytorch_model_fsdp_*"), *checkpoint.glob("global_step*"))
+    )
+
+
+def checkpoint_problem(checkpoint: str | Path) -> str | None:
+    """``None`` if ``checkpoint`` can be resumed from; otherwise the first thing missing or unreadable in it:
+    the model weights, the optimizer and scheduler states, an RNG state file that is there, ``trainer_state.json``.
+    """
+    return _inspect(Path(checkpoint))[0]
+
+
+def _inspect(checkpoint: Path) -> tuple[str | None, int | None]:
+    """``(problem, global_step)``: :func:`checkpoint_problem`'s answer and, when ``trainer_state.json`` reads,
+    the step it records (read once for both)."""
+    state = checkpoint / TRAINER_STATE
+    if not state.is_file():
+        return f"no {TRAINER_STATE} (written last: the save did not finish)", None
+    try:
+        step = json.loads(state.read_text())["global_step"]
+        if not isinstance(step, int):
+            raise TypeError(step)
+    except (ValueError, KeyError, TypeError):
+        return f"{TRAINER_STATE} is truncated or unreadable", None
+    return _files_problem(checkpoint), step
+
+
+def _files_problem(checkpoint: Path) -> str | None:
+    """The first missing or unreadable weights, optimizer, scheduler or RNG file of ``checkpoint``, or ``None``."""
+    problem = weights_problem(checkpoint)
+    if problem:
+        return problem
+    sharded = _sharded_state(checkpoint)
+    for name in ("optimizer", "scheduler"):
+        if not (checkpoint / f"{name}.pt").exists() and not (
+            sharded or (checkpoint / f"{name}.bin").exists()
+        ):
+            return f"{NO_TRAINING_STATE} ({name}.pt: no {name} state)"
+    for path in sorted(
+        [
+            *checkpoint.glob("optimizer.pt"),
+            *checkpoint.glob("scheduler.pt"),
+            *checkpoint.glob("rng_state*.pth"),
+        ]
+    ):
+        problem = _torch_file_problem(path)
+        if problem:
+            return problem
+    return None
+
+
+@dataclass
+class CheckpointScan:
+    """The checkpoints of one ``output_dir``.
+
+    Attributes:
+        latest: the newest complete checkpoint (``None``: none is complete).
+        step: its ``global_step`` (``None`` without one).
+        skipped: the newer, incomplete checkpoints, newest first, each with what is wrong with it.
+        any_found: whether the directory holds any ``checkpoint-*`` directory, complete or not.
+    """
+
+    latest: Path | None = None
+    step: int | None = None
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    any_found: bool = False
+
+    @property
+    def only_model_saves(self) -> bool:
+        """No complete checkpoint, and at least one that finished saving without optimizer or scheduler state
+        (``save_only_model=true``): the run got that far, and a resume cannot continue from any of them."""
+        return self.latest is None and any(why.startswith(NO_TRAINING_STATE) for _, why in self.skipped)
+
+    def describe_skipped(self) -> str:
+        """``checkpoint-8 (no trainer_state.json ...), ...``: the incomplete checkpoints, for a message."""
+        return ", ".join(f"{path.name} ({why})" for path, why in self.skipped)
+
+
+def scan_checkpoints(output_dir: str | Path) -> CheckpointScan:
+    """The newest complete checkpoint in ``output_dir`` and the incomplete ones newer than it."""
+    dirs = checkpoint_dirs(output_dir)
+    scan = CheckpointScan(any_found=bool(dirs))
+    for path in reversed(dirs):
+        try:
+            problem, step = _inspect(path)
+        except OSError as err:  # e.g. no permission: not resumable either
+            problem, step = f"unreadable ({err.strerror or err})", None
+        if problem is None:
+            scan.latest, scan.step = path, step
+            break
+        scan.skipped.append((path, problem))
+    return scan
+
+
+def copy_model_files(checkpoint: Path, output_dir: Path) -> None:
+    """Copy what ``Trainer.save_model`` writes (weights, config, tokenizer; not the optimizer, scheduler, RNG or
+    trainer state) from ``checkpoint`` to ``output_dir``."""
+    for path in checkpoint.iterdir():
+        if path.is_file() and not _TRAINING_ONLY.match(path.name):
+            shutil.copy2(path, output_dir / path.name)

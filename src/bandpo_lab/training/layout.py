@@ -1,0 +1,40 @@
+"""The files of a training run's output directory (``output_dir``): their names, in one place.
+
+Besides these, a run directory holds what transformers writes (the model, ``checkpoint-<step>/`` folders, TensorBoard
+logs). Comparisons add their own files around it (:mod:`bandpo_lab.experiments.compare.layout`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CONFIG_FILE",
+    "LOCK_FILE",
+    "METRICS_FILE",
+    "MODEL_CONFIG_FILE",
+    "RUN_FILES",
+    "RUN_INFO_FILE",
+    "TRAINER_STATE",
+]
+
+CONFIG_FILE = "train_config.yaml"
+"""The config as run (``bandpo train --config`` takes it back; ``--resume`` compares against it)."""
+
+RUN_INFO_FILE = "run_info.json"
+"""Versions, command, and the ``finished`` record of a completed run."""
+
+METRICS_FILE = "metrics.jsonl"
+"""The training logs, one JSON object per logging step."""
+
+LOCK_FILE = ".bandpo-train.lock"
+"""The OS file lock a training process holds on its output directory (:mod:`bandpo_lab.training.lock`)."""
+
+TRAINER_STATE = "trainer_state.json"
+"""Written last into each ``checkpoint-<step>/`` by transformers (its absence marks an unfinished save)."""
+
+MODEL_CONFIG_FILE = "config.json"
+"""The saved model's config (transformers' ``CONFIG_NAME``): present once the final model is saved."""
+
+RUN_FILES = (CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE)
+"""The files only a bandpo training run writes at the top of its ``output_dir``: one of them (or a
+``checkpoint-<step>/``) marks the folder of an earlier run, which a fresh run may share; a folder without any
+holds the user's files (:func:`bandpo_lab.training.run.prepare` refuses it unless it is empty)."""

@@ -1,0 +1,133 @@
+"""One training run per ``output_dir``: an exclusive lock held while ``bandpo train`` writes there.
+
+The lock is an OS file lock (``flock``) on ``<output_dir>/.bandpo-train.lock``, which also records the holder's
+pid, host, start time and command line for the message a second run gets. The operating system drops the lock
+when its process ends, however it ends, so the file a killed run leaves behind (a *stale* lock) does not block a
+restart: only a live process holds the lock. Under ``accelerate launch`` only the main process takes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from bandpo_lab._files import read_json_object
+from bandpo_lab.training.config import ConfigError
+from bandpo_lab.training.layout import LOCK_FILE
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock, no lock
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LOCK_FILE", "OutputDirLock", "OutputDirLockedError", "check_unlocked", "lock_holder"]
+
+
+class OutputDirLockedError(ConfigError):
+    """Another live process trains into the same ``output_dir``."""
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def lock_holder(output_dir: str | Path) -> dict[str, Any] | None:
+    """What the live process holding ``output_dir``'s lock recorded (``pid``, ``host``, ``started``, ``command``;
+    ``{}`` if it has not written it yet), or ``None`` when no live process holds it."""
+    path = Path(output_dir) / LOCK_FILE
+    if fcntl is None or not path.is_file():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        if _try_flock(fd):
+            return None  # a stale file: nobody holds it
+        return read_json_object(path)
+    finally:
+        os.close(fd)  # closing drops a lock this check took
+
+
+def _locked_message(output_dir: Path, holder: dict[str, Any]) -> str:
+    who = f"pid {holder.get('pid', '?')}"
+    if holder.get("host") and holder["host"] != socket.gethostname():
+        who += f" on {holder['host']}"
+    if holder.get("started"):
+        who += f", started {holder['started']}"
+    if holder.get("command"):
+        who += f": {holder['command']}"
+    return (
+        f"output_dir {str(output_dir)!r} is in use by another bandpo train ({who}); wait for it to finish, stop "
+        "it, or choose another output_dir"
+    )
+
+
+def check_unlocked(output_dir: str | Path) -> None:
+    """Raise :class:`OutputDirLockedError` (naming the directory and the other process) if a live process holds
+    ``output_dir``'s lock. Takes nothing: :class:`OutputDirLock` does."""
+    holder = lock_holder(output_dir)
+    if holder is not None:
+        raise OutputDirLockedError(_locked_message(Path(output_dir), holder))
+
+
+class OutputDirLock:
+    """``with OutputDirLock(output_dir):`` holds ``output_dir``'s lock (creating the directory), or raises
+    :class:`OutputDirLockedError` at once if another live process holds it. The lock file is removed on exit."""
+
+    def __init__(self, output_dir: str | Path) -> None:
+        self.output_dir = Path(output_dir)
+        self.path = self.output_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        if fcntl is None:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if not _try_flock(fd):
+                os.close(fd)
+                raise OutputDirLockedError(_locked_message(self.output_dir, read_json_object(self.path)))
+            try:  # the holder may have removed the file between our open and flock: lock the current one
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(sys.argv),
+        }
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(info) + "\n").encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)  # still locked: nobody else can have taken this file meanwhile
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> OutputDirLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()

@@ -1,0 +1,227 @@
+"""The checks of a training config that need no model: processes, batch arithmetic, the libraries the config asks
+for (vLLM, an attention implementation), the model path, the cache, the tokenizer (:func:`bandpo_lab.training.run.prepare`
+runs them before anything loads)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bandpo.registry import did_you_mean
+from bandpo_lab._files import expand_path
+from bandpo_lab.config import located
+from bandpo_lab.models import MODELS, ModelUnavailableError, is_builtin_model
+from bandpo_lab.training.config import ConfigError, TrainConfig
+from bandpo_lab.training.layout import MODEL_CONFIG_FILE
+from bandpo_lab.training.resume import trainer_default
+from bandpo_lab.training.tasks import TASKS, default_cache_dir
+
+__all__ = [
+    "attention_implementations",
+    "attention_problem",
+    "cache_dir",
+    "check_batch",
+    "check_libraries",
+    "check_model",
+    "is_main_rank",
+    "load_tokenizer",
+    "trainer_value",
+    "world_size",
+]
+
+
+def world_size() -> int:
+    """The number of processes of this run (``WORLD_SIZE`` under accelerate / torchrun, else 1)."""
+    return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def is_main_rank() -> bool:
+    """Whether this process writes the run's files (rank 0 under accelerate / torchrun, or the only process)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def trainer_value(config: TrainConfig, name: str) -> Any:
+    """The value of trainer field ``name`` the run uses: the config's, or the ``BandPOConfig`` default."""
+    return config.trainer.get(name, trainer_default(name))
+
+
+def check_batch(config: TrainConfig, world_size: int) -> None:
+    """TRL's rule, with the arithmetic spelled out: the generation batch holds whole groups (``ConfigError``
+    otherwise, with the numbers and a batch size that works)."""
+
+    def get(name: str) -> Any:
+        return trainer_value(config, name)
+
+    n = get("num_generations")
+    if n is None or n < 2:
+        raise ConfigError(
+            f"num_generations must be an integer >= 2 (GRPO standardises rewards within each group of completions "
+            f"of one prompt), got {n!r}"
+        )
+    per_device = get("per_device_train_batch_size")
+    accumulation = get("gradient_accumulation_steps")
+    steps = get("steps_per_generation")
+    generation_batch = get("generation_batch_size")
+    if steps is not None and generation_batch is not None:
+        raise ConfigError(
+            f"steps_per_generation={steps} and generation_batch_size={generation_batch} are both set; set one"
+        )
+    if generation_batch is None:
+        steps = accumulation if steps is None else steps
+        generation_batch = per_device * world_size * steps
+        how = (
+            f"per_device_train_batch_size ({per_device}) x processes ({world_size}) x steps_per_generation "
+            f"({steps}{' = gradient_accumulation_steps' if get('steps_per_generation') is None else ''})"
+        )
+    else:
+        how = "generation_batch_size"
+        if generation_batch % (per_device * world_size):
+            raise ConfigError(
+                f"generation_batch_size ({generation_batch}) must be a multiple of per_device_train_batch_size "
+                f"({per_device}) x processes ({world_size})"
+            )
+    if generation_batch % n:
+        raise ConfigError(
+            f"num_generations={n} must divide the generation batch: {how} = {generation_batch} completions, which "
+            f"is not a whole number of groups of {n}. Make per_device_train_batch_size x processes x "
+            "steps_per_generation a multiple of num_generations (e.g. per_device_train_batch_size="
+            f"{_suggest_batch(per_device, n)}), or change num_generations"
+        )
+
+
+def attention_implementations() -> list[str]:
+    """The attention implementations transformers accepts by name (``eager`` and its registry's: ``sdpa``,
+    ``flash_attention_2``, ``flex_attention``, ...), read from the installed transformers."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+
+
+def attention_problem(value: str | None, name: str, at: str | None = None) -> str | None:
+    """Why ``from_pretrained`` would refuse ``attn_implementation=value`` once the model has loaded, or ``None``:
+    a name among :func:`attention_implementations` (with or without transformers' ``paged|`` prefix) or a kernel
+    from the Hugging Face Hub (``org/name``) is accepted. ``name``: the setting, ``at``: where it was set."""
+    if value is None:
+        return None
+    allowed = attention_implementations()
+    if value in allowed or value.removeprefix("paged|") in allowed:
+        return None
+    try:
+        from transformers.integrations.hub_kernels import is_kernel
+    except ImportError:  # pragma: no cover - transformers without Hub kernels
+        is_kernel = None
+    if is_kernel is not None and is_kernel(value):
+        return None
+    return (
+        f"{located(f'{name}={value!r}', at)} is not an attention implementation transformers knows"
+        f"{did_you_mean(value, allowed)}: one of {', '.join(allowed)}, or a kernel from the Hub (org/name)"
+    )
+
+
+def check_libraries(config: TrainConfig) -> None:
+    """The libraries the config asks for, which the trainer would otherwise miss only once the model has loaded:
+    vLLM for ``use_vllm: true`` (importable), and an attention implementation transformers knows
+    (``model.attn_implementation`` or ``model_init_kwargs.attn_implementation``: :func:`attention_problem`)."""
+    if config.trainer.get("use_vllm") and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            f"{located('use_vllm=true', config.where('use_vllm'))} samples with vLLM, which is not installed "
+            "here (import vllm finds nothing): install vllm (pip install vllm) or set use_vllm: false"
+        )
+    init_kwargs = config.trainer.get("model_init_kwargs")
+    for key, value in (
+        ("model.attn_implementation", config.model.attn_implementation),
+        (
+            "model_init_kwargs.attn_implementation",
+            init_kwargs.get("attn_implementation") if isinstance(init_kwargs, Mapping) else None,
+        ),
+    ):
+        problem = attention_problem(value, key, config.where(key))
+        if problem is not None:
+            raise ConfigError(problem)
+
+
+def _suggest_batch(per_device: int, n: int) -> int:
+    return max(n, ((per_device + n - 1) // n) * n)
+
+
+def _looks_like_hub_id(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 2 and all(parts) and not path.startswith((".", "~")) and "\\" not in path
+
+
+def check_model(config: TrainConfig) -> str | None:
+    """The model path to load (``None``: the task model, built later). Raises ``ConfigError`` if it is missing."""
+    model = config.model
+    if model.uses_task_model:
+        if config.data.task is None:
+            raise ConfigError(
+                f"model.path={model.path!r} means the built-in task's own model, but data.task is not set; set "
+                "model.path to a model directory (or a Hugging Face id), or data.task to "
+                f"{', '.join(TASKS.names())}"
+            )
+        spec = TASKS.get(config.data.task)
+        if spec.build_model is None:
+            raise ConfigError(f"task {spec.name!r} has no built-in model: set model.path")
+        if spec.check_model_options is not None:
+            try:
+                spec.check_model_options(model.warm_start)
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
+        return None
+    if model.warm_start:
+        raise ConfigError(
+            f"model.warm_start={model.warm_start!r} applies to the task model only (model.path absent or 'tiny'), "
+            f"but model.path={model.path!r}"
+        )
+    if is_builtin_model(model.path):
+        try:
+            MODELS.get(str(model.path)).check()
+        except ModelUnavailableError as err:
+            raise ConfigError(f"model.path={model.path!r}: {err}") from err
+        cached = MODELS.get(str(model.path)).cached(cache_dir(config))
+        return None if cached is None else str(cached)  # None: converted by the main process before training
+    path = expand_path(str(model.path), "model.path", ConfigError)
+    if path.is_dir():
+        if not (path / MODEL_CONFIG_FILE).is_file():
+            raise ConfigError(
+                f"model.path {str(model.path)!r} is a directory without config.json: not a transformers model "
+                f"directory (it holds: {', '.join(sorted(p.name for p in path.iterdir())[:20]) or 'nothing'})"
+            )
+        return str(path)
+    if path.exists():
+        raise ConfigError(f"model.path {str(model.path)!r} is a file; it must be a model directory")
+    if _looks_like_hub_id(str(model.path)):
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        if constants.HF_HUB_OFFLINE:
+            cached = try_to_load_from_cache(str(model.path), MODEL_CONFIG_FILE)
+            if not isinstance(cached, str):
+                raise ConfigError(
+                    f"model.path {str(model.path)!r} is not a local directory and not in the Hugging Face cache, "
+                    "and HF_HUB_OFFLINE=1 forbids downloading it: download it first or point model.path at a "
+                    "local model directory"
+                )
+        return str(model.path)
+    raise ConfigError(
+        f"model.path {str(model.path)!r} does not exist (relative paths are relative to {Path.cwd()}); it must be "
+        f"a model directory, a Hugging Face id (org/name), a built-in model ({', '.join(MODELS.names())}) or 'tiny' "
+        "with data.task"
+    )
+
+
+def cache_dir(config: TrainConfig) -> Path:
+    """Where task and built-in models are cached: ``model.cache_dir``, else the default cache directory."""
+    return Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
+
+
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer of the model at ``path``, its pad token the EOS token where it has none."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

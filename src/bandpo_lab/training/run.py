@@ -1,0 +1,580 @@
+"""Run a training config: :func:`prepare` checks everything without loading a model, :func:`train` trains.
+
+::
+
+    from bandpo_lab.training import load_train_config, train
+    config = load_train_config("configs/tiny.yaml", ["max_steps=50", "output_dir=runs/try"])
+    out = train(config)            # -> Path("runs/try"): final model + tokenizer, metrics.jsonl, checkpoints
+    train(config, resume=True)     # continue from the last checkpoint-* in output_dir
+
+What ends up in ``output_dir``: the final model and tokenizer (``from_pretrained`` loads the directory),
+``checkpoint-<step>/`` every ``save_steps``, ``metrics.jsonl`` (every logged dict with ``step`` and ``time``),
+``train_config.yaml`` (the config as run), ``run_info.json`` (resolved model path, data size, processes, the
+code's provenance: bandpo's version and git commit with a dirty flag and the libraries' versions, from
+:func:`bandpo_lab.provenance.provenance`, with those of the earlier calls when resumed; ``finished`` once the final
+model is saved) and, with ``report_to: tensorboard``, TensorBoard event files under ``runs/``. While a run
+trains, ``.bandpo-train.lock`` there keeps a second run out (:mod:`bandpo_lab.training.lock`).
+
+Resuming (:mod:`bandpo_lab.training.resume`) continues from the newest *complete* checkpoint (incomplete ones, left
+by a kill during a save, are skipped and named), does nothing for a run that already finished, and refuses a
+config that changes the experiment unless ``allow_config_change`` is set.
+
+Data parallel: launched by ``accelerate launch --num_processes N`` (or torchrun), every process runs the same
+:func:`train`; TRL splits the generation batch across processes, the main process builds a task model first (the
+others then load it from the cache) and writes the files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import shutil
+import sys
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bandpo_lab._files import read_json_object, read_jsonl
+from bandpo_lab.decode import sampling_generate
+from bandpo_lab.models import builtin_model_dir, is_builtin_model
+from bandpo_lab.rewards import SafeRewardFunc
+from bandpo_lab.runtime import (
+    FLOAT32,
+    Precision,
+    completion_tokens_only,
+    cuda_tf32,
+    freed_memory_kept,
+    precision_for,
+    weights_note,
+)
+from bandpo_lab.training import preflight
+from bandpo_lab.training.checkpoints import checkpoint_dirs, copy_model_files, scan_checkpoints
+from bandpo_lab.training.config import ConfigError, TrainConfig
+from bandpo_lab.training.data import build_prompt_dataset, load_problems
+from bandpo_lab.training.expected_warnings import silence_expected_warnings, tied_weight_keys
+from bandpo_lab.training.layout import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_FILES, RUN_INFO_FILE
+from bandpo_lab.training.lock import OutputDirLock, check_unlocked
+from bandpo_lab.training.resume import ConfigChanges, ResumePlan, plan_resume
+from bandpo_lab.training.rewards import answer_columns, build_rewards, check_rewards_on
+from bandpo_lab.training.run_info import mark_finished, record_run_info, start_run_info
+from bandpo_lab.training.tasks import build_task_model
+from bandpo_lab.training.trainer_checks import (
+    check_trainer_components,
+    check_trainer_values,
+    check_training_length,
+)
+
+__all__ = [
+    "CONFIG_FILE",
+    "RUN_INFO_FILE",
+    "PreparedRun",
+    "gpu_precision_reason",
+    "last_checkpoint",
+    "prepare",
+    "train",
+]
+
+
+@dataclass
+class PreparedRun:
+    """Everything :func:`train` needs, checked.
+
+    Attributes:
+        config: the training config.
+        args: the method's config, validated: a ``BandPOConfig`` (TRL's ``GRPOConfig`` + clip rule), or TRL's own
+            ``GRPOConfig`` for a TRL-native method.
+        method: the method (:data:`bandpo_lab.training.methods.METHODS`), which chooses the trainer class.
+        reward_funcs: the rewards, each wrapped by :func:`bandpo_lab.rewards.safe_reward_func`.
+        problems: the training problems (``prompt`` raw, ``answer``, kept columns).
+        model_path: the model directory or Hugging Face id; ``None`` for a task model not built yet.
+        resume_from: the checkpoint to resume from, or ``None``.
+        resume_plan: with ``resume``: the checkpoints found, whether the run is already complete, the config
+            changes (``None`` without ``resume``).
+        world_size: number of processes.
+        tokenizer, dataset: the tokenizer and the formatted ``datasets.Dataset`` of prompts, once the model path
+            is known (for a task model, after it is built).
+    """
+
+    config: TrainConfig
+    args: Any
+    reward_funcs: list[SafeRewardFunc]
+    problems: list[dict[str, Any]]
+    model_path: str | None
+    resume_from: Path | None
+    world_size: int
+    resume_plan: ResumePlan | None = None
+    tokenizer: Any = None
+    dataset: Any = None
+    method: Any = None
+
+
+def last_checkpoint(output_dir: str | Path) -> Path | None:
+    """The complete ``checkpoint-<step>`` directory with the highest step in ``output_dir`` (``None`` if there is
+    none); incomplete ones (a kill during the save) are passed over (:mod:`bandpo_lab.training.checkpoints`)."""
+    return scan_checkpoints(output_dir).latest
+
+
+def prepare(
+    config: TrainConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    allow_config_change: bool = False,
+    caller_files: Collection[str] = (),
+) -> PreparedRun:
+    """Check the whole run without loading a model: batch arithmetic, value ranges, the method and every TRL
+    setting (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native method, plus the optimizer, scheduler and generation config built as TRL will), reward name
+    and options (and a trial call of each reward on the first problem, its prompt formatted as in training), model path, dataset files and columns (and that they fill one generation round), chat-template
+    use, and the output directory (not in use by another run; empty, new or an earlier bandpo run's folder, never
+    one holding only files bandpo did not write; with ``resume``, its checkpoints and config; otherwise, unless
+    ``overwrite``, free of an earlier run's checkpoints, metrics or finished record).
+
+    Args:
+        config: the training config.
+        resume: continue from the newest complete checkpoint in ``output_dir`` (none there: start from scratch).
+        overwrite: a fresh run may replace the checkpoints, metrics and run info of an earlier one in
+            ``output_dir``.
+        allow_config_change: with ``resume``, continue even if the config changes the experiment
+            (:mod:`bandpo_lab.training.resume`).
+        caller_files: names of files in ``output_dir`` that the caller wrote before the run (a comparison's
+            ``run_spec.json``, ...): not the user's.
+
+    Raises:
+        ConfigError: the first problem found, with the key, the value and what is allowed
+            (:class:`bandpo_lab.training.lock.OutputDirLockedError` when another live run holds ``output_dir``).
+    """
+    if resume and overwrite:
+        raise ConfigError(
+            "resume and overwrite are exclusive: resume continues the run, overwrite discards it"
+        )
+    if allow_config_change and not resume:
+        raise ConfigError("allow_config_change applies to a resume only (--resume)")
+    output_dir = config.output_dir
+    if preflight.is_main_rank():
+        check_unlocked(output_dir)
+    foreign = _foreign_files(output_dir, caller_files)
+    if foreign is not None:
+        raise ConfigError(
+            f"output_dir {str(output_dir)!r} holds files bandpo did not write ({foreign}): it must be an empty or "
+            "new folder, or an earlier bandpo training run's folder (with --overwrite or --resume); choose another "
+            "output_dir"
+        )
+    world_size = preflight.world_size()
+    try:
+        check_trainer_values(lambda name: preflight.trainer_value(config, name))
+    except ConfigError as err:
+        raise ConfigError(config.locate(str(err))) from err
+    preflight.check_batch(config, world_size)
+    preflight.check_libraries(config)
+    method = config.training_method()
+    try:
+        args = method.config_class()(**config.trainer_kwargs())
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(config.locate(str(err))) from err
+    check_trainer_components(args)
+    rewards = build_rewards(config, args.reward_weights)
+    model_path = preflight.check_model(config)
+    keys = answer_columns(rewards)
+    problems = load_problems(
+        config.data, need_answer="answer" in keys, answer_columns=sorted(keys - {"answer"})
+    )
+    check_rewards_on(rewards, problems[0] if model_path is not None else _first_formatted(problems, config))
+    check_training_length(args, len(problems))
+    plan = None
+    if resume:
+        plan = plan_resume(output_dir, config, args, allow_config_change)
+    elif not overwrite:
+        earlier = _earlier_run(output_dir)
+        if earlier is not None:
+            raise ConfigError(
+                f"output_dir {str(output_dir)!r} already holds {earlier} from an earlier run: pass --resume to "
+                "continue it, --overwrite to discard it, or choose another output_dir"
+            )
+    prepared = PreparedRun(
+        config=config,
+        args=args,
+        reward_funcs=rewards,
+        problems=problems,
+        model_path=model_path,
+        resume_from=plan.scan.latest if plan and plan.complete_at is None else None,
+        world_size=args.world_size,
+        resume_plan=plan,
+        method=method,
+    )
+    if model_path is not None:  # the tokenizer is small: check the prompts against it now
+        prepared.tokenizer = preflight.load_tokenizer(model_path)
+        prepared.dataset = build_prompt_dataset(problems, config.data, prepared.tokenizer)
+        first = prepared.dataset[0]
+        if first["prompt"] != problems[0]["prompt"]:  # the trial again, on the prompt as TRL passes it
+            check_rewards_on(rewards, first)
+    return prepared
+
+
+def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dict[str, Any]:
+    """The first problem with its prompt formatted as training formats it for a task's own model, whose
+    tokenizer has no chat template (``data.prompt_template``, ``data.system_prompt`` as plain text): the reward
+    trial's problem when no tokenizer is loaded before training."""
+    if config.data.chat_template == "always":  # refused with the task's tokenizer, when the model is built
+        return problems[0]
+    return dict(build_prompt_dataset(problems[:1], config.data, None)[0])
+
+
+def _foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str | None:
+    """The entries of ``output_dir`` a fresh run would write among or over (its model card replaces a
+    ``README.md``) though no bandpo run wrote them, for a message (``README.md, notes/``), or ``None``: the folder
+    is new, empty (but for the lock file and ``caller_files``), or an earlier run's (it holds one of
+    :data:`~bandpo_lab.training.layout.RUN_FILES` or a ``checkpoint-<step>/``)."""
+    try:
+        entries = sorted(output_dir.iterdir()) if output_dir.is_dir() else []
+    except OSError:
+        return None  # the run's own write reports it
+    names = [
+        p.name + ("/" if p.is_dir() else "") for p in entries if p.name not in {LOCK_FILE, *caller_files}
+    ]
+    if not names or any(name in RUN_FILES for name in names) or checkpoint_dirs(output_dir):
+        return None
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _earlier_run(output_dir: Path) -> str | None:
+    """What an earlier run left in ``output_dir`` that a fresh run would mix with or write over: its checkpoints,
+    its logged metrics (a non-empty ``metrics.jsonl``) or the ``run_info.json`` of a finished run (one that saved
+    no checkpoint, ``save_strategy: no``); ``None`` when there is none of these."""
+    scan = scan_checkpoints(output_dir)
+    if scan.any_found:
+        last = scan.latest or scan.skipped[0][0]
+        return f"checkpoints (last: {last.name})"
+    if read_jsonl(output_dir / METRICS_FILE):
+        return f"logged metrics ({METRICS_FILE})"
+    if "finished" in read_json_object(output_dir / RUN_INFO_FILE):
+        return f"a finished run ({RUN_INFO_FILE})"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ training
+@functools.cache
+def _trainer_class(base: type) -> type:
+    """``base`` (the method's trainer: ``BandPOTrainer`` or TRL's ``GRPOTrainer``) with the reward-failure count."""
+    import torch
+
+    class RunTrainer(base):  # type: ignore[misc, valid-type]
+        """The method's trainer that also logs ``rewards/<name>/failures``: completions of the generation batch
+        (all processes) whose scoring raised and got the failure reward, and computes in ``self.precision``
+        (:mod:`bandpo_lab.runtime`: sampling and the backward pass in bf16 when it is ``bf16``, the
+        forward passes of the log-probs in float32)."""
+
+        precision: Precision = FLOAT32
+
+        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
+            # TRL's generate call, with temperature-only sampling, runs bandpo_lab.decode.sample (one prefill per
+            # distinct prompt: a group's completions share it)
+            with (
+                self.precision.sampling(),
+                sampling_generate(self.accelerator.unwrap_model(self.model_wrapped)),
+            ):
+                return super()._generate_single_turn(*args, **kwargs)
+
+        def training_step(self, *args: Any, **kwargs: Any) -> Any:
+            with self.precision.backward():
+                return super().training_step(*args, **kwargs)
+
+        def _prepare_inputs(self, *args: Any, **kwargs: Any) -> Any:
+            with self.precision.exact(), completion_tokens_only():
+                return super()._prepare_inputs(*args, **kwargs)
+
+        def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
+            with self.precision.exact(), completion_tokens_only():
+                return super().compute_loss(*args, **kwargs)
+
+        def _fill_missing_old_log_probs(self) -> None:
+            # BandPOTrainer's old-log-prob pass also runs from the optimizer-step callback, outside the two above
+            with self.precision.exact(), completion_tokens_only():
+                super()._fill_missing_old_log_probs()
+
+        def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
+            safe = [f for f in self.reward_funcs if isinstance(f, SafeRewardFunc)]
+            before = [f.n_failures for f in safe]
+            out = super()._calculate_rewards(*args, **kwargs)
+            if safe:
+                local = torch.tensor(
+                    [float(f.n_failures - b) for f, b in zip(safe, before)], device=self.accelerator.device
+                )
+                total = self.accelerator.reduce(local, reduction="sum").tolist()
+                mode = "train" if self.model.training else "eval"
+                for f, count in zip(safe, total):
+                    self._metrics[mode][f"rewards/{f.__name__}/failures"].append(float(count))
+            return out
+
+    return RunTrainer
+
+
+def _describe(prepared: PreparedRun, model_path: str, n_rows: int) -> str:
+    args = prepared.args
+    per_step = args.per_device_train_batch_size * prepared.world_size * args.gradient_accumulation_steps
+    generation = args.generation_batch_size
+    updates = args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
+    method = (prepared.method or prepared.config.training_method()).describe(args)
+    lines = [
+        f"bandpo train: {prepared.config.source or 'config'} -> {args.output_dir}",
+        f"  model      {model_path}",
+        f"  data       {n_rows} prompts ({_data_source(prepared.config)}), reward {', '.join(f.__name__ for f in prepared.reward_funcs)}",
+        f"  method     {method}",
+        f"  loss       loss_type {args.loss_type}, beta {args.beta}, lr {args.learning_rate}",
+        f"  batches    {generation} completions per generation round ({generation // args.num_generations} prompts x "
+        f"{args.num_generations}), {per_step} per optimizer step, {updates:g} optimizer steps per round, "
+        f"{prepared.world_size} process(es)",
+        f"  steps      max_steps {args.max_steps}, save every {args.save_steps:g}, log every {args.logging_steps:g}"
+        + (f", resuming from {prepared.resume_from}" if prepared.resume_from else ""),
+    ]
+    return "\n".join(lines)
+
+
+def _data_source(config: TrainConfig) -> str:
+    if config.data.task is not None:
+        return f"task {config.data.task}, split {config.data.split}"
+    return ", ".join(config.data.paths)
+
+
+def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output_dir: Path) -> None:
+    """``train_config.yaml`` and ``run_info.json`` at the start of training (:mod:`bandpo_lab.training.run_info`),
+    after a note naming the settings changed since a resumed run started."""
+    changes = prepared.resume_plan.changes if prepared.resume_plan else None
+    changed = {**changes.altering, **changes.harmless} if changes else {}
+    if changed:
+        print(
+            f"bandpo train: note: resuming with settings changed since the run started: "
+            f"{ConfigChanges.describe(changed)}",
+            file=sys.stderr,
+        )
+    start_run_info(
+        output_dir,
+        prepared.config,
+        model_path=model_path,
+        n_prompts=n_rows,
+        world_size=prepared.world_size,
+        resumed_from=prepared.resume_from,
+        changed=changed,
+    )
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _is_tensorboard_folder(path: Path) -> bool:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return path.is_dir() and all(p.name.startswith("events.out.tfevents.") for p in files)
+
+
+def _discard_earlier_run(output_dir: Path) -> None:
+    """Remove an earlier run's checkpoints (``checkpoint-<step>/``, as transformers names them), metrics, run info
+    and TensorBoard folders (``runs/<date>_<host>/`` holding only event files) from ``output_dir``; the model files
+    are overwritten by the new run. Nothing else is removed: a user's ``checkpoint-best/`` or ``notes.txt`` stays."""
+
+    for child in checkpoint_dirs(output_dir):
+        shutil.rmtree(child)
+    for name in (METRICS_FILE, RUN_INFO_FILE):
+        (output_dir / name).unlink(missing_ok=True)
+    board = output_dir / "runs"
+    if board.is_dir():
+        for child in board.iterdir():
+            if _is_tensorboard_folder(child):
+                shutil.rmtree(child)
+        if not any(board.iterdir()):
+            board.rmdir()
+
+
+def _finish_complete_run(plan: ResumePlan, step: int, args: Any, output_dir: Path) -> None:
+    """``--resume`` of a run that already finished at ``step``: nothing to train; the final model is copied from
+    the last checkpoint if the run was killed before saving it."""
+    if plan.final_from_checkpoint and plan.scan.latest is not None:
+        copy_model_files(plan.scan.latest, output_dir)
+        mark_finished(output_dir, step, args)
+        how = f"; the final model was not saved, copied it from {plan.scan.latest.name}"
+    else:
+        how = "; the final model is unchanged"
+    print(
+        f"bandpo train: {output_dir} is complete (step {step}, max_steps {args.max_steps}): "
+        f"nothing to train{how}. To train longer, resume with a higher max_steps",
+        flush=True,
+    )
+
+
+def _close_progress_bars(trainer: Any) -> None:
+    from transformers import ProgressCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, ProgressCallback):
+            for name in ("training_bar", "prediction_bar"):
+                bar = getattr(callback, name, None)
+                if bar is not None:
+                    bar.close()
+                    setattr(callback, name, None)
+
+
+def train(
+    config: TrainConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    callbacks: Sequence[Any] = (),
+    prepared: PreparedRun | None = None,
+    allow_config_change: bool = False,
+    caller_files: Collection[str] = (),
+) -> Path:
+    """Train ``config`` with its method's trainer (``BandPOTrainer`` for a clip rule, TRL's ``GRPOTrainer`` for a
+    TRL-native method; :mod:`bandpo_lab.training.methods`); returns ``output_dir`` (module docstring for its contents).
+
+    Args:
+        config: the training config (:func:`bandpo_lab.training.config.load_train_config`).
+        resume: continue from the newest complete ``checkpoint-*`` in ``output_dir`` (optimizer, scheduler, RNG
+            and data position included; one saved in the middle of a generation round starts a new round, as TRL
+            does); with none there, start from scratch (refused where the run saved only models,
+            ``save_only_model=true``: none can be continued); for a run that already finished, do nothing. ``metrics.jsonl`` keeps the rows up to the checkpoint's step, so no step is logged twice.
+        overwrite: discard an earlier run's checkpoints, metrics, run info and TensorBoard folders in
+            ``output_dir`` (otherwise a fresh run into a directory holding its checkpoints, logged metrics or the
+            ``run_info.json`` of a finished run is refused).
+        callbacks: more ``transformers.TrainerCallback`` objects.
+        prepared: the result of :func:`prepare` for this config, to skip checking twice.
+        allow_config_change: with ``resume``, continue even if the config changes the experiment.
+        caller_files: files in ``output_dir`` the caller wrote, not the user's (:func:`prepare`).
+
+    Raises:
+        ConfigError: from :func:`prepare`, before any model is loaded;
+            :class:`bandpo_lab.training.lock.OutputDirLockedError` if another live run holds ``output_dir``.
+    """
+    prepared = prepared or prepare(
+        config,
+        resume=resume,
+        overwrite=overwrite,
+        allow_config_change=allow_config_change,
+        caller_files=caller_files,
+    )
+    args = prepared.args
+    output_dir = Path(args.output_dir)
+    is_main = args.process_index == 0
+    with OutputDirLock(output_dir) if is_main else contextlib.nullcontext():
+        plan = prepared.resume_plan
+        if is_main and plan is not None and plan.scan.skipped:
+            print(
+                f"bandpo train: skipping incomplete checkpoint(s) (a save did not finish): "
+                f"{plan.scan.describe_skipped()}",
+                flush=True,
+            )
+        if plan is not None and plan.complete_at is not None:
+            if is_main:
+                _finish_complete_run(plan, plan.complete_at, args, output_dir)
+            return output_dir
+        return _train_locked(prepared, overwrite, callbacks, is_main)
+
+
+def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[Any], is_main: bool) -> Path:
+    config, args = prepared.config, prepared.args
+    output_dir = Path(args.output_dir)
+    if overwrite and is_main and output_dir.is_dir():
+        _discard_earlier_run(output_dir)
+    if prepared.resume_plan is not None and prepared.resume_from is None and is_main:
+        print(
+            f"bandpo train: no complete checkpoint in {output_dir} to resume from: starting from scratch",
+            flush=True,
+        )
+
+    model_path = prepared.model_path
+    if (
+        model_path is None
+    ):  # the task's or a built-in model: the main process builds it, the others read the cache
+        cache_dir = preflight.cache_dir(config)
+        with args.main_process_first(desc="building the model"):
+            if is_builtin_model(config.model.path):
+                built = builtin_model_dir(
+                    str(config.model.path), cache_dir, progress=is_main and not args.disable_tqdm
+                )
+            else:
+                built = build_task_model(
+                    config.data.task,  # type: ignore[arg-type]
+                    config.data.task_options,
+                    config.model.warm_start,
+                    cache_dir,
+                    progress=is_main and not args.disable_tqdm,
+                )
+        model_path = str(built)
+    if prepared.tokenizer is None:
+        prepared.tokenizer = preflight.load_tokenizer(model_path)
+        prepared.dataset = build_prompt_dataset(prepared.problems, config.data, prepared.tokenizer)
+    n_rows = len(prepared.dataset)
+    if is_main:
+        _write_run_files(prepared, model_path, n_rows, output_dir)
+        print(_describe(prepared, model_path, n_rows), flush=True)
+
+    on_gpu = not args.use_cpu and _cuda_available()
+    with freed_memory_kept() if not on_gpu else contextlib.nullcontext():
+        step = _run_trainer(prepared, model_path, callbacks, on_gpu, is_main)
+    if is_main:
+        mark_finished(output_dir, step, args)
+        failures = sum(f.n_failures for f in prepared.reward_funcs)
+        print(
+            f"bandpo train: done at step {step}; model, metrics.jsonl and checkpoints in "
+            f"{output_dir}" + (f" ({failures} reward failures on this process)" if failures else ""),
+            flush=True,
+        )
+    return output_dir
+
+
+def gpu_precision_reason(args: Any, tf32: bool | None = None) -> str:
+    """What TRL's own settings compute on a GPU (``args``: its ``GRPOConfig``), for the run's precision line and
+    ``run_info.json``: ``bf16`` / ``fp16`` autocast, which also computes the ratio's log-probs in that precision
+    (after one update TRL's ``bf16`` moved 15-19% of the tokens across a 0.2 clip boundary that float64 did not:
+    docs/smollm2.md, "On a GPU"), or float32, with or without TF32 products: ``tf32`` is PyTorch's setting as the
+    run starts (:func:`bandpo_lab.runtime.cuda_tf32`), ``None``: TRL's ``tf32`` field."""
+    if tf32 is None:
+        tf32 = bool(getattr(args, "tf32", None))
+    tf32_text = ", TF32 products" if tf32 else ""
+    for name in ("bf16", "fp16"):
+        if getattr(args, name, False):
+            return f"TRL's {name}: true: autocast, the ratio's log-probs in {name} too{tf32_text}"
+    return f"TRL's bf16 and fp16 off: float32{tf32_text}"
+
+
+def _run_trainer(
+    prepared: PreparedRun, model_path: str, callbacks: Sequence[Any], on_gpu: bool, is_main: bool
+) -> int:
+    """Build the method's trainer, resolve its precision, train and save the final model (the caller marks the
+    run finished); returns the last optimizer step."""
+    from bandpo.integrations.trl_progress import use_compact_progress
+    from bandpo_lab.training.callbacks import MetricsJSONLCallback
+
+    config, args = prepared.config, prepared.args
+    output_dir = Path(args.output_dir)
+    base = (prepared.method or config.training_method()).trainer_class()
+    trainer = _trainer_class(base)(
+        model=model_path,
+        reward_funcs=prepared.reward_funcs,
+        args=args,
+        train_dataset=prepared.dataset,
+        processing_class=prepared.tokenizer,
+        callbacks=[MetricsJSONLCallback(output_dir / METRICS_FILE), *callbacks],
+    )
+    trainer.precision = precision_for(
+        config.model.precision,
+        trainer.model,
+        on_gpu=on_gpu,
+        gpu_reason=gpu_precision_reason(args, cuda_tf32() if on_gpu else None),
+    )
+    if is_main:
+        print(f"  precision  {trainer.precision.describe()}", flush=True)
+        note = weights_note(trainer.precision, trainer.model)
+        if note is not None:
+            print(f"  note       {note}", flush=True)
+        record_run_info(output_dir, precision=trainer.precision.record())
+    use_compact_progress(trainer)  # a TRL-native method's GRPOTrainer too (BandPOTrainer has it already)
+    try:
+        with silence_expected_warnings(tied_weight_keys(trainer.model)):
+            trainer.train(resume_from_checkpoint=str(prepared.resume_from) if prepared.resume_from else None)
+    except KeyboardInterrupt:
+        _close_progress_bars(trainer)  # now, not at exit after the caller's message
+        raise
+    trainer.save_model(str(output_dir))
+    return int(trainer.state.global_step)

@@ -1,0 +1,227 @@
+"""The sections of a training config: ``model:`` (:class:`ModelConfig`), ``data:`` (:class:`DataConfig`) and
+``reward:`` (:class:`RewardConfig`), each a dataclass that checks its own values.
+
+:mod:`bandpo_lab.training.config` reads them (keys checked, values converted to the fields' types) and re-exports them;
+this module imports neither TRL nor a task's data (``data.task`` is looked up in :data:`bandpo_lab.training.tasks.TASKS`
+when the section is built).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from bandpo.validation import check_int_in
+from bandpo_lab.config import ConfigError
+from bandpo_lab.runtime import check_precision
+
+__all__ = [
+    "CHAT_TEMPLATE_MODES",
+    "DATA_FORMATS",
+    "DTYPES",
+    "SECTIONS",
+    "DataConfig",
+    "ModelConfig",
+    "RewardConfig",
+    "prompt_template_problem",
+]
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""Allowed ``model.dtype`` values (as TRL's ``model_init_kwargs["dtype"]``)."""
+
+DATA_FORMATS = ("auto", "jsonl", "json", "parquet")
+"""Allowed ``data.format`` values; ``auto`` picks by file suffix."""
+
+CHAT_TEMPLATE_MODES = ("auto", "always", "never")
+"""``data.chat_template``: ``auto`` uses the tokenizer's template when it has one."""
+
+
+def prompt_template_problem(template: str | None, name: str) -> str | None:
+    """Why ``template`` cannot format a prompt (training's ``data.prompt_template``, eval's ``--prompt-template``),
+    or ``None``: it must be a format string whose only field is ``{prompt}``, and hold it. ``name``: the setting."""
+    if template is None:
+        return None
+    try:
+        template.format(prompt="")
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as err:
+        return (
+            f"{name} must be a format string whose only field is {{prompt}} (write literal braces as {{{{ }}}}), "
+            f"got {template!r}: {err!r}"
+        )
+    if "{prompt}" not in template:
+        return f"{name} must contain {{prompt}}, got {template!r}"
+    return None
+
+
+@dataclass
+class ModelConfig:
+    """``model:``: which causal LM to train.
+
+    Args:
+        path: a local model directory (``config.json`` + weights + tokenizer), a Hugging Face model id (it must
+            be in the local cache when ``HF_HUB_OFFLINE=1``), or a built-in model (:data:`bandpo_lab.models.MODELS`:
+            ``smollm2-135m``, converted once from its package and cached). ``None`` or ``"tiny"`` with
+            ``data.task``: the task's own model (countdown: the warm-started tiny Qwen2, built once and cached).
+        dtype: weights dtype for ``from_pretrained``: one of :data:`DTYPES` (TRL's default ``float32``; use
+            ``bf16: true`` for bfloat16 mixed precision on GPUs).
+        precision: how a CPU run computes (:mod:`bandpo_lab.runtime`): ``auto`` (default: ``bf16`` where
+            the CPU has native bfloat16 instructions and the model is large enough for it to pay, else
+            ``float32``), ``float32``, or ``bf16`` (bfloat16 sampling and backward pass; the log-probs of the
+            ratio, the weights, the optimizer and the loss stay float32). On a GPU TRL's ``bf16`` applies.
+        attn_implementation: passed to ``from_pretrained`` (``eager``, ``sdpa``, ``flash_attention_2``);
+            ``None`` keeps the model's default.
+        cache_dir: where the task model or a built-in model is cached; ``None``: ``$BANDPO_CACHE_DIR`` or ``~/.cache/bandpo``.
+        warm_start: options of the task model (countdown: fields of ``bandpo_lab.tasks.WarmStartConfig`` but ``task``,
+            e.g. ``{max_steps: 600, n_layers: 4}``); the task's puzzles come from ``data.task_options``.
+    """
+
+    path: str | None = None
+    dtype: str = "float32"
+    precision: str = "auto"
+    attn_implementation: str | None = None
+    cache_dir: str | None = None
+    warm_start: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"model.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        try:
+            self.precision = check_precision(self.precision, "model.precision")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if self.path is not None and not str(self.path).strip():
+            raise ConfigError("model.path must be a model directory, a Hugging Face id or 'tiny', got ''")
+
+    @property
+    def uses_task_model(self) -> bool:
+        """Whether the model is the built-in task's own (``path`` absent or ``"tiny"``)."""
+        return self.path is None or self.path == "tiny"
+
+
+@dataclass
+class DataConfig:
+    """``data:``: the training prompts, from a built-in task or from local files.
+
+    Args:
+        task: a built-in task name (``bandpo_lab.training.tasks.TASKS``: ``countdown``); exclusive with ``path``.
+        task_options: the task's options (countdown: ``bandpo_lab.tasks.CountdownConfig`` fields, e.g.
+            ``{n_numbers: 3, n_train: 1000}``).
+        path: a JSONL / JSON / parquet file, a list of them, or a directory holding ``<split>.<ext>`` or
+            ``<split>-*.<ext>`` files (also under ``data/``, the Hugging Face layout).
+        format: one of :data:`DATA_FORMATS`; ``auto`` picks by suffix (``.jsonl``, ``.json``, ``.parquet``).
+        split: which split: the task's (``train``/``test``), or the file name prefix inside a directory ``path``
+            (ignored for file paths).
+        prompt_column: column with the prompt: a string, or a list of chat messages ``{role, content}``.
+        answer_column: column with the ground truth (dots read nested dicts: ``reward_model.ground_truth``); it
+            becomes the dataset's ``answer`` column, which the ``dapo`` / ``boxed`` rewards read. Optional when
+            the reward does not need it.
+        keep_columns: more columns to pass to the reward function (TRL hands dataset columns to rewards by name).
+        prompt_template: format string applied to string prompts, with ``{prompt}`` (e.g. an instruction).
+        system_prompt: a system message (chat) or a prefix line (plain text) added to every prompt.
+        chat_template: one of :data:`CHAT_TEMPLATE_MODES`: ``auto`` builds chat messages when the tokenizer has
+            a chat template and plain text otherwise; ``always`` requires a template; ``never`` uses plain text.
+        max_samples: keep only the first ``max_samples`` problems (``None``: all).
+    """
+
+    task: str | None = None
+    task_options: dict[str, Any] = field(default_factory=dict)
+    path: str | list[str] | None = None
+    format: str = "auto"
+    split: str = "train"
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    keep_columns: list[str] = field(default_factory=list)
+    prompt_template: str | None = None
+    system_prompt: str | None = None
+    chat_template: str = "auto"
+    max_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        from bandpo_lab.training.tasks import TASKS
+
+        if self.task is None and self.path is None:
+            raise ConfigError(
+                "data needs either data.task (a built-in task: "
+                f"{', '.join(TASKS.names())}) or data.path (JSONL / JSON / parquet files)"
+            )
+        if self.task is not None and self.path is not None:
+            raise ConfigError(
+                f"data.task={self.task!r} and data.path={self.path!r} are exclusive: set one of them"
+            )
+        if self.task is not None:
+            try:
+                spec = TASKS.get(self.task)
+            except ValueError as err:
+                raise ConfigError(f"data.task: {err}") from err
+            try:
+                spec.options(self.task_options)
+            except (TypeError, ValueError) as err:
+                text = str(err)
+                raise ConfigError(
+                    text if "data.task_options" in text else f"data.task_options: {text}"
+                ) from err
+            if self.split not in spec.splits:
+                raise ConfigError(
+                    f"data.split must be one of {', '.join(spec.splits)} for task {self.task!r}, got {self.split!r}"
+                )
+        elif self.task_options:
+            raise ConfigError(
+                f"data.task_options={self.task_options!r} is set but data.task is not; task options apply to a "
+                "built-in task only"
+            )
+        if isinstance(self.path, list) and not self.path:
+            raise ConfigError("data.path must be a file, a directory or a non-empty list of files, got []")
+        if self.format not in DATA_FORMATS:
+            raise ConfigError(f"data.format must be one of {', '.join(DATA_FORMATS)}, got {self.format!r}")
+        if self.chat_template not in CHAT_TEMPLATE_MODES:
+            raise ConfigError(
+                f"data.chat_template must be one of {', '.join(CHAT_TEMPLATE_MODES)}, got {self.chat_template!r}"
+            )
+        for key in ("prompt_column", "answer_column", "split"):
+            value = getattr(self, key)
+            if not value or "" in value.split("."):
+                raise ConfigError(f"data.{key} must be a column name (dots for nested keys), got {value!r}")
+        problem = prompt_template_problem(self.prompt_template, "data.prompt_template")
+        if problem is not None:
+            raise ConfigError(problem)
+        if self.max_samples is not None:
+            check_int_in("data.max_samples", self.max_samples, 1, note=" or null", error=ConfigError)
+
+    @property
+    def paths(self) -> list[str]:
+        """``path`` as a list (empty for a task)."""
+        if self.path is None:
+            return []
+        return [self.path] if isinstance(self.path, str) else list(self.path)
+
+
+@dataclass
+class RewardConfig:
+    """``reward:``: the reward function(s), by registered name or import path (:mod:`bandpo_lab.training.rewards`).
+
+    Args:
+        name: a name from :func:`bandpo_lab.rewards.reward_names` (``dapo``: the last ``Answer: ...`` line, exact
+            match; ``boxed``: the last ``\\boxed{}``, math-verify when installed; ``last_number``: the last number
+            in the reply; ``countdown``: the built-in task), an import path ``my_pkg.rewards:score`` (a TRL reward
+            function, or a verifier ``verify(completion, ground_truth)`` returning a bool or a ``VerifyResult``),
+            or a list of these (weighted by TRL's top-level ``reward_weights``, one weight per reward).
+            ``None``: the task's default reward (required with ``data.path``).
+        options: options of the reward (``dapo`` / ``boxed`` / ``last_number``: ``correct_reward``,
+            ``incorrect_reward``, ``unparsed_reward``, ``answer_key``); with a list of rewards, a mapping from a
+            reward's name to its options.
+        failure_reward: reward of a completion whose scoring raised (the run goes on; failures are counted in
+            the metrics ``rewards/<name>/failure_frac`` and ``rewards/<name>/failures``).
+    """
+
+    name: str | list[str] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    failure_reward: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.failure_reward):
+            raise ConfigError(f"reward.failure_reward must be a finite number, got {self.failure_reward!r}")
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "reward": RewardConfig}
+"""Config sections: key -> dataclass."""

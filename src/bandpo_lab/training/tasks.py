@@ -1,0 +1,249 @@
+"""Built-in tasks for ``bandpo train`` (``data.task: <name>``): where the problems, the reward and the model come
+from when the config names a task instead of files.
+
+A :class:`TaskSpec` bundles
+
+* ``options_type``: a dataclass of the task's options (``data.task_options`` in the config), validated by it;
+* ``build_split(options, split)``: the problems of one split as dicts with at least ``prompt`` and ``answer``;
+* ``default_reward``: the reward name used when the config has no ``reward.name``;
+* ``build_model(options, model_options, cache_dir, progress)``: the task's own model (``model.path`` absent or
+  ``"tiny"``), with its options from ``model.warm_start`` (checked early by ``check_model_options``); returns a
+  directory that ``from_pretrained`` loads. ``cached_model(options, model_options, cache_dir)`` returns that
+  directory when it is already built (``None`` otherwise).
+
+:func:`build_task_model` builds a task model in a child process (``python -m bandpo_lab.training.tasks``): its
+training must not share the parent's accelerate state or, under ``accelerate launch``, its process group.
+
+Registered here: ``countdown`` (:mod:`bandpo_lab.tasks.countdown` puzzles, the ``countdown`` 0/1 reward, and the
+warm-started tiny character-level Qwen2 of :mod:`bandpo_lab.tasks.tiny_model`, cached under the cache directory) and
+``arith`` (:mod:`bandpo_lab.tasks.arith`: chat questions ``What is 23 + 45?`` for instruct models, the
+``last_number`` reward; no model of its own: set ``model.path``, e.g. the built-in ``smollm2-135m``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bandpo.registry import Registry
+from bandpo_lab.config import build_dataclass
+from bandpo_lab.rewards import REWARDS, register_reward
+from bandpo_lab.tasks.arith import ArithConfig, make_arith_splits
+from bandpo_lab.tasks.countdown import CountdownConfig, countdown_reward_func, make_splits
+
+__all__ = ["TASKS", "TaskSpec", "build_task_model", "default_cache_dir", "register_task"]
+
+CACHE_ENV = "BANDPO_CACHE_DIR"
+
+
+def default_cache_dir() -> Path:
+    """Where built-in task models are cached: ``$BANDPO_CACHE_DIR``, else ``~/.cache/bandpo``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "bandpo"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One built-in task (module docstring). ``splits`` lists the valid ``data.split`` values."""
+
+    name: str
+    options_type: type
+    build_split: Callable[[Any, str], list[dict[str, Any]]]
+    default_reward: str
+    splits: tuple[str, ...] = ("train", "test")
+    build_model: Callable[[Any, Mapping[str, Any], Path, bool], Path] | None = None
+    cached_model: Callable[[Any, Mapping[str, Any], Path], Path | None] | None = None
+    check_model_options: Callable[[Mapping[str, Any]], None] | None = None
+    description: str = ""
+    max_new_tokens: int | None = None
+    """The task's answer length: the new tokens ``bandpo eval`` samples per answer when ``--max-new-tokens`` is not
+    given (``None``: the model's generation config, which for a chat model may be 1,024)."""
+
+    def options(self, options: Mapping[str, Any], name: str = "data.task_options") -> Any:
+        """The task's options object from ``data.task_options`` (``ValueError`` on a bad key or value, naming the
+        key under ``name``: the config's ``data.task_options``, or ``task_options`` for ``bandpo eval`` / ``probe``,
+        whose flag is ``--task-options``)."""
+        return build_dataclass(self.options_type, options, name)
+
+
+TASKS: Registry[TaskSpec] = Registry("task")
+"""Task name -> :class:`TaskSpec`; ``data.task`` selects one."""
+
+
+def register_task(spec: TaskSpec) -> TaskSpec:
+    """Register a built-in task under ``spec.name`` (names must be new)."""
+    return TASKS.register(spec.name, spec)
+
+
+# ------------------------------------------------------------------------------------------------ countdown
+def _countdown_split(options: CountdownConfig, split: str) -> list[dict[str, Any]]:
+    train, test = make_splits(options)
+    return {"train": train, "test": test}[split]
+
+
+def _warm_start_config(options: CountdownConfig, model_options: Mapping[str, Any]) -> Any:
+    from bandpo_lab.tasks.tiny_model import WarmStartConfig
+
+    return build_dataclass(WarmStartConfig, model_options, "model.warm_start", task=options)
+
+
+def _countdown_model(
+    options: CountdownConfig, model_options: Mapping[str, Any], cache_dir: Path, progress: bool
+) -> Path:
+    from bandpo_lab.tasks.tiny_model import warm_start
+
+    return warm_start(cache_dir, _warm_start_config(options, model_options), progress=progress)
+
+
+def _countdown_cached(
+    options: CountdownConfig, model_options: Mapping[str, Any], cache_dir: Path
+) -> Path | None:
+    """The cached warm start for these options, if there is one (``warm_start``'s documented cache layout:
+    ``cache_dir/countdown-warm-<config.cache_key()>`` holding ``warm_start.json``)."""
+    target = Path(cache_dir) / f"countdown-warm-{_warm_start_config(options, model_options).cache_key()}"
+    return target if (target / "warm_start.json").is_file() else None
+
+
+def _check_countdown_model_options(model_options: Mapping[str, Any]) -> None:
+    _warm_start_config(CountdownConfig(), model_options)
+
+
+if "countdown" not in REWARDS:  # the task module may register it itself one day
+    register_reward("countdown", countdown_reward_func)
+
+register_task(
+    TaskSpec(
+        name="countdown",
+        options_type=CountdownConfig,
+        build_split=_countdown_split,
+        default_reward="countdown",
+        build_model=_countdown_model,
+        cached_model=_countdown_cached,
+        check_model_options=_check_countdown_model_options,
+        description="countdown puzzles ('3,7,2:23=' -> '3*7+2') and the warm-started tiny character-level Qwen2",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------- arith
+ARITH_ANSWER_TOKENS = 16
+"""arith's answer length: a short sentence ending in the number (configs/smollm2-arith.yaml's
+max_completion_length, study/smollm2.yaml's eval.max_new_tokens)."""
+
+
+def _arith_split(options: ArithConfig, split: str) -> list[dict[str, Any]]:
+    train, test = make_arith_splits(options)
+    return {"train": train, "test": test}[split]
+
+
+register_task(
+    TaskSpec(
+        name="arith",
+        options_type=ArithConfig,
+        build_split=_arith_split,
+        default_reward="last_number",
+        max_new_tokens=ARITH_ANSWER_TOKENS,
+        description="arithmetic questions for instruct models ('What is 23 + 45?'), scored by the last number in "
+        "the reply; model.path must name a chat model (e.g. smollm2-135m)",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------- child-process build
+_DISTRIBUTED_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
+
+
+def build_task_model(
+    name: str,
+    options: Mapping[str, Any],
+    model_options: Mapping[str, Any],
+    cache_dir: Path,
+    progress: bool = True,
+) -> Path:
+    """Task ``name``'s model directory: the cached one, or one built now in a child process.
+
+    The child runs single-process (the launcher's distributed environment variables are removed), so a
+    data-parallel run can call this from its main process while the others wait.
+
+    Raises:
+        RuntimeError: the child failed (its output went to this process's stdout / stderr).
+    """
+    import json
+    import subprocess
+    import sys
+
+    spec = TASKS.get(name)
+    if spec.build_model is None:
+        raise ValueError(f"task {name!r} has no built-in model")
+    task_options = spec.options(options)
+    if spec.cached_model is not None:
+        cached = spec.cached_model(task_options, model_options, Path(cache_dir))
+        if cached is not None:
+            return cached
+    env = {
+        k: v for k, v in os.environ.items() if k not in _DISTRIBUTED_ENV and not k.startswith("ACCELERATE_")
+    }
+    payload = json.dumps(
+        {
+            "task": name,
+            "options": dict(options),
+            "model_options": dict(model_options),
+            "cache_dir": str(cache_dir),
+            "progress": progress,
+        }
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "bandpo_lab.training.tasks", payload],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"building the model of task {name!r} failed (exit code {proc.returncode})")
+    for line in lines[:-1]:
+        print(line)
+    return Path(lines[-1])
+
+
+def _main(argv: list[str]) -> int:
+    """Child-process entry of :func:`build_task_model`: prints the model directory on the last line."""
+    import contextlib
+    import json
+    import sys
+
+    from bandpo_lab.training.tasks import (
+        TASKS as registry,  # the importable module's registry, not __main__'s
+    )
+
+    request = json.loads(argv[0])
+    spec = registry.get(request["task"])
+    with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the answer
+        path = spec.build_model(  # type: ignore[misc]
+            spec.options(request["options"]),
+            request["model_options"],
+            Path(request["cache_dir"]),
+            bool(request["progress"]),
+        )
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_main(sys.argv[1:]))

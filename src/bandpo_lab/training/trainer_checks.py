@@ -1,0 +1,261 @@
+"""Checks of TRL / transformers settings that those libraries only refuse once the models are loaded.
+
+``GRPOConfig`` accepts ``temperature=0``, ``per_device_train_batch_size=0`` or ``learning_rate=-1``; the sampler,
+the batch arithmetic or the optimizer then fail after both models loaded, with a long traceback.
+:func:`check_trainer_values` checks the values by the ranges and choices below, and ``report_to`` against
+transformers' reporting integrations (one line: key, value, what is allowed), and
+:func:`check_trainer_components` builds what can be built without a model (the optimizer and learning-rate
+scheduler on a one-element parameter, the generation config) so anything else those classes refuse is found in
+:func:`bandpo_lab.training.run.prepare` too. :func:`check_training_length` refuses a run that would train no step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from bandpo.validation import is_int_in
+from bandpo_lab.training.config import ConfigError
+
+__all__ = [
+    "MAX_STEPS",
+    "MULTI_OBJECTIVE_AGGREGATIONS",
+    "SCALE_REWARDS",
+    "SEED_MAX",
+    "VALUE_RULES",
+    "check_report_to",
+    "check_trainer_components",
+    "check_trainer_values",
+    "check_training_length",
+]
+
+Predicate = Callable[[Any], bool]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(low: int) -> Predicate:
+    return lambda v: is_int_in(v, low)
+
+
+def _number(ok: Callable[[float], bool]) -> Predicate:
+    return lambda v: _is_number(v) and ok(v)
+
+
+def _or_null(ok: Predicate) -> Predicate:
+    return lambda v: v is None or ok(v)
+
+
+def _one_of(*choices: str) -> Predicate:
+    return lambda v: isinstance(v, str) and v in choices
+
+
+SEED_MAX = 2**32 - 1
+"""numpy's largest seed: transformers seeds numpy with ``seed`` when it builds the trainer."""
+
+MAX_STEPS = 10**9
+"""The largest step count a config may give (``max_steps``, ``save_steps``, ...): a billion optimizer steps is
+years of training even at a step per 0.1 s; a larger number is a typo (its ETA reads in quadrillions of hours)."""
+
+
+def _interval(v: Any) -> bool:
+    """transformers' ``save_steps`` / ``logging_steps`` / ``eval_steps``: a fraction of the run in (0, 1), or an
+    integer number of steps in [1, :data:`MAX_STEPS`] (transformers reads 0 as a fraction: every 0 steps)."""
+    return _is_number(v) and (0 < v < 1 or (v == int(v) and 1 <= v <= MAX_STEPS))
+
+
+_INTERVAL = f"a number of steps: an integer in [1, {MAX_STEPS}], or in (0, 1) a fraction of the run"
+
+SCALE_REWARDS = ("group", "batch", "none")
+"""TRL 1.16's ``scale_rewards`` (its Python ``True`` / ``False`` are ``group`` / ``none``; a config's value is
+text, and TRL refuses ``"true"`` at the first step)."""
+
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+"""TRL 1.16's ``multi_objective_aggregation``."""
+
+
+VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
+    ("per_device_train_batch_size", _integer(1), "an integer >= 1"),
+    ("gradient_accumulation_steps", _integer(1), "an integer >= 1"),
+    ("steps_per_generation", _or_null(_integer(1)), "an integer >= 1 or null"),
+    ("generation_batch_size", _or_null(_integer(1)), "an integer >= 1 or null"),
+    ("num_iterations", _integer(1), "an integer >= 1"),
+    ("max_completion_length", _or_null(_integer(1)), "an integer >= 1"),
+    (
+        "max_steps",
+        lambda v: is_int_in(v, 1, MAX_STEPS) or is_int_in(v, -1, -1),
+        f"an integer in [1, {MAX_STEPS}], or -1 to train num_train_epochs epochs (0 trains no step)",
+    ),
+    ("save_steps", _interval, f"{_INTERVAL} (0 saves no checkpoint: set save_strategy: 'no')"),
+    ("logging_steps", _interval, f"{_INTERVAL} (0 logs nothing: set logging_strategy: 'no')"),
+    ("eval_steps", _or_null(_interval), f"{_INTERVAL}, or null for logging_steps"),
+    ("num_train_epochs", _number(lambda v: v > 0), "a finite number > 0"),
+    ("learning_rate", _number(lambda v: v >= 0), "a finite number >= 0"),
+    ("warmup_steps", _number(lambda v: v >= 0), "a number >= 0 (below 1: a fraction of the steps)"),
+    ("weight_decay", _number(lambda v: v >= 0), "a finite number >= 0"),
+    ("adam_beta1", _number(lambda v: 0 <= v < 1), "a number in [0, 1)"),
+    ("adam_beta2", _number(lambda v: 0 <= v < 1), "a number in [0, 1)"),
+    ("adam_epsilon", _number(lambda v: v >= 0), "a finite number >= 0"),
+    ("max_grad_norm", _or_null(_number(lambda v: v >= 0)), "a finite number >= 0 (0: no clipping)"),
+    ("beta", _number(lambda v: v >= 0), "a finite number >= 0"),
+    ("temperature", _number(lambda v: v > 0), "a finite number > 0 (TRL divides the logits by it)"),
+    ("top_p", _number(lambda v: 0 < v <= 1), "a number in (0, 1]"),
+    ("top_k", _or_null(_integer(0)), "an integer >= 0 (0: no top-k filtering)"),
+    ("min_p", _or_null(_number(lambda v: 0 <= v <= 1)), "a number in [0, 1] or null"),
+    ("repetition_penalty", _number(lambda v: v > 0), "a finite number > 0 (1: no penalty)"),
+    ("seed", lambda v: is_int_in(v, 0, SEED_MAX), f"an integer in [0, {SEED_MAX}] (numpy's seed range)"),
+    ("scale_rewards", _one_of(*SCALE_REWARDS), f"one of {', '.join(SCALE_REWARDS)}"),
+    (
+        "multi_objective_aggregation",
+        _one_of(*MULTI_OBJECTIVE_AGGREGATIONS),
+        f"one of {', '.join(MULTI_OBJECTIVE_AGGREGATIONS)}",
+    ),
+)
+"""``(key, valid, what is allowed)`` for the trainer settings whose range TRL or transformers enforce late (or
+never: ``max_steps`` beyond :data:`MAX_STEPS`, ``save_steps: 0``)."""
+
+_STRATEGY_OF = {
+    "save_steps": "save_strategy",
+    "logging_steps": "logging_strategy",
+    "eval_steps": "eval_strategy",
+}
+"""The interval settings read only when their strategy is ``steps``."""
+
+
+def check_trainer_values(get: Callable[[str], Any]) -> None:
+    """Check the :data:`VALUE_RULES` keys and ``report_to`` (:func:`check_report_to`); ``get(key)`` gives the
+    value the run would use (config or default).
+
+    ``num_train_epochs`` is checked only when ``max_steps`` is -1 (otherwise it is unused); ``save_steps``,
+    ``logging_steps`` and ``eval_steps`` only when their strategy (:data:`_STRATEGY_OF`) is ``steps``.
+
+    Raises:
+        ConfigError: ``<key> must be <allowed>, got <value>`` for the first value out of range.
+    """
+    for key, valid, allowed in VALUE_RULES:
+        if key == "num_train_epochs" and get("max_steps") != -1:
+            continue
+        if key in _STRATEGY_OF and _plain(get(_STRATEGY_OF[key])) != "steps":
+            continue
+        value = get(key)
+        if not valid(value):
+            raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+    check_report_to(get("report_to"))
+
+
+def check_report_to(value: Any) -> None:
+    """``report_to`` must be what transformers' ``TrainingArguments`` and ``Trainer`` take: null, ``none``,
+    ``all``, the name of one of its reporting integrations, or a list of names (``[none]`` and ``[all]`` too).
+    Whether the integration's library is installed is left to transformers (a dry run may be made elsewhere).
+
+    Raises:
+        ConfigError: naming the value and the integrations of the installed transformers (it refuses an unknown
+            name only when it builds the trainer, after the run's files are written).
+    """
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    names = [value] if isinstance(value, str) else value
+    if value is None or names in (["none"], ["all"]):
+        return
+    if isinstance(names, list) and all(isinstance(n, str) and n in INTEGRATION_TO_CALLBACK for n in names):
+        return
+    raise ConfigError(
+        f"report_to must be none, all, or one or a list of transformers' reporting integrations "
+        f"({', '.join(INTEGRATION_TO_CALLBACK)}), got {value!r}"
+    )
+
+
+def _plain(value: Any) -> Any:
+    """An enum setting as the string a config holds."""
+    return getattr(value, "value", value)
+
+
+def _refused(what: str, err: Exception) -> ConfigError:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return ConfigError(f"{what}: {text}")
+
+
+def check_trainer_components(args: Any) -> None:
+    """Build the optimizer (torch optimizers only), the learning-rate scheduler and the generation config of
+    ``args`` (a ``BandPOConfig``) the way transformers and TRL will, without a model.
+
+    Raises:
+        ConfigError: naming the settings involved and what the library said.
+    """
+    import torch
+    from transformers import GenerationConfig, Trainer
+    from transformers.optimization import get_scheduler
+
+    try:
+        optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    except (ValueError, TypeError, ImportError, KeyError) as err:
+        raise _refused(f"optim={_plain(args.optim)!r} (with optim_args={args.optim_args!r})", err) from err
+    if getattr(optimizer_cls, "__module__", "").startswith("torch."):
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("fused", "foreach")}  # device choices
+        try:
+            optimizer = optimizer_cls([torch.nn.Parameter(torch.zeros(1))], **kwargs)
+        except (ValueError, TypeError, RuntimeError) as err:
+            raise _refused(
+                f"the optimizer {_plain(args.optim)} refuses learning_rate={args.learning_rate}, adam_beta1="
+                f"{args.adam_beta1}, adam_beta2={args.adam_beta2}, adam_epsilon={args.adam_epsilon} "
+                f"or optim_args={args.optim_args!r}",
+                err,
+            ) from err
+        steps = args.max_steps if args.max_steps > 0 else 1000
+        try:
+            get_scheduler(
+                args.lr_scheduler_type,
+                optimizer,
+                num_warmup_steps=args.get_warmup_steps(steps),
+                num_training_steps=steps,
+                scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+            )
+        except (ValueError, TypeError, KeyError) as err:
+            raise _refused(
+                f"lr_scheduler_type={_plain(args.lr_scheduler_type)!r} "
+                f"with lr_scheduler_kwargs={args.lr_scheduler_kwargs!r}",
+                err,
+            ) from err
+    if not args.use_vllm:  # vLLM takes its own sampling parameters
+        generation = {
+            "max_new_tokens": args.max_completion_length,
+            "do_sample": True,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "min_p": args.min_p,
+            "repetition_penalty": args.repetition_penalty,
+            "cache_implementation": args.cache_implementation,
+            **(args.generation_kwargs or {}),
+        }
+        try:
+            GenerationConfig(**generation).validate(strict=True)
+        except (ValueError, TypeError) as err:
+            raise _refused(
+                "the generation settings (max_completion_length, temperature, top_p, top_k, min_p, "
+                "repetition_penalty, generation_kwargs)",
+                err,
+            ) from err
+
+
+def check_training_length(args: Any, n_prompts: int) -> None:
+    """Refuse a run that would train no optimizer step because the data hold less than one generation round.
+
+    TRL's sampler draws ``generation_batch_size / num_generations`` distinct prompts per round and drops an
+    incomplete round, so with fewer prompts than that ``trainer.train()`` finishes at step 0.
+
+    Raises:
+        ConfigError: naming the prompts available and the prompts one round (hence one step) needs.
+    """
+    per_round = args.generation_batch_size // args.num_generations
+    if n_prompts < per_round:
+        raise ConfigError(
+            f"the training data hold {n_prompts} prompts, but one optimizer step needs a generation round of "
+            f"{per_round} prompts (generation_batch_size {args.generation_batch_size} completions / "
+            f"num_generations {args.num_generations}); TRL drops an incomplete round, so this run would train no "
+            "step. Add prompts (data.max_samples, the task's n_train), or lower per_device_train_batch_size or "
+            "steps_per_generation"
+        )

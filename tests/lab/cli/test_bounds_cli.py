@@ -1,0 +1,292 @@
+"""`bandpo bounds`, `plot-bounds` and `bench` through subprocess, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def bandpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "bandpo_lab.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_bounds_table_holds_the_paper_values() -> None:
+    out = bandpo("bounds", "--divergence", "kl,tv", "--p", "0.08,0.5,0.9")
+    assert out.returncode == 0, out.stderr
+    kl = [line.split() for line in out.stdout.splitlines() if line.startswith("kl ")]
+    assert [(r[1], r[2], r[3]) for r in kl] == [
+        ("0.08", "0.2617", "2.4106"),
+        ("0.5", "0.6915", "1.3085"),
+        ("0.9", "0.8666", "1.0764"),
+    ]
+    assert any(line.startswith("fixed 0.2 ") for line in out.stdout.splitlines())
+
+
+def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
+    out = bandpo("bounds", "--p", "1.5,1e-320")  # a subnormal p printed inf in the 1/p column
+    assert out.returncode == 2 and out.stderr == (
+        "bandpo bounds: error: --p values must be in [2.23e-308, 1] (a normal float64 probability), got "
+        "[1.5, 1e-320]\n"
+    )
+    out = bandpo("bounds", "--divergence", "kll")
+    assert out.returncode == 2 and "unknown divergence 'kll' (did you mean 'kl'?)" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("bounds", "--delta", "0"), "bandpo bounds: error: --delta must be a finite number > 0, got 0"),
+        (("bounds", "--delta", "nan"), "bandpo bounds: error: --delta must be a finite number > 0, got nan"),
+        (
+            ("bounds", "--cap", "0.5"),
+            "bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0.5",
+        ),
+        (
+            ("bounds", "--cap", "inf"),
+            "bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got inf",
+        ),
+        (
+            ("bounds", "--cap", "0"),
+            "bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0",
+        ),
+        (
+            ("plot-bounds", "--cap", "0"),
+            "bandpo plot-bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0",
+        ),
+        (
+            ("plot-bounds", "--delta", "-0.1"),
+            "bandpo plot-bounds: error: --delta must be a finite number > 0, got -0.1",
+        ),
+        (
+            ("plot-bounds", "--cap", "0.9"),
+            "bandpo plot-bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0.9",
+        ),
+    ],
+)
+def test_bad_delta_or_cap_is_one_line_before_any_output(
+    tmp_path: Path,
+    args: tuple[str, ...],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Validated before the table header (or the PNG) is written: one line on stderr, exit status 2 (in process:
+    the command line itself is run as a subprocess by the tests above)."""
+    from bandpo_lab.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    assert (exc.value.code, out.out, out.err) == (2, "", message + "\n")
+    assert not list(tmp_path.iterdir())  # plot-bounds wrote no PNG
+
+
+@pytest.mark.parametrize("none", ["none", "None", "null"])
+def test_cap_none_means_no_cap(none: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cap none`` as ``cap: null`` in a config and ``cap=None`` in the API (``--cap 0`` is refused above)."""
+    from bandpo_lab.cli.main import main
+
+    assert main(["bounds", "--divergence", "kl", "--p", "0.001", "--cap", none]) == 0
+    stdout = capsys.readouterr().out
+    assert "cap = None" in stdout.splitlines()[0]
+    (row,) = [line.split() for line in stdout.splitlines() if line.startswith("kl ")]
+    assert float(row[3]) > 10  # hi above the default cap 10
+
+
+def test_closed_stdout_ends_quietly() -> None:
+    """``bandpo bounds | head -2``: the reader stops after two lines; the command exits with the SIGPIPE status
+    (141) and no BrokenPipeError traceback."""
+    p_values = [f"{i / 4000:.6f}" for i in range(1, 4001)]  # ~36,000 lines, far more than a pipe buffer holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bandpo_lab.cli.main", "bounds", "--p", ",".join(p_values)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    head = [proc.stdout.readline() for _ in range(2)]
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141, stderr
+    assert head[0].startswith(b"Band bounds, delta = 0.05")
+    assert stderr == ""
+
+
+def test_plot_bounds_writes_png(tmp_path: Path) -> None:
+    png = tmp_path / "fig.png"
+    out = bandpo("plot-bounds", "--output", str(png), "--divergence", "kl,chi2")
+    assert out.returncode == 0, out.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
+    """An existing directory (matplotlib would write ``<dir>.png`` beside it and report the directory), a path
+    under a file (a FileExistsError traceback before) and an unwritable place: one line each, status 2."""
+    (tmp_path / "a_dir").mkdir()
+    (tmp_path / "a_file").write_text("")
+    cases = [
+        ("a_dir", "--output 'a_dir' is a directory; it must be a file path"),
+        (
+            "a_file/b.png",
+            "--output 'a_file/b.png' is inside 'a_file', which is a file; its folder must be a directory",
+        ),
+    ]
+    if Path("/proc/self").is_dir():  # Linux: nothing can be created in /proc, even by root
+        cases.append(("/proc/no-such-dir/b.png", "--output '/proc/no-such-dir/b.png' cannot be written: "))
+    for out_path, message in cases:
+        out = bandpo("plot-bounds", "--output", out_path, "--divergence", "kl", cwd=tmp_path)
+        assert (out.returncode, out.stdout) == (2, ""), out.stderr
+        assert out.stderr.startswith(f"bandpo plot-bounds: error: {message}") and out.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("out_path", "got"),
+    [("x.txt", "'.txt'"), ("bnoext", "none"), ("fig.", "none")],
+)
+def test_plot_bounds_refuses_an_output_without_a_figure_suffix(
+    out_path: str, got: str, tmp_path: Path
+) -> None:
+    """A suffix matplotlib cannot write was a traceback after the plotting (``Format 'txt' is not supported``),
+    and no suffix printed ``wrote bnoext`` while matplotlib wrote ``bnoext.png``: one line, status 2, nothing
+    written."""
+    out = bandpo("plot-bounds", "--output", out_path, "--divergence", "kl", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr.startswith(
+        f"bandpo plot-bounds: error: --output {out_path!r} must end in a figure suffix, "
+    )
+    assert ".png, " in out.stderr and ".pdf, " in out.stderr and out.stderr.endswith(f"; got {got}\n")
+    assert out.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
+def test_plot_bounds_suffix_picks_the_format(tmp_path: Path) -> None:
+    out = bandpo("plot-bounds", "--output", "fig.SVG", "--divergence", "kl", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "wrote fig.SVG\n" and b"<svg" in (tmp_path / "fig.SVG").read_bytes()[:500]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
+        (["--accuracy-points", "0"], "--accuracy-points must be an integer >= 1, got 0"),
+        (["--sizes", "4096,-5"], "--sizes must be an integer >= 1, got -5"),
+        (["--loss-shape", "4,0"], "--loss-shape T must be an integer >= 1, got 0"),
+        (["--verl-shape", "0,8"], "--verl-shape B must be an integer >= 1, got 0"),
+    ],
+)
+def test_bench_refuses_a_bad_count_before_timing(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused in one line, exit 2, before the minutes of timing (``--repeats 0`` used to fail at the end of the
+    first section, in ``min()`` of nothing)."""
+    from bandpo_lab.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", *args])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"bandpo bench: error: {message}\n"
+
+
+def test_bench_without_the_training_recipe_says_so_before_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An install without its recipes: the training-step section is refused up front with the way round it
+    (it used to fail after minutes of timing, with nothing written); --skip-train passes the check."""
+    import bandpo_lab.experiments.bench as bench
+    from bandpo_lab.cli.main import main
+
+    missing = tmp_path / "configs" / "tiny.yaml"
+    monkeypatch.setattr(bench, "TINY_RECIPE", missing)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"bandpo bench: error: the training-step benchmark needs {missing}, which this install of bandpo lacks; "
+        "pass --skip-train\n"
+    )
+    import argparse
+
+    from bandpo_lab.cli.bench import _argument_problem, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert _argument_problem(parser.parse_args(["--skip-train"])) is None
+    assert _argument_problem(parser.parse_args(["--real-model"])) is None
+    assert "needs" in str(_argument_problem(parser.parse_args([])))
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-progress"]])
+def test_bench_shows_progress_on_stderr_unless_told_not_to(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each timed section draws a bar (count, ETA) on stderr, which stays clear of the tables on stdout."""
+    from bandpo_lab.cli.main import main
+
+    skips = ["--skip-loss", "--skip-schedule", "--skip-verl", "--skip-train"]
+    assert main(["bench", "--sizes", "64", "--repeats", "1", "--accuracy-points", "10", *skips, *flags]) == 0
+    out = capsys.readouterr()
+    assert "band kl" in out.out and "bounds, 64 tokens" not in out.out
+    assert ("bounds, 64 tokens:" in out.err) is not flags, out.err
+
+
+@pytest.mark.slow
+def test_bench_smoke(tmp_path: Path) -> None:
+    out = bandpo(
+        "bench", "--sizes", "4096", "--repeats", "1", "--accuracy-points", "2000", "--loss-shape", "4,64",
+        "--verl-shape", "4,32", "--skip-train", "--output", str(tmp_path / "b.json"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert all(
+        f"{section}:" in out.stderr for section in ("bounds, 4,096 tokens", "loss, every rule", "diagnostics")
+    )
+    data = json.loads((tmp_path / "b.json").read_text())
+    cases = {r["case"] for r in data["bounds"]}
+    assert {"band kl", "band tv", "fixed clip (eps 0.2)", "authors' bisection (kl, 50 it/side)"} <= cases
+    assert all(r["ms"] > 0 for r in data["bounds"])
+    assert data["kl_accuracy"]["table/float64"] <= 1e-6 and data["kl_accuracy"]["newton/float32"] <= 1e-4
+    assert {r["case"] for r in data["loss"]} >= {"loss fwd+bwd band", "loss fwd+bwd grpo"}
+    schedule = {r["case"]: r for r in data["schedule"]}
+    assert schedule["loss band kl, radius constant"]["x_constant"] == 1.0
+    assert schedule["bounds band kl, radius scheduled"]["ms"] > 0
+    assert data["provenance"]["bandpo"] and "commit" in data["provenance"] and "verl" in data["provenance"]
+    diagnostics = {r["case"]: r for r in data["diagnostics"]}
+    assert set(diagnostics) == {"diagnostics grpo", "diagnostics band", "diagnostics dppo_kl"}
+    assert all(r["cpu_x_naive"] == r["cpu_ms"] / r["cpu_naive_ms"] for r in diagnostics.values())
+    if data["provenance"]["verl"] == "not installed":
+        assert data["loss_vs_verl"] == [] and "verl is not installed" in data["loss_vs_verl_skipped"]
+        assert "loss vs verl: skipped: verl is not installed" in out.stdout
+    else:
+        verl = {r["case"]: r for r in data["loss_vs_verl"]}
+        ours = {f"bandpo {n}{lv}" for n in ("grpo", "band", "dppo_kl") for lv in ("", " (basic)", " (none)")}
+        assert set(verl) == {"verl vanilla", "verl dppo_kl", *ours}
+        assert verl["verl vanilla"]["cpu_x_verl"] == 1.0 and verl["bandpo band"]["cpu_x_verl"] > 0
+        assert "bandpo dppo_kl / verl dppo_kl:" in out.stdout
+        assert "bandpo grpo (basic) " in out.stdout and "bandpo dppo_kl (none) / verl dppo_kl:" in out.stdout
+
+
+@pytest.mark.parametrize(("cap", "shown"), [("", "''"), ("ten", "'ten'"), ("0.5", "0.5")])
+def test_a_cap_that_is_no_number_is_quoted(cap: str, shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cap ''`` printed ``got `` with nothing after it."""
+    from bandpo_lab.cli.bounds import check_delta_and_cap
+
+    with pytest.raises(SystemExit) as exc:
+        check_delta_and_cap("bounds", 0.05, cap)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        f"bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got {shown}\n"
+    )

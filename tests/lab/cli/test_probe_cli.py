@@ -1,0 +1,140 @@
+"""``bandpo probe``'s command line (``cli/probe.py``) up to the work: errors name the flags the user typed, the
+task options it hands on, and the checks made before minutes of sampling (matplotlib for the figure). The probe
+itself is tested in tests/lab/experiments/test_llm_probe.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bandpo_lab.cli.main import main
+
+
+def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one stderr line of ``bandpo probe ARGV``, which must exit with status 2."""
+    with pytest.raises(SystemExit) as exc:
+        main(["probe", "--model", "x", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err.removesuffix("\n")
+
+
+FLAG_ERRORS = [  # (argv, the error's start)
+    (["--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
+    (["--group-size", "1"], "--group-size must be an integer >= 2, got 1"),
+    (["--batches", "0"], "--batches must be an integer >= 1, got 0"),
+    (["--updates", "1"], "--updates must be an integer >= 2, got 1"),
+    (["--prompts", "0"], "--prompts must be an integer >= 1, got 0"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1, got 0"),
+    (["--temperature", "-1"], "--temperature must be a finite number > 0, got -1.0"),
+    (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+    (["--precision", "fp8"], "--precision must be one of auto, float32, bf16, got 'fp8'"),
+    (["--rules", ","], "--rules must name at least one clip rule, got ','"),
+    (["--rules", "grpo,bandd"], "--rules: unknown clip rule 'bandd' (did you mean 'band'?); valid names: "),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), FLAG_ERRORS, ids=[" ".join(argv) for argv, _ in FLAG_ERRORS])
+def test_probe_errors_name_the_flags(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad value is reported under the flag the user typed (``--lr``), not ``ProbeConfig``'s field
+    (``learning_rate``), as ``--precision`` already was; nothing is written."""
+    err = _error([*argv, "--output-dir", str(tmp_path / "out")], capsys)
+    assert err.startswith(f"bandpo probe: error: {message}"), err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def probe_options(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The ``options`` each ``bandpo probe`` call hands to the work (``_run``, replaced: nothing is sampled)."""
+    seen: list[Any] = []
+
+    def fake_run(args: argparse.Namespace, config: Any, options: Any) -> int:
+        seen.append(options)
+        return 0
+
+    monkeypatch.setattr("bandpo_lab.cli.probe._run", fake_run)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("argv", "options"),
+    [
+        ([], {"digits": [1], "n_train": 155, "n_test": 100}),  # arith, the one-digit set
+        (["--task-options", '{"digits": [1, 2]}'], {"digits": [1, 2]}),  # JSON
+        (["--task-options", "{digits: [1, 2]}"], {"digits": [1, 2]}),  # YAML
+        (["--dataset", "countdown"], None),  # only arith has a default
+    ],
+    ids=["arith-default", "json", "yaml", "other-task"],
+)
+def test_probe_task_options_are_yaml_and_arith_defaults_to_one_digit(
+    argv: list[str], options: Any, probe_options: list[Any], tmp_path: Path
+) -> None:
+    """``--task-options`` reads YAML (and so JSON) as ``bandpo eval`` does; without it the arith task is the
+    one-digit set, where most groups carry signal (``ARITH_DEFAULT``), and other tasks get their own defaults."""
+    assert main(["probe", "--model", "x", *argv, "--no-figures", "--output-dir", str(tmp_path / "out")]) == 0
+    assert probe_options == [options]
+
+
+def test_probe_arith_default_is_a_valid_task_config() -> None:
+    import yaml
+
+    from bandpo_lab.cli.probe import ARITH_DEFAULT
+    from bandpo_lab.tasks.arith import ArithConfig
+
+    default = ArithConfig(**yaml.safe_load(ARITH_DEFAULT))
+    assert default.digits == [1] and default.n_train + default.n_test <= 255
+
+
+def test_probe_checks_matplotlib_before_the_work(
+    monkeypatch: pytest.MonkeyPatch,
+    probe_options: list[Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without matplotlib (the ``plots`` extra) the probe stops before sampling, not after minutes of work with
+    its table unprinted; ``--no-figures`` needs no matplotlib."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    out = str(tmp_path / "out")
+    err = _error(["--output-dir", out], capsys)
+    assert err.startswith("bandpo probe: error: figures need matplotlib, which is not installed: ")
+    assert err.endswith("; or pass --no-figures") and probe_options == []
+    assert main(["probe", "--model", "x", "--no-figures", "--output-dir", out]) == 0
+    assert len(probe_options) == 1
+
+
+def test_probe_more_prompts_than_problems_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found when the task is read, before any model loads."""
+    argv = ["--task-options", "{digits: [1], n_train: 3, n_test: 2}", "--prompts", "5", "--no-figures"]
+    err = _error([*argv, "--output-dir", str(tmp_path / "out")], capsys)
+    assert err == "bandpo probe: error: --prompts 5 is more than the 3 problems of arith/train"
+
+
+def test_probe_a_bad_attention_is_one_line_before_the_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--attn-implementation`` reaches the model's loading (as ``bandpo eval``'s): a name transformers does not
+    know is one line naming it, and nothing is written."""
+    from helpers.tiny import save_countdown_model_dir
+
+    model = save_countdown_model_dir(tmp_path / "model")
+    capsys.readouterr()
+    argv = ["probe", "--model", str(model), "--dataset", "countdown", "--prompts", "2", "--no-figures",
+            "--attn-implementation", "no-such", "--output-dir", str(tmp_path / "out")]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"bandpo probe: error: model directory {str(model)!r} could not be loaded as a causal LM with "
+        "attn_implementation 'no-such': "
+    ), err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()

@@ -1,0 +1,58 @@
+"""Where ``bandpo eval`` may write (:mod:`bandpo_lab.eval.outputs`): on plain files, no model loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bandpo_lab.eval.outputs import is_eval_output, outputs_problem
+
+
+def _model(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    return folder
+
+
+def test_a_rerun_replaces_its_own_earlier_outputs_and_an_empty_file(tmp_path: Path) -> None:
+    results, samples, empty = tmp_path / "r.json", tmp_path / "s.jsonl", tmp_path / "e.json"
+    results.write_text(json.dumps({"model": "m", "settings": {}, "datasets": {}, "overall": {}}, indent=2))
+    row = {
+        "dataset": "d",
+        "index": 0,
+        "prompt": "p",
+        "completions": ["x"],
+        "correct": [False],
+        "answers": [None],
+    }
+    samples.write_text(json.dumps(row) + "\n")
+    empty.touch()
+    assert is_eval_output(results) and is_eval_output(samples) and not is_eval_output(empty)
+    assert outputs_problem({"--output": results, "--save-samples": samples}, None) is None
+    assert outputs_problem({"--output": empty, "--save-samples": None}, None) is None
+
+
+def test_eval_writes_into_a_model_folder_only_its_default_results_file(tmp_path: Path) -> None:
+    model = _model(tmp_path / "run")
+    assert not is_eval_output(model / "model.safetensors")
+    assert outputs_problem({"--output": model / "eval_results.json"}, model) is None
+    assert outputs_problem({"--output": model / "eval_results.json"}, None) is None  # known by its files too
+    for flag, path in (
+        ("--save-samples", model / "eval_results.json"),
+        ("--output", model / "results.json"),
+        ("--output", model / "sub" / "eval_results.json"),  # inside the model evaluated, at any depth
+    ):
+        assert outputs_problem({flag: path}, model) == (
+            f"{flag} '{path}' is inside the model folder '{model}': bandpo eval writes no file among a model's but "
+            "its default results file eval_results.json; write it elsewhere"
+        )
+
+
+def test_eval_replaces_no_file_that_is_not_its_own(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"model": "my notes"}')
+    assert outputs_problem({"--save-samples": notes}, None) == (
+        f"--save-samples '{notes}' exists and is not an earlier bandpo eval output: bandpo eval replaces only an "
+        "empty file or its own results JSON / samples JSONL; choose a new file"
+    )

@@ -1,0 +1,130 @@
+"""Tests for ``bandpo_lab.experiments.bench_llm``: the FLOP count behind each floor (against a count by hand on a small
+Llama) and the matmul rates it divides by. The bench itself runs SmolLM2 for minutes: ``bandpo bench
+--real-model``."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from bandpo_lab.experiments.bench_llm import _flops, _generation_flops, matmul_rates  # noqa: E402
+
+
+def _tiny_llama():  # type: ignore[no-untyped-def]
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_flops_count_every_decoder_weight_twice_per_token_and_the_head_per_scored_token() -> None:
+    model = _tiny_llama()
+    head_dim = 16 // 4
+    per_layer = 16 * 16 + 2 * (16 * 2 * head_dim) + 16 * 16 + 3 * 16 * 32  # q, k, v, o, gate/up/down
+    decoder = 2 * per_layer
+    assert _flops(model, tokens=10, scored=3, backward=False) == 2 * (decoder * 10 + 100 * 16 * 3)
+    assert _flops(model, tokens=10, scored=3, backward=True) == 3 * 2 * (decoder * 10 + 100 * 16 * 3)
+
+
+def test_generation_flops_count_the_positions_the_sampler_runs() -> None:
+    """The generation floor counts what bandpo_lab.decode.sample feeds the model (it once counted one decode step per
+    completion too many: the last token is never fed back)."""
+    from bandpo_lab.decode import sample
+
+    model, g, t_new = _tiny_llama(), 3, 5
+    prompts = torch.randint(0, 100, (2, 4)).repeat_interleave(g, dim=0)  # 2 prompts x 3 copies, no padding
+    mask = torch.ones_like(prompts)
+    seen = {"tokens": 0, "scored": 0}
+
+    def count(_module, args, kwargs, out) -> None:  # type: ignore[no-untyped-def]
+        seen["tokens"] += kwargs["input_ids"].numel()
+        seen["scored"] += out.logits.shape[0] * out.logits.shape[1]
+
+    model.register_forward_hook(count, with_kwargs=True)
+    with torch.no_grad():
+        out = sample(model, prompts, mask, max_new_tokens=t_new, eos_token_id=-1, pad_token_id=0)
+    assert out.shape == (6, 4 + t_new)
+    assert seen == {"tokens": 2 * 4 + 6 * (t_new - 1), "scored": 2 + 6 * (t_new - 1)}
+    assert _generation_flops(model, mask, g, t_new) == _flops(model, seen["tokens"], seen["scored"], False)
+
+
+def test_matmul_rates_are_positive_for_each_dtype() -> None:
+    rates = matmul_rates(m=64, k=64, n=64, rounds=2)
+    assert {"float32", "bfloat16", "bfloat16_emulated"} <= set(rates)
+    assert all(v > 0 for v in rates.values())
+
+
+def test_recipe_is_the_configs_recipe_and_samples_as_the_trainer() -> None:
+    """The bench times ``configs/smollm2-arith.yaml``'s step, sampling with what ``GRPOTrainer`` passes to
+    ``generate`` (the config's values, else ``GRPOConfig``'s defaults), not transformers' defaults (top_k=50)."""
+    from pathlib import Path
+
+    pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    from bandpo_lab.experiments.bench_llm import RECIPE
+    from bandpo_lab.training.config import load_train_config
+
+    root = Path(__file__).resolve().parents[3]
+    config = load_train_config(root / "configs" / "smollm2-arith.yaml")
+    trainer = config.trainer
+    defaults = {f: GRPOConfig.__dataclass_fields__[f].default for f in ("temperature", "top_k", "top_p")}
+    sampling = {k: trainer[k] if trainer.get(k) is not None else v for k, v in defaults.items()}
+    assert RECIPE["sampling"] == sampling
+    assert RECIPE["model"] == config.model.path
+    assert RECIPE["attn_implementation"] == config.model.attn_implementation  # both precisions' rows
+    assert RECIPE["task_options"] == config.data.task_options
+    assert RECIPE["max_new_tokens"] == trainer["max_completion_length"]
+    assert RECIPE["micro_batch"] == trainer["per_device_train_batch_size"]
+    assert RECIPE["steps_per_generation"] == trainer["steps_per_generation"]
+    assert RECIPE["generations"] == trainer["num_generations"]
+    assert RECIPE["prompts"] * RECIPE["generations"] == RECIPE["micro_batch"] * RECIPE["steps_per_generation"]
+
+
+def _worker(before: str = "", after: str = "") -> list[str]:
+    import sys
+
+    code = f"import sys, time\n{before}\nprint('ready', flush=True)\nsys.stdin.readline()\n{after}"
+    return [sys.executable, "-c", code]
+
+
+def test_run_together_releases_the_processes_at_once() -> None:
+    """The side-by-side throughput only means something if the two timed stretches overlap: the fast-loading
+    worker waits for the slow one."""
+    import time
+
+    from bandpo_lab.experiments.bench_llm import run_together
+
+    t0 = time.time()
+    go = (
+        "print(time.time())"  # a line before "ready" (a library's notice) is skipped, not taken for a failure
+    )
+    slow = "print('loading...', flush=True); time.sleep(1.0)"
+    lines = run_together([_worker(after=go), _worker(before=slow, after=go)])
+    starts = [float(x) for x in lines]
+    assert min(starts) >= t0 + 0.95 and abs(starts[0] - starts[1]) < 0.5
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "message"),
+    [
+        (
+            "sys.exit('no model here')",
+            "",
+            "process 2 of 2 stopped before it was ready (exit 1): no model here",
+        ),
+        ("", "sys.stderr.write('bad step\\n'); sys.exit(3)", "process 2 of 2 failed (exit 3): bad step"),
+        ("print('a notice'); sys.exit(5)", "", "process 2 of 2 stopped before it was ready (exit 5)"),
+    ],
+)
+def test_run_together_names_a_failed_process(before: str, after: str, message: str) -> None:
+    from bandpo_lab.experiments.bench_llm import run_together
+
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        run_together([_worker(after="print(1.0)"), _worker(before, after)])

@@ -1,0 +1,126 @@
+"""Tests for bandpo_lab.experiments.compare.driver (``run_compare``) on fake runs: the run processes are stubbed (a fake
+worker writes the results a run would), so what is under test is what the driver checks, discards and queues."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from synthetic_runs import CONFIGS, make_planned_runs
+
+import bandpo_lab.experiments.compare.driver as driver
+from bandpo_lab.experiments.compare import CompareError, load_compare_config
+
+
+def _config(out: Path, *overrides: str) -> Any:
+    return load_compare_config(
+        CONFIGS / "compare-tiny.yaml", [f"output_dir={out}", "seeds=[0]", "baseline=false", *overrides]
+    )
+
+
+@pytest.fixture
+def launched(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The specs of the runs the driver starts; each fake worker writes results.json with its spec's fingerprint."""
+    specs: list[dict[str, Any]] = []
+
+    class FakeWorker:
+        def __init__(self, argv: list[str], **kwargs: Any) -> None:
+            spec_path = Path(argv[-1])
+            spec = json.loads(spec_path.read_text())
+            specs.append(spec)
+            results = {"label": spec["label"], "seed": spec["seed"], "fingerprint": spec["fingerprint"]}
+            (spec_path.parent / "results.json").write_text(
+                json.dumps({**results, "metrics": {"mean@8": 0.5}})
+            )
+
+        def wait(self) -> int:
+            return 0
+
+    fake = types.SimpleNamespace(Popen=FakeWorker, STDOUT=subprocess.STDOUT)
+    monkeypatch.setattr(driver, "subprocess", fake)
+    monkeypatch.setattr(
+        "bandpo_lab.experiments.report.build_report", lambda output_dir, **kwargs: Path(output_dir)
+    )
+    return specs
+
+
+@pytest.mark.parametrize("change", ["train.overrides.learning_rate=0.5", "train.overrides.max_steps=30"])
+def test_redo_retrains_runs_whose_training_settings_changed(
+    tmp_path: Path, launched: list[dict[str, Any]], change: str
+) -> None:
+    """--redo was refused for a change of the learning rate: the runs it discards were first checked as resumes of
+    themselves, which the trainer refuses for a config that changes the experiment."""
+    out = tmp_path / "cmp"
+    old = make_planned_runs(_config(out), train_files=True)
+    new = _config(out, change)
+    with pytest.raises(CompareError, match=r"made \(or started\) with another config.*pass --redo"):
+        driver.run_compare(new, progress=False, log=io.StringIO())
+    assert launched == []
+    driver.run_compare(new, redo=True, progress=False, log=io.StringIO())
+    assert [(s["label"], s["seed"]) for s in launched] == [("grpo", 0), ("band-kl", 0)]
+    for plan, spec in zip(old, launched, strict=True):
+        assert spec["fingerprint"] != plan.fingerprint
+        assert not (plan.run_dir / "train_config.yaml").exists()  # the old run was discarded
+        assert json.loads((plan.run_dir / "results.json").read_text())["fingerprint"] == spec["fingerprint"]
+
+
+def test_an_unknown_eval_split_or_dataset_is_refused_before_training(
+    tmp_path: Path, launched: list[dict[str, Any]]
+) -> None:
+    """The eval data was read after training only: every run trained, then failed."""
+    for change, message in (
+        (
+            "eval.split=nosplit",
+            r"^eval: split must be one of train, test for task 'countdown', got 'nosplit'$",
+        ),
+        ("eval.dataset=nosuchtask", r"^eval: dataset 'nosuchtask' does not exist"),
+    ):
+        with pytest.raises(CompareError, match=message):
+            driver.run_compare(_config(tmp_path / "cmp", change), progress=False, log=io.StringIO())
+    assert launched == []
+
+
+def test_a_config_error_of_the_baseline_stops_the_comparison(
+    tmp_path: Path, launched: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed baseline evaluation is a warning (the runs do not depend on it), but not a config error: the runs
+    would meet it too."""
+
+    def broken(config: Any, progress: bool = True) -> None:
+        raise CompareError("eval: something the config got wrong")
+
+    monkeypatch.setattr(driver, "evaluate_baseline", broken)
+    with pytest.raises(CompareError, match="something the config got wrong"):
+        driver.run_compare(_config(tmp_path / "cmp", "baseline=true"), progress=False, log=io.StringIO())
+    assert launched == []
+
+    def flaky(config: Any, progress: bool = True) -> None:
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(driver, "evaluate_baseline", flaky)
+    log = io.StringIO()
+    driver.run_compare(_config(tmp_path / "cmp", "baseline=true"), progress=False, log=log)
+    assert "warning: baseline evaluation failed: out of memory" in log.getvalue() and len(launched) == 2
+
+
+def test_the_run_count_of_methods_on_their_own_seeds(tmp_path: Path, launched: list[dict[str, Any]]) -> None:
+    """grpo on seeds 0-2 and band-kl on seed 0 printed "2 methods x 3 seeds = 4 runs"."""
+    methods = (
+        "methods=[{label: grpo, clip_rule: grpo}, {label: band-kl, clip_rule: band, params: {divergence: kl, "
+        "delta: 0.05}, seeds: [0]}]"
+    )
+    config = _config(tmp_path / "cmp", "seeds=[0,1,2]", methods)
+    make_planned_runs(config)
+    log = io.StringIO()
+    driver.run_compare(config, progress=False, log=log)
+    assert (
+        f"2 methods x 3 seeds, band-kl on 1 seed = 4 runs in {tmp_path / 'cmp'} (4 finished" in log.getvalue()
+    )
+    log = io.StringIO()
+    driver.run_compare(_config(tmp_path / "other", "seeds=[0,1]"), progress=False, log=log)
+    assert "2 methods x 2 seeds = 4 runs in" in log.getvalue()

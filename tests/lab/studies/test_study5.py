@@ -1,0 +1,151 @@
+"""Study 5's scripts (studies/study5/): the registered analysis's intervals and decisions, the machine kinds of the
+bookkeeping, and the reuse check's comparison of logged rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load(name: str) -> ModuleType:
+    path = ROOT / "studies" / "study5" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"study5_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_interval_is_the_t_interval_at_its_level() -> None:
+    """By hand: differences -0.5, -0.3, -0.1 have mean -0.3 and sd 0.2; t_{0.9875, 2} = 6.2053 (97.5% two-sided)."""
+    analysis = _load("analysis")
+    ref = {1: 1.0, 2: 1.0, 3: 1.0, 4: 5.0}
+    other = {1: 0.5, 2: 0.7, 3: 0.9}
+    c = analysis.paired_interval(ref, other, 0.025)
+    assert c["n"] == 3 and c["seeds"] == [1, 2, 3] and c["diff"] == pytest.approx(-0.3)
+    half = 6.2053 * 0.2 / math.sqrt(3)
+    assert c["lo"] == pytest.approx(-0.3 - half, rel=1e-3) and c["hi"] == pytest.approx(-0.3 + half, rel=1e-3)
+    assert analysis.paired_interval(ref, {1: 0.0}, 0.025).get("lo") is None  # one pair: no interval
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "words"),
+    [
+        (-0.6, -0.1, ["lowers the training entropy", "excludes neither", "contains -0.32, -0.16"]),
+        (-0.1, 0.2, ["no effect", "excludes -0.32, -0.16"]),
+        (0.1, 0.3, ["raises the training entropy", "excludes -0.32, -0.16"]),
+        (-0.4, -0.2, ["lowers", "excludes -0.16", "contains -0.32"]),
+    ],
+)
+def test_decision_reads_the_interval_as_registered(lo: float, hi: float, words: list[str]) -> None:
+    analysis = _load("analysis")
+    text = analysis.decision(
+        {"diff": (lo + hi) / 2, "lo": lo, "hi": hi, "n": 18, "level": 0.975}, "the upper side"
+    )
+    assert text.startswith("the upper side ")
+    for word in words:
+        assert word in text
+
+
+def _run(tmp: Path, label: str, seed: int, entropies: list[float], reason: str, late: float) -> None:
+    run = tmp / "runs" / label / f"seed{seed}"
+    run.mkdir(parents=True)
+    rows = [
+        {"step": i + 1, "policy/entropy": e, "clip/frac": 0.1, "tokens/count": 100.0,
+         "clip/frac/p0.0-0.2": 0.2, "tokens/share/p0.0-0.2": 0.5,
+         **({"side/up_through": 0.01, "side/down_through": 0.02, "side/up_through_tail": 0.01,
+             "side/down_through_tail": 0.0, "side/up_held": 0.0, "side/down_held": 0.03} if "band" in label else {})}
+        for i, e in enumerate(entropies)
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = {
+        "seed": seed,
+        "label": label,
+        "metrics": {"mean@8": late / 100, "pass@8": 0.5},
+        "late": {"mean@8": late / 100},
+    }
+    (run / "results.json").write_text(json.dumps(results))
+    (run / "run_info.json").write_text(json.dumps({"precision": {"reason": reason}}))
+
+
+def test_analysis_of_made_up_runs(tmp_path: Path) -> None:
+    """Four rules on three seeds: the areas are the entropies' trapezoids (constant logs: the constant), the
+    contrasts their differences, the per-side counts the shares times the tokens, summed."""
+    analysis = _load("analysis")
+    amx = "asked for; this CPU has amx_bf16, avx512_bf16"
+    for seed, shift in ((1, 0.0), (2, 0.1), (3, -0.1)):
+        _run(tmp_path, "grpo", seed, [1.0 + shift] * 4, amx, 40)
+        _run(tmp_path, "band-kl", seed, [0.7 + shift] * 4, amx, 20)
+        _run(tmp_path, "band-upper", seed, [0.95 + shift + 0.01 * seed] * 4, amx, 45)
+        _run(tmp_path, "band-lower", seed, [0.75 + shift] * 4, amx, 30)
+    result = analysis.analyse([tmp_path], None)
+    lower = result["primary"]["band-lower"]
+    assert lower["diff"] == pytest.approx(-0.25) and lower["sd"] == pytest.approx(0.0, abs=1e-12)
+    assert "the lower side lowers the training entropy" in result["decisions"]["band-lower"]
+    assert result["primary"]["band-upper"]["diff"] == pytest.approx(-0.03)
+    inter = result["secondary"]["interaction entropy_area"]
+    assert inter["diff"] == pytest.approx(0.7 - (0.95 + 0.02) - 0.75 + 1.0)
+    band = result["methods"]["band-kl"]
+    assert band["no_take_off"] == 3 and band["with_late_mean"] == 3
+    assert band["side"]["side/down_held"] == 3 * 4 * 3 and band["side"]["tokens"] == 3 * 400
+    assert result["methods"]["grpo"]["side"] is None and result["methods"]["grpo"]["clipped"] == 3 * 40
+
+
+def test_machine_kinds_of_the_registration(tmp_path: Path) -> None:
+    session = _load("session")
+    flags = "flags\t\t: fpu sse avx2 {}\n"
+    assert session.this_machine_kind(flags.format("avx512_bf16 amx_bf16")) == "amx"
+    assert session.this_machine_kind(flags.format("avx512_bf16")) == "avx512_bf16"
+    assert session.this_machine_kind(flags.format("")) == "emulated"
+    for reason, kind in (("asked for; this CPU has amx_bf16, avx512_bf16", "amx"),
+                         ("asked for; this CPU has avx512_bf16", "avx512_bf16")):  # fmt: skip
+        run = tmp_path / kind
+        run.mkdir()
+        (run / "run_info.json").write_text(json.dumps({"precision": {"reason": reason}}))
+        assert session.machine_kind(run) == kind
+    assert session.COMMIT is None or len(session.COMMIT) == 40  # the registration commit, once named
+
+
+def test_reuse_check_compares_every_value_but_timings_and_the_new_keys() -> None:
+    reproduce = _load("reproduce")
+    want = [{"step": 1, "loss": 0.5, "step_time": 3.0, "entropy": 1.0}]
+    same = [{"step": 1, "loss": 0.5, "step_time": 9.0, "entropy": 1.0, "side/up_through": 0.1}]
+    assert reproduce.differences(same, want) == []
+    other = [{"step": 1, "loss": 0.5000001, "entropy": 1.0}, {"step": 2, "loss": 0.1}]
+    assert reproduce.differences(other, want) == [
+        "step 1 loss: now 0.5000001, export 0.5",
+        "step 2: not in the export",
+    ]
+
+
+def test_the_worktree_gets_an_environment_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worktree whose .venv links the main checkout's environment is relinked to its own, built once by its own
+    ``make setup`` (a stand-in here), so that main's layout cannot reach the study's runs."""
+    session = _load("session")
+    worktree, main_venv = tmp_path / "study5", tmp_path / "main" / ".venv"
+    worktree.mkdir()
+    main_venv.mkdir(parents=True)
+    (worktree / ".venv").symlink_to(main_venv)
+    calls = []
+
+    def fake_call(cmd: list[str], cwd: Path, pythonpath: Path | None = None) -> None:
+        calls.append((cmd, cwd))
+        venv = Path(cmd[-1].partition("=")[2])
+        venv.mkdir()
+        (venv / ".installed").touch()
+
+    monkeypatch.setattr(session.s4, "_call", fake_call)
+    venv = session.own_environment(worktree)
+    assert venv == tmp_path / "study5-venv" and (worktree / ".venv").resolve() == venv.resolve()
+    assert calls == [(["make", "setup", f"VENV={venv}"], worktree)]
+    session.own_environment(worktree)  # built and linked: nothing to do
+    assert len(calls) == 1

@@ -1,0 +1,204 @@
+"""Tests for ``bandpo_lab._files``: the atomic JSON writer, the lock of a shared read-modify-write, the tolerant readers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bandpo_lab._files import (
+    RECIPES,
+    REPO_CONFIGS,
+    WHEEL_RECIPES,
+    expand_path,
+    file_lock,
+    find_recipe,
+    output_dir_problem,
+    output_file_problem,
+    read_json_object,
+    recipe_name,
+    recipe_names,
+    same_or_inside,
+    write_json,
+)
+
+
+def test_write_json_replaces_the_file_in_one_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure before the rename leaves the earlier file whole and no temporary file behind."""
+    path = tmp_path / "results.json"
+    write_json(path, {"a": 1, "path": tmp_path})  # default=str: a Path is written as its text
+    assert json.loads(path.read_text()) == {"a": 1, "path": str(tmp_path)}
+
+    def killed(src: str, dst: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_json(path, {"a": 2})
+    assert read_json_object(path) == {"a": 1, "path": str(tmp_path)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_concurrent_writers_of_one_path_each_replace_it_whole(tmp_path: Path) -> None:
+    """Two writers of one path: with one shared temporary name they raced (FileNotFoundError when the other had
+    renamed it); each now writes its own."""
+    path, errors = tmp_path / "plan.json", []
+
+    def writer(k: int) -> None:
+        try:
+            for i in range(200):
+                write_json(path, {"writer": k, "i": i})
+        except OSError as err:  # pragma: no cover - the failure this test guards against
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and set(read_json_object(path)) == {"writer", "i"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def _append_calls(path: str, tag: str, n: int, start: Any) -> None:
+    start.wait()  # both processes begin together
+    for i in range(n):
+        with file_lock(Path(path + ".lock")):
+            calls = read_json_object(Path(path)).get("calls", [])
+            time.sleep(0.002)  # the time a real caller spends between reading and writing
+            write_json(Path(path), {"calls": [*calls, f"{tag}{i}"]})
+
+
+def test_the_lock_keeps_every_read_modify_write_of_two_processes(tmp_path: Path) -> None:
+    """Two processes appending to one JSON file under file_lock lose no record (without it, each write could erase
+    the other's: two queues of Study 4 lost records of compare_plan.json that way)."""
+    path = str(tmp_path / "compare_plan.json")
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_append_calls, args=(path, tag, 40, start)) for tag in "ab"]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    calls = read_json_object(Path(path))["calls"]
+    assert sorted(calls) == sorted(f"{t}{i}" for t in "ab" for i in range(40))
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a folder that takes no new entry")
+def test_an_output_where_nothing_can_be_created_is_refused_up_front() -> None:
+    """``/proc`` exists and is a directory, so the old checks let ``/proc/x`` through and the command failed at its
+    first write (a traceback from ``mkdir``, or after minutes of work): the nearest existing folder is now asked
+    for a new entry."""
+    assert output_dir_problem("/proc/x/run", "output_dir") == (
+        "output_dir '/proc/x/run' cannot be written: '/proc' takes no new entry (No such file or directory)"
+    )
+    assert output_file_problem("/proc/x.json", "--output") == (
+        "--output '/proc/x.json' cannot be written: '/proc' takes no new entry (No such file or directory)"
+    )
+
+
+def test_output_checks_leave_nothing_behind_and_refuse_an_empty_path(tmp_path: Path) -> None:
+    assert output_dir_problem(tmp_path / "a" / "b") is None
+    assert output_dir_problem(tmp_path) is None
+    assert output_file_problem(tmp_path / "r.json", "--output") is None
+    assert list(tmp_path.iterdir()) == []  # the probe folder is removed
+    assert output_dir_problem("", "--output-dir") == "--output-dir must be a directory path, got ''"
+    assert output_file_problem(" ", "--output") == "--output must be a file path, got ' '"
+
+
+def test_a_recipe_is_found_by_its_name_and_a_path_that_exists_is_never_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "recipes"
+    (folder / "study").mkdir(parents=True)
+    for name in ("tiny.yaml", "study/notes.txt"):
+        (folder / name).write_text("a: 1\n")
+    (folder / "study" / "s4.yaml").write_text("# a comparison\nmethods:\n  - {clip_rule: grpo}\n")
+    assert recipe_names(folder) == ["study/s4", "tiny"]
+    assert recipe_names(folder, kind="compare") == ["study/s4"] and recipe_names(folder, kind="train") == [
+        "tiny"
+    ]
+    assert recipe_names(tmp_path / "absent") == []
+    monkeypatch.chdir(tmp_path)
+    for name in ("tiny", "tiny.yaml", Path("tiny")):
+        assert find_recipe(name, folder) == folder / "tiny.yaml"
+    assert find_recipe("study/s4", folder) == folder / "study" / "s4.yaml"
+    assert find_recipe("configs/study/s4.yaml", folder) == folder / "study" / "s4.yaml"  # the docs' spelling
+    for name in (
+        "study/notes.txt",
+        "study/notes",
+        "small",
+        "",
+        " ",
+        "configs",
+        ".",
+        "./tiny",  # a path relative to here, written as such
+        "./tiny.yaml",
+        "../recipes/tiny",
+        str(folder / "tiny"),
+    ):
+        assert find_recipe(name, folder) is None, name
+    (tmp_path / "tiny").write_text("mine: 1\n")  # a file of the user's own by that name
+    assert find_recipe("tiny", folder) is None
+    assert find_recipe("tiny.yaml", folder) == folder / "tiny.yaml"
+    (tmp_path / "tiny").unlink()
+    (tmp_path / "tiny.yaml").write_text("mine: 1\n")  # ``tiny`` could mean it: not looked up
+    assert find_recipe("tiny", folder) is None and find_recipe("study/s4", folder) is not None
+
+
+def test_a_recipe_name_drops_the_clone_folder_and_the_suffix() -> None:
+    assert [
+        recipe_name(n) for n in ("tiny", "tiny.yaml", "configs/tiny.yaml", "study/s4.yaml", "configs")
+    ] == [
+        "tiny",
+        "tiny",
+        "tiny",
+        "study/s4",
+        "configs",
+    ]
+
+
+def test_a_checkout_reads_its_own_configs_folder() -> None:
+    """The tests run from a clone (an editable install): no wheel copy, the recipes are configs/ itself."""
+    assert not WHEEL_RECIPES.exists() and RECIPES == REPO_CONFIGS
+    assert {"tiny", "smollm2-arith", "compare-tiny", "study/study4"} <= set(recipe_names())
+
+
+def test_a_path_naming_an_unset_variable_is_refused_with_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shell reads an unset ``$VAR`` as empty and ``os.path.expandvars`` keeps it as written (a folder named
+    ``$VAR``): :func:`expand_path` refuses it in the caller's error, naming the setting and the variable."""
+    monkeypatch.delenv("BANDPO_UNSET_VAR", raising=False)
+    monkeypatch.setenv("BANDPO_SET_VAR", "there")
+    assert expand_path("a/$BANDPO_SET_VAR/${BANDPO_SET_VAR}") == Path("a/there/there")
+    assert expand_path("price-5$") == Path("price-5$")  # no variable name: kept, as a shell keeps it
+
+    class CallersError(ValueError):
+        pass
+
+    with pytest.raises(
+        CallersError, match=r"^--model 'x/\$\{BANDPO_UNSET_VAR\}' names the environment variable "
+    ):
+        expand_path("x/${BANDPO_UNSET_VAR}", "--model", CallersError)
+    with pytest.raises(ValueError, match=r"^path .* \$BANDPO_UNSET_VAR, which is not set: set it \(export "):
+        expand_path("$BANDPO_SET_VAR/$BANDPO_UNSET_VAR")
+
+
+def test_same_or_inside_reads_paths_as_typed_and_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "m")
+    assert same_or_inside("~/m", tmp_path / "m") and same_or_inside(tmp_path / "link/x/y", "~/m")
+    assert same_or_inside(tmp_path / "m/../m/new", "$HOME/link")  # nothing of it exists yet
+    assert not same_or_inside(tmp_path / "m2", tmp_path / "m") and not same_or_inside(
+        tmp_path, tmp_path / "m"
+    )
