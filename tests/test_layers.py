@@ -1,20 +1,27 @@
-"""The package's layers, read from the source: nothing imports upward and no modules import each other in a cycle.
+"""The two packages' layers, read from the source: the library (``bandpo``) never imports the lab (``bandpo_lab``),
+nothing imports upward inside either, and no modules import each other in a cycle.
 
-Layers, lowest first (a module may import its own layer and the ones below, never above)::
+The library, lowest first (a module may import its own layer and the ones below, never above)::
 
-    0  registry, _files, _optional, provenance,       utilities every layer may use
-       validation, config, runtime, bf16_backward,
-       bf16_emulation, bf16_attention, decode
+    0  registry, _optional, validation                utilities every layer may use
     1  core                                           pure tensor math
     2  losses, bandpo (the package's public API)      the objective, rules, metrics
-    3  integrations, plots                            TRL / verl adapters; bound plots
+    3  integrations                                   TRL / verl / SkyRL adapters
+
+The lab, lowest first; it may import any module of the library, which is below all of its layers::
+
+    0  _files, provenance, config, runtime,           utilities every layer may use
+       bf16_backward, bf16_emulation,
+       bf16_attention, decode, bandpo_lab
+    3  plots                                          bound plots
     4  tasks, rewards, models                         the built-in tasks, answer checking, built-in models
     5  training                                       one training run
     6  eval                                           metrics, sampling, evaluation of a model
     7  experiments                                    comparisons, reports, mechanism studies, benchmarks
     8  cli                                            the command line
 
-Function-level (lazy) imports count: a lazy upward import is still an upward dependency.
+Function-level (lazy) imports count: a lazy upward import is still an upward dependency, and a lazy import of the
+lab from the library still makes the library need the lab.
 """
 
 from __future__ import annotations
@@ -25,30 +32,37 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LAYERS: dict[str, int] = {
-    "registry": 0,
-    "_files": 0,
-    "_optional": 0,
-    "provenance": 0,
-    "validation": 0,
-    "config": 0,
-    "runtime": 0,
-    "bf16_backward": 0,
-    "bf16_emulation": 0,
-    "bf16_attention": 0,
-    "decode": 0,
-    "core": 1,
-    "losses": 2,
-    "": 2,  # bandpo/__init__.py: re-exports core and losses
-    "integrations": 3,
-    "plots": 3,
-    "tasks": 4,
-    "rewards": 4,
-    "models": 4,
-    "training": 5,
-    "eval": 6,
-    "experiments": 7,
-    "cli": 8,
+LIBRARY, LAB = "bandpo", "bandpo_lab"
+PACKAGES = (LIBRARY, LAB)
+LAYERS: dict[str, dict[str, int]] = {
+    LIBRARY: {
+        "registry": 0,
+        "_optional": 0,
+        "validation": 0,
+        "core": 1,
+        "losses": 2,
+        "": 2,  # bandpo/__init__.py: re-exports core and losses
+        "integrations": 3,
+    },
+    LAB: {
+        "": 0,  # bandpo_lab/__init__.py: its docstring
+        "_files": 0,
+        "provenance": 0,
+        "config": 0,
+        "runtime": 0,
+        "bf16_backward": 0,
+        "bf16_emulation": 0,
+        "bf16_attention": 0,
+        "decode": 0,
+        "plots": 3,
+        "tasks": 4,
+        "rewards": 4,
+        "models": 4,
+        "training": 5,
+        "eval": 6,
+        "experiments": 7,
+        "cli": 8,
+    },
 }
 
 
@@ -60,12 +74,13 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path, name: str) -> set[str]:
-    """Every ``bandpo`` module ``path`` imports, at module level or inside functions (relative imports resolved)."""
+    """Every ``bandpo`` or ``bandpo_lab`` module ``path`` imports, at module level or inside functions (relative
+    imports resolved)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.split(".")[0] == "bandpo")
+            out.update(a.name for a in node.names if a.name.split(".")[0] in PACKAGES)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -73,7 +88,7 @@ def imports_of(path: Path, name: str) -> set[str]:
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            if target.split(".")[0] != "bandpo":
+            if target.split(".")[0] not in PACKAGES:
                 continue
             out.add(target)
             # `from bandpo.x import y` may import the submodule bandpo.x.y
@@ -82,7 +97,7 @@ def imports_of(path: Path, name: str) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in SRC.joinpath("bandpo").rglob("*.py")}
+    modules = {module_name(p): p for package in PACKAGES for p in SRC.joinpath(package).rglob("*.py")}
     return {
         name: {m for m in imports_of(path, name) if m in modules and m != name}
         for name, path in modules.items()
@@ -92,9 +107,11 @@ def import_graph() -> dict[str, set[str]]:
 def layer(module: str) -> int:
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else ""
-    if top not in LAYERS:
-        raise AssertionError(f"{module}: its package {top!r} has no layer: add it to LAYERS in {__file__}")
-    return LAYERS[top]
+    if top not in LAYERS[parts[0]]:
+        raise AssertionError(
+            f"{module}: its package {top!r} has no layer: add it to LAYERS[{parts[0]!r}] in {__file__}"
+        )
+    return LAYERS[parts[0]][top]
 
 
 def test_every_package_has_a_layer() -> None:
@@ -102,12 +119,35 @@ def test_every_package_has_a_layer() -> None:
         layer(module)
 
 
+def test_the_library_never_imports_the_lab() -> None:
+    found = [
+        f"{module} imports {target}"
+        for module, targets in sorted(import_graph().items())
+        if module.split(".")[0] == LIBRARY
+        for target in sorted(targets)
+        if target.split(".")[0] == LAB
+    ]
+    assert not found, "the library imports the lab:\n" + "\n".join(found)
+
+
+def test_the_library_does_not_name_the_lab() -> None:
+    """Not through a string either (``importlib.import_module("bandpo_lab...")``, an entry point, a subprocess's
+    ``-m``), which the import graph does not see: no file of ``src/bandpo`` holds the lab's name."""
+    named = [
+        str(p.relative_to(SRC))
+        for p in sorted(SRC.joinpath(LIBRARY).rglob("*"))
+        if p.is_file() and p.suffix in (".py", ".txt", ".json", ".toml") and LAB in p.read_text()
+    ]
+    assert not named, f"{LAB!r} appears in the library's " + ", ".join(named)
+
+
 def test_nothing_imports_upward() -> None:
+    """Inside each package, by layer; the lab's imports of the library are all downward."""
     upward = [
         f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
         for module, targets in sorted(import_graph().items())
         for target in sorted(targets)
-        if layer(target) > layer(module)
+        if module.split(".")[0] == target.split(".")[0] and layer(target) > layer(module)
     ]
     assert not upward, "upward imports:\n" + "\n".join(upward)
 
