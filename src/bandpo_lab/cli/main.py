@@ -122,15 +122,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line_warnings(command: str, default: Callable[..., str]) -> Callable[..., str]:
-    """``warnings.formatwarning`` for a command: bandpo's own warnings (a category defined in a ``bandpo`` module:
-    ``ConfigWarning``, ``Bf16SlowWarning``, ...) print as one line, ``bandpo train: warning: <message>``, without
-    Python's file, line number and echo of the source line; other libraries' warnings keep ``default``. (The
-    format, not ``showwarning``: a caller recording warnings, such as ``pytest.warns``, still records them.)"""
+    """``warnings.formatwarning`` for a command: bandpo's own warnings (a category defined in a ``bandpo`` or
+    ``bandpo_lab`` module: ``ConfigWarning``, ``Bf16SlowWarning``, ``OnPolicyClipWarning``, ...) print as one
+    line, ``bandpo train: warning: <message>``, without Python's file, line number and echo of the source line;
+    other libraries' warnings keep ``default``. (The format, not ``showwarning``: a caller recording warnings,
+    such as ``pytest.warns``, still records them.)"""
 
     def format_(
         message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: object
     ) -> str:
-        if category.__module__.split(".")[0] == "bandpo":
+        if category.__module__.split(".")[0] in ("bandpo", "bandpo_lab"):
             return f"bandpo {command}: warning: {message}\n"
         return default(message, category, filename, lineno, *rest)
 

@@ -75,6 +75,19 @@ def test_unknown_arguments_are_still_errors(args: list, extras: str) -> None:
     assert proc.stderr.splitlines()[-1] == f"bandpo {args[0]}: error: unrecognized arguments: {extras}"
 
 
+def test_warnings_of_the_library_and_of_the_lab_are_bandpos_own() -> None:
+    """The one-line format takes a category of either package (the lab's ``ConfigWarning``, the library's
+    ``TrlConflictWarning``), and leaves another library's warning to the default format."""
+    from bandpo.integrations.verl_env import TrlConflictWarning
+    from bandpo_lab.cli.main import _one_line_warnings
+    from bandpo_lab.config.documents import ConfigWarning
+
+    format_ = _one_line_warnings("train", lambda *args: "default")
+    for category in (ConfigWarning, TrlConflictWarning):
+        assert format_("m", category, "f.py", 1) == "bandpo train: warning: m\n"
+    assert format_("m", DeprecationWarning, "f.py", 1) == "default"
+
+
 def test_bandpo_warnings_print_as_one_line_naming_the_command(tmp_path: Path) -> None:
     """A ConfigWarning from ``bandpo train`` reaches stderr as one line, without Python's source echo."""
     out = tmp_path / "run"
