@@ -51,7 +51,7 @@ def test_cli_figure_without_matplotlib_is_one_line(tmp_path: Path) -> None:
 
 
 def test_missing_config_library_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The config layer's pydantic comes with ``bandpo[trl]``: without it, reading a config is one clear error."""
+    """The config layer's pydantic comes with ``bandpo[lab]``: without it, reading a config is one clear error."""
     blocked = "pydantic"
     from bandpo_lab.config import coerce
 
@@ -61,6 +61,6 @@ def test_missing_config_library_names_the_extra(tmp_path: Path, monkeypatch: pyt
     path.write_text("learning_rate: 1.0e-6\n")
     from bandpo_lab.training.config import load_train_config
 
-    with pytest.raises(MissingDependencyError, match=rf"need {blocked}, .*pip install 'bandpo\[trl\]'"):
+    with pytest.raises(MissingDependencyError, match=rf"need {blocked}, .*pip install 'bandpo\[lab\]'"):
         load_train_config(path)
     coerce._adapter.cache_clear()

@@ -1,7 +1,8 @@
 """Optional dependencies of the harness, imported on first use with an error that names the extra to install.
 
-The core install (``pip install bandpo``: torch, numpy, pyyaml) is enough for the bounds, the policy loss and
-the framework adapters; figures need ``bandpo[plots]`` (matplotlib), training and evaluation ``bandpo[trl]``.
+The core install (``pip install bandpo``: torch) is enough for the bounds, the policy loss and the framework
+adapters (each with its framework: ``bandpo[trl]``, ``bandpo[verl]``, ``bandpo[skyrl]``); figures need
+``bandpo[plots]`` (matplotlib), training and evaluation (the lab) ``bandpo[lab]``.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def dataclass_types(cls: type) -> dict[str, Any]:
 
 @functools.cache
 def _adapter(tp: Any) -> Any:
-    pydantic = require("pydantic", "config checks", "trl")
+    pydantic = require("pydantic", "config checks", "lab")
     config = pydantic.ConfigDict(coerce_numbers_to_str=True, arbitrary_types_allowed=True)
     try:
         return pydantic.TypeAdapter(tp, config=config)
