@@ -1,6 +1,7 @@
-"""What a user who installs bandpo from its package gets (``setup.py``, ``MANIFEST.in``): the recipes travel from
-the clone's ``configs/`` through the source distribution into the wheel as ``bandpo_lab/recipes/``, and the installed
-package finds them by name from any folder."""
+"""What a user who installs bandpo from its package gets (``setup.py``, ``MANIFEST.in``, pyproject.toml): the
+library (``bandpo``) and the lab (``bandpo_lab``), only torch required; the recipes travel from the clone's
+``configs/`` through the source distribution into the wheel as ``bandpo_lab/recipes/`` (but the studies' own
+``configs/study/``), and the installed package finds them by name from any folder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from email.parser import HeaderParser
 from pathlib import Path
 
 import pytest
@@ -59,13 +61,27 @@ def test_the_wheel_built_from_the_sdist_carries_every_recipe_and_finds_them_by_n
     shipped = sorted(
         n.removeprefix("bandpo_lab/recipes/") for n in names if n.startswith("bandpo_lab/recipes/")
     )
-    assert shipped == recipes  # every recipe, nothing else (no run scripts)
+    assert shipped == [r for r in recipes if not r.startswith("study/")]  # every recipe, nothing else
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"bandpo", "bandpo_lab"}
+    library = {n.split("/")[1] for n in names if n.startswith("bandpo/")}
+    assert library == {"__init__.py", "_optional.py", "core", "integrations", "losses", "py.typed", "registry.py",
+                       "validation.py"}  # fmt: skip
+    [info] = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+    entry_points = (tmp_path / "site" / info / "entry_points.txt").read_text()
+    assert "bandpo = bandpo_lab.cli.main:main" in entry_points  # the command is the lab's
+    assert "bandpo = bandpo.integrations.verl:register" in entry_points  # verl's plugin is the library's
+    metadata = HeaderParser().parsestr((tmp_path / "site" / info / "METADATA").read_text())
+    required = [r for r in metadata.get_all("Requires-Dist") if "extra ==" not in r]
+    assert required == ["torch>=2.4"]
 
     probe = (
         "import json, bandpo, bandpo_lab._files as f, bandpo_lab.cli.demo as demo\n"
         "from bandpo_lab.training.config import load_train_config\n"
         "from bandpo_lab.experiments.compare import load_compare_config\n"
-        "print(json.dumps({'package': bandpo.__file__, 'recipes': str(f.RECIPES), 'demo': demo.DEFAULT_CONFIG.is_file(),\n"
+        "import bandpo_lab\n"
+        "print(json.dumps({'package': bandpo.__file__, 'lab': bandpo_lab.__file__, 'recipes': str(f.RECIPES),\n"
+        "    'demo': demo.DEFAULT_CONFIG.is_file(),\n"
         "    'tiny': str(load_train_config('tiny').output_dir),\n"
         "    'docs': str(load_train_config('configs/tiny-grpo.yaml').output_dir),\n"
         "    'compare': load_compare_config('compare-tiny').train_config}))\n"
@@ -78,8 +94,9 @@ def test_the_wheel_built_from_the_sdist_carries_every_recipe_and_finds_them_by_n
     )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    site = tmp_path / "site" / "bandpo"
-    assert Path(seen["package"]).parent == site  # the installed copy, not the clone
+    assert Path(seen["package"]).parent == tmp_path / "site" / "bandpo"  # the installed copy, not the clone
+    site = tmp_path / "site" / "bandpo_lab"
+    assert Path(seen["lab"]).parent == site
     assert seen["recipes"] == str(site / "recipes") and seen["demo"]
     assert seen["tiny"] == "runs/tiny"  # output_dir stays relative to the working directory
     assert seen["docs"] == "runs/tiny-grpo"  # the docs' clone paths work too, with the base beside the recipe

@@ -22,12 +22,12 @@ REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 (:data:`WHEEL_RECIPES`)."""
 
 WHEEL_RECIPES = Path(__file__).resolve().parent / "recipes"
-"""Where a wheel holds the recipes: ``configs/**/*.yaml`` copied into ``bandpo_lab/recipes/`` when it is built
-(``setup.py``); a source checkout and an editable install have no such folder."""
+"""Where a wheel holds the recipes: ``configs/**/*.yaml`` but ``configs/study/`` copied into ``bandpo_lab/recipes/``
+when it is built (``setup.py``); a source checkout and an editable install have no such folder."""
 
 RECIPES = WHEEL_RECIPES if WHEEL_RECIPES.is_dir() else REPO_CONFIGS
-"""The built-in recipes (``tiny.yaml``, ``smollm2-arith.yaml``, ``study/study4.yaml``, ...): an installed wheel's
-copy, else the checkout's ``configs/``."""
+"""The built-in recipes (``tiny.yaml``, ``smollm2-arith.yaml``, ...): an installed wheel's copy, else the
+checkout's ``configs/`` (which also holds the studies' configs, ``study/study4.yaml``, ...)."""
 
 COMPARE_KEYS = ("methods", "train")
 """A compare recipe has a top-level key of these (:func:`recipe_kind`); every other recipe is a training one."""
