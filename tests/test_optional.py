@@ -52,6 +52,7 @@ def test_cli_figure_without_matplotlib_is_one_line(tmp_path: Path) -> None:
 
 def test_missing_config_library_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The config layer's pydantic comes with ``bandpo[lab]``: without it, reading a config is one clear error."""
+    pytest.importorskip("yaml", reason="the lab's configs need PyYAML (bandpo[lab])")
     blocked = "pydantic"
     from bandpo_lab.config import coerce
 

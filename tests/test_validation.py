@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the library needs torch alone; the numpy cases run where numpy is installed
+    np = None
 import pytest
 
 from bandpo.validation import (
@@ -22,7 +25,7 @@ from bandpo.validation import (
         (("n", 3, 1), {}, 3),
         (("n", 0, 0), {}, 0),
         (("n", 4, 2, 4), {}, 4),
-        (("n", np.int64(5), 1), {}, 5),  # numpy integers pass (numbers.Integral)
+        *([(("n", np.int64(5), 1), {}, 5)] if np else []),  # numpy integers pass (numbers.Integral)
         (("n", -3, -5, 5), {}, -3),
     ],
 )
@@ -37,7 +40,7 @@ def test_check_int_in_accepts_and_returns_int(args: tuple, kwargs: dict, want: i
         (0, 1, None, r"^n must be an integer >= 1, got 0$"),
         (1.0, 1, None, r"^n must be an integer >= 1, got 1.0$"),
         (True, 0, None, r"^n must be an integer >= 0, got True$"),
-        (np.bool_(True), 0, None, r"^n must be an integer >= 0, got "),
+        *([(np.bool_(True), 0, None, r"^n must be an integer >= 0, got ")] if np else []),
         ("3", 1, None, r"^n must be an integer >= 1, got '3'$"),
         (None, 1, None, r"^n must be an integer >= 1, got None$"),
         (7, 2, 4, r"^n must be an integer in \[2, 4\], got 7$"),
@@ -87,7 +90,7 @@ def test_check_number_in_and_above() -> None:
     ("value", "low", "high", "want"),
     [
         (3, 1, None, True),
-        (np.int32(3), 1, 3, True),
+        *([(np.int32(3), 1, 3, True)] if np else []),
         (0, 1, None, False),
         (4, 1, 3, False),
         (True, 0, None, False),

@@ -11,6 +11,7 @@ from TRL's fused LM head even for a bfloat16 model (guarded below).
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import warnings
 from pathlib import Path
@@ -185,6 +186,9 @@ class _LossDtypeSpy:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("trl") is None, reason="trl is not installed"
+)  # before the fixtures
 def test_trl_loss_runs_in_float32_for_a_bfloat16_model(
     tmp_path: Path,
     tiny_model_dir: Path,
