@@ -305,7 +305,7 @@ def test_dppo_tv_thresholds_are_below_one() -> None:
     rule = make_clip_rule("dppo_tv", clip_divergence_low=0.999, clip_divergence_high=0.999)
     lo, hi = rule.bounds(torch.tensor([0.0, -0.5, -80.0, -math.inf]))
     assert not torch.isnan(lo).any() and not torch.isnan(hi).any()
-    assert lo[0] == pytest.approx(0.001, rel=1e-4) and (lo[1:] == 0).all()  # float32
+    assert lo[0].item() == pytest.approx(0.001, rel=1e-4) and (lo[1:] == 0).all()  # float32
 
 
 def _count_table_builds(monkeypatch: pytest.MonkeyPatch) -> list[float]:
