@@ -52,8 +52,9 @@ def test_trl_quickstart_runs_as_written_on_a_cpu(tmp_path: Path) -> None:
 
 
 def test_ci_runs_exactly_the_readme_test_commands() -> None:
-    """README's "The two commands" block is `make demo` and `make test`; `.ci/run` calls `make test` and
-    `make test-skyrl` (its environment built with `make .venv-skyrl/.installed` first), both named in the README."""
+    """README's "The two commands" block is `make demo` and `make test`; `.ci/run` calls `make test`, `make test-bare`
+    (the library with torch alone) and `make test-skyrl` (its environment built with `make .venv-skyrl/.installed`
+    first), each named in the README."""
     text = README.read_text()
     section = text.split("\n## The two commands\n", 1)[1].split("\n## ", 1)[0]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
@@ -61,7 +62,7 @@ def test_ci_runs_exactly_the_readme_test_commands() -> None:
     ci = (REPO / ".ci" / "run").read_text()
     calls = re.findall(r"^\s*(?:if\s+)?(make [^;\s]+(?: [^;\s]+)*)", ci, re.MULTILINE)
     tests = [call for call in calls if call.startswith("make test")]
-    assert tests == ["make test", "make test-skyrl"], calls
+    assert tests == ["make test", "make test-bare", "make test-skyrl"], calls
     for call in tests:
         assert f"`{call}`" in section, f"{call} is run by .ci/run but not named in the README"
 
