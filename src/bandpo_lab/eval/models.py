@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bandpo_lab._files import expand_path
+from bandpo_lab._files import expand_path, read_utf8
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.training.checkpoints import weights_problem
 from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
@@ -143,7 +143,12 @@ def check_device(device: str) -> str:
 def run_config_of(model_dir: str | Path) -> dict[str, Any] | None:
     """The config a training run ran with (its ``train_config.yaml``, as a mapping), read from ``model_dir`` or its
     parent (a ``checkpoint-N`` directory); ``None`` where there is none or it is not a YAML mapping. ``~`` and
-    ``$VAR`` in ``model_dir`` are expanded."""
+    ``$VAR`` in ``model_dir`` are expanded.
+
+    Raises:
+        EvalError: the file is not UTF-8 text (:func:`bandpo_lab._files.read_utf8`: where its first other byte
+            lies), in one line naming it.
+    """
     import yaml
 
     model_dir = expand_path(model_dir, "model directory", EvalError)
@@ -151,7 +156,11 @@ def run_config_of(model_dir: str | Path) -> dict[str, Any] | None:
         path = folder / CONFIG_FILE
         if path.is_file():
             try:
-                data = yaml.safe_load(path.read_text())
+                text = read_utf8(path, f"the training run's config {str(path)!r}")
+            except ValueError as err:
+                raise EvalError(str(err)) from None
+            try:
+                data = yaml.safe_load(text)
             except yaml.YAMLError:
                 return None
             return data if isinstance(data, dict) else None

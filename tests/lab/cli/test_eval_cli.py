@@ -340,3 +340,24 @@ def test_eval_on_arith_without_max_new_tokens_samples_the_tasks_answer_length(
         assert main([*argv, "--output", str(model_dir.parent / "r.json")]) == 2
     assert received == [16, 3] and capsys.readouterr().err.count("stop here") == 2
     assert "arith: 16" in bandpo("eval", "--help").stdout
+
+
+def test_eval_of_a_run_whose_train_config_is_not_utf8_says_so_in_one_line(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's own ``train_config.yaml`` (its task options, its attention) is read as UTF-8 like every other
+    file of the user's: one saved in Latin-1 was a UnicodeDecodeError traceback."""
+    import shutil
+
+    from bandpo_lab.cli.main import main
+
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run)
+    (run / "train_config.yaml").write_bytes(b"data:\n  task: countdown\n  system_prompt: caf\xe9\n")
+    assert main(["eval", "--model", str(run), "--k", "1", "--max-problems", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"bandpo eval: error: the training run's config {str(run / 'train_config.yaml')!r} is not UTF-8 text: byte "
+        "0xe9 at byte offset 44 (line 3: invalid continuation byte); save the file as UTF-8\n"
+    )
+    assert not (run / "eval_results.json").exists()
