@@ -55,13 +55,13 @@ def _adapter(tp: Any) -> Any:
         return pydantic.TypeAdapter(tp)
 
 
-def _readings(value: Any) -> Iterator[Any]:
+def _readings(value: Any, name: str) -> Iterator[Any]:
     if not isinstance(value, str):
         yield value
         return
     if value in NULL_TEXTS:
         yield None
-    parsed = parse_scalar(value)
+    parsed = parse_scalar(value, name)
     as_yaml = [] if parsed is None else [parsed]  # only a null text is None: ``max_samples=`` is refused
     if value.lstrip()[:1] in ("[", "{"):
         yield from (*as_yaml, value)
@@ -99,7 +99,7 @@ def coerce_value(value: Any, tp: Any, key: str, where: str | None = None) -> Any
     adapter = _adapter(tp)  # first: it names the extra when pydantic is missing
     from pydantic import ValidationError
 
-    for reading in _readings(value):
+    for reading in _readings(value, located(key, where)):
         try:
             result = adapter.validate_python(reading)
         except ValidationError:
@@ -121,7 +121,7 @@ def _read_override_leaves(value: Any, dotted: str, origins: Mapping[str, str], i
         if isinstance(item, Mapping):
             item = _read_override_leaves(item, sub, origins, inherited)
         elif isinstance(item, str) and origins.get(sub, inherited) == OVERRIDES_LABEL:
-            item = parse_scalar(item)
+            item = parse_scalar(item, located(sub, OVERRIDES_LABEL))
         out[key] = item
     return out
 

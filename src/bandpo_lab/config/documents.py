@@ -60,14 +60,22 @@ document at every level (a "billion laughs" of nine levels ran until killed), a 
 values."""
 
 
+class AliasBoundError(yaml.composer.ComposerError):
+    """YAML whose aliases stand for more than :data:`ALIAS_VALUES_LIMIT` values, or one inside the value it names."""
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader with four changes configs need: numbers in exponent form without a dot (``1e-6``,
     ``5e-4``) are floats (YAML 1.1 reads them as text), timestamps stay text, a key given twice in one mapping
     is an error (PyYAML keeps the last one silently), and aliases stand for at most :data:`ALIAS_VALUES_LIMIT`
     values in all, none inside the value it names (PyYAML expands both without end)."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(
+        self, stream: str, whose: str = "the file's", instead: str = "or share a file's values with base:"
+    ) -> None:
         super().__init__(stream)
+        # how the bound's message names the text, and what else its writer can do
+        self._whose, self._instead = whose, instead
         # id of a composed node -> how many values it holds with its aliases expanded
         self._sizes: dict[int, int] = {}
         self._aliased = 0  # the values the aliases read so far stand for
@@ -85,16 +93,16 @@ class _Loader(yaml.SafeLoader):
         node = super().compose_node(parent, index)
         size = self._sizes.get(id(node))
         if size is None:  # still being composed: the alias is inside the value it names
-            raise yaml.composer.ComposerError(
+            raise AliasBoundError(
                 None, None, f"the alias *{event.anchor} is inside the value it names (a recursive alias)",
                 event.start_mark,
             )  # fmt: skip
         self._aliased += size
         if self._aliased > ALIAS_VALUES_LIMIT:
-            raise yaml.composer.ComposerError(
-                None, None, f"with the alias *{event.anchor} the file's aliases stand for more than {ALIAS_VALUES_LIMIT} "
-                "values (nested aliases repeat a value at every level, a 'billion laughs'); write the values out, "
-                "or share a file's values with base:", event.start_mark,
+            raise AliasBoundError(
+                None, None, f"with the alias *{event.anchor} {self._whose} aliases stand for more than "
+                f"{ALIAS_VALUES_LIMIT} values (nested aliases repeat a value at every level, a 'billion laughs'); "
+                f"write the values out{', ' + self._instead if self._instead else ''}", event.start_mark,
             )  # fmt: skip
         return node
 
@@ -124,12 +132,24 @@ _Loader.add_implicit_resolver(
 )
 
 
-def parse_scalar(text: str) -> Any:
-    """A command-line string read as a YAML value (scalar or flow list / mapping; ``1e-6`` is a number too)."""
+def parse_scalar(text: str, name: str = f"a value {OVERRIDES_LABEL}") -> Any:
+    """A command-line string read as a YAML value (scalar or flow list / mapping), as a config file's values are
+    read (:class:`_Loader`: ``1e-6`` is a number, dates stay text); text that is not YAML stays the text.
+
+    Raises:
+        ConfigError: the value's aliases stand for more than :data:`ALIAS_VALUES_LIMIT` values or one is inside
+            the value it names (a "billion laughs" in one override ran until killed, as a file's did), in the
+            words of a file's, naming the value as ``name`` (``max_steps (from the overrides)``).
+    """
+    loader = _Loader(text, whose="the value's", instead="")
     try:
-        value = yaml.safe_load(text)
+        value = loader.get_single_data()
+    except AliasBoundError as err:
+        raise ConfigError(f"{name} is not valid YAML: {yaml_error_line(err)}") from None
     except yaml.YAMLError:
         return text
+    finally:
+        loader.dispose()
     if isinstance(value, str):
         for convert in (int, float):
             try:

@@ -27,7 +27,7 @@ from bandpo_lab.config import (
     unknown_key,
     where,
 )
-from bandpo_lab.config.documents import ALIAS_VALUES_LIMIT
+from bandpo_lab.config.documents import ALIAS_VALUES_LIMIT, parse_scalar
 
 
 class Color(enum.Enum):
@@ -125,6 +125,45 @@ def test_a_config_of_nested_aliases_is_refused_at_the_alias_in_well_under_a_seco
     (tmp_path / "loop.yaml").write_text("a: 1\nb: &b [1, *b]\n")  # PyYAML builds a list holding itself
     with pytest.raises(ConfigError, match=r"line 2, column 11: the alias \*b is inside the value it names"):
         read_layers(tmp_path / "loop.yaml")
+
+
+def _laughs_in_one_line() -> str:
+    """A 'billion laughs' of nine levels written as one flow value, as an override's value is."""
+    levels = ["&a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    return "[" + ", ".join(levels) + "]"
+
+
+@pytest.mark.parametrize(
+    ("command", "key"),
+    [("train", "max_steps"), ("train", "reward.options.x"), ("compare", "seeds")],
+)
+def test_an_override_of_nested_aliases_is_refused_at_the_alias_in_well_under_a_second(
+    command: str, key: str
+) -> None:
+    """``bandpo train ... max_steps=<a billion laughs>`` ran until killed: an override's value is bounded as a
+    config file's is, in the same words, naming the override."""
+    from bandpo_lab.experiments.compare.config import load_compare_config
+    from bandpo_lab.training.config import load_train_config
+
+    override = f"{key}={_laughs_in_one_line()}"
+    started = time.perf_counter()
+    with pytest.raises(ValueError) as err:  # ConfigError, compare's CompareError
+        if command == "train":
+            load_train_config("tiny", [override])
+        else:
+            load_compare_config("compare-tiny", [override])
+    assert time.perf_counter() - started < 0.5
+    assert str(err.value) == (
+        f"{key} (from the overrides) is not valid YAML: line 1, column 211: with the alias *a3 the value's aliases "
+        f"stand for more than {ALIAS_VALUES_LIMIT} values (nested aliases repeat a value at every level, a 'billion "
+        "laughs'); write the values out"
+    )
+
+
+def test_an_override_of_a_few_aliases_reads() -> None:
+    assert parse_scalar("[&x [1, 2], *x]") == [[1, 2], [1, 2]]
+    assert parse_scalar("1e-6") == 1e-6 and parse_scalar("{a: 1, a: 2}") == "{a: 1, a: 2}"
 
 
 def test_a_config_with_a_few_aliases_and_a_merge_key_reads(tmp_path: Path) -> None:

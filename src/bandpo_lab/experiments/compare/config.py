@@ -357,7 +357,7 @@ def _read(
         if isinstance(overrides, Mapping)
         else [split_override(text, "e.g. seeds=[0]") for text in overrides]
     )
-    read = {k: parse_scalar(v) if isinstance(v, str) else v for k, v in items}
+    read = {k: parse_scalar(v, located(k, OVERRIDES_LABEL)) if isinstance(v, str) else v for k, v in items}
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     layers = (
