@@ -49,6 +49,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+LAB_EXTRA = 'pip install "bandpo[lab]"'
+"""How the lab's requirements are installed (``pip install .`` brings the library's, torch alone)."""
+
+LAB_MODULES = frozenset(
+    {"yaml", "numpy", "pydantic", "tqdm", "tokenizers", "tensorboard"}  # the lab extra's own packages
+    | {"trl", "transformers", "accelerate", "datasets"}  # the trl extra it includes
+)
+"""The top-level modules of the packages the ``lab`` extra installs (pyproject.toml): a command that fails to import
+one says to install the extra (:func:`main`) instead of ending in ``ModuleNotFoundError``."""
+
 HELP_COMMAND = "help"
 """``bandpo help`` is ``bandpo --help``; ``bandpo help COMMAND`` is ``bandpo COMMAND --help``."""
 
@@ -103,6 +113,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == [HELP_COMMAND]:  # bandpo help [COMMAND ...]: the help of COMMAND, or of bandpo
         argv = [*argv[1:], "--help"] if len(argv) > 1 else ["--help"]
     command = next((a for a in argv if not a.startswith("-")), None)
+    try:
+        return _main(argv, command)
+    except ImportError as err:  # the lab's requirements are not installed (pip install . brings torch alone)
+        missing = _missing_lab_module(err)
+        if missing is None:
+            raise
+        print(
+            f"bandpo: the lab's commands need the lab extra: {LAB_EXTRA} (missing: {missing})",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _missing_lab_module(err: BaseException | None) -> str | None:
+    """The module of :data:`LAB_MODULES` whose absence ``err`` reports, itself or as its cause (the library's
+    ``bandpo.integrations.trl`` raises its own ImportError from TRL's ModuleNotFoundError); ``None`` for any other
+    import error, which stays Python's."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ModuleNotFoundError) and err.name in LAB_MODULES:
+            return err.name
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _main(argv: list[str], command: str | None) -> int:
+    """:func:`main` once ``bandpo help`` is read: the parser of ``command`` (``bandpo --help`` and ``--version``
+    import no command), then the command."""
     parser = build_parser([command] if command in COMMANDS else [])
     try:
         args = parse_args(parser, argv)  # --help prints too

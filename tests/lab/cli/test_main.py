@@ -103,3 +103,64 @@ def test_bandpo_warnings_print_as_one_line_naming_the_command(tmp_path: Path) ->
     assert lines[0].startswith(
         "bandpo train: warning: method='grpo' (from the overrides) switches the method"
     )
+
+
+WITHOUT = (
+    "import sys\n"
+    "for name in sys.argv[1].split(','):\n"
+    "    sys.modules[name] = None  # as if not installed: importing it raises ModuleNotFoundError\n"
+    "from bandpo_lab.cli.main import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+"""``bandpo ARGS`` in an environment without the modules named (comma-separated) in the first argument."""
+
+
+def _bandpo_without(modules: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-c", WITHOUT, modules, *map(str, args)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize(
+    ("modules", "args"),
+    [
+        ("yaml", ["train", "--config", "tiny", "--dry-run"]),
+        ("yaml", ["eval", "--model", "tiny"]),
+        ("trl,transformers", ["train", "--config", "tiny", "--dry-run"]),
+    ],
+)
+def test_a_lab_command_where_only_the_library_is_installed_names_the_lab_extra(
+    modules: str, args: list[str]
+) -> None:
+    """``pip install .`` brings torch alone; ``bandpo train`` there ended in ``ModuleNotFoundError: No module
+    named 'yaml'`` (a traceback): the command says in one line which extra to install, exit status 2."""
+    proc = _bandpo_without(modules, *args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    missing = proc.stderr.split("(missing: ")[-1].rstrip(")\n")
+    assert proc.stderr == (
+        f'bandpo: the lab\'s commands need the lab extra: pip install "bandpo[lab]" (missing: {missing})\n'
+    )
+    assert missing in modules.split(",")
+    assert proc.stdout == ""
+
+
+def test_bandpo_version_and_help_work_where_only_the_library_is_installed() -> None:
+    from bandpo import __version__
+
+    # numpy left in: torch warns at import where it is missing, which is torch's own line
+    lab = "yaml,pydantic,tqdm,tokenizers,tensorboard,trl,transformers,accelerate,datasets"
+    proc = _bandpo_without(lab, "--version")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"bandpo {__version__}\n", "")
+    proc = _bandpo_without(lab, "--help")
+    assert proc.returncode == 0 and proc.stderr == "" and "bandpo help COMMAND" in proc.stdout
+
+
+def test_a_missing_module_outside_the_lab_extra_is_not_blamed_on_it() -> None:
+    """Only the lab extra's modules are named as its: any other missing module stays Python's own error."""
+    code = (
+        "import sys\nfrom bandpo_lab.cli import main as m\n"
+        "def boom(*a):\n    import no_such_module_xyz\n"
+        "m.build_parser = boom\nsys.exit(m.main(['bounds']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "ModuleNotFoundError: No module named 'no_such_module_xyz'" in proc.stderr
