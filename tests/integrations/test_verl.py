@@ -388,6 +388,50 @@ def test_a_misspelled_key_of_a_plain_dict_policy_loss_is_refused() -> None:
     assert bverl.clip_rule_from_config("bandpo", {"clip_ratio_c": 3.0}) == bandpo.make_clip_rule("band")
 
 
+def test_a_misspelled_actor_key_bandpo_reads_is_refused_and_verls_own_keys_pass() -> None:
+    """A plain dict actor config with ``clip_ratio_lo`` ran with ``clip_ratio``'s 0.2 as the lower ratio, the key
+    ignored: a misspelling of a key bandpo reads (the clip ratios, ``policy_loss``, ``optim.total_training_steps``)
+    is refused in one line with a "did you mean"; verl's own actor keys, which bandpo does not read, pass."""
+    data = make_batch()
+    for config, match in (
+        (
+            {"clip_ratio_lo": 0.1, "clip_ratio_high": 0.3},
+            r"^actor: unknown key\(s\) 'clip_ratio_lo' \(did you mean 'clip_ratio_low'\?\); bandpo reads clip_ratio, "
+            r"clip_ratio_low, clip_ratio_high, clip_ratio_c, policy_loss, optim there \(a misspelled key would be "
+            r"ignored and its default used\)$",
+        ),
+        (
+            {"policy_los": {"delta": 0.1}},
+            r"^actor: unknown key\(s\) 'policy_los' \(did you mean 'policy_loss'\?\)",
+        ),
+        (
+            {"optim": {"lr": 1e-6, "total_training_step": 100}},
+            r"^actor\.optim: unknown key\(s\) 'total_training_step' \(did you mean 'total_training_steps'\?\)",
+        ),
+    ):
+        for plain in (config, OmegaConf.create(config)):
+            with pytest.raises(ValueError, match=match):
+                bverl.clip_method_from_config("bandpo", plain)
+            with pytest.raises(ValueError, match=match):
+                get_policy_loss_fn("bandpo")(
+                    data["old_log_prob"],
+                    data["log_prob"],
+                    data["advantages"],
+                    data["response_mask"],
+                    config=plain,
+                )
+    verls_own = {
+        "ppo_mini_batch_size": 8, "ppo_epochs": 1, "loss_agg_mode": "token-mean", "entropy_coeff": 0.0,
+        "use_kl_loss": False, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "grad_clip": 1.0,
+        "clip_ratio": 0.2, "clip_ratio_low": 0.1, "clip_ratio_c": 3.0, "shuffle": False, "strategy": "fsdp",
+        "optim": {"lr": 1e-6, "lr_warmup_steps_ratio": 0.0, "total_training_steps": 10, "weight_decay": 0.01,
+                  "lr_warmup_steps": -1, "betas": [0.9, 0.999], "clip_grad": 1.0, "warmup_style": "constant"},
+        "policy_loss": {"loss_mode": "bandpo", "relax": True},
+    }  # fmt: skip
+    method = bverl.clip_method_from_config("bandpo", verls_own)
+    assert method.total_steps == 10 and method.params["relax"] == (0.1, 0.2)  # bandpo's keys are read
+
+
 def _example_overrides(**env: str) -> list[str]:
     result = subprocess.run(
         ["bash", str(EXAMPLE)],

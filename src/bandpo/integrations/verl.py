@@ -304,11 +304,50 @@ def _check_policy_loss_keys(policy_loss: Any) -> None:
         )
 
 
+_ACTOR_KEYS = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss", "optim")
+"""The keys of verl's actor config that bandpo reads itself (:func:`_settings`); of ``optim``, only
+``total_training_steps`` (:data:`_OPTIM_KEYS`)."""
+
+_OPTIM_KEYS = ("total_training_steps",)
+
+
+@functools.lru_cache(maxsize=64)
+def _misspelled(keys: frozenset[str], owned: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``keys`` that are not ``owned`` but close to one of them (:func:`bandpo.registry.did_you_mean`'s
+    measure), sorted: the misspellings of bandpo's keys among verl's own."""
+    return tuple(sorted(k for k in keys if k not in owned and did_you_mean(k, owned)))
+
+
+def _check_actor_keys(config: Any) -> None:
+    """A plain actor config (a dict or ``DictConfig``, not verl's ``ActorConfig`` dataclass, whose fields hydra
+    checked) holds no misspelling of a key bandpo reads (:data:`_ACTOR_KEYS`; ``optim``'s :data:`_OPTIM_KEYS`):
+    ``clip_ratio_lo`` was ignored and ``clip_ratio`` used instead. The actor config is verl's and holds verl's
+    own keys too (``ppo_epochs``, ``loss_agg_mode``, ...), which bandpo does not know: only a key close to one
+    of bandpo's (did-you-mean's similarity) is refused; none of verl 0.9's actor or optimizer fields is.
+    Raises ``ValueError`` naming each with a "did you mean"."""
+    for where, section, owned in (
+        ("actor", config, _ACTOR_KEYS),
+        ("actor.optim", _get(config, "optim", None), _OPTIM_KEYS),
+    ):
+        if section is None or dataclasses.is_dataclass(section) or not hasattr(section, "keys"):
+            continue
+        unknown = _misspelled(frozenset(k for k in section if isinstance(k, str)), owned)
+        if unknown:
+            named = ", ".join(f"{key!r}{did_you_mean(key, owned)}" for key in unknown)
+            raise ValueError(
+                f"{where}: unknown key(s) {named}; bandpo reads {', '.join(owned)} there (a misspelled key "
+                "would be ignored and its default used)"
+            )
+
+
 def _settings(policy_loss: Any, config: Any = None) -> dict[str, Any]:
     """verl's settings by :data:`VERL_NAMES`' spelling: the BandPO fields of ``policy_loss`` and, with the actor
     ``config``, its clip ratios and run length (without it, the rules' defaults). A plain dict ``policy_loss``
-    with a key that is no field of :class:`BandPOPolicyLossConfig` raises (:func:`_check_policy_loss_keys`)."""
+    with a key that is no field of :class:`BandPOPolicyLossConfig` raises (:func:`_check_policy_loss_keys`), and
+    a plain dict ``config`` with a misspelling of a key bandpo reads there (:func:`_check_actor_keys`)."""
     _check_policy_loss_keys(policy_loss)
+    if config is not None:
+        _check_actor_keys(config)
     settings = {f"policy_loss.{key}": _param(policy_loss, key) for key in _POLICY_LOSS_FIELDS}
     relax = settings["policy_loss.relax"]
     settings["policy_loss.relax"] = None
