@@ -10,6 +10,11 @@ One grammar for outputs: a command that writes one file takes ``-o/--output FILE
 ``eval``), one that writes a folder ``-o/--output-dir DIR`` (``probe``, ``mechanism``, ``demo``); ``train`` and
 ``compare`` write where their config's ``output_dir`` says (``output_dir=DIR``, a config key like any other). An
 old spelling stays accepted (hidden from ``--help``) and says once on stderr what it is now.
+
+One grammar for long work: a command whose work takes minutes (:data:`LONG_WORK`) takes ``--no-progress`` and
+``--dry-run``, which makes every check the command makes before its work and prints the plan in a few lines,
+``bandpo COMMAND: dry run: the plan (...)`` (:func:`print_plan`; ``train`` prints its resolved config), loading no
+model and writing nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +41,27 @@ OUTPUTS: dict[str, str | None] = {
 }
 """Each command's output option (``-o`` is its short form), ``output_dir=`` for the commands whose config says
 where they write, ``None`` for one that prints only. ``tests/lab/cli/test_grammar.py`` holds every command to it."""
+
+
+LONG_WORK = ("train", "eval", "compare", "demo", "probe", "mechanism", "bench")
+"""The commands whose work takes minutes (a model, a training run, a grid of simulations, timings): each takes
+``--dry-run`` (every check the command makes before its work, then the plan in a few lines: nothing loaded, run or
+written; :func:`add_dry_run`, :func:`print_plan`) and ``--no-progress``. ``tests/lab/cli/test_grammar.py`` holds
+every command to it."""
+
+
+def add_dry_run(parser: argparse.ArgumentParser, checks: str, work: str) -> None:
+    """Add ``--dry-run``: "check ``checks``, print the plan and exit without ``work``"."""
+    parser.add_argument(
+        "--dry-run", action="store_true", help=f"check {checks}, print the plan and exit without {work}"
+    )
+
+
+def print_plan(command: str, nothing: str, lines: Sequence[str]) -> int:
+    """A dry run's plan on stdout: ``bandpo COMMAND: dry run: the plan (NOTHING)`` (what was not done: ``nothing
+    built, evaluated or trained``), then ``lines``; returns the exit status, 0."""
+    print("\n".join([f"bandpo {command}: dry run: the plan ({nothing})", *lines]))
+    return 0
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

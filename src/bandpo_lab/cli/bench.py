@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bandpo_lab.cli._args import add_deprecated_spelling, add_list_option
+from bandpo_lab.cli._args import add_deprecated_spelling, add_dry_run, add_list_option, print_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cuda, cuda:1, ...; the KL accuracy, the diagnostics and the loss against verl run on the CPU",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (stderr)")
+    add_dry_run(
+        parser,
+        "the counts and shapes, the device, the training-step recipe and the output file",
+        "timing or writing",
+    )
     add_deprecated_spelling(parser, "--json", "--output")
 
 
@@ -92,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         problem = output_file_problem(args.output, "--output")
     if problem is not None:  # before minutes of timing, which write only at the end
         usage_error("bench", problem)
+    if args.dry_run:
+        return _plan(args)
 
     from bandpo_lab.provenance import provenance
 
@@ -180,6 +187,41 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """``--dry-run``'s plan: each section with its sizes, or why it is skipped, and the file it would write."""
+
+    def section(skipped: bool, flag: str, text: str) -> str:
+        return f"skipped ({flag}): {text}" if skipped else text
+
+    b, t = args.loss_shape
+    vb, vt = args.verl_shape
+    if args.real_model:
+        lines = [
+            "the real-model section alone (SmolLM2-135M, minutes): one optimizer step of configs/smollm2-arith.yaml "
+            "part by part against the matmul floor, float32 vs bf16; two processes at one thread against one at two"
+        ]
+    else:
+        lines = [
+            f"bound solvers at {','.join(map(str, args.sizes))} tokens, {args.repeats} timed calls per case, "
+            f"device {args.device}",
+            f"KL accuracy at {args.accuracy_points} random p",
+            section(args.skip_loss, "--skip-loss", f"the loss, B={b}, T={t}, {6 * args.repeats} rounds"),
+            section(
+                args.skip_schedule,
+                "--skip-schedule",
+                f"the radius schedule, B={b}, T={t}, {6 * args.repeats} rounds",
+            ),
+            section(
+                args.skip_verl,
+                "--skip-verl",
+                f"the diagnostics and the loss against verl's own, B={vb}, T={vt}, {6 * args.repeats} rounds (CPU)",
+            ),
+            section(args.skip_train, "--skip-train", "the training step of the tiny countdown model (TRL)"),
+        ]
+    lines.append(f"output {args.output}" if args.output is not None else "output: printed only (no --output)")
+    return print_plan("bench", "nothing timed or written", lines)
 
 
 def _argument_problem(args: argparse.Namespace) -> str | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo_lab._files import RECIPES
+from bandpo_lab.cli._args import print_plan
 
 DEFAULT_CONFIG = RECIPES / "tiny.yaml"
 LLM_CONFIG = RECIPES / "smollm2-arith.yaml"
@@ -207,21 +208,19 @@ def run(args: argparse.Namespace) -> int:
     kw = config.trainer_kwargs()
     if args.dry_run:
         model = f"the tiny model of task {task.name!r}" if config.model.uses_task_model else config.model.path
-        print(
-            "\n".join(
-                [
-                    "bandpo demo: dry run: the plan (nothing built, evaluated or trained)",
-                    f"recipe: {recipe_note(config_file)}",
-                    f"[1/4] model {model}",
-                    f"[2/4] held-out evaluation before RL: {n_problems} problems of {task.name}/test, {k} samples "
-                    f"each, up to {new_tokens} new tokens",
-                    f"[3/4] RL with clip rule {kw.get('clip_rule')!r} for {kw.get('max_steps')} steps in {output_dir} "
-                    f"({len(prepared.problems)} prompts; an earlier demo run there is replaced)",
-                    "[4/4] held-out evaluation after RL",
-                ]
-            )
+        return print_plan(
+            "demo",
+            "nothing built, evaluated or trained",
+            [
+                f"recipe: {recipe_note(config_file)}",
+                f"[1/4] model {model}",
+                f"[2/4] held-out evaluation before RL: {n_problems} problems of {task.name}/test, {k} samples "
+                f"each, up to {new_tokens} new tokens",
+                f"[3/4] RL with clip rule {kw.get('clip_rule')!r} for {kw.get('max_steps')} steps in {output_dir} "
+                f"({len(prepared.problems)} prompts; an earlier demo run there is replaced)",
+                "[4/4] held-out evaluation after RL",
+            ],
         )
-        return 0
     if config.model.uses_task_model:
         print(f"[1/4] warm start of the tiny model for task {task.name!r} (cached after the first run)")
         model_dir = build_task_model(

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bandpo_lab.cli._args import add_list_option, progress_bars
+from bandpo_lab.cli._args import add_dry_run, add_list_option, print_plan, progress_bars
 
 EPILOG = """\
 datasets:
@@ -142,6 +142,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--save-samples", default=None, help="also write every completion to this JSONL file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_dry_run(
+        parser,
+        "the flags, the model directory (its files, no weights loaded; a built-in or tiny model is not built), the "
+        "datasets and the output files",
+        "loading the model, sampling or writing",
+    )
 
 
 def _task_options(text: str | None) -> dict[str, Any] | None:
@@ -223,6 +229,38 @@ def unparsed_warnings(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _plan(
+    args: argparse.Namespace, model: Path | None, output: Path | None, datasets: list[Any], settings: Any
+) -> int:
+    """``--dry-run``'s plan: the model, each dataset's problems, the sampling, the files it would write."""
+    if model is not None:
+        shown = str(model)
+    elif args.model == "tiny":
+        shown = "tiny: the built-in task's warm-started model (built and cached on first use)"
+    else:
+        shown = f"the built-in model {args.model!r} (converted and cached on first use)"
+    length = (
+        f"up to {settings.max_new_tokens} new tokens"
+        if settings.max_new_tokens
+        else "new tokens as the model's generation config says (else up to 1024)"
+    )
+    where = str(output) if output is not None else "eval_results.json in the model's folder"
+    return print_plan(
+        "eval",
+        "no model loaded, nothing sampled or written",
+        [
+            f"model {shown}",
+            *(
+                f"dataset {d.name}: {len(d.problems)} problems, verifier {d.verifier} ({d.source})"
+                for d in datasets
+            ),
+            f"sampling: {settings.k} per problem at temperature {settings.temperature:g}, {length}, "
+            f"{settings.backend} backend, device {args.device}; pass@{','.join(map(str, settings.ks))}",
+            f"results {where}" + (f"; samples {args.save_samples}" if args.save_samples else ""),
+        ],
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     with progress_bars(not args.no_progress):  # transformers' bars too: building or loading the model
         return _run(args)
@@ -267,10 +305,11 @@ def _run(args: argparse.Namespace) -> int:
         _check_datasets(args, specs, options)  # before the model, which "tiny" may warm-start for minutes
         # the files named on the command line, before the model; the default one (in the model's folder) after it
         _check_outputs(args.output, args.save_samples, _local_model(args.model))
-        model = resolve_model_dir(args.model, specs, options)  # before the datasets: a wrong path fails fast
-        output = Path(args.output) if args.output else model / DEFAULT_RESULTS
-        # the default file, in the model's folder, and a built-in model's folder: checked now, before the work
-        _check_outputs(output, args.save_samples, model)
+        # before the datasets: a wrong path fails fast; a dry run builds no built-in or tiny model (None)
+        model = resolve_model_dir(args.model, specs, options, build=not args.dry_run)
+        output = Path(args.output) if args.output else None if model is None else model / DEFAULT_RESULTS
+        if model is not None:  # the default file, in the model's folder, and a built-in model's folder
+            _check_outputs(output, args.save_samples, model)
         if args.threads is not None:
             import torch
 
@@ -291,6 +330,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         if settings.max_new_tokens is None:  # a built-in task's own answer length (arith: 16)
             settings.max_new_tokens = task_answer_length(datasets)
+        if args.dry_run:
+            return _plan(args, model, output, datasets, settings)
         results = evaluate_model_dir(
             model,
             datasets,

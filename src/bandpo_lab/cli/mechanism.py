@@ -10,8 +10,13 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
-from bandpo_lab.cli._args import add_deprecated_spelling, add_list_option
+from bandpo_lab.cli._args import add_deprecated_spelling, add_dry_run, add_list_option, print_plan
+
+if TYPE_CHECKING:
+    from bandpo.losses.clip_rules import ClipRule
+    from bandpo_lab.experiments.mechanism import MechanismConfig, Scenario
 
 EPILOG = """\
 examples:
@@ -56,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_dry_run(
+        parser, "the flags, the rules, the scenarios and the output directory", "simulating or writing"
+    )
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -71,9 +79,9 @@ def _command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def _make_output(output: str) -> None:
+def _make_output(output: str, dry_run: bool = False) -> None:
     """Create the ``--output-dir`` directory now, before the simulation (which writes only at its end); a path
-    that cannot be one raises ``ValueError`` naming it."""
+    that cannot be one raises ``ValueError`` naming it. ``dry_run``: check it only, create nothing."""
     from pathlib import Path
 
     from bandpo_lab._files import output_dir_problem
@@ -81,10 +89,32 @@ def _make_output(output: str) -> None:
     problem = output_dir_problem(output, "--output-dir")
     if problem is not None:
         raise ValueError(problem)
+    if dry_run:
+        return
     try:
         Path(output).mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"--output-dir {output!r} cannot be created: {err.strerror or err}") from None
+
+
+def _plan(
+    args: argparse.Namespace, config: MechanismConfig, scenarios: list[Scenario], rules: dict[str, ClipRule]
+) -> int:
+    """``--dry-run``'s plan: the grid of each scenario, the rules, the seeds and vocabulary, where it would write."""
+    lines = [
+        f"{len(scenarios)} scenario(s) x {len(rules)} rule(s) x {config.seeds} seeds, vocabulary {config.vocab}"
+    ]
+    for s in scenarios:
+        steps = config.steps or s.steps
+        lines.append(
+            f"  {s.name}: learning rates {', '.join(f'{lr:g}' for lr in s.learning_rates)}, updates per batch "
+            f"{', '.join(map(str, s.updates_per_batch))}, groups of {s.group_size}, {steps} steps"
+        )
+    lines.append(f"rules {', '.join(rules)}")
+    lines.append(
+        f"outputs tables{'' if args.no_figures else ' and figures'} in {args.output_dir}/ (results.md)"
+    )
+    return print_plan("mechanism", "nothing simulated or written", lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--scenarios: {err}") from None
         if not scenarios:
             raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios.text!r}")
-        _make_output(args.output_dir)
+        _make_output(args.output_dir, dry_run=args.dry_run)
     except ValueError as err:
         print(f"bandpo mechanism: error: {err}", file=sys.stderr)
         return 2
@@ -126,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         vocab=args.vocab or (256 if args.quick else 1024),
         steps=args.steps,
     )
+    if args.dry_run:
+        return _plan(args, config, scenarios, rules)
     command = _command(args)
     _, _, meta = run_mechanism(
         config,

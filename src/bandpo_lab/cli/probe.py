@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bandpo_lab.cli._args import add_deprecated_spelling, add_list_option, progress_bars, yaml_mapping
+from bandpo_lab.cli._args import (
+    add_deprecated_spelling,
+    add_dry_run,
+    add_list_option,
+    print_plan,
+    progress_bars,
+    yaml_mapping,
+)
 
 if TYPE_CHECKING:
     from bandpo_lab.experiments.llm_probe import ProbeConfig
@@ -92,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_dry_run(
+        parser,
+        "the flags, the dataset (every problem scorable), the model directory (its files, no weights loaded; a "
+        "built-in model is not converted) and the output directory",
+        "loading the model, sampling, updating or writing",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,22 +152,19 @@ def run(args: argparse.Namespace) -> int:
     except MissingDependencyError as err:
         usage_error("probe", f"{err}; or pass --no-figures")
     try:
+        if args.dry_run:
+            return _plan(args, config, options)
         with progress_bars(not args.no_progress):  # the model's loading bar too
             return _run(args, config, options)
     except EvalError as err:
         usage_error("probe", str(err))
 
 
-def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] | None) -> int:
-    import torch
-
+def _dataset(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] | None) -> Any:
+    """The probe's problems (``--dataset``), each checked scorable by its verifier before the model loads."""
     from bandpo_lab.cli.bounds import usage_error
-    from bandpo_lab.eval.datasets import load_eval_dataset, prompt_texts, raw_prompt_text
-    from bandpo_lab.eval.models import load_model, loaded_attention, resolve_model_dir
+    from bandpo_lab.eval.datasets import load_eval_dataset, raw_prompt_text
     from bandpo_lab.eval.scorers import get_scorer
-    from bandpo_lab.experiments.llm_probe import figure, markdown, run_probe
-    from bandpo_lab.provenance import code_changed, provenance
-    from bandpo_lab.runtime import precision_for
 
     dataset = load_eval_dataset(args.dataset, split=config.split, task_options=options)
     if len(dataset.problems) < config.prompts:
@@ -162,7 +172,7 @@ def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] 
             "probe",
             f"--prompts {config.prompts} is more than the {len(dataset.problems)} problems of {dataset.name}",
         )
-    score_fn, check = get_scorer(dataset.verifier)
+    _, check = get_scorer(dataset.verifier)
     for i, problem in enumerate(dataset.problems):  # before the model loads: a bad row fails in one line
         try:
             check(raw_prompt_text(problem["prompt"]), problem.get("answer"))
@@ -171,6 +181,45 @@ def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] 
                 "probe",
                 f"problem {i} of {dataset.name} cannot be scored by verifier {dataset.verifier!r}: {err}",
             )
+    return dataset
+
+
+def _plan(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] | None) -> int:
+    """``--dry-run``'s plan: the model, the problems, the batches and updates, the files it would write."""
+    from bandpo_lab.eval.models import resolve_model_dir
+
+    dataset = _dataset(args, config, options)
+    model_dir = resolve_model_dir(args.model, [args.dataset], options, build=False)
+    shown = model_dir or f"the built-in model {args.model!r} (converted and cached on first use)"
+    files = ["results.json", "results.md", *(["probe.png"] if not args.no_figures else [])]
+    return print_plan(
+        "probe",
+        "no model loaded, nothing sampled, updated or written",
+        [
+            f"model {shown}",
+            f"dataset {dataset.name}: {len(dataset.problems)} problems, verifier {dataset.verifier}"
+            + (f", task options {options}" if options else ""),
+            f"{config.batches} batch(es) of {config.prompts} prompts x {config.group_size} completions, up to "
+            f"{config.max_new_tokens} new tokens at temperature {config.temperature:g}, seeds from {config.seed}",
+            f"rules {', '.join(config.rules)}: {config.updates} update(s) per batch and rule in "
+            f"{config.minibatches} mini-batch(es), lr {config.learning_rate:g}, precision {config.precision}",
+            f"outputs {', '.join(files)} in {args.output_dir}/",
+        ],
+    )
+
+
+def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] | None) -> int:
+    import torch
+
+    from bandpo_lab.eval.datasets import prompt_texts, raw_prompt_text
+    from bandpo_lab.eval.models import load_model, loaded_attention, resolve_model_dir
+    from bandpo_lab.eval.scorers import get_scorer
+    from bandpo_lab.experiments.llm_probe import figure, markdown, run_probe
+    from bandpo_lab.provenance import code_changed, provenance
+    from bandpo_lab.runtime import precision_for
+
+    dataset = _dataset(args, config, options)
+    score_fn, _ = get_scorer(dataset.verifier)
     model_dir = resolve_model_dir(args.model, [args.dataset], options)
     model, tokenizer = load_model(
         model_dir,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from bandpo_lab._files import expand_path, read_utf8
 from bandpo_lab.eval.errors import EvalError
@@ -240,15 +240,35 @@ def load_model(
     return model, tokenizer
 
 
+@overload
 def resolve_model_dir(
-    model: str | Path, datasets: Sequence[str] = (), task_options: Mapping[str, Any] | None = None
-) -> Path:
+    model: str | Path,
+    datasets: Sequence[str] = (),
+    task_options: Mapping[str, Any] | None = None,
+    build: Literal[True] = True,
+) -> Path: ...
+
+
+@overload
+def resolve_model_dir(
+    model: str | Path, datasets: Sequence[str], task_options: Mapping[str, Any] | None, build: bool
+) -> Path | None: ...
+
+
+def resolve_model_dir(
+    model: str | Path,
+    datasets: Sequence[str] = (),
+    task_options: Mapping[str, Any] | None = None,
+    build: bool = True,
+) -> Path | None:
     """``model`` as a path, checked by :func:`check_model_dir` (a wrong path fails before any dataset loads), with
     ``~`` and ``$VAR`` expanded as that check reads them (the run's ``train_config.yaml`` is looked up there).
 
     A built-in model name (:data:`bandpo_lab.models.MODELS`, e.g. ``smollm2-135m``) stands for its converted directory
     (converted now when it is not cached yet). ``"tiny"`` stands for the cached warm-started model of the first built-in task among ``datasets``, built with
-    ``task_options`` now when it is not cached yet (:func:`bandpo_lab.training.tasks.build_task_model`).
+    ``task_options`` now when it is not cached yet (:func:`bandpo_lab.training.tasks.build_task_model`). With
+    ``build`` False (a dry run) neither is converted nor built, nor looked up: ``None`` for them, after the checks
+    that need no model (``tiny``'s task among ``datasets``).
 
     Raises:
         EvalError: ``tiny`` without a built-in task that has a tiny model among ``datasets``; a path :func:`check_model_dir` rejects.
@@ -256,6 +276,8 @@ def resolve_model_dir(
     from bandpo_lab.models import ModelUnavailableError, builtin_model_dir, is_builtin_model
 
     if is_builtin_model(str(model)):
+        if not build:
+            return None
         from bandpo_lab.training.tasks import default_cache_dir
 
         try:
@@ -275,6 +297,8 @@ def resolve_model_dir(
                 f"--model tiny needs a built-in task with its own tiny model among --dataset "
                 f"({', '.join(with_model)}){none if without else ''}"
             )
+        if not build:
+            return None
         path = Path(build_task_model(task, task_options or {}, {}, default_cache_dir()))
     else:
         path = Path(model)

@@ -1,12 +1,13 @@
 """One CLI grammar (issue "One vocabulary ... and a front page", item 4): every option's default is in its
 ``--help``; ``-o/--output-dir`` names a directory and ``-o/--output`` a file in every command (train and compare:
 the config key ``output_dir=``), the old spellings still work with one line on stderr; every list is written with commas; an unknown flag is reported by the subcommand's
-parser."""
+parser; every command whose work is long takes ``--dry-run`` (its checks, then its plan) and ``--no-progress``."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -320,3 +321,106 @@ def test_bandpo_version_and_bandpo_help_work(capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().out == bounds and bounds.startswith("usage: bandpo bounds ")
     assert _status(["help", "bogus"]) == 2
     assert "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+def test_every_command_whose_work_is_long_has_dry_run_and_no_progress() -> None:
+    """``train``, ``compare`` and ``demo`` had ``--dry-run``, ``eval``, ``probe``, ``mechanism`` and ``bench``
+    none: every command of ``cli/_args.py``'s ``LONG_WORK`` takes both ``--dry-run`` and ``--no-progress``; the
+    others (``bounds``, ``plot-bounds``) print in a second."""
+    from bandpo_lab.cli._args import LONG_WORK
+
+    subparsers = _subparsers()
+    assert set(subparsers) - set(LONG_WORK) == {"bounds", "plot-bounds"}
+    missing = [
+        f"bandpo {name} {flag}"
+        for name in LONG_WORK
+        for flag in ("--dry-run", "--no-progress")
+        if flag not in subparsers[name]._option_string_actions
+    ]
+    assert not missing, missing
+
+
+def _fail(what: str) -> Any:
+    def fail(*args: Any, **kwargs: Any) -> None:
+        pytest.fail(f"a dry run {what}")
+
+    return fail
+
+
+@pytest.mark.parametrize("command", ["eval", "eval-builtin", "probe", "mechanism", "bench"])
+def test_dry_run_checks_prints_the_plan_and_does_no_work(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bandpo eval/probe/mechanism/bench --dry-run``: the command's checks, then its plan in a few lines (the
+    model, the data, the sizes, the outputs), exit 0; no model built, converted or loaded, no work, nothing
+    written."""
+    from helpers.tiny import save_countdown_model_dir
+
+    model = save_countdown_model_dir(tmp_path / "model")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    capsys.readouterr()
+    for target, what in (
+        ("bandpo_lab.eval.models.load_model", "loaded a model"),
+        ("bandpo_lab.models.builtin_model_dir", "converted a built-in model"),
+        ("bandpo_lab.training.tasks.build_task_model", "built the tiny model"),
+        ("bandpo_lab.eval.evaluate.evaluate_model_dir", "evaluated"),
+        ("bandpo_lab.experiments.mechanism_report.run_mechanism", "simulated"),
+        ("bandpo_lab.experiments.bench.bench_bounds", "timed"),
+        ("bandpo_lab.experiments.bench_llm.bench_real_step", "timed"),
+    ):
+        monkeypatch.setattr(target, _fail(what))
+    out = tmp_path / "out"
+    argv, expected = {
+        "eval": (
+            ["eval", "--model", str(model), "--k", "2", "--max-problems", "3", "-o", f"{out}/r.json"],
+            [f"model {model}", "dataset countdown/test: 3 problems, verifier countdown", f"results {out}/r.json"],
+        ),
+        "eval-builtin": (
+            ["eval", "--model", "smollm2-135m", "--dataset", "arith", "--save-samples", f"{out}/s.jsonl"],
+            ["model the built-in model 'smollm2-135m' (converted and cached on first use)", "up to 16 new tokens",
+             "results eval_results.json in the model's folder; samples"],
+        ),
+        "probe": (
+            ["probe", "--model", str(model), "--dataset", "countdown", "--batches", "2", "-o", str(out)],
+            [f"model {model}", "2 batch(es) of 4 prompts", f"outputs results.json, results.md, probe.png in {out}/"],
+        ),
+        "mechanism": (
+            ["mechanism", "--quick", "--rules", "grpo,band", "-o", str(out)],
+            ["x 2 rule(s) x 8 seeds, vocabulary 256", "rules grpo, band", f"tables and figures in {out}/"],
+        ),
+        "bench": (
+            ["bench", "--sizes", "1024", "--skip-train", "-o", f"{out}/b.json"],
+            ["bound solvers at 1024 tokens", "skipped (--skip-train)", f"output {out}/b.json"],
+        ),
+    }[command]  # fmt: skip
+    assert _status([*argv, "--dry-run", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    name = argv[0]
+    assert printed.startswith(f"bandpo {name}: dry run: the plan ("), printed
+    assert len(printed.splitlines()) <= 10
+    for text in expected:
+        assert text in printed, (text, printed)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["mechanism", "--seeds", "1"], "--seeds must be an integer >= 2, got 1"),
+        (["bench", "--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
+        (
+            ["probe", "--model", "smollm2-135m", "--prompts", "999"],
+            "--prompts 999 is more than the 155 problems",
+        ),
+        (["eval", "--model", "tiny", "--dataset", "countdwon"], "dataset 'countdwon' does not exist"),
+        (["eval", "--model", "{tmp}/none"], "model directory '{tmp}/none' does not exist"),
+    ],
+)
+def test_dry_run_makes_the_commands_checks(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dry run refuses what the command refuses before its work, in the same one line, exit 2."""
+    assert _status([*(a.format(tmp=tmp_path) for a in argv), "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"bandpo {argv[0]}: error: {message.format(tmp=tmp_path)}" in captured.err.splitlines()[-1]
