@@ -258,8 +258,10 @@ def yaml_mapping(flag: str, text: str, example: str) -> dict[str, Any]:
     the parser's reason, on the same line)."""
     import yaml
 
+    from bandpo_lab.config.documents import load_value
+
     try:
-        value = yaml.safe_load(text)
+        value = load_value(text)  # aliases bounded as in a config file
     except yaml.YAMLError as err:
         from bandpo_lab.config import yaml_error_line
 

@@ -132,6 +132,21 @@ _Loader.add_implicit_resolver(
 )
 
 
+def load_value(text: str) -> Any:
+    """One value given on the command line (an override's, an option's such as ``--task-options``) read as YAML as
+    a config file's values are (:class:`_Loader`), its aliases bounded the same way.
+
+    Raises:
+        yaml.YAMLError: text that is not YAML; :class:`AliasBoundError` where its aliases stand for more than
+            :data:`ALIAS_VALUES_LIMIT` values ("the value's aliases") or one is inside the value it names.
+    """
+    loader = _Loader(text, whose="the value's", instead="")
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def parse_scalar(text: str, name: str = f"a value {OVERRIDES_LABEL}") -> Any:
     """A command-line string read as a YAML value (scalar or flow list / mapping), as a config file's values are
     read (:class:`_Loader`: ``1e-6`` is a number, dates stay text); text that is not YAML stays the text.
@@ -141,15 +156,12 @@ def parse_scalar(text: str, name: str = f"a value {OVERRIDES_LABEL}") -> Any:
             the value it names (a "billion laughs" in one override ran until killed, as a file's did), in the
             words of a file's, naming the value as ``name`` (``max_steps (from the overrides)``).
     """
-    loader = _Loader(text, whose="the value's", instead="")
     try:
-        value = loader.get_single_data()
+        value = load_value(text)
     except AliasBoundError as err:
         raise ConfigError(f"{name} is not valid YAML: {yaml_error_line(err)}") from None
     except yaml.YAMLError:
         return text
-    finally:
-        loader.dispose()
     if isinstance(value, str):
         for convert in (int, float):
             try:

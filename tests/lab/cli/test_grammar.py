@@ -424,3 +424,27 @@ def test_dry_run_makes_the_commands_checks(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert f"bandpo {argv[0]}: error: {message.format(tmp=tmp_path)}" in captured.err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("command", ["probe", "eval"])
+def test_task_options_of_nested_aliases_are_refused_in_one_line(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--task-options`` holding a 'billion laughs' ran until killed: its aliases are bounded as an override's
+    and a config file's are, in one line naming the flag."""
+    import time
+
+    levels = ["&a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    text = "{x: [" + ", ".join(levels) + "]}"
+    started = time.perf_counter()
+    assert _status([command, "--model", "x", "--task-options", text, "--dry-run"]) == 2
+    assert time.perf_counter() - started < 5
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"bandpo {command}: error: --task-options must be a YAML mapping"
+    )
+    assert err[0].endswith(
+        "with the alias *a3 the value's aliases stand for more than 10000 values (nested aliases repeat a value "
+        "at every level, a 'billion laughs'); write the values out"
+    )
