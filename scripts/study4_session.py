@@ -270,10 +270,12 @@ def status(worktree: Path) -> int:
 
 
 def export(main: Path, worktree: Path) -> int:
+    """The worktree's finished runs into the export (with the worktree's own ``bandpo``: its code wrote them), then
+    the report rebuilt from the export by the main checkout's."""
     bandpo = str(main / ".venv" / "bin" / "bandpo")
     _call(
         [
-            bandpo,
+            str(worktree / ".venv" / "bin" / "bandpo"),
             "compare",
             "--config",
             CONFIG,
