@@ -222,7 +222,7 @@ def clip_metrics(
                 "policy/ratio_min": r_min,
             }
         )
-        met.update(side_metrics(ratio, lo, hi, advantages, mask, old_log_prob, dual_active=dual_active))
+        met.update(_side_metrics(ratio, lo, hi, above, below, adv, m, p_old < TAIL_PROB, dual_active, f))
     return met
 
 
@@ -278,41 +278,59 @@ def side_metrics(
     with torch.no_grad():
         m = mask if mask.dtype == torch.bool else mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
-        adv = advantages.expand_as(ratio)
-        e_lo, e_hi = FIXED_INTERVAL
-        pos, neg = m & (adv > 0), m & (adv < 0)
-        above_fixed, below_fixed = ratio > 1.0 + e_hi, ratio < 1.0 - e_lo
-        up_through = pos & above_fixed & (ratio <= hi)
-        down_through = neg & below_fixed & (ratio >= lo)
         tail = torch.exp(old_log_prob.to(f)) < TAIL_PROB
-        up_held = pos & (ratio > hi) & ~above_fixed
-        down_held = neg & (ratio < lo) & ~below_fixed
-        counts = torch.stack(
-            [
-                m.sum(),
-                up_through.sum(),
-                down_through.sum(),
-                (up_through & tail).sum(),
-                (down_through & tail).sum(),
-                up_held.sum(),
-                down_held.sum(),
-            ]
-        )  # int64, exact
-        shares = counts[1:].to(f) / counts[0].to(f).clamp(min=1.0)
-        clipped = (pos & (ratio > hi)) | (neg & (ratio < lo))
-        if dual_active is not None:
-            clipped = clipped | (dual_active if dual_active.dtype == torch.bool else dual_active.bool())
-        zero = torch.zeros((), dtype=f, device=ratio.device)
-        weight = adv.to(f).abs() * ratio.to(f)
-        mass = torch.stack(
-            [
-                torch.where(m & ~clipped, weight, zero).sum(),
-                torch.where(up_through, weight, zero).sum(),
-                torch.where(down_through, weight, zero).sum(),
-            ]
-        )
-        grad = torch.where(mass[0] > 0, mass[1:] / torch.where(mass[0] > 0, mass[0], 1.0), zero)
-        return dict(zip(SIDE_METRICS, torch.cat([shares, grad]).unbind()))
+        adv = advantages.expand_as(ratio)
+        return _side_metrics(ratio, lo, hi, ratio > hi, ratio < lo, adv, m, tail, dual_active, f)
+
+
+def _side_metrics(
+    ratio: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    above: Tensor,
+    below: Tensor,
+    adv: Tensor,
+    m: Tensor,
+    tail: Tensor,
+    dual_active: Tensor | None,
+    f: torch.dtype,
+) -> dict[str, Tensor]:
+    """:func:`side_metrics` from what :func:`clip_metrics` has computed already (so the fused pass does not compute
+    it twice): the bounds ``lo``, ``hi`` and ``above = ratio > hi``, ``below = ratio < lo``, ``adv`` the advantages expanded to (B, T), ``m`` the
+    bool mask, ``tail = p_old < TAIL_PROB`` and ``f`` the reduction dtype. Runs under the caller's ``no_grad``."""
+    e_lo, e_hi = FIXED_INTERVAL
+    pos, neg = m & (adv > 0), m & (adv < 0)
+    above_fixed, below_fixed = ratio > 1.0 + e_hi, ratio < 1.0 - e_lo
+    up_through = pos & above_fixed & (ratio <= hi)  # not ~above: a NaN bound lets nothing through
+    down_through = neg & below_fixed & (ratio >= lo)
+    clipped_up, clipped_down = pos & above, neg & below
+    up_held, down_held = clipped_up & ~above_fixed, clipped_down & ~below_fixed
+    counts = torch.stack(
+        [
+            m.sum(),
+            up_through.sum(),
+            down_through.sum(),
+            (up_through & tail).sum(),
+            (down_through & tail).sum(),
+            up_held.sum(),
+            down_held.sum(),
+        ]
+    )  # int64, exact
+    shares = counts[1:].to(f) / counts[0].to(f).clamp(min=1.0)
+    clipped = clipped_up | clipped_down
+    if dual_active is not None:
+        clipped = clipped | (dual_active if dual_active.dtype == torch.bool else dual_active.bool())
+    zero = torch.zeros((), dtype=f, device=ratio.device)
+    weight = adv.to(f).abs() * ratio.to(f)
+    mass = torch.stack(
+        [
+            torch.where(m & ~clipped, weight, zero).sum(),
+            torch.where(up_through, weight, zero).sum(),
+            torch.where(down_through, weight, zero).sum(),
+        ]
+    )
+    grad = torch.where(mass[0] > 0, mass[1:] / torch.where(mass[0] > 0, mass[0], 1.0), zero)
+    return dict(zip(SIDE_METRICS, torch.cat([shares, grad]).unbind()))
 
 
 def basic_clip_metrics(

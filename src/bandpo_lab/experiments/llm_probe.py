@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from bandpo.losses.clip_rules import make_clip_rule
+from bandpo.losses.diagnostics import FIXED_INTERVAL
 from bandpo.losses.policy_loss import group_advantages, policy_loss
 from bandpo.validation import check_int_in, check_positive_number
 from bandpo_lab.runtime import FLOAT32, Precision, check_precision, precision_for
@@ -298,8 +299,6 @@ def _clip_counts(grad: Tensor, adv: Tensor, bins: Tensor, ratio: Tensor, k: int)
     by the advantage's sign and by ``p_old`` bin (``bins``: (M,) long); the tokens with a gradient where GRPO's
     fixed interval would clip them, per side (:data:`bandpo.losses.diagnostics.FIXED_INTERVAL`: ``A > 0`` and
     ``r > 1 + 0.2``, ``A < 0`` and ``r < 1 - 0.2``), by bin, and their gradient mass ``sum |grad|``."""
-    from bandpo.losses.diagnostics import FIXED_INTERVAL
-
     live = adv != 0
     clipped = live & (grad == 0)
     n_bins = len(BIN_NAMES)
