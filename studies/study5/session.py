@@ -64,6 +64,21 @@ def own_environment(worktree: Path) -> Path:
     return venv
 
 
+CONVERT = (
+    "from bandpo.models import builtin_model_dir; from bandpo.training.tasks import default_cache_dir; "
+    "print(builtin_model_dir('smollm2-135m', default_cache_dir()))"
+)
+"""The registration commit's own conversion of the built-in model into its cache (the package was still ``bandpo``
+there). Its checks before training refuse the chat prompts of a model not converted yet (fixed on main after the
+registration, ``284f02a``), so ``resume`` converts it first on a fresh machine: the same conversion the first run
+would make."""
+
+
+def convert_model(venv: Path, worktree: Path) -> None:
+    """Convert SmolLM2 with the worktree's code where its cache lacks it (a no-op when converted)."""
+    s4._call([str(venv / "bin" / "python"), "-c", CONVERT], worktree, worktree / "src")
+
+
 def configure() -> None:
     """Point Study 4's bookkeeping at Study 5."""
     s4.COMMIT = COMMIT
@@ -91,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         worktree = Path(given.partition("=")[2] or argv[argv.index(given) + 1]).resolve()
         if not worktree.exists():
             s4._call(["git", "worktree", "add", "--detach", str(worktree), COMMIT], s4.MAIN)
-        own_environment(worktree)
+        venv = own_environment(worktree)
+        convert_model(venv, worktree)
     return s4.main(argv)
 
 
