@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from bandpo_lab.experiments.mechanism_report import markdown_tables
+from mechanism_report import markdown_tables
 
 
 def _row(rule: str, metric: str, value: float, seeds: int, **kw) -> dict:

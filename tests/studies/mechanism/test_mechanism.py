@@ -1,4 +1,5 @@
-"""The mechanism experiment: a test-sized run, the properties the experiment rests on, its statistics, its CLI."""
+"""The toy mechanism study (studies/mechanism/): a test-sized run, the properties the experiment rests on, its
+statistics, its command line (``run.py``)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-
-from bandpo import policy_loss
-from bandpo.losses.clip_rules import CLIP_RULES
-from bandpo_lab.cli.main import main
-from bandpo_lab.experiments.mechanism import (
+from mechanism import (
     SCENARIOS,
     MechanismConfig,
     Scenario,
@@ -26,8 +23,15 @@ from bandpo_lab.experiments.mechanism import (
     resolve_rules,
     run_scenario,
 )
-from bandpo_lab.experiments.mechanism_report import run_mechanism
-from bandpo_lab.experiments.mechanism_stats import bootstrap_ci, first_step, summarize
+from mechanism_report import run_mechanism
+from mechanism_stats import bootstrap_ci, first_step, summarize
+
+from bandpo import policy_loss
+from bandpo.losses.clip_rules import CLIP_RULES
+from helpers import REPO, load_script
+
+run = load_script("studies/mechanism/run.py")
+PROG, main = run.PROG, run.main
 
 F64 = MechanismConfig(seeds=6, vocab=64, dtype=torch.float64)
 
@@ -256,9 +260,9 @@ def test_config_validation():
     ],
 )
 def test_cli_bad_input_exits_2_with_one_line(argv, match, capsys, tmp_path):
-    assert main(["mechanism", "--output-dir", str(tmp_path), *argv]) == 2
+    assert main(["--output-dir", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("bandpo mechanism: error: ") and match in err and "\n" not in err
+    assert err.startswith(f"{PROG}: error: ") and match in err and "\n" not in err
     assert not any(tmp_path.iterdir())
 
 
@@ -274,14 +278,14 @@ def test_cli_output_that_cannot_be_a_directory_exits_2_with_one_line(capsys, tmp
             "not exist yet)",
         ),
     ):
-        assert main(["mechanism", "--quick", "--rules", "grpo", "--output-dir", str(output)]) == 2
-        assert capsys.readouterr().err == f"bandpo mechanism: error: {message}\n"
+        assert main(["--quick", "--rules", "grpo", "--output-dir", str(output)]) == 2
+        assert capsys.readouterr().err == f"{PROG}: error: {message}\n"
     assert a_file.read_text() == "keep me"
 
 
 def test_cli_quick_run_through_subprocess(tmp_path):
     out = tmp_path / "mech"
-    cmd = [sys.executable, "-m", "bandpo_lab.cli.main", "mechanism", "--quick", "--rules", "grpo,band",
+    cmd = [sys.executable, str(REPO / PROG), "--quick", "--rules", "grpo,band",
            "--scenarios", "exploit", "--seeds", "3", "--vocab", "32", "--steps", "3", "--no-progress",
            "--output-dir", str(out)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -290,5 +294,27 @@ def test_cli_quick_run_through_subprocess(tmp_path):
     assert "1 scenario(s) x 2 rule(s) x 3 seeds" in proc.stdout
     meta = json.loads((out / "results.json").read_text())["meta"]
     expected = "--seeds 3 --vocab 32 --steps 3 --rules grpo,band --scenarios exploit --quick"
-    assert meta["command"] == f"bandpo mechanism --output-dir {out} {expected}"
+    assert meta["command"] == f"python {PROG} --output-dir {out} {expected}"
     assert (out / "exploit.png").stat().st_size > 1000
+
+
+def test_cli_dry_run_checks_prints_the_plan_and_simulates_nothing(tmp_path, monkeypatch, capsys):
+    """``--dry-run``: the checks, then the plan in a few lines; nothing simulated, nothing written."""
+
+    def fail(*args, **kwargs):
+        pytest.fail("a dry run simulated")
+
+    monkeypatch.setattr("mechanism_report.run_mechanism", fail)
+    out = tmp_path / "out"
+    assert main(["--quick", "--rules", "grpo,band", "-o", str(out), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"{PROG}: dry run: the plan (nothing simulated or written)"), printed
+    for text in (
+        "x 2 rule(s) x 8 seeds, vocabulary 256",
+        "rules grpo, band",
+        f"tables and figures in {out}/",
+    ):
+        assert text in printed, (text, printed)
+    assert len(printed.splitlines()) <= 10 and not out.exists()
+    assert main(["--seeds", "1", "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"{PROG}: error: --seeds must be an integer >= 2, got 1\n"

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from mechanism import Trajectories
 
 from bandpo.registry import Registry
-from bandpo_lab.experiments.mechanism import Trajectories
 
 REFERENCE_RULE = "grpo"
 FIND_P = 0.5  # the rare action counts as found once its probability reaches this

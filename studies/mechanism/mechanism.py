@@ -49,7 +49,7 @@ class Scenario:
     Actions: the ``n_head`` most likely actions of the Zipf law ("head") pay ``head_reward`` with probability
     ``head_reward_prob`` (else 0); an optional "rare" action, the last one, starts at probability ``rare_p`` (each
     value of ``rare_probs`` is a cell) and pays ``rare_reward``; every other action pays ``other_reward``.
-    ``outcome`` names the summary in ``bandpo_lab.experiments.mechanism_stats.OUTCOMES``.
+    ``outcome`` names the summary in ``mechanism_stats.OUTCOMES``.
     """
 
     name: str

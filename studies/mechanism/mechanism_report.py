@@ -23,22 +23,22 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from bandpo.losses.clip_rules import ClipRule
-from bandpo_lab.experiments.mechanism import (
+from mechanism import (
     MechanismConfig,
     Scenario,
     Trajectories,
     run_scenario,
     total_updates,
 )
-from bandpo_lab.experiments.mechanism_stats import (
+from mechanism_stats import (
     OUTCOMES,
     REFERENCE_RULE,
     bootstrap_curve,
     cell_data,
     summarize,
 )
+
+from bandpo.losses.clip_rules import ClipRule
 
 CSV_FIELDS = (
     "scenario", "updates_per_batch", "lr", "rare_p", "rule", "metric", "stat", "value", "ci_low", "ci_high",

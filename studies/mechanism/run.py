@@ -1,8 +1,10 @@
-"""``bandpo mechanism``: the clip rules on a categorical policy with a Zipf vocabulary, in about a minute.
+"""The toy mechanism study (docs/mechanism.md): the clip rules on a categorical policy with a Zipf vocabulary,
+in about a minute.
 
 Trains one logit vector per (rule, learning rate, initial probability, seed) with GRPO group advantages and
-several SGD updates per sampled batch, for each scenario, and writes tables and figures
-(``bandpo_lab.experiments.mechanism``, ``docs/mechanism.md``).
+several SGD updates per sampled batch, for each scenario, and writes tables and figures (``mechanism.py`` the
+simulation, ``mechanism_stats.py`` its statistics, ``mechanism_report.py`` the tables and figures, all in this
+folder). It was ``bandpo mechanism`` until the study had its folder: same options, same outputs.
 """
 
 from __future__ import annotations
@@ -10,31 +12,45 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bandpo_lab.cli._args import add_deprecated_spelling, add_dry_run, add_list_option, print_plan
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the study's modules: this folder is not a package
 
 if TYPE_CHECKING:
-    from bandpo.losses.clip_rules import ClipRule
-    from bandpo_lab.experiments.mechanism import MechanismConfig, Scenario
+    from mechanism import MechanismConfig, Scenario
 
-EPILOG = """\
+    from bandpo.losses.clip_rules import ClipRule
+
+PROG = "studies/mechanism/run.py"
+EPILOG = f"""\
 examples:
-  bandpo mechanism --output-dir runs/mechanism                 # the default run (about a minute on 2 cores)
-  bandpo mechanism --quick --output-dir runs/mech-quick        # test-sized: seconds
-  bandpo mechanism --rules grpo,band --scenarios rare_reward --vocab 150000 --output-dir runs/mech-150k
+  python {PROG} --output-dir studies/mechanism/results   # the committed run (about a minute on 2 cores)
+  python {PROG} --quick --output-dir runs/mech-quick      # test-sized: seconds
+  python {PROG} --rules grpo,band --scenarios rare_reward --vocab 150000 --output-dir runs/mech-150k
 """
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bandpo.losses.clip_rules import CLIP_RULES
-    from bandpo_lab.experiments.mechanism import SCENARIOS
+def _names(text: str) -> list[str]:
+    """A comma-separated list of names, without empty items (``"grpo,band"``, ``"grpo, band"``)."""
+    return [name.strip() for name in text.split(",") if name.strip()]
 
-    parser.epilog = EPILOG
+
+def build_parser() -> argparse.ArgumentParser:
+    from mechanism import SCENARIOS
+
+    from bandpo.losses.clip_rules import CLIP_RULES
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--output-dir", "-o", default="runs/mechanism", help="output directory (default: runs/mechanism)"
     )
-    add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument(
         "--seeds", type=int, default=None, help="seeds per cell, >= 2 (default: 30; --quick: 8)"
     )
@@ -44,16 +60,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps", type=int, default=None, help="sampled batches per run (default: per scenario)"
     )
-    add_list_option(
-        parser,
+    parser.add_argument(
         "--rules",
         default=None,
+        metavar="NAME[,NAME...]",
         help=f"comma-separated clip rules (default: every registered one: {', '.join(CLIP_RULES.names())})",
     )
-    add_list_option(
-        parser,
+    parser.add_argument(
         "--scenarios",
         default=None,
+        metavar="NAME[,NAME...]",
         help=f"comma-separated scenarios (default: all: {', '.join(SCENARIOS.names())})",
     )
     parser.add_argument(
@@ -61,17 +77,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_dry_run(
-        parser, "the flags, the rules, the scenarios and the output directory", "simulating or writing"
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the flags, the rules, the scenarios and the output directory, print the plan and exit "
+        "without simulating or writing",
     )
+    return parser
 
 
 def _command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run (options at their defaults left out)."""
-    parts = ["bandpo", "mechanism"]
+    parts = ["python", PROG]
     for flag, value in (
         ("--output-dir", args.output_dir), ("--seeds", args.seeds), ("--vocab", args.vocab),
-        ("--steps", args.steps), ("--rules", args.rules and args.rules.text), ("--scenarios", args.scenarios and args.scenarios.text),
+        ("--steps", args.steps), ("--rules", args.rules), ("--scenarios", args.scenarios),
     ):  # fmt: skip
         if value is not None:
             parts += [flag, str(value)]
@@ -114,13 +134,19 @@ def _plan(
     lines.append(
         f"outputs tables{'' if args.no_figures else ' and figures'} in {args.output_dir}/ (results.md)"
     )
-    return print_plan("mechanism", "nothing simulated or written", lines)
+    print("\n".join([f"{PROG}: dry run: the plan (nothing simulated or written)", *lines]))
+    return 0
 
 
-def run(args: argparse.Namespace) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the command line), check every input, run the grid; the exit status (2: a bad
+    input, named on one line of stderr)."""
+    from mechanism import MAX_VOCAB, SCENARIOS, MechanismConfig, quick, resolve_rules
+    from mechanism_report import run_mechanism
+
     from bandpo.validation import check_int_in
-    from bandpo_lab.experiments.mechanism import MAX_VOCAB, SCENARIOS, MechanismConfig, quick, resolve_rules
-    from bandpo_lab.experiments.mechanism_report import run_mechanism
+
+    args = build_parser().parse_args(argv)
 
     try:
         for flag, value, low, high in (
@@ -131,23 +157,23 @@ def run(args: argparse.Namespace) -> int:
             if value is not None:
                 check_int_in(flag, value, low, high)
         try:
-            rules = resolve_rules(list(args.rules) if args.rules is not None else None)
+            rules = resolve_rules(_names(args.rules) if args.rules is not None else None)
         except ValueError as err:
             raise ValueError(f"--rules: {err}") from None
         if not rules:
-            raise ValueError(f"--rules must name at least one clip rule, got {args.rules.text!r}")
+            raise ValueError(f"--rules must name at least one clip rule, got {args.rules!r}")
         try:
             scenarios = [
                 SCENARIOS.get(n)
-                for n in (args.scenarios if args.scenarios is not None else SCENARIOS.names())
+                for n in (_names(args.scenarios) if args.scenarios is not None else SCENARIOS.names())
             ]
         except ValueError as err:
             raise ValueError(f"--scenarios: {err}") from None
         if not scenarios:
-            raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios.text!r}")
+            raise ValueError(f"--scenarios must name at least one scenario, got {args.scenarios!r}")
         _make_output(args.output_dir, dry_run=args.dry_run)
     except ValueError as err:
-        print(f"bandpo mechanism: error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     if args.quick:
         scenarios = [quick(s) for s in scenarios]
@@ -169,7 +195,11 @@ def run(args: argparse.Namespace) -> int:
         figures=not args.no_figures,
     )
     print(
-        f"bandpo mechanism: {len(scenarios)} scenario(s) x {len(rules)} rule(s) x {config.seeds} seeds in "
+        f"{PROG}: {len(scenarios)} scenario(s) x {len(rules)} rule(s) x {config.seeds} seeds in "
         f"{meta['wall_time_s']:.0f} s; tables and figures in {args.output_dir}/ (results.md)"
     )
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
