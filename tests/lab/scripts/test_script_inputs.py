@@ -105,36 +105,6 @@ def test_power_cli_still_prints_what_the_docs_quote(capsys) -> None:
     ]
 
 
-# scripts/grid_summary.py
-
-
-def test_grid_summary_without_a_working_cell_says_so(tmp_path, capsys) -> None:
-    """max() of no working cell raised ValueError; a root that is not a directory printed empty tables first."""
-    grid = _load("scripts/grid_summary.py")
-    assert grid.main(tmp_path) == 1
-    err = capsys.readouterr().err
-    assert err.startswith(f"grid_summary.py: no working cell under {tmp_path} ") and err.count("\n") == 1
-    # a cell where GRPO and Band-KL ran but neither beat the warm start by 5 points: still no decision
-    report = tmp_path / "A" / "report"
-    report.mkdir(parents=True)
-    metrics = {
-        "pass@1": {"mean": 0.31},
-        "train/entropy_last": {"mean": 1.0},
-        "train/clip_frac": {"mean": 0.01},
-    }
-    methods = {label: {"seeds": [1], "metrics": metrics} for label in ("grpo", "band-kl")}
-    (report / "results.json").write_text(
-        json.dumps({"baseline": {"metrics": {"pass@1": 0.30}}, "methods": methods})
-    )
-    assert grid.main(tmp_path) == 1
-    out = capsys.readouterr()
-    assert "| A | +1.0 | no |" in out.out and "no working cell" in out.err
-    assert grid.main(tmp_path / "missing") == 2
-    assert capsys.readouterr().err == (
-        f"grid_summary.py: error: ROOT must be a directory (one per cell, A-F), got '{tmp_path / 'missing'}'\n"
-    )
-
-
 # benchmarks/skyrl_loss.py (parsed and checked before SkyRL is imported: runs without .venv-skyrl)
 
 
@@ -328,65 +298,3 @@ def test_evaluation_probes_refuse_empty_evaluations(
     """Before the model loads."""
     main = _load(f"scripts/{script}.py").main
     assert _usage_error(main, argv, capsys).endswith(message)
-
-
-# scripts/train_attention_check.py
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (
-            ["--out", "{tmp}/new"],
-            "give the arguments of bandpo train after --, e.g. -- --config configs/smollm2-arith.yaml",
-        ),
-        (["--out", "{tmp}", "--", "--config", "tiny"], "--out '{tmp}' exists: give a new folder"),
-        (
-            ["--out", "{tmp}/new", "--compare-config", "{tmp}/none.yaml"],
-            "--compare-config '{tmp}/none.yaml' is not a file",
-        ),
-        (
-            ["--out", "{tmp}/new", "--compare-config", "{tmp}/c.yaml"],
-            "--compare-config: {tmp}/c.yaml: no train.config",
-        ),
-    ],
-)
-def test_train_attention_check_refuses_before_training(
-    argv: list[str], message: str, tmp_path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (tmp_path / "c.yaml").write_text("train:\n  overrides: {max_steps: 2}\n")
-    main = _load("scripts/train_attention_check.py").main
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert _usage_error(main, argv, capsys).endswith(message.replace("{tmp}", str(tmp_path)))
-
-
-def test_train_attention_check_reads_a_compare_configs_train_section(tmp_path) -> None:
-    (tmp_path / "base.yaml").write_text("seed: 0\n")
-    (tmp_path / "sub").mkdir()
-    config = tmp_path / "sub" / "c.yaml"
-    config.write_text(
-        "train:\n  config: ../base.yaml\n  overrides:\n    model.precision: bf16\n"
-        "    data.task_options: {digits: [1, 2], seed: 0}\n    learning_rate: 1.0e-5\n"
-    )
-    args = _load("scripts/train_attention_check.py").compare_train_args(config)
-    assert args == [
-        "--config",
-        str(tmp_path / "base.yaml"),
-        "model.precision=bf16",
-        'data.task_options={"digits": [1, 2], "seed": 0}',
-        "learning_rate=1e-05",
-    ]
-
-
-def test_train_attention_check_leaves_out_timings_only() -> None:
-    is_timing = _load("scripts/train_attention_check.py").is_timing
-    timings = ["time", "step_time", "train_runtime", "train_samples_per_second", "elapsed_s", "eval_wall_s"]
-    compared = [
-        "reward_std",
-        "frac_reward_zero_std",
-        "clip/tail_share",
-        "clip/tail_share_up",
-        "loss",
-        "entropy",
-    ]
-    assert all(is_timing(k) for k in timings) and not any(is_timing(k) for k in compared)

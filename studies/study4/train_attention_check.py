@@ -9,8 +9,8 @@ them) and what differs; exit 1 if anything does, 0 if the two runs are the same.
 this CPU has native bf16 nothing is emulated and there is nothing to compare (exit 0 with a line that says so).
 
     # Study 4's training section (its config and overrides), 2 optimizer steps: one generation round of 64
-    .venv/bin/python scripts/train_attention_check.py --out runs/attention-check \\
-        --compare-config configs/study/study4.yaml -- max_steps=2 save_steps=40
+    .venv/bin/python studies/study4/train_attention_check.py --out runs/attention-check \\
+        --compare-config studies/study4/config.yaml -- max_steps=2 save_steps=40
 
 ``--compare-config`` takes the ``train`` section of a ``bandpo compare`` config (its ``config`` and ``overrides``)
 and the arguments after ``--`` are added to it; without it, the arguments after ``--`` are ``bandpo train``'s

@@ -1,7 +1,7 @@
 """Study 4's pilot (P4-P6, docs/study.md): the paired differences Band-KL - GRPO of candidate primary outcomes,
 read from the pilot's exports, with their standard deviation (the input of scripts/power.py).
 
-    .venv/bin/python scripts/pilot_outcomes.py
+    .venv/bin/python studies/study4/pilot_outcomes.py
 
 Outcomes: ``final`` the final held-out mean@8 (200 problems x 8); ``curve 120+160`` the mean of the held-out curve's
 mean@2 (100 problems x 2) at steps 120 and 160; ``curve 120 + final`` the mean of the curve at step 120 and the
@@ -15,7 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1] / "docs" / "results" / "study4-pilot"
+ROOT = Path(__file__).resolve().parent / "pilot"
 PILOTS = {"p4": 402, "p5": 403, "p6": 404}
 
 

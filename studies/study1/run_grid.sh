@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The regime grid of docs/study.md: 6 cells in two queues that run side by side (one core each).
-#   configs/study/run_grid.sh            # from the repository root; resumable (finished runs are kept)
+#   studies/study1/run_grid.sh            # from the repository root; resumable (finished runs are kept)
 # BANDPO: the command to run (default: bandpo); OUT: where the cells go (default: runs/study/grid).
 set -uo pipefail
 BANDPO=${BANDPO:-bandpo}

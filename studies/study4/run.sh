@@ -4,7 +4,7 @@
 # Band-KL, seed by seed in the same order, so that an interrupted study has both methods on the same seeds: seeds
 # 410-419, then Clip-Higher on 410-415 (split over both queues), then seeds 420-439 (docs/study.md, Study 4).
 # Resumable: finished runs are kept, an interrupted run resumes from its last checkpoint (bandpo compare). Run it from a worktree at the study's commit:
-#   git worktree add ../study4 <commit> && cd ../study4 && ln -s ../main/.venv .venv && configs/study/run_study4.sh
+#   git worktree add ../study4 <commit> && cd ../study4 && ln -s ../main/.venv .venv && studies/study4/run.sh
 # The worktree's own source comes first on the path (the shared .venv's editable install points at the main
 # checkout), so the runs and their provenance are the worktree's commit.
 set -uo pipefail
@@ -18,7 +18,7 @@ HIGHER=${HIGHER:-$(seq -s ' ' 410 415)}
 export HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 run() {  # run METHOD SEED [extra]
-  $BANDPO compare --config configs/study/study4.yaml --methods "$1" --no-progress \
+  $BANDPO compare --config studies/study4/config.yaml --methods "$1" --no-progress \
     output_dir="$OUT" seeds="[$2]" "${@:3}" || echo "compare $1 $2 exited $?"
 }
 half() { local i=0; for s in $HIGHER; do [ $((i % 2)) -eq "$1" ] && run clip-higher "$s" baseline=false; i=$((i + 1)); done; }
@@ -27,4 +27,4 @@ q2() { for s in $FIRST; do run band-kl "$s" baseline=false; done; half 1; for s 
 q1 > "$OUT.queue1.log" 2>&1 &
 q2 > "$OUT.queue2.log" 2>&1 &
 wait
-$BANDPO compare --config configs/study/study4.yaml --report-only --no-progress output_dir="$OUT"
+$BANDPO compare --config studies/study4/config.yaml --report-only --no-progress output_dir="$OUT"

@@ -1,4 +1,4 @@
-"""scripts/study4_session.py: which runs it restarts, copies back and drops, and that its status shows no metric."""
+"""studies/study4/session.py: which runs it restarts, copies back and drops, and that its status shows no metric."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from helpers import load_script
 
-session = load_script("scripts/study4_session.py")
+session = load_script("studies/study4/session.py")
 
 EMULATED = {"requested": "bf16", "name": "bf16", "emulated": True,
             "reason": "asked for; this CPU has no native bf16 (no amx_bf16, avx512_bf16): emulated"}  # fmt: skip

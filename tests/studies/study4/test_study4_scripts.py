@@ -1,4 +1,4 @@
-"""Study 4's scripts against the pilot's exports, and the numbers docs/study.md quotes from them (the
+"""Study 4's scripts (studies/study4/) against the pilot's exports, and the numbers docs/study.md quotes from them (the
 registration's power input and the pilot's token counts must be what the exports give)."""
 
 from __future__ import annotations
@@ -8,14 +8,16 @@ import sys
 
 from helpers import REPO
 
-PILOT = REPO / "docs" / "results" / "study4-pilot"
-STUDY = REPO / "docs" / "results" / "study4"
+FOLDER = REPO / "studies" / "study4"
+PILOT = FOLDER / "pilot"
+STUDY = FOLDER / "results"
+CONFIG = str(FOLDER / "config.yaml")
 STUDY_MD = (REPO / "docs" / "study.md").read_text()
 
 
 def _run(script: str, *args: str) -> str:
     out = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / script), *args], capture_output=True, text=True, cwd=REPO
+        [sys.executable, str(FOLDER / script), *args], capture_output=True, text=True, cwd=REPO
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -32,7 +34,7 @@ def test_pilot_outcomes_give_the_spreads_the_registration_uses() -> None:
 
 def test_analysis_of_the_pilot_counts_the_tokens_study_md_quotes(tmp_path) -> None:
     out = _run(
-        "study4_analysis.py",
+        "analysis.py",
         *(str(PILOT / p) for p in ("p4", "p5", "p6")),
         "--json",
         str(tmp_path / "a.json"),
@@ -83,7 +85,7 @@ def test_analysis_splits_native_and_emulated_seeds(tmp_path) -> None:
         _fake_run(tmp_path, "grpo", seed, late, kind)
         band = late + (2.0 if seed in (1, 2) else -4.0 if seed in (3, 4) else 100.0)
         _fake_run(tmp_path, "band-kl", seed, band, {5: False, 6: True}.get(seed, kind))
-    out = _run("study4_analysis.py", str(tmp_path))
+    out = _run("analysis.py", str(tmp_path))
     assert "primary, late mean@8: +42.29 points" in out and "7 seeds" in out
     assert "seeds run with native bf16 +2.00 points" in out and "emulated -4.00 points" in out
     line = next(x for x in out.splitlines() if "sensitivity" in x)
@@ -115,7 +117,7 @@ def test_analysis_draws_the_paired_differences_it_prints(tmp_path) -> None:
 
 def _run_all(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "study4_analysis.py"), *args],
+        [sys.executable, str(FOLDER / "analysis.py"), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -132,7 +134,7 @@ def test_analysis_names_every_seed_it_leaves_out_and_states_the_decision(tmp_pat
     (tmp_path / "runs" / "band-kl" / "seed413").mkdir()  # started, never finished
     _fake_run(tmp_path, "grpo", 999, 40.0, True)  # not a planned seed
     _fake_run(tmp_path, "band-kl", 999, 90.0, True)
-    out = _run_all(str(tmp_path), "--config", str(REPO / "configs" / "study" / "study4.yaml"))
+    out = _run_all(str(tmp_path), "--config", CONFIG)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "primary, late mean@8: +2.00 points [-0.48, +4.48], 3 seeds" in text
@@ -209,10 +211,10 @@ def test_the_study_analysis_rebuilds_from_its_export_and_the_docs_quote_it(tmp_p
     import json
 
     _run(
-        "study4_analysis.py",
+        "analysis.py",
         str(STUDY),
         "--config",
-        str(REPO / "configs" / "study" / "study4.yaml"),
+        CONFIG,
         "--json",
         str(tmp_path / "analysis.json"),
     )
@@ -252,7 +254,7 @@ def test_analysis_leaves_out_the_seeds_it_is_told_to(tmp_path) -> None:
     for seed, diff in {410: 1.0, 411: 50.0, 412: 3.0, 413: -40.0}.items():
         _fake_run(tmp_path, "grpo", seed, 40.0, True)
         _fake_run(tmp_path, "band-kl", seed, 40.0 + diff, True)
-    config = str(REPO / "configs" / "study" / "study4.yaml")
+    config = CONFIG
     full = _run_all(str(tmp_path), "--config", config, "--json", str(tmp_path / "all.json"))
     assert full.returncode == 0, full.stderr
     assert "primary, late mean@8: +3.50 points" in full.stdout and "4 seeds" in full.stdout

@@ -1,6 +1,6 @@
 """Summarise the regime grid of docs/study.md and apply its pre-registered decision rule.
 
-    python scripts/grid_summary.py docs/results/study-grid      # one sub-directory per cell (A-F)
+    python studies/study1/grid_summary.py studies/study1/results/grid      # one sub-directory per cell (A-F)
 
 Reads each cell's ``report/results.json`` (written by ``bandpo compare``; also in the exported copies) and prints
 one Markdown table (method means over seeds) and the decision, step by step as docs/study.md states it.
@@ -112,4 +112,4 @@ def main(root: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results/study-grid")))
+    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "studies/study1/results/grid")))

@@ -1,9 +1,9 @@
 """Study 4's registered analysis (docs/study.md, "Registration"), from a compare export or output directory.
 
-    .venv/bin/python scripts/study4_analysis.py docs/results/study4 \
-        --config configs/study/study4.yaml --figure docs/results/study4/paired.png  # the study
-    .venv/bin/python scripts/study4_analysis.py docs/results/study4-pilot/p4 docs/results/study4-pilot/p5 \
-        docs/results/study4-pilot/p6                                          # the pilot (no late mean)
+    .venv/bin/python studies/study4/analysis.py studies/study4/results \
+        --config studies/study4/config.yaml --figure studies/study4/results/paired.png  # the study
+    .venv/bin/python studies/study4/analysis.py studies/study4/pilot/p4 studies/study4/pilot/p5 \
+        studies/study4/pilot/p6                                          # the pilot (no late mean)
 
 Prints, for Band-KL and Clip-Higher against GRPO, paired over the seeds both finished: the primary outcome (late
 mean@8, with its 95% paired t-interval, the spread of the differences and the smallest difference this many seeds
@@ -52,8 +52,8 @@ from bandpo_lab._files import read_jsonl
 from bandpo_lab.experiments.report.runs import run_folder_seed
 from bandpo_lab.experiments.report.stats import compare_methods
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from power import minimum_detectable
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from power import minimum_detectable  # scripts/power.py
 
 TAIL = "p0.0-0.2"
 DURING_STEPS = (120, 140)

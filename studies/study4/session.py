@@ -1,22 +1,24 @@
 """Study 4's per-session bookkeeping (docs/study.md, Study 4, "Resume"), one command each, from the main checkout:
 
-    .venv/bin/python scripts/study4_session.py resume    # the worktree at the study's commit, its runs/, the queues
-    .venv/bin/python scripts/study4_session.py status    # finished runs, and where each unfinished one stands
-    .venv/bin/python scripts/study4_session.py export    # finished runs into docs/results/study4, the report rebuilt
+    .venv/bin/python studies/study4/session.py resume    # the worktree at the study's commit, its runs/, the queues
+    .venv/bin/python studies/study4/session.py status    # finished runs, and where each unfinished one stands
+    .venv/bin/python studies/study4/session.py export    # finished runs into studies/study4/results, report rebuilt
 
 ``resume`` makes ``.venv`` if it is missing (``make setup``), recreates the worktree ``../study4`` at 083dcc6 (moves
 one left at the earlier 5b5c294 or 59e12d9 there when no run is in flight) with a link to this checkout's ``.venv``, copies the committed export back into the worktree's ``runs/study/study4`` if
 that is gone (finished runs are recognised by their fingerprints and skipped), removes every unfinished run that
 started on the other kind of machine (native bf16 against emulated: a run computes on one kind from its first step
 to its final evaluation, so it restarts from step 0 here), and starts ``configs/study/run_study4.sh`` in its own
-session unless it is already running. Its log goes to ``runs/study/run_study4.out`` in the worktree (ignored, so
+session unless it is already running (the worktree's own path: the study's commits kept its files in
+``configs/study/``). Its log goes to ``runs/study/run_study4.out`` in the worktree (ignored, so
 the runs' provenance does not list it as a change to the checkout).
 
 ``status`` reads only step numbers, checkpoints and times: it prints no metric of any run, so checking on the study
 is not an interim look at its outcomes.
 
 ``export`` runs ``bandpo compare --export`` in the worktree, drops the runs that have not finished from the
-export, rebuilds the report with ``--report-only``, runs ``scripts/study_checks.py``, and prints for each finished
+export, rebuilds the report with ``--report-only``, runs the checks of Studies 1-3 and the probe (:data:`CHECKS`),
+and prints for each finished
 run the time of its results and its training + final-evaluation wall time (docs/study.md's Progress rows). It
 commits nothing.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import re
@@ -32,6 +35,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from bandpo_lab._files import read_jsonl
@@ -40,10 +44,25 @@ from bandpo_lab.runtime import cpu_bf16_flags
 from bandpo_lab.training.checkpoints import CHECKPOINT_PATTERN, checkpoint_dirs
 from bandpo_lab.training.layout import METRICS_FILE
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from study4_analysis import machine_kind
+MAIN = Path(__file__).resolve().parents[2]
 
-MAIN = Path(__file__).resolve().parent.parent
+
+def _sibling(name: str) -> ModuleType:
+    """``studies/study4/<name>.py`` as the module ``study4_<name>`` (the studies' folders are not packages, and
+    Study 5 has modules of the same names)."""
+    module_name = f"study4_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            module_name, Path(__file__).resolve().parent / f"{name}.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+machine_kind = _sibling("analysis").machine_kind
 COMMIT = (
     "083dcc65fd6193b8100329c9b2894f8836e27642"  # the study's code (docs/study.md, Study 4: the deviations)
 )
@@ -51,11 +70,14 @@ EARLIER = ("5b5c294fa68c0b866acfedd774ffd9c0b225be77", "59e12d9a60453a9ea8d162df
 """The study's earlier commits, each replaced by a change that alters no number (59e12d9: the allocator's settings
 around evaluations; 083dcc6: eager attention from float32 copies of the cache where bf16 is emulated): a worktree
 left at one moves to :data:`COMMIT` when no run is in flight."""
-CONFIG = "configs/study/study4.yaml"
+CONFIG = "configs/study/study4.yaml"  # in the worktree: where the study's commits keep it
+MAIN_CONFIG = "studies/study4/config.yaml"  # the same file in the main checkout, for the report
 OUT = Path("runs/study/study4")  # in the worktree
-EXPORT = Path("docs/results/study4")  # in the main checkout
+EXPORT = Path("studies/study4/results")  # in the main checkout
 PLANNED_RUNS = 66  # registered: GRPO and Band-KL on 30 seeds, Clip-Higher on 6 of them
-QUEUE = "configs/study/run_study4.sh"
+QUEUE = "configs/study/run_study4.sh"  # in the worktree
+CHECKS = ("studies/study1/checks.py", "studies/study3/checks.py", "scripts/probe_checks.py")
+"""Run in the main checkout by ``export`` (one script, ``scripts/study_checks.py``, until the studies had folders)."""
 LOG = Path("runs/study/run_study4.out")  # in the worktree; runs/ is ignored
 
 
@@ -290,10 +312,19 @@ def export(main: Path, worktree: Path) -> int:
     for run in drop_unfinished(main / EXPORT):
         print(f"dropped unfinished {run.relative_to(main)} from the export")
     _call(
-        [bandpo, "compare", "--config", CONFIG, f"output_dir={EXPORT}", "--report-only", "--no-progress"],
+        [
+            bandpo,
+            "compare",
+            "--config",
+            MAIN_CONFIG,
+            f"output_dir={EXPORT}",
+            "--report-only",
+            "--no-progress",
+        ],
         main,
     )
-    _call([str(main / ".venv" / "bin" / "python"), "scripts/study_checks.py"], main)
+    for check in CHECKS:
+        _call([str(main / ".venv" / "bin" / "python"), check], main)
     rows = finished_rows(main / EXPORT)
     print(f"{len(rows)} of {PLANNED_RUNS} runs finished and exported:")
     print("\n".join(f"  {row}" for row in rows))
