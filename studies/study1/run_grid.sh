@@ -5,7 +5,7 @@
 set -uo pipefail
 BANDPO=${BANDPO:-bandpo}
 OUT=${OUT:-runs/study/grid}
-cfg=configs/study
+cfg=studies/study1
 mkdir -p "$OUT"
 cell() {  # cell NAME CONFIG OVERRIDES...
   local name=$1 config=$2

@@ -3,8 +3,10 @@
 # each, OMP_NUM_THREADS=1: docs/smollm2.md measures it against one process at two threads). Queue 1 runs GRPO, queue 2
 # Band-KL, seed by seed in the same order, so that an interrupted study has both methods on the same seeds: seeds
 # 410-419, then Clip-Higher on 410-415 (split over both queues), then seeds 420-439 (docs/study.md, Study 4).
-# Resumable: finished runs are kept, an interrupted run resumes from its last checkpoint (bandpo compare). Run it from a worktree at the study's commit:
-#   git worktree add ../study4 <commit> && cd ../study4 && ln -s ../main/.venv .venv && studies/study4/run.sh
+# Resumable: finished runs are kept, an interrupted run resumes from its last checkpoint (bandpo compare). The study's
+# runs used this script as configs/study/run_study4.sh in a worktree at the study's commits (studies/study4/README.md):
+#   git worktree add ../study4 083dcc6 && cd ../study4 && ln -s ../main/.venv .venv && configs/study/run_study4.sh
+# Here it runs the same queues with this checkout's code: studies/study4/run.sh from the repository root.
 # The worktree's own source comes first on the path (the shared .venv's editable install points at the main
 # checkout), so the runs and their provenance are the worktree's commit.
 set -uo pipefail
