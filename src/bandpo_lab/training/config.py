@@ -54,10 +54,8 @@ clip, stays allowed).
 An unknown key raises :class:`ConfigError` naming the closest valid key; every check here is on the config
 alone (no file other than the config is read; ``output_dir`` and a local ``model.path`` are only looked at:
 ``output_dir`` must be a directory or not exist yet, and be neither the model folder, nor inside it, nor hold it).
-Reading and checking a config imports no TRL: the fields' types come from the checked-in table
-:mod:`bandpo_lab.training.trl_fields`, TRL's spellings from :mod:`bandpo.losses.method` and its loss types from
-:mod:`bandpo.integrations.trl_spec`; TRL is imported when the method's config class is built
-(:meth:`TrainConfig.training_method` ``.config_class()``).
+Importing this module imports no TRL; checking a config reads the fields' types from TRL's own dataclasses
+(:func:`bandpo_lab.training.trl_fields.trainer_field_types`, which imports TRL and transformers once).
 """
 
 from __future__ import annotations
@@ -101,7 +99,7 @@ from bandpo_lab.training.sections import (
     ModelConfig,
     RewardConfig,
 )
-from bandpo_lab.training.trl_fields import RENAMED_FIELDS, TRAINER_FIELDS
+from bandpo_lab.training.trl_fields import RENAMED_FIELDS, trainer_field_types
 
 __all__ = [
     "DTYPES",
@@ -133,13 +131,7 @@ of steps, written as an integer (``logging_steps: 5``, not ``5.0``) by :meth:`Tr
 _DEFAULT_OUTPUT_ROOT = "runs"
 
 
-# ------------------------------------------------------------------------------------------------ field types
-def trainer_field_types() -> dict[str, Any]:
-    """``BandPOConfig`` init field name -> type, from the checked-in table :data:`bandpo_lab.training.trl_fields.TRAINER_FIELDS`
-    (no TRL import; ``tests/lab/training/test_trl_fields.py`` keeps it equal to TRL's dataclasses)."""
-    return TRAINER_FIELDS
-
-
+# ------------------------------------------------------------------------------------------------------- keys
 def _valid_keys() -> list[str]:
     keys = [*trainer_field_types(), METHOD_KEY]
     for name, cls in SECTIONS.items():

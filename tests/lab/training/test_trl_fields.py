@@ -1,6 +1,6 @@
-"""``bandpo_lab.training.trl_fields``: the checked-in table of TRL's config fields equals TRL's dataclasses (so it cannot
-drift when TRL changes), its renamed fields are those TRL and transformers mark deprecated, and reading a config
-imports no TRL."""
+"""``bandpo_lab.training.trl_fields``: a config's trainer keys and types are TRL's own dataclass fields (read when a
+config is checked, not when the lab is imported), converted as a YAML value needs them; its renamed fields are those
+TRL and transformers mark deprecated."""
 
 from __future__ import annotations
 
@@ -9,115 +9,96 @@ import enum
 import re
 import subprocess
 import sys
-import types
 import typing
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import pytest
 
+from bandpo_lab.config import ConfigError, coerce_value, dataclass_types
 from bandpo_lab.training.trl_fields import (
-    BANDPO_FIELDS,
-    GRPO_FIELDS,
     RENAMED_FIELDS,
-    TRAINER_FIELDS,
-    TRAINING_ARGUMENTS_FIELDS,
+    config_field_types,
+    trainer_field_types,
+    yaml_type,
 )
 from helpers import CONFIGS, REPO
 
 
-def render(tp: Any) -> str:
-    """A field type as the table writes it (module docstring of ``trl_fields``): an enum in a union with ``str``
-    is dropped, an enum alone is the ``Literal`` of its values, another library's class is its name."""
-    if tp is type(None):
-        return "None"
-    if tp is Any:
-        return "Any"
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        if str in args:
-            args = tuple(a for a in args if not (isinstance(a, type) and issubclass(a, enum.Enum)))
-        return " | ".join(render(a) for a in args)
-    if origin is Literal:
-        return f"Literal[{', '.join(repr(a) for a in args)}]"
-    if origin is not None:
-        return f"{origin.__name__}[{', '.join(render(a) for a in args)}]"
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return f"Literal[{', '.join(repr(m.value) for m in tp)}]"
-    return tp.__name__
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
 
 
-def init_types(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+class Foreign:
+    """A class of another library (as accelerate's ``ParallelismConfig``)."""
 
 
-def assert_same_table(table: dict[str, Any], expected_types: dict[str, Any], what: str) -> None:
-    """``table`` lists the fields of ``expected_types`` in order, each with the rendered type; on a difference, the
-    message holds the lines to paste into ``src/bandpo_lab/training/trl_fields.py``."""
-    expected = {k: render(tp) for k, tp in expected_types.items()}
-    written = {k: render(tp) for k, tp in table.items()}
-    if written != expected or list(written) != list(expected):
-        lines = "\n".join(f'    "{k}": {v},' for k, v in expected.items())
-        pytest.fail(
-            f"bandpo_lab.training.trl_fields no longer matches {what}; "
-            f"missing: {sorted(set(expected) - set(written))}, gone: {sorted(set(written) - set(expected))}, "
-            f"changed: {sorted(k for k in expected.keys() & written.keys() if expected[k] != written[k])}. "
-            f"The table's entries:\n{lines}"
-        )
+def test_yaml_type_drops_an_enum_beside_str_and_stands_in_for_a_foreign_class() -> None:
+    assert yaml_type(Colour | str) is str
+    assert yaml_type(str | Colour | None) == str | None
+    assert yaml_type(list[Colour]) == list[Colour]  # an enum alone stays: its values are the choices
+    assert yaml_type(str | list[Colour]) == str | list[Colour]
+    assert yaml_type(dict[str, Any] | str | None) == dict[str, Any] | str | None
+    assert yaml_type(typing.Union[str, None, Literal[False]]) == typing.Union[str, None, Literal[False]]  # noqa: UP007
+    stand_in = typing.get_args(yaml_type(Foreign | None))[0]
+    assert stand_in is not Foreign and stand_in.__name__ == "Foreign"
+    assert yaml_type(Foreign | None) == yaml_type(Foreign | None)  # one stand-in per class (cached adapters)
+    for plain in (int, float, bool, str, Any, Literal["a", "b"], Colour):
+        assert yaml_type(plain) == plain
 
 
-def test_the_table_is_trls_and_bandpos_config_fields() -> None:
-    pytest.importorskip("trl")
-    from transformers import TrainingArguments
-    from trl import GRPOConfig
-
+def test_the_trainer_fields_are_bandpo_configs_own() -> None:
     from bandpo.integrations.trl import BandPOConfig
 
-    grpo, bandpo = init_types(GRPOConfig), init_types(BandPOConfig)
-    inherited = init_types(TrainingArguments)  # GRPOConfig retypes some of them (bf16: bool | None)
-    assert_same_table(
-        TRAINING_ARGUMENTS_FIELDS,
-        {k: tp for k, tp in grpo.items() if k in inherited},
-        "TrainingArguments' fields as GRPOConfig types them",
-    )
-    assert_same_table(GRPO_FIELDS, {k: tp for k, tp in grpo.items() if k not in inherited}, "GRPOConfig")
-    assert_same_table(BANDPO_FIELDS, {k: tp for k, tp in bandpo.items() if k not in grpo}, "BandPOConfig")
-    assert {k: render(tp) for k, tp in TRAINER_FIELDS.items()} == {k: render(tp) for k, tp in bandpo.items()}
-    assert list(TRAINER_FIELDS) == list(bandpo)
+    fields = trainer_field_types()
+    assert list(fields) == list(dataclass_types(BandPOConfig))
+    assert {"learning_rate", "num_generations", "loss_type", "band_delta", "clip_rule"} <= set(fields)
+    assert fields["learning_rate"] is float and fields["optim"] is str
+    assert fields["max_completion_length"] == int | None
 
 
-def test_the_table_converts_values_as_trls_own_types_did() -> None:
-    """The stand-ins change no conversion of a YAML value (an enum's string, a list of enum values) but one: a mapping
-    for ``parallelism_config``."""
-    pytest.importorskip("trl")
-    from bandpo.integrations.trl import BandPOConfig
-    from bandpo_lab.config import ConfigError, coerce_value
-
-    trl_types = init_types(BandPOConfig)
-    for key, value in [
-        ("lr_scheduler_type", "cosine"),
-        ("optim", "adamw_torch_fused"),
-        ("save_strategy", "steps"),
-        ("save_strategy", 5),
-        ("debug", "underflow_overflow"),
-        ("debug", ["underflow_overflow"]),
-        ("trackio_static_space_id", False),
-        ("parallelism_config", None),
+def test_trl_values_convert_and_wrong_ones_are_named() -> None:
+    """Enum strings pass as the strings TRL converts itself; an accelerate ``ParallelismConfig`` can only be null
+    (pydantic built one from a mapping, which the config's YAML dump then could not write: --dry-run and the run
+    directory's config failed)."""
+    fields = trainer_field_types()
+    for key, value, expected in [
+        ("lr_scheduler_type", "cosine", "cosine"),
+        ("optim", "adamw_torch_fused", "adamw_torch_fused"),
+        ("save_strategy", "steps", "steps"),
+        ("save_strategy", 5, "5"),
+        ("debug", "underflow_overflow", "underflow_overflow"),
+        ("debug", ["underflow_overflow"], ["underflow_overflow"]),
+        ("trackio_static_space_id", False, False),
+        ("parallelism_config", None, None),
+        ("learning_rate", "1e-5", 1e-5),
     ]:
-        assert coerce_value(value, TRAINER_FIELDS[key], key) == coerce_value(value, trl_types[key], key)
-    for key, value in [("debug", [7]), ("optim", [1])]:
-        with pytest.raises(ConfigError):
-            coerce_value(value, trl_types[key], key)
-        with pytest.raises(ConfigError, match=rf"^{key} must be "):
-            coerce_value(value, TRAINER_FIELDS[key], key)
-    # accelerate's ParallelismConfig was built from a mapping, which the config's YAML dump then could not write
-    # (--dry-run and the run directory's config failed): refused when the config is read instead.
+        assert coerce_value(value, fields[key], key) == expected
+    with pytest.raises(ConfigError, match=r"^debug must be a string or a list, got \[7\]$"):
+        coerce_value([7], fields["debug"], "debug")
+    with pytest.raises(ConfigError, match=r"^optim must be a string, got \[1\]$"):
+        coerce_value([1], fields["optim"], "optim")
     with pytest.raises(ConfigError, match=r"^parallelism_config must be ParallelismConfig or null, got \{"):
-        coerce_value({"dp_shard_size": 2}, TRAINER_FIELDS["parallelism_config"], "parallelism_config")
+        coerce_value({"dp_shard_size": 2}, fields["parallelism_config"], "parallelism_config")
+
+
+def test_a_renamed_field_is_known_by_its_new_name_where_only_the_old_one_is_installed() -> None:
+    """transformers 5.17's TrainingArguments has ``gradient_checkpointing`` but not ``activation_checkpointing``: the
+    config knows both names there too (``trainer_kwargs`` passes the installed one)."""
+
+    @dataclasses.dataclass
+    class OldArguments:
+        gradient_checkpointing: bool = False
+        optim: str = "adamw_torch"
+
+    assert config_field_types(OldArguments) == {
+        "gradient_checkpointing": bool,
+        "optim": str,
+        "activation_checkpointing": bool,
+    }
 
 
 def test_the_renamed_fields_are_those_trl_and_transformers_deprecate() -> None:
-    pytest.importorskip("trl")
     from transformers import TrainingArguments
     from trl import GRPOConfig
 
@@ -129,20 +110,24 @@ def test_the_renamed_fields_are_those_trl_and_transformers_deprecate() -> None:
                 deprecated[f.name] = found.group(1)
     assert {old: r.new for old, r in RENAMED_FIELDS.items()} == deprecated
     for old, renamed in RENAMED_FIELDS.items():
-        assert old in TRAINER_FIELDS and renamed.new in TRAINER_FIELDS
+        assert old in trainer_field_types() and renamed.new in trainer_field_types()
 
 
-def test_reading_a_config_imports_no_trl() -> None:
-    """``import bandpo_lab.training.config`` and loading tiny.yaml (with overrides) imports neither TRL nor
-    transformers; building the trainer's config object does."""
+def test_importing_the_lab_imports_no_trl_and_reading_a_config_reads_trls_fields() -> None:
+    """``import bandpo_lab.training.config`` and the CLI's parser import neither TRL nor transformers (``bandpo
+    --help`` stays fast); loading tiny.yaml reads TRL's dataclasses."""
     code = (
         "import sys\n"
+        "from bandpo_lab.cli.main import build_parser\n"
         "from bandpo_lab.training.config import load_train_config\n"
+        "build_parser()\n"
+        "def loaded():\n"
+        "    return sorted(m for m in sys.modules if m.split('.')[0] in ('trl', 'transformers'))\n"
+        "print(loaded())\n"
         f"config = load_train_config({str(CONFIGS / 'tiny.yaml')!r}, ['band_delta=0.1', 'learning_rate=1e-5'])\n"
-        "config.training_method()\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('trl', 'transformers')))\n"
+        "print('trl.trainer.grpo_config' in loaded())\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120, check=True
     )
-    assert out.stdout.strip() == "[]", out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout[-2000:] + out.stderr[-2000:]
