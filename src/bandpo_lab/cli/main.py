@@ -49,7 +49,8 @@ LAB_EXTRA = 'pip install "bandpo[lab]"'
 """How the lab's requirements are installed (``pip install .`` brings the library's, torch alone)."""
 
 LAB_MODULES = frozenset(
-    {"yaml", "numpy", "pydantic", "tqdm", "tokenizers", "tensorboard"}  # the lab extra's own packages
+    # the lab extra's own packages
+    {"yaml", "numpy", "scipy", "pydantic", "tqdm", "tokenizers", "tensorboard"}
     | {"trl", "transformers", "accelerate", "datasets"}  # the trl extra it includes
 )
 """The top-level modules of the packages the ``lab`` extra installs (pyproject.toml): a command that fails to import

@@ -148,7 +148,7 @@ def test_bandpo_version_and_help_work_where_only_the_library_is_installed() -> N
     from bandpo import __version__
 
     # numpy left in: torch warns at import where it is missing, which is torch's own line
-    lab = "yaml,pydantic,tqdm,tokenizers,tensorboard,trl,transformers,accelerate,datasets"
+    lab = "yaml,scipy,pydantic,tqdm,tokenizers,tensorboard,trl,transformers,accelerate,datasets"
     proc = _bandpo_without(lab, "--version")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"bandpo {__version__}\n", "")
     proc = _bandpo_without(lab, "--help")

@@ -29,16 +29,63 @@ from bandpo_lab.experiments.report import (
 
 
 # ----------------------------------------------------------------------------------------------- statistics
-def test_t_quantile_table_and_expansion() -> None:
-    assert t_quantile(1) == pytest.approx(12.7062, abs=1e-4)
-    assert t_quantile(2) == pytest.approx(4.3027, abs=1e-4)
-    assert t_quantile(30) == pytest.approx(2.0423, abs=1e-4)
-    assert t_quantile(2.7) == t_quantile(2)  # conservative: rounds df down
-    scipy_stats = pytest.importorskip("scipy.stats")
-    for df in (1, 2, 3, 5, 10, 29, 30, 31, 45, 100, 1000):
-        assert t_quantile(df) == pytest.approx(scipy_stats.t.ppf(0.975, df), abs=2e-4)
-    with pytest.raises(ValueError, match="df must be a number >= 1"):
-        t_quantile(0.5)
+def _t_quantile_reference(df: float, p: float = 0.975) -> float:
+    """The ``p`` quantile of Student's t in 30-digit arithmetic (mpmath), from its tail: P(T > t) =
+    I_{df / (df + t^2)}(df / 2, 1 / 2) / 2 (the regularized incomplete beta), solved for t."""
+    mp = pytest.importorskip("mpmath").mp
+    mp.dps = 30
+    df_ = mp.mpf(df)
+
+    def excess_tail(t: Any) -> Any:
+        tail = mp.betainc(df_ / 2, mp.mpf(1) / 2, 0, df_ / (df_ + t * t), regularized=True) / 2
+        return tail - (1 - mp.mpf(p))
+
+    return float(mp.findroot(excess_tail, (mp.mpf(1), mp.mpf(200)), solver="ridder"))
+
+
+@pytest.mark.parametrize("df", [1, 1.5, 2, 2.7, 3, 4, 5, 7.25, 10, 29, 30, 31, 45, 100, 1000])
+def test_t_quantile_equals_a_30_digit_reference(df: float) -> None:
+    assert t_quantile(df) == pytest.approx(_t_quantile_reference(df), rel=1e-12)
+
+
+def test_t_quantile_closed_forms_and_errors() -> None:
+    assert t_quantile(1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-14)  # Cauchy
+    # df = 2: t = (2p - 1) sqrt(2 / (1 - (2p - 1)^2))
+    assert t_quantile(2) == pytest.approx(0.95 * math.sqrt(2 / (1 - 0.95**2)), rel=1e-14)
+    assert t_quantile(math.inf) == pytest.approx(1.959963984540054, rel=1e-14)  # the normal quantile
+    assert t_quantile(2.7) < t_quantile(2)  # a fractional df is used as it is, no longer rounded down
+    for bad in (0, -1, 0.0, math.nan, "3", None, True):
+        with pytest.raises(ValueError, match=rf"^df must be a number > 0, got {re.escape(repr(bad))}$"):
+            t_quantile(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("reference", "other"),
+    [
+        ([0.1, 0.2], [0.3, 0.5]),
+        ([0.31, 0.35, 0.29, 0.40], [0.52, 0.47, 0.61]),
+        ([12.0, 15.5, 9.25, 14.0, 11.0], [13.0, 13.5]),
+        ([0.5, 0.5, 0.5], [0.1, 0.9]),  # one constant side: Welch's df is the other side's n - 1
+    ],
+)
+@pytest.mark.filterwarnings("error")  # scipy's precision warning for a constant side is not the report's
+def test_welch_interval_equals_the_formula_in_float64(reference: list[float], other: list[float]) -> None:
+    """Welch's interval diff +- t_{0.975, df} * se, with Satterthwaite's df = (va + vb)^2 / (va^2 / (na - 1) +
+    vb^2 / (nb - 1)), va = var(a) / na, from exact variances and the 30-digit quantile."""
+    welch = compare_methods(dict(enumerate(reference)), {10 + i: v for i, v in enumerate(other)})
+    va, vb = statistics.variance(reference) / len(reference), statistics.variance(other) / len(other)
+    df = (va + vb) ** 2 / (va**2 / (len(reference) - 1) + vb**2 / (len(other) - 1))
+    half = _t_quantile_reference(df) * math.sqrt(va + vb)
+    diff = statistics.fmean(other) - statistics.fmean(reference)
+    assert welch["kind"] == "welch" and welch["diff"] == diff
+    assert (welch["lo"], welch["hi"]) == pytest.approx((diff - half, diff + half), rel=1e-12, abs=1e-15)
+    assert welch["significant"] is bool(diff - half > 0 or diff + half < 0)
+
+
+def test_welch_interval_of_two_constant_sides_is_the_difference() -> None:
+    welch = compare_methods({0: 0.1, 1: 0.1, 2: 0.1}, {5: 0.3, 6: 0.3})
+    assert welch["kind"] == "welch" and welch["lo"] == welch["hi"] == welch["diff"] == pytest.approx(0.2)
+    assert welch["significant"] is True
 
 
 def test_mean_ci() -> None:
