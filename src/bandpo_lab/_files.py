@@ -3,7 +3,8 @@ process left half-written reads as what it holds so far, never as an exception. 
 that a command makes before any work (:func:`output_dir_problem`, :func:`output_file_problem`). And the one atomic
 JSON writer (:func:`write_json`). And :func:`read_utf8`, the one reading of a user's text file (a byte that is
 not UTF-8 named by its offset). And :func:`expand_path`, the one reading of a path a user typed, and
-:func:`same_or_inside`, the one test of whether a path lies in a folder."""
+:func:`same_or_inside`, the one test of whether a path lies in a folder. And the one file lock (:func:`flock`,
+:func:`file_lock`), which the comparison's plan, the training run's ``output_dir`` and the model cache use."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock, no lock
+    fcntl = None  # type: ignore[assignment]
 
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 """The recipes folder of a source checkout (``configs/`` beside ``src/``); a wheel carries a copy of it instead
@@ -159,22 +165,28 @@ def write_json(path: Path, data: Any) -> None:
             os.unlink(tmp)
 
 
+def flock(fd: int, blocking: bool = True) -> bool:
+    """Take the exclusive advisory lock (``fcntl.flock``) of the open file ``fd``: ``True`` once held (waiting for
+    it, or with ``blocking=False`` ``False`` at once when another open file holds it). The operating system drops
+    it when ``fd`` is closed, or its process ends however it ends. Without ``fcntl`` (Windows) there is no lock:
+    ``True``."""
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock (``fcntl.flock``) on ``path`` (created empty if missing) for the block: the
-    read-modify-write of a file that several processes update (e.g. two queues of one comparison). Without
-    ``fcntl`` (Windows) there is no lock, as for :class:`bandpo_lab.training.lock.OutputDirLock`."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: no flock, no lock
-        yield
-        return
+    """Hold :func:`flock` on ``path`` (created empty if missing) for the block, waiting for it: the read-modify-write
+    of a file that several processes update (e.g. two queues of one comparison), or work done once (a model
+    conversion)."""
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        flock(f.fileno())
+        yield  # closing the file drops the lock
 
 
 def read_utf8(path: Path, name: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -19,6 +20,7 @@ from bandpo_lab._files import (
     expand_path,
     file_lock,
     find_recipe,
+    flock,
     output_dir_problem,
     output_file_problem,
     read_json_object,
@@ -64,6 +66,33 @@ def test_concurrent_writers_of_one_path_each_replace_it_whole(tmp_path: Path) ->
         t.join()
     assert errors == [] and set(read_json_object(path)) == {"writer", "i"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock is POSIX's")
+def test_flock_has_one_holder_at_a_time_and_closing_drops_it(tmp_path: Path) -> None:
+    """Two open files of one path (as two processes have): the second does not get the lock while the first holds
+    it, and gets it once the first is closed; ``file_lock`` waits for it."""
+    path = tmp_path / "x.lock"
+    first, second = os.open(path, os.O_RDWR | os.O_CREAT), os.open(path, os.O_RDWR)
+    try:
+        assert flock(first, blocking=False) is True
+        assert flock(second, blocking=False) is False
+        waited = threading.Event()
+
+        def wait_for_it() -> None:
+            with file_lock(path):
+                waited.set()
+
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        assert not waited.wait(0.3)  # file_lock blocks while `first` holds the lock
+        os.close(first)
+        waiter.join(timeout=30)
+        assert waited.is_set() and flock(second, blocking=False) is True
+    finally:
+        for fd in (first, second):
+            with contextlib.suppress(OSError):  # `first` may be closed already
+                os.close(fd)
 
 
 def _append_calls(path: str, tag: str, n: int, start: Any) -> None:

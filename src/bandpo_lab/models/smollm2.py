@@ -14,7 +14,6 @@ plain model from the config, loads the dequantized state dict and saves that: a 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -22,10 +21,10 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bandpo_lab._files import file_lock
 from bandpo_lab.models.base import BuiltinModel, ModelUnavailableError, register_model
 
 __all__ = [
@@ -113,23 +112,6 @@ def _sha256(path: Path) -> str:
 def _cached(cache_dir: Path) -> Path | None:
     target = Path(cache_dir) / _cache_name()
     return target if (target / MARKER).is_file() else None
-
-
-@contextlib.contextmanager
-def _build_lock(cache_dir: Path) -> Iterator[None]:
-    """One conversion at a time per cache directory (two runs starting together convert once)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - no flock (Windows): no lock
-        yield
-        return
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with (cache_dir / f".{_cache_name()}.lock").open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def convert(gguf_file: Path, out_dir: Path) -> dict[str, Any]:
@@ -228,7 +210,8 @@ def set_special_tokens(tokenizer: Any, configs: list[Any], ids: dict[str, int]) 
 
 def _build(cache_dir: Path, progress: bool) -> Path:
     cache_dir = Path(cache_dir)
-    with _build_lock(cache_dir):
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(cache_dir / f".{_cache_name()}.lock"):  # one conversion at a time per cache directory
         done = _cached(cache_dir)
         if done is not None:
             return done  # another process converted it while this one waited

@@ -1,6 +1,6 @@
 """One training run per ``output_dir``: an exclusive lock held while ``bandpo train`` writes there.
 
-The lock is an OS file lock (``flock``) on ``<output_dir>/.bandpo-train.lock``, which also records the holder's
+The lock is an OS file lock (:func:`bandpo_lab._files.flock`) on ``<output_dir>/.bandpo-train.lock``, which also records the holder's
 pid, host, start time and command line for the message a second run gets. The operating system drops the lock
 when its process ends, however it ends, so the file a killed run leaves behind (a *stale* lock) does not block a
 restart: only a live process holds the lock. Under ``accelerate launch`` only the main process takes it.
@@ -17,14 +17,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bandpo_lab._files import read_json_object
+from bandpo_lab._files import flock, read_json_object
 from bandpo_lab.training.config import ConfigError
 from bandpo_lab.training.layout import LOCK_FILE
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no flock, no lock
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["LOCK_FILE", "OutputDirLock", "OutputDirLockedError", "check_unlocked", "lock_holder"]
 
@@ -33,27 +28,19 @@ class OutputDirLockedError(ConfigError):
     """Another live process trains into the same ``output_dir``."""
 
 
-def _try_flock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
 def lock_holder(output_dir: str | Path) -> dict[str, Any] | None:
     """What the live process holding ``output_dir``'s lock recorded (``pid``, ``host``, ``started``, ``command``;
     ``{}`` if it has not written it yet), or ``None`` when no live process holds it."""
     path = Path(output_dir) / LOCK_FILE
-    if fcntl is None or not path.is_file():
+    if not path.is_file():
         return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
-        if _try_flock(fd):
-            return None  # a stale file: nobody holds it
+        if flock(fd, blocking=False):
+            return None  # a stale file: nobody holds it (or no flock here: Windows)
         return read_json_object(path)
     finally:
         os.close(fd)  # closing drops a lock this check took
@@ -91,12 +78,10 @@ class OutputDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        if fcntl is None:
-            return
         self.output_dir.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            if not _try_flock(fd):
+            if not flock(fd, blocking=False):
                 os.close(fd)
                 raise OutputDirLockedError(_locked_message(self.output_dir, read_json_object(self.path)))
             try:  # the holder may have removed the file between our open and flock: lock the current one
