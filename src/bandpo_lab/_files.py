@@ -165,6 +165,10 @@ def write_json(path: Path, data: Any) -> None:
             os.unlink(tmp)
 
 
+HAS_FLOCK = fcntl is not None
+"""Whether this system has ``flock`` (not Windows): without it :func:`flock` locks nothing."""
+
+
 def flock(fd: int, blocking: bool = True) -> bool:
     """Take the exclusive advisory lock (``fcntl.flock``) of the open file ``fd``: ``True`` once held (waiting for
     it, or with ``blocking=False`` ``False`` at once when another open file holds it). The operating system drops

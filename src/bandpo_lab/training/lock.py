@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bandpo_lab._files import flock, read_json_object
+from bandpo_lab._files import HAS_FLOCK, flock, read_json_object
 from bandpo_lab.training.config import ConfigError
 from bandpo_lab.training.layout import LOCK_FILE
 
@@ -40,7 +40,7 @@ def lock_holder(output_dir: str | Path) -> dict[str, Any] | None:
         return None
     try:
         if flock(fd, blocking=False):
-            return None  # a stale file: nobody holds it (or no flock here: Windows)
+            return None  # a stale file: nobody holds it (or no flock: Windows)
         return read_json_object(path)
     finally:
         os.close(fd)  # closing drops a lock this check took
@@ -78,6 +78,8 @@ class OutputDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        if not HAS_FLOCK:  # Windows: no lock (and an open file there cannot be removed on release)
+            return
         self.output_dir.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
