@@ -248,7 +248,20 @@ def test_compare_config_takes_trl_native_methods(tmp_path: Path) -> None:
             "[{label: x}]",
             r"methods\[0\] \(from the overrides\) needs method \(a method name: grpo, .*cispo, sapo, gspo\)",
         ),
-        ("[{metod: cispo}]", r"unknown key\(s\) metod \(did you mean 'method'\?\)"),
+        (
+            "[{metod: cispo}]",
+            r"^unknown compare config key 'methods.0.metod' \(from the overrides\) \(did you mean 'methods.0.method'"
+            r"\?\)\. Keys of methods.0: label, method, clip_rule, params, seeds$",
+        ),
+        (
+            "[grpo, {method: cispo, seeds: x}]",
+            r"^methods.1.seeds \(from the overrides\) must be a list or null, got 'x'$",
+        ),
+        (
+            "[{method: cispo, params: [1]}]",
+            r"^methods.0.params \(from the overrides\) must be a mapping or null",
+        ),
+        ("[5]", r"^methods\[0\] \(from the overrides\) must be a mapping with method or clip_rule"),
     ],
 )
 def test_method_errors_name_the_value_and_what_is_allowed(methods: str, message: str) -> None:
@@ -325,7 +338,15 @@ def test_method_errors_name_the_file_and_line_of_their_entry(tmp_path: Path) -> 
     path.write_text(
         f"train:\n  config: {CONFIGS / 'tiny.yaml'}\nmethods:\n  - grpo\n  - label: x\n    prams: {{}}\n"
     )
-    with pytest.raises(CompareError, match=rf"^methods\[1\] \(in {re.escape(str(path))}:5\) has unknown key"):
+    with pytest.raises(
+        CompareError,
+        match=rf"^unknown compare config key 'methods.1.prams' \(in {re.escape(str(path))}:6\) \(did you mean",
+    ):
+        load_compare_config(path)
+    path.write_text(f"train:\n  config: {CONFIGS / 'tiny.yaml'}\nmethods:\n  - method: grpo\n    seeds: 3\n")
+    with pytest.raises(
+        CompareError, match=rf"^methods.0.seeds \(in {re.escape(str(path))}:5\) must be a list"
+    ):
         load_compare_config(path)
 
 

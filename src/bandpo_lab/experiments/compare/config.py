@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bandpo.registry import did_you_mean
 from bandpo.validation import check_int_in
 from bandpo_lab._files import expand_path, recipe_kind
 from bandpo_lab.config import (
@@ -324,6 +323,17 @@ class _ReportSection:
     smooth: int = 1
 
 
+@dataclass
+class _MethodEntry:
+    """An entry of ``methods:`` as written (a bare name is ``{method: NAME}``): :class:`MethodSpec`'s arguments."""
+
+    label: str | None = None
+    method: str | None = None
+    clip_rule: str | None = None
+    params: dict[str, Any] | None = None
+    seeds: list[int] | None = None
+
+
 _SECTIONS: dict[str, type] = {
     "train": _TrainSection,
     "eval": EvalSpec,
@@ -465,39 +475,35 @@ def load_compare_config(
     if not isinstance(methods_raw, list):
         raise CompareError(f"methods must be a list of {{label, method, params}}, got {methods_raw!r}")
     methods = []
-    keys = ("label", "method", "clip_rule", "params", "seeds")
     for i, item in enumerate(methods_raw):
         found = where(origins, f"methods.{i}")
         at = None if found == "default" else found
         entry = located(f"methods[{i}]", at)
         if isinstance(item, str):
             item = {"method": item}
-        if not isinstance(item, dict):
+        if not isinstance(item, Mapping):
             raise CompareError(
                 f"{entry} must be a mapping with method or clip_rule (and label, params), got {item!r}"
             )
-        unknown = sorted(map(str, set(item) - set(keys)))
-        if unknown:
-            raise CompareError(
-                f"{entry} has unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], keys)}; keys: "
-                f"{', '.join(keys)}"
-            )
-        name = item.get("method", item.get("clip_rule"))
+        try:  # each key known and typed, named with its file:line (bandpo_lab.config)
+            written = build_dataclass(_MethodEntry, item, f"methods.{i}", origins, "compare config")
+        except ConfigError as err:
+            raise CompareError(str(err)) from None
+        name = written.method or written.clip_rule
         if name is None:
             from bandpo_lab.training.methods import METHODS
 
             raise CompareError(
                 f"{entry} needs method (a method name: {', '.join(METHODS.names())}), got {item!r}"
             )
-        params = item.get("params") or {}
-        label = item.get("label") or _default_label(str(name), params)
+        params = written.params or {}
         methods.append(
             MethodSpec(
-                label=label,
-                clip_rule=item.get("clip_rule"),
+                label=written.label or _default_label(name, params),
+                clip_rule=written.clip_rule,
                 params=params,
-                method=item.get("method"),
-                seeds=item.get("seeds"),
+                method=written.method,
+                seeds=written.seeds,
                 where=at,
             )
         )
