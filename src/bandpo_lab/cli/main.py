@@ -162,7 +162,7 @@ def _main(argv: list[str], command: str | None) -> int:
 
 def _one_line_warnings(command: str, default: Callable[..., str]) -> Callable[..., str]:
     """``warnings.formatwarning`` for a command: bandpo's own warnings (a category defined in a ``bandpo`` or
-    ``bandpo_lab`` module: ``ConfigWarning``, ``Bf16SlowWarning``, ``OnPolicyClipWarning``, ...) print as one
+    ``bandpo_lab`` module: ``ConfigWarning``, ``OnPolicyClipWarning``, ...) print as one
     line, ``bandpo train: warning: <message>``, without Python's file, line number and echo of the source line;
     other libraries' warnings keep ``default``. (The format, not ``showwarning``: a caller recording warnings,
     such as ``pytest.warns``, still records them.)"""

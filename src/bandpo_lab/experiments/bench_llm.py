@@ -34,10 +34,15 @@ from typing import Any
 
 import torch
 
-from bandpo_lab.bf16_emulation import emulated_bf16_products, onednn_matmul_setting
 from bandpo_lab.decode import sample
 from bandpo_lab.experiments.bench import time_call
-from bandpo_lab.runtime import Precision, completion_tokens_only, freed_memory_kept, matmul_precision
+from bandpo_lab.runtime import (
+    Precision,
+    completion_tokens_only,
+    freed_memory_kept,
+    matmul_precision,
+    onednn_matmul_setting,
+)
 
 __all__ = ["RECIPE", "bench_real_step", "matmul_rates", "side_by_side"]
 
@@ -67,9 +72,7 @@ def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) ->
     """GFLOP/s of an (m, k) x (k, n) product, the shape of the model's MLP on a micro-batch: ``float32``,
     ``bf16_inputs`` (float32 tensors, bfloat16 inputs and float32 accumulation: oneDNN's ``fp32_precision =
     "bf16"``, what the bf16 backward used before :mod:`bandpo_lab.bf16_backward`) and ``bfloat16`` (bfloat16 tensors:
-    autocast sampling and the linear layers' backward) and ``bfloat16_emulated`` (the same bfloat16 product as
-    float32 products of its operands, :mod:`bandpo_lab.bf16_emulation`: what ``bf16`` runs on a CPU without native
-    bfloat16 instructions)."""
+    autocast sampling and the linear layers' backward)."""
     a, b = torch.randn(m, k), torch.randn(k, n)
     flops = 2 * m * k * n
     rates = {"float32": flops / _best(lambda: a @ b, rounds) / 1e9}
@@ -78,8 +81,6 @@ def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) ->
             rates["bf16_inputs"] = flops / _best(lambda: a @ b, rounds) / 1e9
     a16, b16 = a.bfloat16(), b.bfloat16()
     rates["bfloat16"] = flops / _best(lambda: a16 @ b16, rounds) / 1e9
-    with emulated_bf16_products():
-        rates["bfloat16_emulated"] = flops / _best(lambda: a16 @ b16, rounds) / 1e9
     return rates
 
 
@@ -179,7 +180,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int, progress: bool) -
         }
         fwd, bwd = _flops(model, tokens_mb, scored_mb, False), 2 * _flops(model, tokens_mb, scored_mb, False)
         rate_fwd = rates["float32"]
-        rate_bf16 = rates["bfloat16_emulated" if precision.emulated else "bfloat16"]
+        rate_bf16 = rates["bfloat16"]
         rate_bwd = rate_bf16 if precision.bf16 else rates["float32"]
         rate_gen = rate_bf16 if precision.bf16 else rates["float32"]
         floor = {

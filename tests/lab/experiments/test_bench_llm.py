@@ -56,7 +56,7 @@ def test_generation_flops_count_the_positions_the_sampler_runs() -> None:
 
 def test_matmul_rates_are_positive_for_each_dtype() -> None:
     rates = matmul_rates(m=64, k=64, n=64, rounds=2)
-    assert {"float32", "bfloat16", "bfloat16_emulated"} <= set(rates)
+    assert {"float32", "bfloat16"} <= set(rates)
     assert all(v > 0 for v in rates.values())
 
 
