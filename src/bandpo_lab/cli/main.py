@@ -21,10 +21,6 @@ EXIT_BROKEN_PIPE = 141
 COMMANDS: dict[str, tuple[str, str]] = {
     "bounds": ("bandpo_lab.cli.bounds", "print a table of Band bounds and the allowed probability change"),
     "plot-bounds": ("bandpo_lab.cli.plot_bounds", "write the Figure-1-style PNG of ratio bounds against p"),
-    "bench": (
-        "bandpo_lab.cli.bench",
-        "time the bound solvers and the loss against baselines on this machine",
-    ),
     "train": ("bandpo_lab.cli.train", "train with BandPO (or a baseline clip rule) through TRL"),
     "eval": (
         "bandpo_lab.cli.evaluate",
