@@ -6,8 +6,9 @@ round (a, b, c, a, b, c, ...), so that a noisy stretch of the machine hits every
 runs ``Timer.blocked_autorange``: untimed calls first (a warm-up after the other cases ran, which also picks the
 block size: the number of calls whose time dwarfs the timer's), then timed blocks until ``min_run_time`` (one block
 at least); a case's blocks over all rounds are merged into one ``Measurement`` (``.times``: seconds per call of each
-block; ``.median``). A call longer than ``min_run_time`` thus runs twice a round, once untimed. The benchmarks report the best block
-(:func:`best`) and, where asked, the median, each as a ratio to a baseline measured in the same run.
+block; ``.median``). A call longer than ``min_run_time`` thus runs twice a round, once untimed. The benchmarks
+report the best block (:func:`best`) and, where asked, the median, each as a ratio to a baseline measured in the
+same run.
 
 Clocks: ``wall`` (``Timer``'s default, ``timeit.default_timer``) and ``cpu`` (this process's CPU time,
 ``time.process_time``: the waits for a core on a busy machine inflate the wall time but not it, so with one torch
