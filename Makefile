@@ -40,7 +40,7 @@ test-fast: setup
 # a missing import or a hidden dependency of core, losses or integrations fails here.
 BARE_VENV ?= .venv-bare
 LIBRARY_TESTS := tests/core tests/losses tests/integrations tests/test_registry.py tests/test_validation.py \
-	tests/test_optional.py tests/test_layers.py
+	tests/test_optional.py tests/test_layers.py tests/test_api_docs.py
 
 $(BARE_VENV)/.installed: pyproject.toml setup.py
 	rm -rf $(BARE_VENV)

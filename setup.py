@@ -1,7 +1,7 @@
-"""The build's one addition to pyproject.toml: the wheel carries the recipes. ``configs/**/*.yaml`` but the studies'
-own configs (``configs/study/``, run from a clone) are copied into the lab's ``bandpo_lab/recipes/`` (same folders),
-so an installed bandpo finds ``tiny``, ``smollm2-arith`` or ``compare-tiny`` by name
-(``bandpo_lab._files.RECIPES``). An editable install reads the clone's ``configs/`` itself and copies nothing."""
+"""The build's one addition to pyproject.toml: the wheel carries the recipes. ``configs/**/*.yaml`` are copied into
+the lab's ``bandpo_lab/recipes/`` (same folders), so an installed bandpo finds ``tiny``, ``smollm2-arith`` or
+``compare-tiny`` by name (``bandpo_lab._files.RECIPES``). The studies' configs live in ``studies/`` (run from a
+clone) and are not copied. An editable install reads the clone's ``configs/`` itself and copies nothing."""
 
 import shutil
 from pathlib import Path
@@ -10,7 +10,6 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
-STUDIES = "study"  # configs/study/: the pre-registered studies' configs, not recipes of the package
 
 
 class BuildWithRecipes(build_py):
@@ -22,8 +21,6 @@ class BuildWithRecipes(build_py):
         # no recipe that an earlier build copied and configs/ no longer has
         shutil.rmtree(target, ignore_errors=True)
         for recipe in sorted(CONFIGS.rglob("*.yaml")):
-            if recipe.relative_to(CONFIGS).parts[0] == STUDIES:
-                continue
             out = target / recipe.relative_to(CONFIGS)
             self.mkpath(str(out.parent))
             self.copy_file(str(recipe), str(out))

@@ -16,7 +16,7 @@ The lab, lowest first; it may import any module of the library, which is below a
     4  tasks, rewards, models                         the built-in tasks, answer checking, built-in models
     5  training                                       one training run
     6  eval                                           metrics, sampling, evaluation of a model
-    7  experiments                                    comparisons, reports, mechanism studies, benchmarks
+    7  experiments                                    comparisons, reports
     8  cli                                            the command line
 
 Function-level (lazy) imports count: a lazy upward import is still an upward dependency, and a lazy import of the

@@ -1,7 +1,7 @@
 """What a user who installs bandpo from its package gets (``setup.py``, ``MANIFEST.in``, pyproject.toml): the
 library (``bandpo``) and the lab (``bandpo_lab``), only torch required; the recipes travel from the clone's
-``configs/`` through the source distribution into the wheel as ``bandpo_lab/recipes/`` (but the studies' own
-``configs/study/``), and the installed package finds them by name from any folder."""
+``configs/`` through the source distribution into the wheel as ``bandpo_lab/recipes/``, and the installed package
+finds them by name from any folder; no study (``studies/``, run from a clone) is in either."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ import pytest
 
 from helpers import CONFIGS, REPO
 
-SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "src", "configs")
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "src", "configs", "studies")
+"""What the test's clone holds: the package's sources, and the studies beside them (their code and configs, not
+their exports) so that the build has them to leave out."""
 
 
 def _build(backend_call: str, source: Path, out: Path) -> str:
@@ -40,16 +42,21 @@ def test_the_wheel_built_from_the_sdist_carries_every_recipe_and_finds_them_by_n
     for name in SOURCES:
         src = REPO / name
         if src.is_dir():
-            shutil.copytree(src, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            # studies/*/results and studies/study4/pilot: the exports, ~30 MB the build never reads
+            skip = ("__pycache__", "*.egg-info", "results", "pilot")
+            shutil.copytree(src, source / name, ignore=shutil.ignore_patterns(*skip))
         else:
             shutil.copy2(src, source / name)
     recipes = sorted(p.relative_to(CONFIGS).as_posix() for p in CONFIGS.rglob("*.yaml"))
-    assert "tiny.yaml" in recipes and "study/study4.yaml" in recipes
+    assert "tiny.yaml" in recipes and "compare-tiny.yaml" in recipes and "qwen2.5-3b-instruct.yaml" in recipes
+    assert not [r for r in recipes if "study" in r]  # the studies' configs live in studies/
+    assert (REPO / "studies" / "study4" / "config.yaml").is_file()  # ... which the package leaves out
 
     sdist = tmp_path / _build("build_sdist", source, tmp_path)
     with tarfile.open(sdist) as tar:
         tar.extractall(tmp_path / "sdist", filter="data")
     [unpacked] = (tmp_path / "sdist").iterdir()
+    assert not (unpacked / "studies").exists()
     assert sorted(
         p.relative_to(unpacked / "configs").as_posix() for p in unpacked.glob("configs/**/*.yaml")
     ) == (recipes)
@@ -61,7 +68,8 @@ def test_the_wheel_built_from_the_sdist_carries_every_recipe_and_finds_them_by_n
     shipped = sorted(
         n.removeprefix("bandpo_lab/recipes/") for n in names if n.startswith("bandpo_lab/recipes/")
     )
-    assert shipped == [r for r in recipes if not r.startswith("study/")]  # every recipe, nothing else
+    assert shipped == recipes  # every recipe, nothing else
+    assert not [n for n in names if "study" in n.lower() or "mechanism" in n]  # no study's file
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"bandpo", "bandpo_lab"}
     library = {n.split("/")[1] for n in names if n.startswith("bandpo/")}

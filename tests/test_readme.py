@@ -79,10 +79,12 @@ def _anchors(path: Path) -> set[str]:
 
 
 def test_links_of_readme_and_docs_lead_somewhere() -> None:
-    """Every relative link of README.md and docs/*.md names an existing file, and its #anchor (if any) a heading of
-    that file: sections moved between the README and docs/ keep their links."""
+    """Every relative link of README.md, docs/*.md and the studies' READMEs names an existing file, and its #anchor
+    (if any) a heading of that file: sections moved between the README and docs/ keep their links."""
     broken = []
-    for page in [README, *sorted((REPO / "docs").glob("*.md"))]:
+    studies = sorted((REPO / "studies").glob("**/README.md"))
+    assert REPO / "studies" / "study4" / "README.md" in studies
+    for page in [README, *sorted((REPO / "docs").glob("*.md")), *studies]:
         text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
         for target in LINK.findall(text):
             if re.match(r"[a-z]+:", target):

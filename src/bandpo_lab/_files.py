@@ -22,12 +22,12 @@ REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 (:data:`WHEEL_RECIPES`)."""
 
 WHEEL_RECIPES = Path(__file__).resolve().parent / "recipes"
-"""Where a wheel holds the recipes: ``configs/**/*.yaml`` but ``configs/study/`` copied into ``bandpo_lab/recipes/``
-when it is built (``setup.py``); a source checkout and an editable install have no such folder."""
+"""Where a wheel holds the recipes: ``configs/**/*.yaml`` copied into ``bandpo_lab/recipes/`` when it is built
+(``setup.py``); a source checkout and an editable install have no such folder."""
 
 RECIPES = WHEEL_RECIPES if WHEEL_RECIPES.is_dir() else REPO_CONFIGS
 """The built-in recipes (``tiny.yaml``, ``smollm2-arith.yaml``, ...): an installed wheel's copy, else the
-checkout's ``configs/`` (which also holds the studies' configs, ``study/study4.yaml``, ...)."""
+checkout's ``configs/``. The studies' configs are no recipes: they live in ``studies/``, named by their path."""
 
 COMPARE_KEYS = ("methods", "train")
 """A compare recipe has a top-level key of these (:func:`recipe_kind`); every other recipe is a training one."""
@@ -40,8 +40,8 @@ def recipe_kind(keys: Iterable[str]) -> str:
 
 def recipe_names(folder: Path | None = None, kind: str | None = None) -> list[str]:
     """The built-in recipes' names, sorted: their paths under ``folder`` (default :data:`RECIPES`) without
-    ``.yaml`` (``tiny``, ``study/study4``), of one kind (``train`` or ``compare``: :func:`recipe_kind`) or
-    (``None``) all; ``[]`` when there is no such folder."""
+    ``.yaml`` (``tiny``; ``sub/name`` for one in a subfolder), of one kind (``train`` or ``compare``:
+    :func:`recipe_kind`) or (``None``) all; ``[]`` when there is no such folder."""
     folder = RECIPES if folder is None else folder
     names = []
     for path in folder.rglob("*.yaml"):
@@ -75,7 +75,7 @@ def _recipe_of_name(raw: str, folder: Path) -> Path | None:
 
 
 def find_recipe(name: str | Path, folder: Path | None = None, beside: Path | None = None) -> Path | None:
-    """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``study/study4``, or a clone's path to it,
+    """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``sub/name``, or a clone's path to it,
     ``configs/tiny.yaml``, as the docs write it), or ``None``.
 
     Only a name that could not mean a file of the user's is looked up: not one that exists (``tiny``) or exists

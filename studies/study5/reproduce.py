@@ -2,9 +2,9 @@
 
 Study 5 reuses Study 4's GRPO and Band-KL runs only if the registration's commit reproduces their first steps on
 the same kind of machine (docs/study.md, Study 5). For each (method, seed) this starts the study's run afresh
-(``bandpo compare --config configs/study/study4.yaml --methods METHOD seeds=[SEED] baseline=false``, one thread),
+(``bandpo compare --config studies/study4/config.yaml --methods METHOD seeds=[SEED] baseline=false``, one thread),
 waits until its training log holds ``--steps`` rows, stops it, and compares every logged value of those rows with
-the same rows of Study 4's export (``docs/results/study4/runs/METHOD/seedSEED/metrics.jsonl.gz``), leaving out
+the same rows of Study 4's export (``studies/study4/results/runs/METHOD/seedSEED/metrics.jsonl.gz``), leaving out
 timings (keys ending in ``time``, ``runtime``, ``per_second``, ``_s``) and the keys this commit adds
 (``side/...``), and the step-0 row of the held-out curve (``heldout.jsonl``). Two runs side by side.
 
@@ -30,8 +30,23 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPORT = ROOT / "docs" / "results" / "study4"
-CONFIG = ROOT / "configs" / "study" / "study4.yaml"
+# Study 4's export and config: in its folder here, where the study's own commits (083dcc6) keep them otherwise
+EXPORT = next(
+    (
+        p
+        for p in (ROOT / "studies" / "study4" / "results", ROOT / "docs" / "results" / "study4")
+        if p.is_dir()
+    ),
+    ROOT / "studies" / "study4" / "results",
+)
+CONFIG = next(
+    (
+        p
+        for p in (ROOT / "studies" / "study4" / "config.yaml", ROOT / "configs" / "study" / "study4.yaml")
+        if p.is_file()
+    ),
+    ROOT / "studies" / "study4" / "config.yaml",
+)
 TIMING_ENDINGS = ("time", "runtime", "per_second", "_s")
 NEW_PREFIXES = ("side/",)
 

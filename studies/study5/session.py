@@ -4,7 +4,7 @@
     .venv/bin/python studies/study5/session.py status   # finished runs, and where each unfinished one stands
     .venv/bin/python studies/study5/session.py export   # finished runs into studies/study5/results, report rebuilt
 
-Study 4's bookkeeping (``scripts/study4_session.py``) with Study 5's commit, config, folders and queue script, and
+Study 4's bookkeeping (``studies/study4/session.py``) with Study 5's commit, config, folders and queue script, and
 finer machine kinds: ``amx``, ``avx512_bf16`` or ``emulated`` (the registration's "Machines": an unfinished run
 that started on another kind restarts from step 0). ``status`` reads only step numbers, checkpoints and times.
 
@@ -17,15 +17,19 @@ environment where the link is missing or points elsewhere, before the queue star
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import study4_session as s4  # noqa: E402
+from bandpo_lab.runtime import cpu_bf16_flags
 
-from bandpo_lab.runtime import cpu_bf16_flags  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("study4_session", ROOT / "studies" / "study4" / "session.py")
+assert _spec is not None and _spec.loader is not None
+s4 = importlib.util.module_from_spec(_spec)
+sys.modules["study4_session"] = s4
+_spec.loader.exec_module(s4)
 
 _STUDY4_KIND = s4.machine_kind  # native / emulated, before configure() replaces it with the finer kinds below
 
@@ -64,11 +68,26 @@ def own_environment(worktree: Path) -> Path:
     return venv
 
 
+CONVERT = (
+    "from bandpo.models import builtin_model_dir; from bandpo.training.tasks import default_cache_dir; "
+    "print(builtin_model_dir('smollm2-135m', default_cache_dir()))"
+)
+"""The registration commit's own conversion of the built-in model into its cache (the package was still ``bandpo``
+there). Its checks before training refuse the chat prompts of a model not converted yet (fixed on main after the
+registration, ``284f02a``), so ``resume`` converts it first on a fresh machine: the same conversion the first run
+would make."""
+
+
+def convert_model(venv: Path, worktree: Path) -> None:
+    """Convert SmolLM2 with the worktree's code where its cache lacks it (a no-op when converted)."""
+    s4._call([str(venv / "bin" / "python"), "-c", CONVERT], worktree, worktree / "src")
+
+
 def configure() -> None:
     """Point Study 4's bookkeeping at Study 5."""
     s4.COMMIT = COMMIT
     s4.EARLIER = ()
-    s4.CONFIG = "studies/study5/config.yaml"
+    s4.CONFIG = s4.MAIN_CONFIG = "studies/study5/config.yaml"
     s4.OUT = Path("runs/study/study5")
     s4.EXPORT = Path("studies/study5/results")
     s4.PLANNED_RUNS = 72
@@ -91,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         worktree = Path(given.partition("=")[2] or argv[argv.index(given) + 1]).resolve()
         if not worktree.exists():
             s4._call(["git", "worktree", "add", "--detach", str(worktree), COMMIT], s4.MAIN)
-        own_environment(worktree)
+        venv = own_environment(worktree)
+        convert_model(venv, worktree)
     return s4.main(argv)
 
 

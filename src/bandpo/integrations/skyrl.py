@@ -94,7 +94,8 @@ from bandpo.integrations.skyrl_section import (
 from bandpo.losses.clip_rules import CLIP_RULES
 from bandpo.losses.diagnostics import metrics_to_floats
 from bandpo.losses.method import LOSS_NAME, RULE_PREFIX, loss_names
-from bandpo.losses.policy_loss import framework_metrics, per_token_policy_loss
+from bandpo.losses.policy_loss import per_token_policy_loss
+from bandpo.losses.terms import framework_metrics
 from bandpo.registry import closest
 
 __all__ = [

@@ -95,8 +95,8 @@ from bandpo.losses.aggregation import masked_mean
 from bandpo.losses.clip_rules import ClipRule
 from bandpo.losses.diagnostics import metrics_to_floats
 from bandpo.losses.method import ClipMethod
-from bandpo.losses.policy_loss import TokenTerms
 from bandpo.losses.schedule import RadiusSchedule
+from bandpo.losses.terms import TokenTerms
 
 __all__ = [
     "ALLOW_UNSUPPORTED_TRL_ENV",

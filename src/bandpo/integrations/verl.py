@@ -100,8 +100,9 @@ from bandpo.integrations.verl_steps import record_global_steps, set_global_step,
 from bandpo.losses.clip_rules import CLIP_RULES, PAPER_CAP, PAPER_DELTA, ClipRule, clip_rule_params
 from bandpo.losses.diagnostics import check_diagnostics, metrics_to_floats
 from bandpo.losses.method import RULE_PREFIX, ClipMethod, clip_method, freeze, loss_names
-from bandpo.losses.policy_loss import TokenTerms, framework_metrics, per_token_policy_loss
+from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule
+from bandpo.losses.terms import TokenTerms, framework_metrics
 from bandpo.registry import did_you_mean
 
 try:

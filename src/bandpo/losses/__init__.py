@@ -1,5 +1,7 @@
-"""Policy losses built on the Band operator: clip rules, the clipped objective, diagnostics."""
+"""Policy losses built on the Band operator: clip rules, the objective (``policy_loss``), its input checks, per-token
+terms, KL estimators, aggregation modes, group advantages, the radius schedule, diagnostics."""
 
+from bandpo.losses.advantages import group_advantages
 from bandpo.losses.aggregation import LOSS_AGG_MODES, aggregate, masked_mean
 from bandpo.losses.clip_rules import (
     CLIP_RULES,
@@ -16,14 +18,9 @@ from bandpo.losses.clip_rules import (
     register_clip_rule,
 )
 from bandpo.losses.diagnostics import DIAGNOSTICS, PROB_BINS, basic_clip_metrics, clip_metrics
+from bandpo.losses.kl import KL_ESTIMATORS, kl_penalty
 from bandpo.losses.method import ClipMethod, clip_method
-from bandpo.losses.policy_loss import (
-    KL_ESTIMATORS,
-    TokenTerms,
-    group_advantages,
-    kl_penalty,
-    policy_loss,
-)
+from bandpo.losses.policy_loss import policy_loss
 from bandpo.losses.schedule import (
     RADIUS_SCHEDULES,
     RadiusSchedule,
@@ -32,6 +29,7 @@ from bandpo.losses.schedule import (
     rule_at_radius,
     rule_at_step,
 )
+from bandpo.losses.terms import TokenTerms
 
 __all__ = [
     "CLIP_RULES",

@@ -7,7 +7,7 @@ that took space-separated words (``bounds --p``, ``--divergence``) still read th
 ``--help`` shows the commas only.
 
 One grammar for outputs: a command that writes one file takes ``-o/--output FILE`` (``plot-bounds``, ``eval``), one
-that writes a folder ``-o/--output-dir DIR`` (``probe``, ``mechanism``, ``demo``); ``train`` and
+that writes a folder ``-o/--output-dir DIR`` (``probe``, ``demo``); ``train`` and
 ``compare`` write where their config's ``output_dir`` says (``output_dir=DIR``, a config key like any other). An
 old spelling stays accepted (hidden from ``--help``) and says once on stderr what it is now.
 
@@ -33,7 +33,6 @@ OUTPUTS: dict[str, str | None] = {
     "plot-bounds": OUTPUT_FILE,
     "eval": OUTPUT_FILE,
     "probe": OUTPUT_DIR,
-    "mechanism": OUTPUT_DIR,
     "demo": OUTPUT_DIR,
     "train": OUTPUT_KEY,
     "compare": OUTPUT_KEY,
@@ -42,8 +41,8 @@ OUTPUTS: dict[str, str | None] = {
 where they write, ``None`` for one that prints only. ``tests/lab/cli/test_grammar.py`` holds every command to it."""
 
 
-LONG_WORK = ("train", "eval", "compare", "demo", "probe", "mechanism")
-"""The commands whose work takes minutes (a model, a training run, a grid of simulations, timings): each takes
+LONG_WORK = ("train", "eval", "compare", "demo", "probe")
+"""The commands whose work takes minutes (a model, a training run): each takes
 ``--dry-run`` (every check the command makes before its work, then the plan in a few lines: nothing loaded, run or
 written; :func:`add_dry_run`, :func:`print_plan`) and ``--no-progress``. ``tests/lab/cli/test_grammar.py`` holds
 every command to it."""

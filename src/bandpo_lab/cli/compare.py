@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         "-c",
         required=True,
-        help="compare config YAML: a file, or a built-in recipe's name (compare-tiny, study/study4, ...)",
+        help="compare config YAML: a file (studies/study4/config.yaml), or a built-in recipe's name (compare-tiny)",
     )
     parser.add_argument(
         "overrides",

@@ -34,10 +34,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "bandpo_lab.cli.demo",
         "the main job: warm-start the tiny model, train it with BandPO, evaluate",
     ),
-    "mechanism": (
-        "bandpo_lab.cli.mechanism",
-        "the clip rules on a Zipf-vocabulary bandit: where Band changes the outcome",
-    ),
     "probe": (
         "bandpo_lab.cli.probe",
         "the clip rules on a real model's own tokens: p_old of the sampled tokens, what each rule clips",

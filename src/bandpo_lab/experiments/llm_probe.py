@@ -29,17 +29,17 @@ The objective is :func:`bandpo.policy_loss` with each rule at its registered def
 delta 0.05, cap 10), ``seq-mean-token-mean``, dual clip ``c = 10`` for the clipped rules, no KL or entropy term.
 The optimizer is AdamW (betas 0.9/0.999, no weight decay) with gradient clipping at 1.0, fresh for every rule and
 batch.
+
+The summary over batches, the attribution, the tables and the figure: :mod:`bandpo_lab.experiments.llm_probe_report`.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,13 +49,30 @@ from bandpo.losses.clip_rules import make_clip_rule
 from bandpo.losses.diagnostics import FIXED_INTERVAL
 from bandpo.losses.policy_loss import group_advantages, policy_loss
 from bandpo.validation import check_int_in, check_positive_number
+from bandpo_lab.experiments.llm_probe_report import (
+    BIN_NAMES,
+    P_OLD_BINS,
+    attribution,
+    by_update,
+    figure,
+    markdown,
+    summarize_probe,
+)
 from bandpo_lab.runtime import FLOAT32, Precision, check_precision, precision_for
 
-__all__ = ["P_OLD_BINS", "ProbeConfig", "probe_batch", "run_probe", "summarize_probe"]
+__all__ = [
+    "BIN_NAMES",
+    "P_OLD_BINS",
+    "ProbeConfig",
+    "attribution",
+    "by_update",
+    "figure",
+    "markdown",
+    "probe_batch",
+    "run_probe",
+    "summarize_probe",
+]
 
-P_OLD_BINS = (0.0, 1e-3, 1e-2, 0.2, 1.0 + 1e-9)
-"""Edges of the ``p_old`` bins the probe reports (half-open ``[a, b)``; the last bin includes p = 1)."""
-BIN_NAMES = ("p<1e-3", "1e-3<=p<0.01", "0.01<=p<0.2", "p>=0.2")
 DEFAULT_RULES = ("grpo", "band", "band_upper", "band_lower")
 """The rules ``bandpo probe`` compares unless told others: GRPO, Band and Band's two sides alone, which
 :func:`attribution` needs. ``clip_higher`` (a default before Study 5) is one ``--rules`` entry away. Not ``dppo_kl``: at the defaults its bounds are Band-KL's
@@ -361,103 +378,6 @@ def _pool(updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------- the run
-SUMMARY_METRICS = (
-    "clip_frac",
-    "clip_frac_up",
-    "clip_frac_down",
-    "tail_share",
-    *(f"clip_frac[{b}]" for b in BIN_NAMES),
-    "up_through_frac",
-    "down_through_frac",
-    "up_through_grad_share",
-    "down_through_grad_share",
-    "gain_pos_adv_p_below_0.2",
-    "gain_pos_adv_p_below_0.01",
-    "entropy_after",
-    "kl_after",
-)
-BATCH_METRICS = (
-    "p_old_below_0.2",
-    "p_old_below_0.01",
-    "p_old_below_1e-3",
-    "pos_adv_p_old_below_0.2",
-    "pos_adv_p_old_below_0.01",
-    "entropy_old",
-    "share_signal",
-)
-
-
-def summarize_probe(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> dict[str, Any]:
-    """Mean and 95% t-interval over batches of every batch metric and every rule's metric (``None`` values, e.g.
-    a tail share with nothing clipped, are left out and ``n`` says how many batches remain)."""
-    from bandpo_lab.experiments.report.stats import mean_ci
-
-    def stat(values: Sequence[Any]) -> dict[str, Any]:
-        s = mean_ci([v for v in values if v is not None])
-        return {"mean": s["mean"], "ci95": s["ci95"], "n": s["n"]}
-
-    return {
-        "by_update": {r: by_update([b["rules"][r]["per_update"] for b in batches]) for r in rules},
-        "batch": {k: stat([b[k] for b in batches]) for k in BATCH_METRICS},
-        "rules": {r: {k: stat([b["rules"][r][k] for b in batches]) for k in SUMMARY_METRICS} for r in rules},
-        "attribution": {k: stat(v) for k, v in attribution(batches, rules).items()},
-    }
-
-
-def by_update(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """Per update index ``k`` (1..K), pooled over batches (counts summed, then divided): the tokens with a non-zero
-    advantage, the clipped share, the tail share of clipping (``p_old < 0.2``), and the per-side tokens let through
-    beyond GRPO's interval as shares of those tokens. ``runs``: each batch's ``per_update`` list of one rule."""
-    out = []
-    for k in range(len(runs[0]) if runs else 0):
-        us = [r[k] for r in runs]
-        live, clipped = sum(u["n_live"] for u in us), sum(u["n_clipped"] for u in us)
-        tail = sum(sum(u["clipped_by_bin"][:3]) for u in us)
-        up, down = sum(u["n_up_through"] for u in us), sum(u["n_down_through"] for u in us)
-        out.append(
-            {
-                "update": us[0]["update"],
-                "n_live": live,
-                "n_clipped": clipped,
-                "n_tail_clipped": tail,
-                "n_up_through": up,
-                "n_down_through": down,
-                "clip_frac": clipped / live if live else 0.0,
-                "tail_share": tail / clipped if clipped else None,
-                "up_through_frac": up / live if live else 0.0,
-                "down_through_frac": down / live if live else 0.0,
-            }
-        )
-    return out
-
-
-ATTRIBUTION_RULES = ("grpo", "band", "band_upper", "band_lower")
-"""The rules :func:`attribution` needs, all four on the same batches."""
-
-
-def attribution(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> dict[str, list[float]]:
-    """The entropy change after ``K`` updates attributed to each side of Band, per batch (paired: every rule starts
-    from the same weights on the same batch), in nats, from each rule's ``entropy_after``:
-
-    ``upper = H(band_upper) - H(grpo)`` (Band's upper side alone), ``lower = H(band_lower) - H(grpo)`` (its lower
-    side alone), ``both = H(band) - H(grpo)`` and ``interaction = both - upper - lower``. ``{}`` unless all of
-    :data:`ATTRIBUTION_RULES` ran."""
-    if not set(ATTRIBUTION_RULES) <= set(rules):
-        return {}
-    out: dict[str, list[float]] = {"upper": [], "lower": [], "both": [], "interaction": []}
-    for b in batches:
-        h = {r: b["rules"][r]["entropy_after"] for r in ATTRIBUTION_RULES}
-        upper, lower, both = (h[r] - h["grpo"] for r in ("band_upper", "band_lower", "band"))
-        for key, value in (
-            ("upper", upper),
-            ("lower", lower),
-            ("both", both),
-            ("interaction", both - upper - lower),
-        ):
-            out[key].append(value)
-    return out
-
-
 def run_probe(
     model: Any,
     tokenizer: Any,
@@ -538,99 +458,3 @@ class _Bar:
 
 def _bar(total: int, on: bool) -> _Bar | None:
     return _Bar(total) if on else None
-
-
-def fmt_ci(stat: Mapping[str, Any], scale: float = 1.0, digits: int = 3) -> str:
-    """``mean ± ci95 (n=..)`` with ``n`` always printed; ``-`` when there is no value."""
-    if stat["mean"] is None:
-        return f"- (n={stat['n']})"
-    mean = stat["mean"] * scale
-    if stat["ci95"] is None:
-        return f"{mean:.{digits}g} (n={stat['n']})"
-    return f"{mean:.{digits}g} ± {stat['ci95'] * scale:.{digits}g} (n={stat['n']})"
-
-
-def markdown(result: Mapping[str, Any], title: str) -> str:
-    """The probe's tables: the batch's token distribution, then one row per rule."""
-    summary = result["summary"]
-    lines = [f"# {title}", "", "Mean ± 95% t-interval over batches (n = batches with a value).", ""]
-    lines += ["## The sampled tokens", "", "| metric | value |", "|---|---|"]
-    for key in BATCH_METRICS:
-        lines.append(f"| {key} | {fmt_ci(summary['batch'][key])} |")
-    lines += ["", "## Per rule, updates 2..K (clip shares pooled over updates) and after K updates", ""]
-    cols = SUMMARY_METRICS
-    lines.append("| rule | " + " | ".join(cols) + " |")
-    lines.append("|---|" + "---|" * len(cols))
-    for rule, stats in summary["rules"].items():
-        lines.append(f"| {rule} | " + " | ".join(fmt_ci(stats[c]) for c in cols) + " |")
-    lines += [
-        "",
-        "## Per side: tokens with a gradient where GRPO's [0.8, 1.2] would clip them (updates 2..K, all batches)",
-        "",
-    ]
-    lines.append("| rule | side | tokens | " + " | ".join(BIN_NAMES) + " | share of the gradient mass |")
-    lines.append("|---|---|---|" + "---|" * len(BIN_NAMES) + "---|")
-    for rule in summary["rules"]:
-        for side, name in (("up", "upper (A > 0, r > 1.2)"), ("down", "lower (A < 0, r < 0.8)")):
-            per_batch = [b["rules"][rule] for b in result["batches"]]
-            by_bin = [sum(r[f"{side}_through_by_bin"][i] for r in per_batch) for i in range(len(BIN_NAMES))]
-            share = fmt_ci(summary["rules"][rule][f"{side}_through_grad_share"])
-            lines.append(
-                f"| {rule} | {name} | {sum(by_bin)} | " + " | ".join(map(str, by_bin)) + f" | {share} |"
-            )
-    lines += ["", "## By update index (all batches pooled; counts of tokens with a non-zero advantage)", ""]
-    lines.append("| rule | update | tokens | clipped | tail share of clipping | up through | down through |")
-    lines.append("|---|---|---|---|---|---|---|")
-    for rule, rows in summary.get("by_update", {}).items():
-        for u in rows:
-            tail = "-" if u["tail_share"] is None else f"{100 * u['tail_share']:.0f}%"
-            lines.append(
-                f"| {rule} | {u['update']} | {u['n_live']} | {u['n_clipped']} ({100 * u['clip_frac']:.2f}%) | {tail} "
-                f"| {u['n_up_through']} | {u['n_down_through']} |"
-            )
-    if summary.get("attribution"):
-        lines += [
-            "",
-            "## Entropy after K updates, attributed to Band's sides (nats, paired over batches)",
-            "",
-        ]
-        lines += ["| part | definition | change |", "|---|---|---|"]
-        words = {
-            "upper": "H(band_upper) - H(grpo)",
-            "lower": "H(band_lower) - H(grpo)",
-            "both": "H(band) - H(grpo)",
-            "interaction": "both - upper - lower",
-        }
-        for key, definition in words.items():
-            lines.append(f"| {key} | {definition} | {fmt_ci(summary['attribution'][key])} |")
-    return "\n".join(lines) + "\n"
-
-
-def figure(result: Mapping[str, Any], path: Path) -> Path:
-    """Two panels: the histogram of ``log10 p_old`` of the sampled tokens, and each rule's clipped share by
-    ``p_old`` bin (updates 2..K, mean over batches)."""
-    from bandpo._optional import pyplot
-
-    plt = pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    values = [v for b in result["batches"] for v in b["p_old_values"]]
-    logs = [math.log10(max(v, 1e-12)) for v in values]
-    ax1.hist(logs, bins=40, color="0.4")
-    for edge in (-3, -2, math.log10(0.2)):
-        ax1.axvline(edge, color="k", lw=0.8, ls=":")
-    ax1.set_xlabel("log10 p_old of the sampled token")
-    ax1.set_ylabel("tokens")
-    ax1.set_title(f"sampled tokens ({len(values)} over {len(result['batches'])} batches)")
-    rules = list(result["summary"]["rules"])
-    width = 0.8 / max(len(rules), 1)
-    for j, rule in enumerate(rules):
-        heights = [result["summary"]["rules"][rule][f"clip_frac[{b}]"]["mean"] or 0.0 for b in BIN_NAMES]
-        ax2.bar([i + j * width for i in range(len(BIN_NAMES))], heights, width, label=rule)
-    ax2.set_xticks([i + 0.4 - width / 2 for i in range(len(BIN_NAMES))], BIN_NAMES)
-    ax2.set_ylabel("share of the bin's tokens clipped")
-    ax2.set_title("clipped by p_old (updates 2..K)")
-    ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -26,6 +26,8 @@ class BuiltinModel:
         check: raises :class:`ModelUnavailableError` (one line) when the model cannot be built here; cheap.
         build: ``build(cache_dir, progress) -> directory``: converts the model into ``cache_dir`` (or reuses it).
         cached: ``cached(cache_dir) -> directory | None``: the converted directory when it is already there.
+        chat_template: whether the model's tokenizer defines a chat template (what the checks before training
+            format the prompts with while the model is not converted yet, so that no tokenizer is loaded).
     """
 
     name: str
@@ -34,6 +36,7 @@ class BuiltinModel:
     check: Callable[[], None]
     build: Callable[[Path, bool], Path]
     cached: Callable[[Path], Path | None]
+    chat_template: bool = False
 
 
 MODELS: Registry[BuiltinModel] = Registry("built-in model")

@@ -282,5 +282,6 @@ register_model(
         check=_check,
         build=_build,
         cached=_cached,
+        chat_template=True,  # ChatML, from the GGUF file's tokenizer.chat_template
     )
 )

@@ -64,9 +64,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import re
-import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,32 +73,27 @@ from typing import Any
 
 import yaml
 
-from bandpo.integrations.trl_spec import (
-    REFUSED_LOSS_TYPES,
-    TRL_RULE_SHORTCUTS,
-    check_trl_delta,
-    loss_type_problem,
-)
+from bandpo.integrations.trl_spec import check_trl_delta
 from bandpo_lab._files import COMPARE_KEYS, expand_path, output_dir_problem, recipe_kind, same_or_inside
 from bandpo_lab.config import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
     ConfigError,
     ConfigWarning,
-    Layer,
     build_dataclass,
     config_file,
     dataclass_types,
     field_value,
     located,
-    merge,
     override_layer,
     read_layers,
     shown_path,
     unknown_key,
     where,
 )
-from bandpo_lab.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS, switch_keys
+from bandpo_lab.training.config_layers import check_renamed, merge_layer, merge_overrides
+from bandpo_lab.training.config_method import DEFAULT_CLIP_RULE, check_clip_rule_fields, select_clip_rule
+from bandpo_lab.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS
 from bandpo_lab.training.sections import (
     DTYPES,
     SECTIONS,
@@ -138,7 +131,6 @@ STEP_COUNT_FIELDS = ("logging_steps", "save_steps", "eval_steps", "warmup_steps"
 of steps, written as an integer (``logging_steps: 5``, not ``5.0``) by :meth:`TrainConfig.to_yaml`."""
 
 _DEFAULT_OUTPUT_ROOT = "runs"
-_DEFAULT_CLIP_RULE = "band"  # BandPOConfig's default
 
 
 # ------------------------------------------------------------------------------------------------ field types
@@ -154,111 +146,6 @@ def _valid_keys() -> list[str]:
         keys.append(name)
         keys.extend(f"{name}.{f}" for f in dataclass_types(cls))
     return keys
-
-
-# ---------------------------------------------------------------------------------------------- layers
-def _selected_method(values: Mapping[str, Any]) -> Any:
-    """The method a layer selects: its ``method``, else its ``clip_rule``, else ``None`` (a ``null`` method
-    defers to ``clip_rule``)."""
-    value = values.get(METHOD_KEY)
-    if value in NULL_TEXTS:
-        value = None
-    return value if value is not None else values.get("clip_rule")
-
-
-def _merge_layer(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> dict[str, tuple[Any, str]]:
-    """Merge ``layer`` into ``values``: first drop what it switches away from (module docstring), then merge.
-
-    Returns:
-        the inherited settings of the method (besides the keys that select it) that a method switch dropped and
-        the layer does not set itself: key -> (value, where it was set); empty without a switch.
-    """
-    new = _selected_method(layer.values)
-    old = _selected_method(values) or _DEFAULT_CLIP_RULE
-    dropped: dict[str, tuple[Any, str]] = {}
-    if new is not None and new != old:
-        # another method: its defaults plus what this layer sets, nothing of the inherited method or the new one
-        switched = switch_keys(old, new)
-        for key in [k for k in values if k in switched]:
-            value = values.pop(key)
-            if key not in (METHOD_KEY, "clip_rule") and key not in layer.values:
-                dropped[key] = (value, where(origins, key))
-            for gone in [k for k in origins if k == key or k.startswith(key + ".")]:
-                del origins[gone]
-    data = layer.values.get("data")
-    if isinstance(data, Mapping) and isinstance(values.get("data"), dict):
-        # Files instead of a task, or the other way round: the inherited source and its options go.
-        for key, others in {"path": ("task", "task_options"), "task": ("path",)}.items():
-            if data.get(key) not in (None, *NULL_TEXTS):
-                for other in others:
-                    if other not in data:
-                        values["data"].pop(other, None)
-    merge(values, origins, layer)
-    return dropped
-
-
-def _switch_notice(layer: Layer, old: str, dropped: Mapping[str, tuple[Any, str]]) -> str:
-    """The one line of an override that switched method and dropped inherited settings: the selecting key, where,
-    both methods, each dropped key with its value, and the files that had set them."""
-    selector = METHOD_KEY if layer.values.get(METHOD_KEY) not in (None, *NULL_TEXTS) else "clip_rule"
-    new = layer.values[selector]
-    keys = ", ".join(f"{key}={value!r}" for key, (value, _) in dropped.items())
-    files = [
-        re.sub(r":\d+$", "", at) for _, ats in dropped.values() if ats != "default" for at in ats.split(", ")
-    ]
-    places = f" ({', '.join(dict.fromkeys(files))})" if files else ""
-    return (
-        f"{selector}={new!r} ({where(layer.origins, selector)}) switches the method from {old!r} and drops the "
-        f"inherited settings of the method: {keys}{places}; {new!r} starts from its defaults and what the overrides "
-        "set"
-    )
-
-
-def _warn(message: str) -> None:
-    """A :class:`ConfigWarning` attributed to the first caller outside this module (the user's script or the CLI)."""
-    frame, level = sys._getframe(1), 2  # stacklevel 2: the caller of this function
-    while frame is not None and frame.f_globals.get("__name__") == __name__:
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, ConfigWarning, stacklevel=level)
-
-
-def _merge_overrides(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None:
-    """:func:`_merge_layer` for the overrides: a method switch that drops inherited settings says so in one line
-    (a derived file that switches method is its writer's choice, e.g. ``configs/tiny-grpo.yaml``: no line)."""
-    old = _selected_method(values) or _DEFAULT_CLIP_RULE
-    dropped = _merge_layer(values, origins, layer)
-    if dropped and _selected_method(values) in METHODS:  # an unknown name: its error follows, not this line
-        _warn(_switch_notice(layer, old, dropped))
-
-
-def _check_renamed(trainer: dict[str, Any], origins: Mapping[str, str]) -> None:
-    """Old names of renamed TRL / transformers fields (:data:`bandpo_lab.training.trl_fields.RENAMED_FIELDS`): one line
-    naming the new one, a :class:`ConfigError` for a refused name, else a :class:`ConfigWarning`, and the old key is
-    replaced by the new one in ``trainer`` (so the printout and the trainer see one name). The value is resolved as
-    transformers does: the new name's, unless it is unset or null, when the old name's value is used."""
-    for old, renamed in RENAMED_FIELDS.items():
-        if old not in trainer:
-            continue
-        value, at = trainer.pop(old), where(origins, old)
-        new, was = renamed.new, f"it is the old name of {renamed.new} (renamed in {renamed.renamed_in})"
-        if renamed.refused:
-            raise ConfigError(f"{old}={value!r} ({at}) is the old name of {new} (renamed in {renamed.renamed_in}): "
-                              f"write {new}={value!r}")  # fmt: skip
-        if trainer.get(new) is not None:
-            _warn(
-                f"{old}={value!r} ({at}) has no effect: {was}, which the config also sets ({new}={trainer[new]!r}, "
-                f"{where(origins, new)}) and which wins; set {new} only"
-            )
-            continue
-        if new in trainer:  # set to null: transformers then reads the old name
-            _warn(
-                f"{old}={value!r} ({at}) is used: {was}, which the config sets to null ({where(origins, new)}), "
-                f"and null leaves it to the old name; write {new}={value!r} only"
-            )
-        else:
-            _warn(f"{old}={value!r} ({at}) is the old name of {new} (renamed in {renamed.renamed_in}; read as "
-                  f"{new}): write {new}={value!r}")  # fmt: skip
-        trainer[new] = value
 
 
 # ---------------------------------------------------------------------------------------------- the config
@@ -305,7 +192,7 @@ class TrainConfig:
             except ValueError as err:
                 raise ConfigError(f"method{at(METHOD_KEY)}: {err}") from err
             if method.name not in TRL_METHODS:  # a clip rule: ``clip_rule`` holds it
-                _select_clip_rule(self.trainer, method.name, at)
+                select_clip_rule(self.trainer, method.name, at)
                 self.method = None
         if self.method is not None:
             try:
@@ -314,7 +201,7 @@ class TrainConfig:
             except ValueError as err:
                 raise ConfigError(str(err)) from err
         else:
-            _check_clip_rule_fields(self.trainer, at)
+            check_clip_rule_fields(self.trainer, at)
         given = self.trainer.get("output_dir")
         if isinstance(given, str) and not given.strip():  # e.g. output_dir=$OUT with OUT unset
             raise ConfigError(
@@ -367,7 +254,7 @@ class TrainConfig:
     def training_method(self) -> Any:
         """The method to train with (:data:`bandpo_lab.training.methods.METHODS`): ``config_class()``,
         ``trainer_class()``, ``describe(args)``."""
-        return METHODS.get(self.method or self.trainer.get("clip_rule", _DEFAULT_CLIP_RULE))
+        return METHODS.get(self.method or self.trainer.get("clip_rule", DEFAULT_CLIP_RULE))
 
     @classmethod
     def from_dict(
@@ -408,7 +295,7 @@ class TrainConfig:
                     f"num_generations, ...) and the sections {', '.join(SECTIONS)}"
                 )
                 raise unknown_key(key, _valid_keys(), at=here, known=known)
-        _check_renamed(trainer, origins)
+        check_renamed(trainer, origins)
         if "model" not in sections:
             sections["model"] = ModelConfig()
         if "reward" not in sections:
@@ -449,7 +336,7 @@ class TrainConfig:
         """A new config with ``overrides`` (``["key=value", ...]`` or ``{"dotted.key": value}``) applied."""
         merged = self.to_dict()
         origins = dict(self.origins)
-        _merge_overrides(merged, origins, override_layer(overrides))
+        merge_overrides(merged, origins, override_layer(overrides))
         return TrainConfig.from_dict(merged, source=self.source, origins=origins)
 
     @property
@@ -528,90 +415,6 @@ def _installed_spelling(kwargs: dict[str, Any], config_class: Any) -> dict[str, 
     return kwargs
 
 
-def _select_clip_rule(trainer: dict[str, Any], name: str, where: Any) -> None:
-    """``method: NAME`` for a clip rule: the same as ``clip_rule: NAME``; both set to different rules is refused."""
-    existing = trainer.get("clip_rule")
-    if existing is not None and existing != name:
-        raise ConfigError(
-            f"method={name!r}{where(METHOD_KEY)} and clip_rule={existing!r}{where('clip_rule')} select different "
-            "methods: set one of them"
-        )
-    trainer["clip_rule"] = name
-
-
-def _check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
-    """A clip rule's config: a registered rule, and the loss type / importance-sampling level ``BandPOTrainer``
-    can bound (TRL's other values name the TRL-native method that runs them)."""
-    rule = trainer.get("clip_rule")
-    if rule is not None:
-        if METHODS.is_trl_native(rule):
-            raise ConfigError(
-                f"clip_rule={rule!r}{where('clip_rule')} is TRL's {TRL_METHODS.get(rule).title}, a TRL-native method "
-                f"rather than a clip rule: select it with method: {rule} (plain GRPOTrainer, without clip-rule fields)"
-            )
-        try:
-            METHODS.clip_rule(rule)
-        except ValueError as err:
-            raise ConfigError(
-                f"clip_rule{where('clip_rule')}: {err}; TRL-native methods (method: NAME): "
-                f"{', '.join(METHODS.trl_names())}"
-            ) from err
-
-    _check_rule_params(trainer, rule if rule is not None else _DEFAULT_CLIP_RULE, where)
-
-    def runs_it(key: str, value: Any) -> list[str]:
-        return [n for n in METHODS.trl_names() if TRL_METHODS.get(n).fixed.get(key) == value]
-
-    loss_type = trainer.get("loss_type")
-    if loss_type is not None:
-        methods = runs_it("loss_type", loss_type)
-        if methods:
-            how = f"select it with method: {methods[0]} (plain GRPOTrainer) instead of a clip rule"
-        elif loss_type in REFUSED_LOSS_TYPES:
-            how = f"{REFUSED_LOSS_TYPES[loss_type]}; bandpo runs TRL's {', '.join(METHODS.trl_names())} as methods"
-        else:
-            how = None
-        problem = loss_type_problem(loss_type, where("loss_type"), how)
-        if problem is not None:
-            raise ConfigError(problem)
-    level = trainer.get("importance_sampling_level")
-    if level is not None and level != "token":
-        methods = runs_it("importance_sampling_level", level)
-        how = f"; for {methods[0].upper()} set method: {methods[0]}" if methods else ""
-        raise ConfigError(
-            f"importance_sampling_level={level!r}{where('importance_sampling_level')} cannot be used with a clip "
-            f"rule, which bounds each token's ratio from its old probability{how}. With a clip rule: 'token'"
-        )
-
-
-def _check_rule_params(trainer: Mapping[str, Any], rule: str, where: Any) -> None:
-    """The rule's parameters set once: TRL's ``delta`` (its two-sided clamp) at or below 1 is refused (next to a Band
-    rule, whose radius is also called ``delta``, naming band_delta); a ``band_*`` shortcut and the
-    ``clip_rule_kwargs`` entry it sets are refused together (naming the shortcut, which the recipes use)."""
-    try:  # a clamp of the ratio at or below 1 is refused; delta: 10 (verl's dual clip) stays allowed
-        check_trl_delta(trainer.get("delta"), rule, where("delta"))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    kwargs = trainer.get("clip_rule_kwargs")
-    if isinstance(kwargs, str):  # BandPOConfig's JSON form; a bad string is BandPOConfig's to report
-        try:
-            kwargs = json.loads(kwargs)
-        except json.JSONDecodeError:
-            return
-    if not isinstance(kwargs, Mapping):
-        return
-    for shortcut, param in TRL_RULE_SHORTCUTS.items():
-        value = trainer.get(shortcut)
-        if value is None or param not in kwargs:
-            continue
-        key = f"clip_rule_kwargs.{param}"
-        raise ConfigError(
-            f"{key}={kwargs[param]!r}{where(key)} and {shortcut}={value!r}{where(shortcut)} both set the clip "
-            f"rule's {param!r}: set it once, with {shortcut} (e.g. {shortcut}={kwargs[param]!r}), or with "
-            f"{shortcut}=null and {key}"
-        )
-
-
 def _build_section(name: str, values: Mapping[str, Any], origins: Mapping[str, str]) -> Any:
     try:
         return build_dataclass(SECTIONS[name], values, name, origins, suggest=_valid_keys())
@@ -659,6 +462,6 @@ def load_train_config(
             f"compare --config {shown}"
         )
     for layer in layers:
-        _merge_layer(values, origins, layer)
-    _merge_overrides(values, origins, override_layer(overrides))
+        merge_layer(values, origins, layer)
+    merge_overrides(values, origins, override_layer(overrides))
     return TrainConfig.from_dict(values, source=None if path is None else str(path), origins=origins)

@@ -273,8 +273,8 @@ def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def _use_chat(cfg: DataConfig, tokenizer: Any) -> bool:
-    available = has_chat_template(tokenizer)
+def _use_chat(cfg: DataConfig, tokenizer: Any, available: bool | None = None) -> bool:
+    available = has_chat_template(tokenizer) if available is None else available
     if cfg.chat_template == "always" and not available:
         raise ConfigError(
             "data.chat_template='always' but the tokenizer has no chat template; use 'auto' or 'never' (plain text "
@@ -314,12 +314,15 @@ def _format_prompt(prompt: Any, cfg: DataConfig, chat: bool, index: int) -> Any:
     return messages
 
 
-def build_prompt_dataset(problems: Sequence[Mapping[str, Any]], cfg: DataConfig, tokenizer: Any) -> Any:
+def build_prompt_dataset(
+    problems: Sequence[Mapping[str, Any]], cfg: DataConfig, tokenizer: Any, chat_template: bool | None = None
+) -> Any:
     """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` formatted (chat messages when the tokenizer has a
-    chat template and ``cfg.chat_template`` allows it, plain text otherwise), other columns unchanged."""
+    chat template and ``cfg.chat_template`` allows it, plain text otherwise), other columns unchanged.
+    ``chat_template``: whether the tokenizer has one, for a check made before it is loaded (default: ask it)."""
     from datasets import Dataset
 
-    chat = _use_chat(cfg, tokenizer)
+    chat = _use_chat(cfg, tokenizer, chat_template)
     rows = []
     for index, problem in enumerate(problems):
         row = dict(problem)

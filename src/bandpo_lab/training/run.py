@@ -37,7 +37,7 @@ from typing import Any
 
 from bandpo_lab._files import read_json_object, read_jsonl
 from bandpo_lab.decode import sampling_generate
-from bandpo_lab.models import builtin_model_dir, is_builtin_model
+from bandpo_lab.models import MODELS, builtin_model_dir, is_builtin_model
 from bandpo_lab.rewards import SafeRewardFunc
 from bandpo_lab.runtime import (
     FLOAT32,
@@ -214,12 +214,13 @@ def prepare(
 
 
 def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dict[str, Any]:
-    """The first problem with its prompt formatted as training formats it for a task's own model, whose
-    tokenizer has no chat template (``data.prompt_template``, ``data.system_prompt`` as plain text): the reward
-    trial's problem when no tokenizer is loaded before training."""
-    if config.data.chat_template == "always":  # refused with the task's tokenizer, when the model is built
-        return problems[0]
-    return dict(build_prompt_dataset(problems[:1], config.data, None)[0])
+    """The first problem with its prompt formatted as training will format it, before the model is built (a
+    task's own model, whose tokenizer has no chat template, or a built-in model not converted yet, whose entry
+    says whether its tokenizer has one): the reward trial's problem when no tokenizer is loaded before training."""
+    if config.data.chat_template == "always" and not is_builtin_model(config.model.path):
+        return problems[0]  # refused with the task's tokenizer, when the model is built
+    chat = is_builtin_model(config.model.path) and MODELS.get(str(config.model.path)).chat_template
+    return dict(build_prompt_dataset(problems[:1], config.data, None, chat_template=chat)[0])
 
 
 def _foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str | None:

@@ -71,7 +71,6 @@ def test_help_shows_defaults_and_keeps_the_epilog_layout(capsys: pytest.CaptureF
     "command,old,new,dest",
     [
         ("probe", "--output", "--output-dir", "output_dir"),
-        ("mechanism", "--output", "--output-dir", "output_dir"),
         ("plot-bounds", "--out", "--output", "output"),
     ],
 )
@@ -124,7 +123,7 @@ def test_every_command_names_its_output_one_way() -> None:
             assert parse_args(build_parser([name]), argv).overrides == ["output_dir=runs/x"]
 
 
-@pytest.mark.parametrize("command", ["plot-bounds", "eval", "probe", "mechanism", "demo"])
+@pytest.mark.parametrize("command", ["plot-bounds", "eval", "probe", "demo"])
 def test_dash_o_names_the_output(command: str) -> None:
     """``bandpo probe -o runs/p`` is ``--output-dir runs/p``, ``bandpo plot-bounds -o b.svg`` ``--output b.svg``."""
     from bandpo_lab.cli._args import OUTPUTS
@@ -174,8 +173,8 @@ def test_every_list_option_takes_commas() -> None:
             if not (isinstance(action, ListOption) and isinstance(action.type, CommaList)):
                 wrong.append(f"bandpo {name} {flag}")
     assert not wrong, "list options not added by add_list_option:\n" + "\n".join(wrong)
-    for expected in ("bounds --divergence", "plot-bounds --divergence", "probe --rules",
-                     "mechanism --scenarios", "compare --methods", "eval --ks"):  # fmt: skip
+    for expected in ("bounds --divergence", "plot-bounds --divergence", "probe --rules", "compare --methods",
+                     "eval --ks"):  # fmt: skip
         assert expected in listed
 
 
@@ -215,7 +214,7 @@ def test_a_bad_list_item_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     )
 
 
-@pytest.mark.parametrize("command", ["probe", "bounds", "mechanism"])
+@pytest.mark.parametrize("command", ["probe", "bounds"])
 def test_unknown_flag_names_the_subcommand(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([command, *(["--model", "m"] if command == "probe" else []), "--bogus"])
@@ -310,7 +309,8 @@ def test_bandpo_version_and_bandpo_help_work(capsys: pytest.CaptureFixture[str])
 
 
 def test_every_command_whose_work_is_long_has_dry_run_and_no_progress() -> None:
-    """``train``, ``compare`` and ``demo`` had ``--dry-run``, ``eval``, ``probe`` and ``mechanism`` none: every command of ``cli/_args.py``'s ``LONG_WORK`` takes both ``--dry-run`` and ``--no-progress``; the
+    """``train``, ``compare`` and ``demo`` had ``--dry-run``, ``eval`` and ``probe`` none: every command of
+    ``cli/_args.py``'s ``LONG_WORK`` takes both ``--dry-run`` and ``--no-progress``; the
     others (``bounds``, ``plot-bounds``) print in a second."""
     from bandpo_lab.cli._args import LONG_WORK
 
@@ -332,11 +332,11 @@ def _fail(what: str) -> Any:
     return fail
 
 
-@pytest.mark.parametrize("command", ["eval", "eval-builtin", "probe", "mechanism"])
+@pytest.mark.parametrize("command", ["eval", "eval-builtin", "probe"])
 def test_dry_run_checks_prints_the_plan_and_does_no_work(
     command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``bandpo eval/probe/mechanism --dry-run``: the command's checks, then its plan in a few lines (the
+    """``bandpo eval/probe --dry-run``: the command's checks, then its plan in a few lines (the
     model, the data, the sizes, the outputs), exit 0; no model built, converted or loaded, no work, nothing
     written."""
     from helpers.tiny import save_countdown_model_dir
@@ -349,7 +349,6 @@ def test_dry_run_checks_prints_the_plan_and_does_no_work(
         ("bandpo_lab.models.builtin_model_dir", "converted a built-in model"),
         ("bandpo_lab.training.tasks.build_task_model", "built the tiny model"),
         ("bandpo_lab.eval.evaluate.evaluate_model_dir", "evaluated"),
-        ("bandpo_lab.experiments.mechanism_report.run_mechanism", "simulated"),
     ):
         monkeypatch.setattr(target, _fail(what))
     out = tmp_path / "out"
@@ -367,10 +366,6 @@ def test_dry_run_checks_prints_the_plan_and_does_no_work(
             ["probe", "--model", str(model), "--dataset", "countdown", "--batches", "2", "-o", str(out)],
             [f"model {model}", "2 batch(es) of 4 prompts", f"outputs results.json, results.md, probe.png in {out}/"],
         ),
-        "mechanism": (
-            ["mechanism", "--quick", "--rules", "grpo,band", "-o", str(out)],
-            ["x 2 rule(s) x 8 seeds, vocabulary 256", "rules grpo, band", f"tables and figures in {out}/"],
-        ),
     }[command]  # fmt: skip
     assert _status([*argv, "--dry-run", "--no-progress"]) == 0
     printed = capsys.readouterr().out
@@ -385,7 +380,6 @@ def test_dry_run_checks_prints_the_plan_and_does_no_work(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["mechanism", "--seeds", "1"], "--seeds must be an integer >= 2, got 1"),
         (
             ["probe", "--model", "smollm2-135m", "--prompts", "999"],
             "--prompts 999 is more than the 155 problems",

@@ -296,14 +296,20 @@ def test_list_items_have_the_line_where_they_start(tmp_path: Path) -> None:
 def test_a_built_in_recipe_is_read_by_its_name_from_any_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``tiny`` and ``study/study4.yaml`` name the recipes shipped with bandpo (a clone's configs/, a wheel's
-    copy) wherever the command runs; a file of that name in the working directory is read instead."""
+    """``tiny`` and ``tiny-grpo.yaml`` name the recipes shipped with bandpo (a clone's configs/, a wheel's copy)
+    wherever the command runs; a file of that name in the working directory is read instead. A study's config is
+    no recipe (studies/, run from a clone): its old name is the unknown-recipe error, one line."""
     from bandpo_lab._files import RECIPES
 
     monkeypatch.chdir(tmp_path)
     [tiny] = read_layers("tiny")
     assert tiny.values == read_layers(RECIPES / "tiny.yaml")[0].values
-    assert read_layers("study/study4.yaml")[0].values["output_dir"] == "runs/study/study4"
+    for study in ("study/study4.yaml", "study4", "configs/study/study4.yaml"):
+        with pytest.raises(
+            ConfigError, match=r"^config file '.*' does not exist; built-in recipes: .*tiny"
+        ) as err:
+            read_layers(study)
+        assert "\n" not in str(err.value)
     base, own = read_layers("tiny-grpo")  # its base, tiny.yaml, beside it
     assert base.values == tiny.values and own.values["output_dir"] == "runs/tiny-grpo"
     (tmp_path / "tiny").write_text("mine: 1\n")
@@ -332,7 +338,9 @@ def test_a_missing_config_lists_the_recipes_of_its_kind(
     with pytest.raises(ConfigError) as compare:
         read_layers("compare-tny", what="compare config", kind="compare")
     listed = str(compare.value).split("built-in recipes: ")[1].split(", ")
-    assert "compare-tiny" in listed and "study/study4" in listed and "tiny" not in listed
+    assert "compare-tiny" in listed and "tiny" not in listed
+    # the studies' configs are in studies/, run from a clone: no recipes
+    assert not [name for name in listed if "study" in name]
 
 
 def test_a_run_from_a_recipe_name_records_the_recipe_file(

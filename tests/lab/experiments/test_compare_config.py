@@ -14,6 +14,7 @@ from bandpo_lab.experiments.compare import (
     load_compare_config,
     plan_runs,
 )
+from helpers import REPO
 
 
 # ---------------------------------------------------------------------------------------------- the config
@@ -42,16 +43,17 @@ def test_a_built_in_recipe_is_named_from_any_folder(tmp_path: Path, monkeypatch:
     named = load_compare_config("compare-tiny")
     assert named == load_compare_config(CONFIGS / "compare-tiny.yaml")
     assert named.train_config == str((CONFIGS / "tiny.yaml").resolve())
-    study = load_compare_config("study/study4.yaml")
+    study = load_compare_config(REPO / "studies" / "study4" / "config.yaml")  # a study's config, by its path
     assert Path(study.train_config).resolve() == (CONFIGS / "smollm2-arith.yaml").resolve()
     with pytest.raises(
         CompareError, match=r"config '.*compare-tiniest' does not exist \(did you mean 'compare-tiny'\?\)"
     ):
         load_compare_config("compare-tiniest")
     with pytest.raises(
-        CompareError, match=r"did you mean 'study/study4'\?\); built-in recipes: compare-tiny, "
+        CompareError,
+        match=r"config '.*study/study4' does not exist; built-in recipes: compare-tiny, compare-tiny-full$",
     ):
-        load_compare_config("study/study5")  # compare recipes only
+        load_compare_config("study/study4")  # a study's config is no recipe (studies/, run from a clone)
 
 
 def test_without_a_compare_file_the_training_recipe_is_found_by_name(

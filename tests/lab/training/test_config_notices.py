@@ -178,8 +178,32 @@ def test_old_names_trl_deprecates_are_refused(override: str, message: str) -> No
 def test_study_configs_use_no_old_name() -> None:
     """Exported study configs must keep rebuilding: none of them writes a refused old name."""
     root = CONFIGS.parent
-    files = [*root.glob("docs/results/**/*.yaml"), *root.glob("configs/**/*.yaml")]
-    assert files
+    files = [
+        *root.glob("docs/results/**/*.yaml"),
+        *root.glob("configs/**/*.yaml"),
+        *root.glob("studies/**/*.yaml"),
+    ]
+    assert root / "studies" / "study4" / "config.yaml" in files  # the studies' configs are read too
     refused = [old for old, r in RENAMED_FIELDS.items() if r.refused]
     used = [(str(f), old) for f in files for old in refused if old in f.read_text()]
     assert used == []
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        lambda: load_train_config(TINY, ["method=grpo"]),  # a method switch, merge_overrides
+        lambda: load_train_config(TINY).with_overrides(["method=grpo"]),  # the same from TrainConfig
+        # a renamed field
+        lambda: load_train_config(TINY, ["gradient_checkpointing_kwargs={use_reentrant: false}"]),
+    ],
+    ids=["load_train_config", "with_overrides", "renamed_field"],
+)
+def test_a_notice_points_at_the_callers_line(load: Callable[[], Any]) -> None:
+    """The warning names the line that loaded the config (here, this file), not bandpo's config modules, whose
+    frames it skips (``training/config.py`` and ``training/config_layers.py``, where the notices are made)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load()
+    [notice] = [w for w in caught if issubclass(w.category, ConfigWarning)]
+    assert notice.filename == __file__

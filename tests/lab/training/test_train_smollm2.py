@@ -50,3 +50,24 @@ def test_unknown_model_name_lists_the_built_in_ones(tmp_path: Path) -> None:
     config = load_train_config(RECIPE, ["model.path=smollm3-135m", f"output_dir={tmp_path / 'out'}"])
     with pytest.raises(ConfigError, match=r"does not exist .*a built-in model \(smollm2-135m\)"):
         prepare(config)
+
+
+def test_recipe_prepares_before_the_model_is_converted(tmp_path: Path) -> None:
+    """A fresh machine: nothing converted yet. The checks format the chat prompts from the entry's
+    ``chat_template`` without loading a tokenizer or converting (a dry run writes nothing in the cache)."""
+    empty = tmp_path / "cache"
+    config = load_train_config(RECIPE, [f"output_dir={tmp_path / 'out'}", f"model.cache_dir={empty}"])
+    prepared = prepare(config)
+    assert prepared.model_path is None and prepared.tokenizer is None
+    assert not empty.exists()
+
+
+def test_chat_template_flag_matches_the_gguf_tokenizer() -> None:
+    """The entry's ``chat_template`` says what the model file's own tokenizer has (read without converting)."""
+    from transformers import AutoTokenizer
+
+    from bandpo_lab.models import MODELS, smollm2
+
+    path = smollm2.gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    assert bool(tokenizer.chat_template) is MODELS.get("smollm2-135m").chat_template is True

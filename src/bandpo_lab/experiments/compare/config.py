@@ -427,8 +427,8 @@ def _check_no_method_overrides(
 def load_compare_config(
     path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()
 ) -> CompareConfig:
-    """Read a compare config (module docstring; ``path`` may name a built-in recipe: ``compare-tiny``,
-    ``study/study4``) and apply ``key=value`` overrides.
+    """Read a compare config (module docstring; ``path`` may name a built-in recipe: ``compare-tiny``; a study's
+    config is named by its path, ``studies/study4/config.yaml``) and apply ``key=value`` overrides.
 
     ``train.config`` is resolved relative to the file (``configs/tiny.yaml`` from ``configs/compare-tiny.yaml``
     is written ``tiny.yaml``); without a file, relative to the working directory, or a built-in recipe's name

@@ -10,7 +10,7 @@ Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key wh
   weighted equally: ``sum(clip/frac/p0.0-0.2 * tokens/share/p0.0-0.2) / sum(clip/frac)`` (the mean of
   ``clip/tail_share`` when the bin keys are absent); ``None`` (not measured) for a run that clipped no token.
   Weighting each step by its ``tokens/count`` (Study 4's
-  registered clip fraction and tail share, ``scripts/study4_analysis.py``) gives somewhat other numbers;
+  registered clip fraction and tail share, ``studies/study4/analysis.py``) gives somewhat other numbers;
 * ``train/hi_mean``, ``train/lo_mean``: the mean of ``band/hi_mean``, ``band/lo_mean``;
 * ``train/reward_last``: the last logged ``reward``; ``train/steps``: the last logged step.
 """

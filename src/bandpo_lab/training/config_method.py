@@ -1,0 +1,108 @@
+"""The method fields of a training config, checked when :class:`bandpo_lab.training.config.TrainConfig` is built:
+``method: NAME`` for a clip rule (the same as ``clip_rule: NAME``), a registered clip rule with a loss type and an
+importance-sampling level that ``BandPOTrainer`` can bound, and a rule's parameters set once. The docstring of
+:mod:`bandpo_lab.training.config` describes these rules for users."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from bandpo.integrations.trl_spec import (
+    REFUSED_LOSS_TYPES,
+    TRL_RULE_SHORTCUTS,
+    check_trl_delta,
+    loss_type_problem,
+)
+from bandpo_lab.config import ConfigError
+from bandpo_lab.training.methods import METHOD_KEY, METHODS, TRL_METHODS
+
+__all__ = ["DEFAULT_CLIP_RULE", "check_clip_rule_fields", "select_clip_rule"]
+
+DEFAULT_CLIP_RULE = "band"
+"""The clip rule of a config that selects no method: ``BandPOConfig``'s default."""
+
+
+def select_clip_rule(trainer: dict[str, Any], name: str, where: Any) -> None:
+    """``method: NAME`` for a clip rule: the same as ``clip_rule: NAME``; both set to different rules is refused."""
+    existing = trainer.get("clip_rule")
+    if existing is not None and existing != name:
+        raise ConfigError(
+            f"method={name!r}{where(METHOD_KEY)} and clip_rule={existing!r}{where('clip_rule')} select different "
+            "methods: set one of them"
+        )
+    trainer["clip_rule"] = name
+
+
+def check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
+    """A clip rule's config: a registered rule, and the loss type / importance-sampling level ``BandPOTrainer``
+    can bound (TRL's other values name the TRL-native method that runs them)."""
+    rule = trainer.get("clip_rule")
+    if rule is not None:
+        if METHODS.is_trl_native(rule):
+            raise ConfigError(
+                f"clip_rule={rule!r}{where('clip_rule')} is TRL's {TRL_METHODS.get(rule).title}, a TRL-native method "
+                f"rather than a clip rule: select it with method: {rule} (plain GRPOTrainer, without clip-rule fields)"
+            )
+        try:
+            METHODS.clip_rule(rule)
+        except ValueError as err:
+            raise ConfigError(
+                f"clip_rule{where('clip_rule')}: {err}; TRL-native methods (method: NAME): "
+                f"{', '.join(METHODS.trl_names())}"
+            ) from err
+
+    _check_rule_params(trainer, rule if rule is not None else DEFAULT_CLIP_RULE, where)
+
+    def runs_it(key: str, value: Any) -> list[str]:
+        return [n for n in METHODS.trl_names() if TRL_METHODS.get(n).fixed.get(key) == value]
+
+    loss_type = trainer.get("loss_type")
+    if loss_type is not None:
+        methods = runs_it("loss_type", loss_type)
+        if methods:
+            how = f"select it with method: {methods[0]} (plain GRPOTrainer) instead of a clip rule"
+        elif loss_type in REFUSED_LOSS_TYPES:
+            how = f"{REFUSED_LOSS_TYPES[loss_type]}; bandpo runs TRL's {', '.join(METHODS.trl_names())} as methods"
+        else:
+            how = None
+        problem = loss_type_problem(loss_type, where("loss_type"), how)
+        if problem is not None:
+            raise ConfigError(problem)
+    level = trainer.get("importance_sampling_level")
+    if level is not None and level != "token":
+        methods = runs_it("importance_sampling_level", level)
+        how = f"; for {methods[0].upper()} set method: {methods[0]}" if methods else ""
+        raise ConfigError(
+            f"importance_sampling_level={level!r}{where('importance_sampling_level')} cannot be used with a clip "
+            f"rule, which bounds each token's ratio from its old probability{how}. With a clip rule: 'token'"
+        )
+
+
+def _check_rule_params(trainer: Mapping[str, Any], rule: str, where: Any) -> None:
+    """The rule's parameters set once: TRL's ``delta`` (its two-sided clamp) at or below 1 is refused (next to a Band
+    rule, whose radius is also called ``delta``, naming band_delta); a ``band_*`` shortcut and the
+    ``clip_rule_kwargs`` entry it sets are refused together (naming the shortcut, which the recipes use)."""
+    try:  # a clamp of the ratio at or below 1 is refused; delta: 10 (verl's dual clip) stays allowed
+        check_trl_delta(trainer.get("delta"), rule, where("delta"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    kwargs = trainer.get("clip_rule_kwargs")
+    if isinstance(kwargs, str):  # BandPOConfig's JSON form; a bad string is BandPOConfig's to report
+        try:
+            kwargs = json.loads(kwargs)
+        except json.JSONDecodeError:
+            return
+    if not isinstance(kwargs, Mapping):
+        return
+    for shortcut, param in TRL_RULE_SHORTCUTS.items():
+        value = trainer.get(shortcut)
+        if value is None or param not in kwargs:
+            continue
+        key = f"clip_rule_kwargs.{param}"
+        raise ConfigError(
+            f"{key}={kwargs[param]!r}{where(key)} and {shortcut}={value!r}{where(shortcut)} both set the clip "
+            f"rule's {param!r}: set it once, with {shortcut} (e.g. {shortcut}={kwargs[param]!r}), or with "
+            f"{shortcut}=null and {key}"
+        )
