@@ -37,9 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeats",
         type=int,
         default=5,
-        help="rounds per bound solver, the cases in turn, each round a block of calls (torch.utils.benchmark; the "
-        "16M authors' bisection takes tens of seconds a call, once per round); the loss, schedule and diagnostics "
-        "sections take 6 times as many rounds",
+        help="rounds per bound solver, the cases in turn, each round an untimed warm-up and a timed block of calls "
+        "(torch.utils.benchmark; the 16M authors' bisection takes tens of seconds a call, so two calls a round); "
+        "the loss, schedule and diagnostics sections take 6 times as many rounds",
     )
     parser.add_argument(
         "--accuracy-points", type=int, default=200_000, help="random p for the accuracy check"
