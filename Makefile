@@ -84,7 +84,7 @@ bench-skyrl: $(SKYRL_VENV)/.installed
 gpu-check: setup
 	mkdir -p runs/gpu-check
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m gpu --junitxml=runs/gpu-check/pytest.xml
-	$(BIN)/bandpo bench --output runs/gpu-check/bench.json
+	$(BIN)/python benchmarks/bench.py --output runs/gpu-check/bench.json
 
 demo: setup
 	HF_HUB_OFFLINE=1 $(BIN)/bandpo demo
@@ -94,7 +94,7 @@ demo-llm: setup
 	HF_HUB_OFFLINE=1 $(BIN)/bandpo demo --model smollm2-135m
 
 bench: setup
-	$(BIN)/bandpo bench --output runs/bench.json
+	$(BIN)/python benchmarks/bench.py --output runs/bench.json
 
 compare: setup
 	$(BIN)/bandpo compare --config configs/compare-tiny.yaml

@@ -5,8 +5,8 @@ benchmarks/skyrl_loss.py``). Every case is the registered loss called as SkyRL 0
 (``fn(log_probs, old_log_probs, advantages, config, loss_mask, rollout_logprobs)``), forward and backward, its
 metrics included (bandpo's: ``clip_ratio`` and every ``bandpo.clip_metrics`` diagnostic but in the ``(basic)`` and
 ``(none)`` cases, one host transfer; SkyRL's
-``regular``: ``clip_ratio``, one ``.item()``). Cases are timed in turn, best of ``--rounds`` rounds each
-(``bandpo_lab.experiments.bench.time_interleaved``), and printed as ratios to ``regular``. ``bandpo_grpo (basic)``
+``regular``: ``clip_ratio``, one ``.item()``). Cases are timed in turn, the best block of ``--rounds`` rounds each
+(``bench_timing.measure``: ``torch.utils.benchmark``), and printed as ratios to ``regular``. ``bandpo_grpo (basic)``
 and ``(none)`` are the same loss at the lighter diagnostics levels (``trainer.algorithm.bandpo.diagnostics``): where
 the adapter's time goes.
 """
@@ -21,9 +21,11 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/, also when loaded as a module
+from bench_timing import best, measure, sample_logp
+
 from bandpo.validation import check_int_in
 from bandpo_lab.cli._args import add_deprecated_spelling
-from bandpo_lab.experiments.bench import sample_logp, time_interleaved
 
 #: label -> (policy_loss_type, further trainer.algorithm overrides)
 CASES: dict[str, tuple[str, dict[str, str]]] = {
@@ -90,12 +92,12 @@ def main(argv: list[str] | None = None) -> int:
 
         steps[label] = step
 
-    times = time_interleaved(steps, rounds=args.rounds)
+    times = {label: best(m) for label, m in measure(steps, rounds=args.rounds).items()}
     base = times["regular (SkyRL)"]
     rows = [{"case": label, "ms": 1e3 * sec, "x_regular": sec / base} for label, sec in times.items()]
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, B={b}, T={t}, float32, fwd + bwd with "
-        f"metrics, best of {args.rounds} interleaved rounds"
+        f"metrics, best block of {args.rounds} rounds of the cases in turn"
     )
     print(f"{'case':<30} {'ms':>9} {'x regular':>10}")
     for row in rows:

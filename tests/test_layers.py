@@ -11,13 +11,12 @@ The library, lowest first (a module may import its own layer and the ones below,
 The lab, lowest first; it may import any module of the library, which is below all of its layers::
 
     0  _files, provenance, config, runtime,           utilities every layer may use
-       bf16_backward, bf16_emulation,
-       bf16_attention, decode, bandpo_lab
+       bf16_backward, decode, bandpo_lab
     3  plots                                          bound plots
     4  tasks, rewards, models                         the built-in tasks, answer checking, built-in models
     5  training                                       one training run
     6  eval                                           metrics, sampling, evaluation of a model
-    7  experiments                                    comparisons, reports, benchmarks
+    7  experiments                                    comparisons, reports
     8  cli                                            the command line
 
 Function-level (lazy) imports count: a lazy upward import is still an upward dependency, and a lazy import of the
@@ -51,8 +50,6 @@ LAYERS: dict[str, dict[str, int]] = {
         "config": 0,
         "runtime": 0,
         "bf16_backward": 0,
-        "bf16_emulation": 0,
-        "bf16_attention": 0,
         "decode": 0,
         "plots": 3,
         "tasks": 4,

@@ -1,6 +1,6 @@
 """CUDA checks (``-m gpu``; skipped without a CUDA device): the solvers and the policy loss inside a captured
 CUDA graph, equal to eager; CUDA bounds equal to the CPU's; bf16 losses on CUDA equal to float32.
-``make gpu-check`` runs these and ``bandpo bench`` in one command and writes JSON."""
+``make gpu-check`` runs these and ``benchmarks/bench.py`` in one command and writes JSON."""
 
 from __future__ import annotations
 

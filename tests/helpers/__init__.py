@@ -6,6 +6,7 @@
 - :mod:`helpers.launch`: a two-process CPU (gloo) ``accelerate launch``.
 - :mod:`helpers.numerics`: ``rel_err``, the error in units of a tolerance.
 - :mod:`helpers.skyrl`: whether SkyRL can run here (``needs_skyrl``) and a SkyRL algorithm config (``algorithm``).
+- :mod:`helpers.naive_diagnostics`: the naive references of the loss's diagnostics (library and torch only).
 - :func:`load_script`: a script of ``scripts/`` or ``benchmarks/`` as a module.
 """
 

@@ -82,7 +82,7 @@ def harness_trainer(
 ) -> BandPOTrainer:
     """``cls`` as ``bandpo train`` builds it (the harness's trainer mixin) at ``precision`` (bandpo_lab.runtime), on a
     GPU with ``on_gpu`` (precision ``framework``: TRL's own)."""
-    from bandpo_lab.runtime import resolve_precision
+    from bandpo_lab.runtime import Precision, resolve_precision
     from bandpo_lab.training.run import _trainer_class
 
     trainer = _trainer_class(cls)(
@@ -92,13 +92,10 @@ def harness_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
     )
-    if precision == "bf16-emulated":  # the emulation of a CPU without native bf16, on any CPU
-        from bandpo_lab.runtime import Precision
-
-        trainer.precision = Precision("bf16", "bf16", "test: emulated", emulated=True)
-        return trainer
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # bf16 on a CPU without native bf16 warns that it is slower
+    # bf16's contexts on any CPU: resolve_precision refuses bf16 where the CPU has no native bf16 (the kernels run)
+    if precision == "bf16" and not on_gpu:
+        trainer.precision = Precision("bf16", "bf16", "test")
+    else:
         trainer.precision = resolve_precision(precision, on_gpu=on_gpu)
     return trainer
 
@@ -510,7 +507,7 @@ def test_two_processes_accelerate_launch(tmp_path: Path, tiny_model_dir: Path) -
     assert max(row["clip/frac_out"] for row in rows) > 0
 
 
-@pytest.mark.parametrize("precision", ["float32", "bf16", "bf16-emulated"])
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
 def test_first_update_of_a_round_has_ratio_exactly_one(
     tmp_path: Path,
     precision: str,
@@ -528,24 +525,9 @@ def test_first_update_of_a_round_has_ratio_exactly_one(
     args = make_config(tmp_path, max_steps=6)
     trainer = harness_trainer(BandPOTrainer, precision, args, tiny_model, tiny_tokenizer, tiny_dataset)
     spy = ClampSpy()
-    modes: list[Any] = []
-    from bandpo_lab.bf16_emulation import EmulatedBf16Products
-
-    init = EmulatedBf16Products.__init__
-
-    def tracked_init(self: Any) -> None:
-        init(self)
-        modes.append(self)
-
-    monkeypatch.setattr(EmulatedBf16Products, "__init__", tracked_init)
     monkeypatch.setattr(torch, "clamp", spy)
     trainer.train()
     monkeypatch.undo()
-
-    if trainer.precision.emulated:  # the 6 training steps' blocks and the 2 rounds' sampling blocks (entered
-        # inside a step, under exact()) each emulate their bf16 products (the tiny model's float32 backward
-        # products are below the size that fp32_precision "bf16" rounds)
-        assert len(modes) == 6 + 2 and all(m.emulated > 0 for m in modes)
     assert_rounds_open_at_ratio_one(trainer, spy, steps=6, per_round=4)
 
 

@@ -15,7 +15,6 @@ from bandpo_lab.runtime import Precision
 
 BF16 = Precision("bf16", "bf16", "test")
 FLOAT32 = Precision("float32", "float32", "test")
-EMULATED = Precision("bf16", "bf16", "test", emulated=True)
 
 
 def _leaves(*shape: int, seed: int = 0, bias: bool = True) -> tuple[torch.Tensor, ...]:
@@ -137,15 +136,12 @@ def _bf16(t: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("use_reentrant", [False, True])
-@pytest.mark.parametrize("precision", [BF16, EMULATED], ids=["native", "emulated"])
-def test_checkpointed_gradients_are_the_bfloat16_products_of_the_float32_forward(
-    precision: Precision, use_reentrant: bool
-) -> None:
+def test_checkpointed_gradients_are_the_bfloat16_products_of_the_float32_forward(use_reentrant: bool) -> None:
     """With activation checkpointing, the gradients are the bfloat16 products of the operands of the *float32*
     forward, computed by hand: each weight gradient is ``bf16(g)^T bf16(x)`` (exact products, summed in float64)
     to within the rounding of the product's bfloat16 output and of its float32 sums, and each bias gradient is the
     sum of the float32 ``g``. Until the recomputation ran under ``exact()`` it ran under the backward's
-    ``fp32_precision = "bf16"``; where oneDNN applies that setting (AMX) or the products are emulated (on every
+    ``fp32_precision = "bf16"``; where oneDNN applies that setting (AMX; the deleted bf16 emulation did on every
     CPU), the activation it saved for the second
     layer and for ``tanh``'s backward was not the forward's, and the gradients missed this reference by 13 to 33
     times the bound (up to 0.03; the first layer's bias by 0.01). The float32 gradients miss it too (by up to 15
@@ -157,8 +153,8 @@ def test_checkpointed_gradients_are_the_bfloat16_products_of_the_float32_forward
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
     x = torch.randn(4, 12, 32, requires_grad=True)
-    with precision.backward():
-        with precision.exact():
+    with BF16.backward():
+        with BF16.exact():
             y = checkpoint(net, x, use_reentrant=use_reentrant)
         y.sum().backward()
     got = [p.grad.double() for p in net.parameters()]

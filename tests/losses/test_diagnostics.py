@@ -1,6 +1,6 @@
 """``bandpo.losses.diagnostics.clip_metrics`` (one fused pass) against the naive implementation it replaced (one
-masked mean per metric, kept verbatim as ``bandpo_lab.experiments.bench.naive_clip_metrics``, the baseline of ``bandpo
-bench``): the same names in the same order and the same values, bit for bit, on ragged batches with NaN and inf in the padding, empty bins, an empty mask, p_old = 0
+masked mean per metric, kept verbatim as ``tests/helpers/naive_diagnostics.py``'s ``naive_clip_metrics``, the baseline of
+``benchmarks/bench.py``): the same names in the same order and the same values, bit for bit, on ragged batches with NaN and inf in the padding, empty bins, an empty mask, p_old = 0
 and p_old exactly at a bin edge, in float32 and float64; the ``basic`` level against ``full``."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from bandpo.losses.diagnostics import (
     clip_metrics,
 )
 from bandpo.losses.policy_loss import per_token_policy_loss
-from bandpo_lab.experiments.bench import naive_clip_metrics
+from helpers.naive_diagnostics import naive_clip_metrics
 
 
 def assert_same_metrics(got: dict[str, Tensor], want: dict[str, Tensor]) -> None:

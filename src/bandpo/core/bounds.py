@@ -9,7 +9,7 @@ Methods (``method=``):
     ``"closed_form"``: exact formulas (tv, chi2, neyman_chi2, hellinger).
     ``"table"``: scalar delta only; exact bounds tabulated once per (divergence, delta) and interpolated.
         Indexed by the bit pattern of ``-logp``: integer ops, two gathers, two ``exp2`` (``solvers.BoundsTable``).
-        Relative error <= 1e-6 (float64) / 1e-4 (float32) against a float64 reference (``bandpo bench``).
+        Relative error <= 1e-6 (float64) / 1e-4 (float32) against a float64 reference (``benchmarks/bench.py``).
     ``"newton"``: kl, reverse_kl, js; any per-token delta. KL: Halley iterations (``solvers.kl_bounds``);
         reverse_kl and js: Newton's method on the generator's derivative (``newton.fdiv_newton_bounds``).
         In float32 compute p is clamped at e^-80 and ``hi`` extended as ``c / p`` below: exact for kl and js

@@ -163,7 +163,7 @@ _INT = {torch.float32: torch.int32, torch.float64: torch.int64}
 _PAIR = {torch.float32: torch.int64}  # a (value, slope) pair of float32 gathered as one 8-byte element
 
 # bins per octave (log2) per compute dtype: the interpolation error scales as 4^-m (measured in
-# `bandpo bench`: <= 2.9e-5 relative at m = 11 in float32, <= 2.9e-7 at m = 14 in float64; the tests assert 1e-4)
+# benchmarks/bench.py: <= 2.9e-5 relative at m = 11 in float32, <= 2.9e-7 at m = 14 in float64; the tests assert 1e-4)
 TABLE_BINS_LOG2 = {torch.float32: 11, torch.float64: 14}
 _SOLVE_X_MAX = 700.0  # beyond, p < e^-700: the bounds have reached their p -> 0 limits in float64
 

@@ -14,9 +14,9 @@ the integrations): ``full`` (:func:`clip_metrics`, the default), ``basic`` (:fun
 fractions and KL that verl's and TRL's own losses log, equal bit for bit to ``full``'s values of the same names) and
 ``none``.
 
-Cost (``bandpo bench``, section "diagnostics alone": B = 64, T = 2048, float32, one thread, ragged mask; best of
-30 interleaved calls, two runs on this 2-core machine): 3.9-4.4 ms against the naive code's 10.5-12.4 ms. The same
-command times the loss with its diagnostics against verl's own loss.
+Cost (``benchmarks/bench.py``, section "diagnostics alone": B = 64, T = 2048, float32, one thread, ragged mask; best of
+30 interleaved calls, two runs on this 2-core machine, measured with ``bandpo bench`` at 5cd1489): 3.9-4.4 ms against
+the naive code's 10.5-12.4 ms. The same command times the loss with its diagnostics against verl's own loss.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ A radius that changes every step must not rebuild Band's KL table (one table per
 cached: ``bandpo.core.solvers.cached_table``) at every step. :func:`rule_at_step` therefore gives a scheduled rule
 the solver that ``band_bounds`` picks for a tensor radius (``method="auto"`` resolved with ``scalar_delta=False``:
 closed forms where they exist, Halley's method for KL, Newton's for reverse KL and JS), which needs no table; a
-constant schedule keeps the rule as it is (KL's cached table). ``bandpo bench`` times the two.
+constant schedule keeps the rule as it is (KL's cached table). ``benchmarks/bench.py`` times the two.
 
 Use (every framework adapter does this)::
 

@@ -3,11 +3,11 @@ a list (:func:`add_list_option`), each command's output option (:data:`OUTPUTS`)
 renamed flags.
 
 One grammar for lists: comma-separated, ``--divergence kl,tv``, ``--rules grpo,band``, ``--ks 1,8``. The options
-that took space-separated words (``bounds --p``, ``--divergence``; ``bench --sizes``, ``--loss-shape``) still
-read them, with one line on stderr, and ``--help`` shows the commas only.
+that took space-separated words (``bounds --p``, ``--divergence``) still read them, with one line on stderr, and
+``--help`` shows the commas only.
 
-One grammar for outputs: a command that writes one file takes ``-o/--output FILE`` (``plot-bounds``, ``bench``,
-``eval``), one that writes a folder ``-o/--output-dir DIR`` (``probe``, ``demo``); ``train`` and
+One grammar for outputs: a command that writes one file takes ``-o/--output FILE`` (``plot-bounds``, ``eval``), one
+that writes a folder ``-o/--output-dir DIR`` (``probe``, ``demo``); ``train`` and
 ``compare`` write where their config's ``output_dir`` says (``output_dir=DIR``, a config key like any other). An
 old spelling stays accepted (hidden from ``--help``) and says once on stderr what it is now.
 
@@ -31,7 +31,6 @@ OUTPUT_FILE, OUTPUT_DIR, OUTPUT_KEY = "--output", "--output-dir", "output_dir="
 OUTPUTS: dict[str, str | None] = {
     "bounds": None,
     "plot-bounds": OUTPUT_FILE,
-    "bench": OUTPUT_FILE,
     "eval": OUTPUT_FILE,
     "probe": OUTPUT_DIR,
     "demo": OUTPUT_DIR,
@@ -42,8 +41,8 @@ OUTPUTS: dict[str, str | None] = {
 where they write, ``None`` for one that prints only. ``tests/lab/cli/test_grammar.py`` holds every command to it."""
 
 
-LONG_WORK = ("train", "eval", "compare", "demo", "probe", "bench")
-"""The commands whose work takes minutes (a model, a training run, timings): each takes
+LONG_WORK = ("train", "eval", "compare", "demo", "probe")
+"""The commands whose work takes minutes (a model, a training run): each takes
 ``--dry-run`` (every check the command makes before its work, then the plan in a few lines: nothing loaded, run or
 written; :func:`add_dry_run`, :func:`print_plan`) and ``--no-progress``. ``tests/lab/cli/test_grammar.py`` holds
 every command to it."""

@@ -275,6 +275,7 @@ def _run(args: argparse.Namespace) -> int:
     from bandpo_lab.eval.models import ATTENTION_AUTO, check_device, resolve_model_dir
     from bandpo_lab.eval.outputs import DEFAULT_RESULTS
     from bandpo_lab.eval.settings import EvalSettings
+    from bandpo_lab.runtime import bf16_problem
     from bandpo_lab.training.preflight import attention_problem
     from bandpo_lab.training.sections import prompt_template_problem
 
@@ -293,9 +294,11 @@ def _run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
         options = _task_options(args.task_options)
-        check_device(args.device)  # before the model and the datasets load
+        device = check_device(args.device)  # before the model and the datasets load
         # each failed only once the model had loaded (and formatted the prompts)
         problem = prompt_template_problem(args.prompt_template, "--prompt-template")
+        if settings.backend == "transformers":
+            problem = problem or bf16_problem(settings.precision, "--precision", on_gpu=device != "cpu")
         if args.attn_implementation != ATTENTION_AUTO:  # auto: the run's, checked as the run's config was
             problem = problem or attention_problem(args.attn_implementation, "--attn-implementation")
         if problem is not None:

@@ -21,10 +21,6 @@ EXIT_BROKEN_PIPE = 141
 COMMANDS: dict[str, tuple[str, str]] = {
     "bounds": ("bandpo_lab.cli.bounds", "print a table of Band bounds and the allowed probability change"),
     "plot-bounds": ("bandpo_lab.cli.plot_bounds", "write the Figure-1-style PNG of ratio bounds against p"),
-    "bench": (
-        "bandpo_lab.cli.bench",
-        "time the bound solvers and the loss against baselines on this machine",
-    ),
     "train": ("bandpo_lab.cli.train", "train with BandPO (or a baseline clip rule) through TRL"),
     "eval": (
         "bandpo_lab.cli.evaluate",
@@ -159,7 +155,7 @@ def _main(argv: list[str], command: str | None) -> int:
 
 def _one_line_warnings(command: str, default: Callable[..., str]) -> Callable[..., str]:
     """``warnings.formatwarning`` for a command: bandpo's own warnings (a category defined in a ``bandpo`` or
-    ``bandpo_lab`` module: ``ConfigWarning``, ``Bf16SlowWarning``, ``OnPolicyClipWarning``, ...) print as one
+    ``bandpo_lab`` module: ``ConfigWarning``, ``OnPolicyClipWarning``, ...) print as one
     line, ``bandpo train: warning: <message>``, without Python's file, line number and echo of the source line;
     other libraries' warnings keep ``default``. (The format, not ``showwarning``: a caller recording warnings,
     such as ``pytest.warns``, still records them.)"""

@@ -143,6 +143,12 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{fields[name][0]} {rest}" if name in fields else f"--rules: {err}") from None
         # before the work, which writes only at its end
         problem = output_dir_problem(args.output_dir, "--output-dir")
+        if problem is None:  # the model loads on the GPU where there is one
+            import torch
+
+            from bandpo_lab.runtime import bf16_problem
+
+            problem = bf16_problem(config.precision, "--precision", on_gpu=torch.cuda.is_available())
         if problem is not None:
             raise ValueError(problem)
         if not args.no_figures:

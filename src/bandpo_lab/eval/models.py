@@ -32,7 +32,7 @@ ATTENTION_AUTO = "auto"
 """``load_model``'s default attention: the one the run that saved the model trained with (:func:`attention_of_run`),
 else transformers' default for the checkpoint. transformers does not save a model's attention implementation, so a
 policy trained with ``eager`` attention would otherwise be evaluated with ``sdpa``: other samples from the same
-weights, and on a CPU without native bf16 a fused kernel that :mod:`bandpo_lab.bf16_emulation` does not cover."""
+weights."""
 
 WEIGHT_FILES = (
     "model.safetensors",

@@ -14,6 +14,7 @@ from bandpo.registry import did_you_mean
 from bandpo_lab._files import expand_path
 from bandpo_lab.config import located
 from bandpo_lab.models import MODELS, ModelUnavailableError, is_builtin_model
+from bandpo_lab.runtime import bf16_problem
 from bandpo_lab.training.config import ConfigError, TrainConfig
 from bandpo_lab.training.layout import MODEL_CONFIG_FILE
 from bandpo_lab.training.resume import trainer_default
@@ -26,6 +27,7 @@ __all__ = [
     "check_batch",
     "check_libraries",
     "check_model",
+    "check_precision_here",
     "is_main_rank",
     "load_tokenizer",
     "trainer_value",
@@ -141,6 +143,17 @@ def check_libraries(config: TrainConfig) -> None:
         problem = attention_problem(value, key, config.where(key))
         if problem is not None:
             raise ConfigError(problem)
+
+
+def check_precision_here(config: TrainConfig, on_gpu: bool) -> None:
+    """``model.precision: bf16`` on a CPU without native bfloat16 instructions (``on_gpu`` False): refused in one line
+    naming the key, its value and where it was set (:func:`bandpo_lab.runtime.bf16_problem`), before the model
+    loads rather than at the first step."""
+    problem = bf16_problem(
+        config.model.precision, "model.precision", at=config.where("model.precision"), on_gpu=on_gpu
+    )
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _suggest_batch(per_device: int, n: int) -> int:

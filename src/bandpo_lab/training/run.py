@@ -174,6 +174,7 @@ def prepare(
     except (TypeError, ValueError) as err:
         raise ConfigError(config.locate(str(err))) from err
     check_trainer_components(args)
+    preflight.check_precision_here(config, on_gpu=not args.use_cpu and _cuda_available())
     rewards = build_rewards(config, args.reward_weights)
     model_path = preflight.check_model(config)
     keys = answer_columns(rewards)

@@ -1,8 +1,8 @@
-"""`bandpo bounds`, `plot-bounds` and `bench` through subprocess, as a user runs them."""
+"""`bandpo bounds` and `plot-bounds` through subprocess, as a user runs them (the benchmark, once `bandpo bench`, is
+`benchmarks/bench.py`: tests/benchmarks/test_bench.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -177,106 +177,6 @@ def test_plot_bounds_suffix_picks_the_format(tmp_path: Path) -> None:
     out = bandpo("plot-bounds", "--output", "fig.SVG", "--divergence", "kl", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "wrote fig.SVG\n" and b"<svg" in (tmp_path / "fig.SVG").read_bytes()[:500]
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
-        (["--accuracy-points", "0"], "--accuracy-points must be an integer >= 1, got 0"),
-        (["--sizes", "4096,-5"], "--sizes must be an integer >= 1, got -5"),
-        (["--loss-shape", "4,0"], "--loss-shape T must be an integer >= 1, got 0"),
-        (["--verl-shape", "0,8"], "--verl-shape B must be an integer >= 1, got 0"),
-    ],
-)
-def test_bench_refuses_a_bad_count_before_timing(
-    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Refused in one line, exit 2, before the minutes of timing (``--repeats 0`` used to fail at the end of the
-    first section, in ``min()`` of nothing)."""
-    from bandpo_lab.cli.main import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["bench", *args])
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err == f"bandpo bench: error: {message}\n"
-
-
-def test_bench_without_the_training_recipe_says_so_before_timing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """An install without its recipes: the training-step section is refused up front with the way round it
-    (it used to fail after minutes of timing, with nothing written); --skip-train passes the check."""
-    import bandpo_lab.experiments.bench as bench
-    from bandpo_lab.cli.main import main
-
-    missing = tmp_path / "configs" / "tiny.yaml"
-    monkeypatch.setattr(bench, "TINY_RECIPE", missing)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["bench"])
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err == (
-        f"bandpo bench: error: the training-step benchmark needs {missing}, which this install of bandpo lacks; "
-        "pass --skip-train\n"
-    )
-    import argparse
-
-    from bandpo_lab.cli.bench import _argument_problem, add_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    assert _argument_problem(parser.parse_args(["--skip-train"])) is None
-    assert _argument_problem(parser.parse_args(["--real-model"])) is None
-    assert "needs" in str(_argument_problem(parser.parse_args([])))
-
-
-@pytest.mark.parametrize("flags", [[], ["--no-progress"]])
-def test_bench_shows_progress_on_stderr_unless_told_not_to(
-    flags: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Each timed section draws a bar (count, ETA) on stderr, which stays clear of the tables on stdout."""
-    from bandpo_lab.cli.main import main
-
-    skips = ["--skip-loss", "--skip-schedule", "--skip-verl", "--skip-train"]
-    assert main(["bench", "--sizes", "64", "--repeats", "1", "--accuracy-points", "10", *skips, *flags]) == 0
-    out = capsys.readouterr()
-    assert "band kl" in out.out and "bounds, 64 tokens" not in out.out
-    assert ("bounds, 64 tokens:" in out.err) is not flags, out.err
-
-
-@pytest.mark.slow
-def test_bench_smoke(tmp_path: Path) -> None:
-    out = bandpo(
-        "bench", "--sizes", "4096", "--repeats", "1", "--accuracy-points", "2000", "--loss-shape", "4,64",
-        "--verl-shape", "4,32", "--skip-train", "--output", str(tmp_path / "b.json"),
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert all(
-        f"{section}:" in out.stderr for section in ("bounds, 4,096 tokens", "loss, every rule", "diagnostics")
-    )
-    data = json.loads((tmp_path / "b.json").read_text())
-    cases = {r["case"] for r in data["bounds"]}
-    assert {"band kl", "band tv", "fixed clip (eps 0.2)", "authors' bisection (kl, 50 it/side)"} <= cases
-    assert all(r["ms"] > 0 for r in data["bounds"])
-    assert data["kl_accuracy"]["table/float64"] <= 1e-6 and data["kl_accuracy"]["newton/float32"] <= 1e-4
-    assert {r["case"] for r in data["loss"]} >= {"loss fwd+bwd band", "loss fwd+bwd grpo"}
-    schedule = {r["case"]: r for r in data["schedule"]}
-    assert schedule["loss band kl, radius constant"]["x_constant"] == 1.0
-    assert schedule["bounds band kl, radius scheduled"]["ms"] > 0
-    assert data["provenance"]["bandpo"] and "commit" in data["provenance"] and "verl" in data["provenance"]
-    diagnostics = {r["case"]: r for r in data["diagnostics"]}
-    assert set(diagnostics) == {"diagnostics grpo", "diagnostics band", "diagnostics dppo_kl"}
-    assert all(r["cpu_x_naive"] == r["cpu_ms"] / r["cpu_naive_ms"] for r in diagnostics.values())
-    if data["provenance"]["verl"] == "not installed":
-        assert data["loss_vs_verl"] == [] and "verl is not installed" in data["loss_vs_verl_skipped"]
-        assert "loss vs verl: skipped: verl is not installed" in out.stdout
-    else:
-        verl = {r["case"]: r for r in data["loss_vs_verl"]}
-        ours = {f"bandpo {n}{lv}" for n in ("grpo", "band", "dppo_kl") for lv in ("", " (basic)", " (none)")}
-        assert set(verl) == {"verl vanilla", "verl dppo_kl", *ours}
-        assert verl["verl vanilla"]["cpu_x_verl"] == 1.0 and verl["bandpo band"]["cpu_x_verl"] > 0
-        assert "bandpo dppo_kl / verl dppo_kl:" in out.stdout
-        assert "bandpo grpo (basic) " in out.stdout and "bandpo dppo_kl (none) / verl dppo_kl:" in out.stdout
 
 
 @pytest.mark.parametrize(("cap", "shown"), [("", "''"), ("ten", "'ten'"), ("0.5", "0.5")])

@@ -270,7 +270,7 @@ def test_demo_without_its_recipe_says_where_it_comes_from(
 @pytest.mark.usefixtures("fake_work")
 def test_demo_config_without_a_task_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A recipe without ``data.task`` is refused in one line naming ``--config`` and the tasks the demo takes
-    (through ``cli.bounds.usage_error``, as ``bandpo bench``: exit status 2)."""
+    (through ``cli.bounds.usage_error``, as ``bandpo probe``: exit status 2)."""
     from bandpo_lab.cli.main import main
 
     recipe = tmp_path / "no-task.yaml"

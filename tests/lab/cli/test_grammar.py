@@ -72,7 +72,6 @@ def test_help_shows_defaults_and_keeps_the_epilog_layout(capsys: pytest.CaptureF
     [
         ("probe", "--output", "--output-dir", "output_dir"),
         ("plot-bounds", "--out", "--output", "output"),
-        ("bench", "--json", "--output", "output"),
     ],
 )
 def test_old_output_spellings_still_work(
@@ -124,7 +123,7 @@ def test_every_command_names_its_output_one_way() -> None:
             assert parse_args(build_parser([name]), argv).overrides == ["output_dir=runs/x"]
 
 
-@pytest.mark.parametrize("command", ["plot-bounds", "bench", "eval", "probe", "demo"])
+@pytest.mark.parametrize("command", ["plot-bounds", "eval", "probe", "demo"])
 def test_dash_o_names_the_output(command: str) -> None:
     """``bandpo probe -o runs/p`` is ``--output-dir runs/p``, ``bandpo plot-bounds -o b.svg`` ``--output b.svg``."""
     from bandpo_lab.cli._args import OUTPUTS
@@ -174,8 +173,8 @@ def test_every_list_option_takes_commas() -> None:
             if not (isinstance(action, ListOption) and isinstance(action.type, CommaList)):
                 wrong.append(f"bandpo {name} {flag}")
     assert not wrong, "list options not added by add_list_option:\n" + "\n".join(wrong)
-    for expected in ("bounds --divergence", "plot-bounds --divergence", "bench --sizes", "probe --rules",
-                     "compare --methods", "eval --ks"):  # fmt: skip
+    for expected in ("bounds --divergence", "plot-bounds --divergence", "probe --rules", "compare --methods",
+                     "eval --ks"):  # fmt: skip
         assert expected in listed
 
 
@@ -203,7 +202,6 @@ def test_lists_take_commas_and_the_old_spaces_still_read(capsys: pytest.CaptureF
 
 
 def test_a_bad_list_item_is_named(capsys: pytest.CaptureFixture[str]) -> None:
-    from bandpo_lab.cli.main import parse_args
 
     assert _status(["bounds", "--divergence", "kl,kll"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
@@ -213,13 +211,6 @@ def test_a_bad_list_item_is_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert _status(["bounds", "--p", "0.5,x"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "bandpo bounds: error: argument --p: items must be of type float, comma-separated, got '0.5,x'"
-    )
-    args = parse_args(build_parser(["bench"]), ["bench", "--loss-shape", "4,64", "--verl-shape", "2", "8"])
-    assert (args.loss_shape, args.verl_shape) == ([4, 64], [2, 8])
-    capsys.readouterr()
-    assert _status(["bench", "--loss-shape", "4,64,2"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "bandpo bench: error: argument --loss-shape: takes 2 comma-separated values, got '4,64,2'"
     )
 
 
@@ -261,18 +252,13 @@ def test_task_options_read_json_too() -> None:
             ["probe", "--model", "m", "--output-dir", "{file}/sub"],
             "--output-dir '{file}/sub' is inside '{file}', which is a file",
         ),
-        (["bench", "--output", "{tmp}"], "--output '{tmp}' is a directory; it must be a file path"),
-        (
-            ["bench", "--output", "{file}/b.json"],
-            "--output '{file}/b.json' is inside '{file}', which is a file",
-        ),
     ],
 )
 def test_output_paths_are_checked_before_the_work(
     tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An output path that cannot be written is refused in one line before minutes of work (the probe loads a
-    model, the bench times for minutes); nothing is written."""
+    model); nothing is written."""
     file = tmp_path / "a_file"
     file.write_text("x")
     fill = {"tmp": str(tmp_path), "file": str(file)}
@@ -323,8 +309,8 @@ def test_bandpo_version_and_bandpo_help_work(capsys: pytest.CaptureFixture[str])
 
 
 def test_every_command_whose_work_is_long_has_dry_run_and_no_progress() -> None:
-    """``train``, ``compare`` and ``demo`` had ``--dry-run``, ``eval``, ``probe`` and ``bench``
-    none: every command of ``cli/_args.py``'s ``LONG_WORK`` takes both ``--dry-run`` and ``--no-progress``; the
+    """``train``, ``compare`` and ``demo`` had ``--dry-run``, ``eval`` and ``probe`` none: every command of
+    ``cli/_args.py``'s ``LONG_WORK`` takes both ``--dry-run`` and ``--no-progress``; the
     others (``bounds``, ``plot-bounds``) print in a second."""
     from bandpo_lab.cli._args import LONG_WORK
 
@@ -346,11 +332,11 @@ def _fail(what: str) -> Any:
     return fail
 
 
-@pytest.mark.parametrize("command", ["eval", "eval-builtin", "probe", "bench"])
+@pytest.mark.parametrize("command", ["eval", "eval-builtin", "probe"])
 def test_dry_run_checks_prints_the_plan_and_does_no_work(
     command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``bandpo eval/probe/bench --dry-run``: the command's checks, then its plan in a few lines (the
+    """``bandpo eval/probe --dry-run``: the command's checks, then its plan in a few lines (the
     model, the data, the sizes, the outputs), exit 0; no model built, converted or loaded, no work, nothing
     written."""
     from helpers.tiny import save_countdown_model_dir
@@ -363,8 +349,6 @@ def test_dry_run_checks_prints_the_plan_and_does_no_work(
         ("bandpo_lab.models.builtin_model_dir", "converted a built-in model"),
         ("bandpo_lab.training.tasks.build_task_model", "built the tiny model"),
         ("bandpo_lab.eval.evaluate.evaluate_model_dir", "evaluated"),
-        ("bandpo_lab.experiments.bench.bench_bounds", "timed"),
-        ("bandpo_lab.experiments.bench_llm.bench_real_step", "timed"),
     ):
         monkeypatch.setattr(target, _fail(what))
     out = tmp_path / "out"
@@ -382,10 +366,6 @@ def test_dry_run_checks_prints_the_plan_and_does_no_work(
             ["probe", "--model", str(model), "--dataset", "countdown", "--batches", "2", "-o", str(out)],
             [f"model {model}", "2 batch(es) of 4 prompts", f"outputs results.json, results.md, probe.png in {out}/"],
         ),
-        "bench": (
-            ["bench", "--sizes", "1024", "--skip-train", "-o", f"{out}/b.json"],
-            ["bound solvers at 1024 tokens", "skipped (--skip-train)", f"output {out}/b.json"],
-        ),
     }[command]  # fmt: skip
     assert _status([*argv, "--dry-run", "--no-progress"]) == 0
     printed = capsys.readouterr().out
@@ -400,7 +380,6 @@ def test_dry_run_checks_prints_the_plan_and_does_no_work(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["bench", "--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
         (
             ["probe", "--model", "smollm2-135m", "--prompts", "999"],
             "--prompts 999 is more than the 155 problems",

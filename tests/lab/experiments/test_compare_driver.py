@@ -85,6 +85,26 @@ def test_an_unknown_eval_split_or_dataset_is_refused_before_training(
     assert launched == []
 
 
+def test_bf16_evaluations_on_a_cpu_without_it_are_refused_before_training(
+    tmp_path: Path, launched: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``eval.precision: bf16`` on a CPU without native bf16 (simulated through the /proc/cpuinfo the runtime
+    reads): refused in one line before any run trains, not at the first evaluation after training."""
+    import bandpo_lab.runtime.precision as precision
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor : 0\nflags : fpu sse avx2 fma\n")
+    monkeypatch.setattr(precision, "_CPUINFO", cpuinfo)
+    with pytest.raises(CompareError) as err:
+        driver.run_compare(
+            _config(tmp_path / "cmp", "eval.precision=bf16"), progress=False, log=io.StringIO()
+        )
+    assert str(err.value) == (
+        "eval.precision='bf16' is not supported on this CPU (no avx512_bf16/amx_bf16 instructions); use float32 or auto"
+    )
+    assert launched == []
+
+
 def test_a_config_error_of_the_baseline_stops_the_comparison(
     tmp_path: Path, launched: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -245,11 +245,21 @@ def check_eval_data(config: CompareConfig, plans: Sequence[RunPlan]) -> None:
     (:func:`bandpo_lab.experiments.compare.worker.eval_dataset`), once per training task and its options, before
     anything trains (it is read after training otherwise).
 
-    Raises:
-        CompareError: an unknown dataset or split, a missing file or column (``eval: ...``).
-    """
-    from bandpo_lab.experiments.compare.worker import eval_dataset
+    Also ``eval.precision: bf16`` where a run will be evaluated on a CPU without native bf16 (one line,
+    :func:`bandpo_lab.runtime.bf16_problem`).
 
+    Raises:
+        CompareError: an unknown dataset or split, a missing file or column (``eval: ...``); bf16 on such a CPU.
+    """
+    import torch
+
+    from bandpo_lab.experiments.compare.worker import eval_dataset
+    from bandpo_lab.runtime import bf16_problem
+
+    if any(plan.status != "done" for plan in plans):  # evaluated on the GPU where there is one
+        problem = bf16_problem(config.eval.precision, "eval.precision", on_gpu=torch.cuda.is_available())
+        if problem is not None:
+            raise CompareError(problem)
     spec = dataclasses.asdict(config.eval)
     seen = set()
     for plan in plans:

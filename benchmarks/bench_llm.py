@@ -1,4 +1,4 @@
-"""``bandpo bench --real-model``: one optimizer step of the real-model recipe, part by part, against this machine.
+"""``benchmarks/bench.py --real-model``: one optimizer step of the real-model recipe, part by part, against this machine.
 
 The recipe is ``configs/smollm2-arith.yaml``'s (SmolLM2-135M-Instruct, a generation round of 4 prompts x 8
 completions of at most 16 new tokens, 2 optimizer steps of 16 completions per round). The step is split into the
@@ -21,23 +21,31 @@ parts the trainer runs (TRL's fused LM head, :mod:`bandpo_lab.runtime`'s precisi
 Each part's floor is its matrix FLOPs divided by the rate of a matrix product of the same dtype timed in the
 same run (:func:`matmul_rates`): float32 for float32 products, bfloat16 for the bf16 backward (the linear layers'
 bfloat16 products, :mod:`bandpo_lab.bf16_backward`; the LM head's few take bfloat16 inputs into float32 products, so
-the floor is slightly low) and for sampling under autocast. Every time is the best of ``rounds`` after one warm-up.
+the floor is slightly low) and for sampling under autocast. Every time is the best of ``rounds`` after one warm-up
+(``torch.utils.benchmark``: :func:`bench_timing.measure`). ``bf16`` needs a CPU with native bf16 (``auto`` is float32
+elsewhere).
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
+from bench_timing import best, measure
+from torch.utils.benchmark import Timer
 
-from bandpo_lab.bf16_emulation import emulated_bf16_products, onednn_matmul_setting
 from bandpo_lab.decode import sample
-from bandpo_lab.experiments.bench import time_call
-from bandpo_lab.runtime import Precision, completion_tokens_only, freed_memory_kept, matmul_precision
+from bandpo_lab.runtime import (
+    Precision,
+    completion_tokens_only,
+    freed_memory_kept,
+    matmul_precision,
+    onednn_matmul_setting,
+)
 
 __all__ = ["RECIPE", "bench_real_step", "matmul_rates", "side_by_side"]
 
@@ -58,18 +66,16 @@ RECIPE = {
 
 
 def _best(fn: Callable[[], object], rounds: int, progress: str | None = None) -> float:
-    """Best of ``rounds`` timed calls after one warm-up (:func:`bandpo_lab.experiments.bench.time_call`), with a
-    progress bar labelled ``progress`` (None: none)."""
-    return time_call(fn, repeats=rounds, progress=progress)
+    """Seconds of the best of ``rounds`` timed calls after one warm-up (:func:`bench_timing.measure`, one call per
+    block: these calls take seconds), with a progress bar labelled ``progress`` (None: none)."""
+    return best(measure({"call": fn}, rounds, min_run_time=0.0, progress=progress)["call"])
 
 
 def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) -> dict[str, float]:
     """GFLOP/s of an (m, k) x (k, n) product, the shape of the model's MLP on a micro-batch: ``float32``,
     ``bf16_inputs`` (float32 tensors, bfloat16 inputs and float32 accumulation: oneDNN's ``fp32_precision =
     "bf16"``, what the bf16 backward used before :mod:`bandpo_lab.bf16_backward`) and ``bfloat16`` (bfloat16 tensors:
-    autocast sampling and the linear layers' backward) and ``bfloat16_emulated`` (the same bfloat16 product as
-    float32 products of its operands, :mod:`bandpo_lab.bf16_emulation`: what ``bf16`` runs on a CPU without native
-    bfloat16 instructions)."""
+    autocast sampling and the linear layers' backward)."""
     a, b = torch.randn(m, k), torch.randn(k, n)
     flops = 2 * m * k * n
     rates = {"float32": flops / _best(lambda: a @ b, rounds) / 1e9}
@@ -78,8 +84,6 @@ def matmul_rates(m: int = 864, k: int = 576, n: int = 1536, rounds: int = 20) ->
             rates["bf16_inputs"] = flops / _best(lambda: a @ b, rounds) / 1e9
     a16, b16 = a.bfloat16(), b.bfloat16()
     rates["bfloat16"] = flops / _best(lambda: a16 @ b16, rounds) / 1e9
-    with emulated_bf16_products():
-        rates["bfloat16_emulated"] = flops / _best(lambda: a16 @ b16, rounds) / 1e9
     return rates
 
 
@@ -179,7 +183,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int, progress: bool) -
         }
         fwd, bwd = _flops(model, tokens_mb, scored_mb, False), 2 * _flops(model, tokens_mb, scored_mb, False)
         rate_fwd = rates["float32"]
-        rate_bf16 = rates["bfloat16_emulated" if precision.emulated else "bfloat16"]
+        rate_bf16 = rates["bfloat16"]
         rate_bwd = rate_bf16 if precision.bf16 else rates["float32"]
         rate_gen = rate_bf16 if precision.bf16 else rates["float32"]
         floor = {
@@ -328,9 +332,13 @@ def _time_parts(
     return parts
 
 
-_WORKER = """
+HERE = Path(__file__).resolve().parent
+"""benchmarks/, which the worker processes import this module from."""
+
+_WORKER = f"""
 import sys
-from bandpo_lab.experiments.bench_llm import _throughput_worker
+sys.path.insert(0, {str(HERE)!r})
+from bench_llm import _throughput_worker
 
 def together():  # loaded and warmed up: say so, then wait for the parent's go (both workers start together)
     print("ready", flush=True)
@@ -365,13 +373,11 @@ def _throughput_worker(threads: int, steps: int, ready: Callable[[], None] = lam
             logits.float().logsumexp(-1).mean().backward()
         model.zero_grad(set_to_none=True)
 
+    timer = Timer("step()", globals={"step": step}, num_threads=threads)
     with freed_memory_kept():
         step()
         ready()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        return steps / (time.perf_counter() - t0)
+        return 1.0 / timer.timeit(steps).mean
 
 
 def run_together(commands: list[list[str]], env: dict[str, str] | None = None) -> list[str]:

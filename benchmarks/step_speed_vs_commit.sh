@@ -5,7 +5,7 @@
 # first round includes the warm-up) from metrics.jsonl. MODE=sequential runs them one after the other instead,
 # each alone on the machine (side by side, each slows the other by sharing caches and memory bandwidth, and not
 # equally: docs/smollm2.md).
-#   [MODE=sequential] scripts/step_speed_vs_commit.sh [COMMIT] [STEPS]
+#   [MODE=sequential] benchmarks/step_speed_vs_commit.sh [COMMIT] [STEPS]
 set -euo pipefail
 COMMIT=${1:-5aee1b2}
 STEPS=${2:-10}

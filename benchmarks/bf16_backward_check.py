@@ -12,7 +12,7 @@ Printed: whether the log-probs equal float32's bit for bit, the relative differe
 per parameter tensor (median, max) against float32, and the best of ``--rounds`` forward + backward times after
 one warm-up call per way, with their ratio to float32's (time / float32's time: below 1 is faster).
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bf16_backward_check.py [--rounds 2]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bf16_backward_check.py [--rounds 2]
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     from bandpo_lab.training.tasks import default_cache_dir
 
+    try:  # before the model loads: a CPU without native bf16 refuses bf16
+        bf16 = resolve_precision("bf16")
+    except ValueError as err:
+        parser.error(str(err))
     path = builtin_model_dir("smollm2-135m", default_cache_dir(), progress=False)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
@@ -58,7 +62,6 @@ def main(argv: list[str] | None = None) -> None:
     labels = ids.clone()
     labels[:, :-16] = -100
     adv = torch.randn(16, 1, generator=g)
-    bf16 = resolve_precision("bf16")
 
     @contextlib.contextmanager
     def bf16_inputs() -> Iterator[None]:

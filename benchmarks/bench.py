@@ -1,12 +1,34 @@
-"""``bandpo bench``: bound solvers and the policy loss against baselines measured in the same run."""
+"""The bound solvers, the policy loss and a training step against baselines measured in the same run, on this
+machine: the CPU (or GPU) speed measurement of bandpo, beside the package (``make bench``, ``make gpu-check``).
+
+    python benchmarks/bench.py [--sizes 1048576,16777216] [--repeats 5] [--skip-train] [-o runs/bench.json]
+    python benchmarks/bench.py --real-model        # one optimizer step of SmolLM2-135M, part by part (minutes)
+
+Every figure is printed with its ratio to a baseline timed in the same run (:mod:`bench_loss`, :mod:`bench_train`,
+:mod:`bench_llm`; timing: :mod:`bench_timing`, ``torch.utils.benchmark``); ``--output`` also writes the rows as JSON.
+Needs the lab (``pip install -e ".[dev]"``: ``make setup``); verl for the comparison with verl's losses.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from bandpo_lab.cli._args import add_deprecated_spelling, add_dry_run, add_list_option, print_plan
+from bandpo_lab.cli._args import HelpFormatter, add_deprecated_spelling, add_dry_run, add_list_option
+
+PROG = "bench.py"
+"""The name errors and the dry run's plan start with."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the options of the former ``bandpo bench``)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
+    )
+    add_arguments(parser)
+    return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeats",
         type=int,
         default=5,
-        help="timed calls per bound solver, the same for every case after one warm-up (the 16M authors' bisection "
-        "takes tens of seconds a call); the loss, schedule and diagnostics sections take 6 times as many rounds",
+        help="rounds per bound solver, the cases in turn, each round an untimed warm-up and a timed block of calls "
+        "(torch.utils.benchmark; the 16M authors' bisection takes tens of seconds a call, so two calls a round); "
+        "the loss, schedule and diagnostics sections take 6 times as many rounds",
     )
     parser.add_argument(
         "--accuracy-points", type=int, default=200_000, help="random p for the accuracy check"
@@ -80,25 +103,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_deprecated_spelling(parser, "--json", "--output")
 
 
-def run(args: argparse.Namespace) -> int:
-    import sys
-
-    import torch
-
-    from bandpo_lab._files import output_file_problem
-    from bandpo_lab.cli.bounds import usage_error
-    from bandpo_lab.experiments import bench
-
-    sys.stdout.reconfigure(line_buffering=True)  # progress shows even when redirected to a file
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: the command line), check every value before any timing (a bad one: argparse's
+    usage and one line, exit 2), then run."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     problem = _argument_problem(args)
     if problem is None:
         problem = _device_problem(args)
     if problem is None and args.output is not None:
+        from bandpo_lab._files import output_file_problem
+
         problem = output_file_problem(args.output, "--output")
     if problem is not None:  # before minutes of timing, which write only at the end
-        usage_error("bench", problem)
+        parser.error(problem)
     if args.dry_run:
         return _plan(args)
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Time every section ``args`` asks for, print the tables and write ``args.output``; returns the exit status."""
+    import bench_loss as bench
+    import torch
+    from bench_train import bench_train_step
+
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows even when redirected to a file
 
     from bandpo_lab.provenance import provenance
 
@@ -160,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             *args.verl_shape, rounds=6 * args.repeats, progress=progress
         )
         _print_verl(verl_rows, verl_skipped, args.verl_shape)
-    train_rows = [] if args.skip_train else bench.bench_train_step(progress=progress)
+    train_rows = [] if args.skip_train else bench_train_step(progress=progress)
     if train_rows:
         print(
             f"\n{'case':<30} {'ms/step':>10} {'x grpo':>8}   (tiny countdown model, tiny.yaml settings; "
@@ -204,7 +234,7 @@ def _plan(args: argparse.Namespace) -> int:
         ]
     else:
         lines = [
-            f"bound solvers at {','.join(map(str, args.sizes))} tokens, {args.repeats} timed calls per case, "
+            f"bound solvers at {','.join(map(str, args.sizes))} tokens, {args.repeats} rounds per case, "
             f"device {args.device}",
             f"KL accuracy at {args.accuracy_points} random p",
             section(args.skip_loss, "--skip-loss", f"the loss, B={b}, T={t}, {6 * args.repeats} rounds"),
@@ -221,14 +251,16 @@ def _plan(args: argparse.Namespace) -> int:
             section(args.skip_train, "--skip-train", "the training step of the tiny countdown model (TRL)"),
         ]
     lines.append(f"output {args.output}" if args.output is not None else "output: printed only (no --output)")
-    return print_plan("bench", "nothing timed or written", lines)
+    print("\n".join([f"{PROG}: dry run: the plan (nothing timed or written)", *lines]))
+    return 0
 
 
 def _argument_problem(args: argparse.Namespace) -> str | None:
     """The first count or size that is not a positive integer, as one line naming the flag and the value; or the
     training-step benchmark's missing recipe (an install without the recipes)."""
+    from bench_train import TINY_RECIPE
+
     from bandpo.validation import check_int_in
-    from bandpo_lab.experiments.bench import TINY_RECIPE
 
     counts = [("--repeats", args.repeats), ("--accuracy-points", args.accuracy_points)]
     counts += [("--sizes", n) for n in args.sizes]
@@ -268,7 +300,7 @@ def _print_diagnostics(rows: list[dict], shape: list[int]) -> None:
     b, t = shape
     print(
         f"\ndiagnostics alone (B={b}, T={t}, float32, ragged mask; the loss's per-token terms): the fused pass against "
-        "the per-metric masked means it replaced, best of interleaved rounds"
+        "the per-metric masked means it replaced, best block of rounds of the cases in turn"
     )
     print(
         f"{'case':<22} {'wall ms':>9} {'naive ms':>9} {'x naive':>8} {'cpu ms':>9} {'naive ms':>9} {'x naive':>8}"
@@ -288,7 +320,7 @@ def _print_verl(rows: list[dict], skipped: str | None, shape: list[int]) -> None
     b, t = shape
     print(
         f"\nloss vs verl (B={b}, T={t}, float32, ragged mask, token-mean, fwd + bwd; bandpo with all its diagnostics, "
-        "or at the level in parentheses, check_values=False): x verl = time / verl vanilla's time, best and median of interleaved rounds; cpu: "
+        "or at the level in parentheses, check_values=False): x verl = time / verl vanilla's time, best and median block of rounds of the cases in turn; cpu: "
         "this process's CPU time (not inflated by waits on a busy machine). Target: bandpo <= 1.3x verl vanilla."
     )
     print(
@@ -307,10 +339,10 @@ def _print_verl(rows: list[dict], skipped: str | None, shape: list[int]) -> None
 
 
 def _run_real_model(args: argparse.Namespace, code: dict) -> int:
-    """The real-model section alone (module ``bandpo_lab.experiments.bench_llm``)."""
+    """The real-model section alone (:mod:`bench_llm`)."""
+    import bench_llm
     import torch
 
-    from bandpo_lab.experiments import bench_llm
     from bandpo_lab.runtime import resolve_precision
 
     print(f"precision auto here: {resolve_precision('auto').describe()}; {torch.get_num_threads()} thread(s)")
@@ -354,3 +386,7 @@ def _run_real_model(args: argparse.Namespace, code: dict) -> int:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps({"provenance": code, **out, "side_by_side": pair}, indent=1))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

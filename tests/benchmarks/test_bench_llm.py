@@ -1,5 +1,5 @@
-"""Tests for ``bandpo_lab.experiments.bench_llm``: the FLOP count behind each floor (against a count by hand on a small
-Llama) and the matmul rates it divides by. The bench itself runs SmolLM2 for minutes: ``bandpo bench
+"""Tests for ``benchmarks/bench_llm.py``: the FLOP count behind each floor (against a count by hand on a small Llama)
+and the matmul rates it divides by. The bench itself runs SmolLM2 for minutes: ``python benchmarks/bench.py
 --real-model``."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bandpo_lab.experiments.bench_llm import _flops, _generation_flops, matmul_rates  # noqa: E402
+from bench_llm import _flops, _generation_flops, matmul_rates  # noqa: E402
+
+from helpers import CONFIGS  # noqa: E402
 
 
 def _tiny_llama():  # type: ignore[no-untyped-def]
@@ -56,23 +58,20 @@ def test_generation_flops_count_the_positions_the_sampler_runs() -> None:
 
 def test_matmul_rates_are_positive_for_each_dtype() -> None:
     rates = matmul_rates(m=64, k=64, n=64, rounds=2)
-    assert {"float32", "bfloat16", "bfloat16_emulated"} <= set(rates)
+    assert {"float32", "bfloat16"} <= set(rates)
     assert all(v > 0 for v in rates.values())
 
 
 def test_recipe_is_the_configs_recipe_and_samples_as_the_trainer() -> None:
     """The bench times ``configs/smollm2-arith.yaml``'s step, sampling with what ``GRPOTrainer`` passes to
     ``generate`` (the config's values, else ``GRPOConfig``'s defaults), not transformers' defaults (top_k=50)."""
-    from pathlib import Path
-
     pytest.importorskip("trl")
+    from bench_llm import RECIPE
     from trl import GRPOConfig
 
-    from bandpo_lab.experiments.bench_llm import RECIPE
     from bandpo_lab.training.config import load_train_config
 
-    root = Path(__file__).resolve().parents[3]
-    config = load_train_config(root / "configs" / "smollm2-arith.yaml")
+    config = load_train_config(CONFIGS / "smollm2-arith.yaml")
     trainer = config.trainer
     defaults = {f: GRPOConfig.__dataclass_fields__[f].default for f in ("temperature", "top_k", "top_p")}
     sampling = {k: trainer[k] if trainer.get(k) is not None else v for k, v in defaults.items()}
@@ -99,7 +98,7 @@ def test_run_together_releases_the_processes_at_once() -> None:
     worker waits for the slow one."""
     import time
 
-    from bandpo_lab.experiments.bench_llm import run_together
+    from bench_llm import run_together
 
     t0 = time.time()
     go = (
@@ -124,7 +123,7 @@ def test_run_together_releases_the_processes_at_once() -> None:
     ],
 )
 def test_run_together_names_a_failed_process(before: str, after: str, message: str) -> None:
-    from bandpo_lab.experiments.bench_llm import run_together
+    from bench_llm import run_together
 
     with pytest.raises(RuntimeError, match=re.escape(message)):
         run_together([_worker(after="print(1.0)"), _worker(before, after)])

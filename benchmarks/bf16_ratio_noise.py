@@ -20,7 +20,7 @@ Printed per precision: the largest |log r| between the two layouts at theta_0 (0
 update the standard deviation and maximum of the error of log r, and the tokens outside [0.8, 1.2] in this
 precision vs in float64 and how many of them disagree.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bf16_ratio_noise.py [--lr 1e-5] [--seed 0] [--device cpu]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bf16_ratio_noise.py [--lr 1e-5] [--seed 0] [--device cpu]
 """
 
 from __future__ import annotations

@@ -1,34 +1,31 @@
-"""Tests for ``bandpo_lab.runtime``: the precision setting (validation, CPU detection, resolution, the contexts) and
-the allocator switch."""
+"""Tests for ``bandpo_lab.runtime.precision``: the precision setting (validation, CPU detection, resolution, the
+contexts), and ``bf16`` refused in one line on a CPU without native bf16 before any model loads (training's
+preflight, ``eval``, ``probe``; the CPU simulated through the ``/proc/cpuinfo`` the module reads)."""
 
 from __future__ import annotations
 
-import os
-import resource
-import subprocess
-import sys
-import warnings
+import ast
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from bandpo_lab.bf16_emulation import onednn_matmul_setting
+import bandpo_lab.runtime.precision as precision_module
 from bandpo_lab.runtime import (
     BF16_MIN_PARAMS,
     GPU_REASON,
     PRECISIONS,
-    Bf16SlowWarning,
     Precision,
+    bf16_problem,
     check_precision,
-    completion_tokens_only,
     cpu_bf16_flags,
-    freed_memory_kept,
-    freed_memory_returned,
+    onednn_matmul_setting,
     precision_for,
     resolve_precision,
 )
-from helpers.tiny import build_tiny_model_dir
+from helpers import CONFIGS, REPO
 
 AMX = "processor : 0\nflags : fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
 AVX2 = "processor : 0\nflags : fpu sse avx2 fma\n"
@@ -70,13 +67,113 @@ def test_auto_picks_bf16_only_with_native_bf16_and_a_large_model() -> None:
     assert resolve_precision("auto", on_gpu=True, cpuinfo=AMX).name == "framework"
 
 
-def test_bf16_without_native_bf16_runs_with_one_warning() -> None:
-    with pytest.warns(Bf16SlowWarning, match="slower than float32 here") as record:
-        p = resolve_precision("bf16", cpuinfo=AVX2)
-    assert p.name == "bf16" and len(record) == 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert resolve_precision("bf16", cpuinfo=AMX).name == "bf16"
+REFUSED = "is not supported on this CPU (no avx512_bf16/amx_bf16 instructions); use float32 or auto"
+
+
+def test_bf16_without_native_bf16_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError) as err:
+        resolve_precision("bf16", cpuinfo=AVX2)
+    assert str(err.value) == f"precision='bf16' {REFUSED}"
+    assert resolve_precision("bf16", cpuinfo=AMX).name == "bf16"
+    assert resolve_precision("bf16", on_gpu=True, cpuinfo=AVX2).name == "framework"
+    assert resolve_precision("auto", cpuinfo=AVX2).name == "float32"  # auto keeps choosing float32 there
+
+
+@pytest.mark.parametrize(
+    ("value", "kwargs", "refused"),
+    [
+        ("bf16", {"cpuinfo": AVX2}, True),
+        ("bfloat16", {"cpuinfo": AVX2}, True),
+        ("bf16", {"cpuinfo": AMX}, False),
+        ("bf16", {"cpuinfo": AVX2, "on_gpu": True}, False),
+        ("auto", {"cpuinfo": AVX2}, False),
+        ("float32", {"cpuinfo": AVX2}, False),
+    ],
+)
+def test_bf16_problem_only_for_bf16_on_a_cpu_without_it(
+    value: str, kwargs: dict[str, Any], refused: bool
+) -> None:
+    problem = bf16_problem(value, "model.precision", at="in a.yaml:3", **kwargs)
+    if refused:
+        assert problem == f"model.precision={value!r} (in a.yaml:3) {REFUSED}"
+    else:
+        assert problem is None
+
+
+@pytest.fixture
+def cpu_without_bf16(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's ``/proc/cpuinfo`` as an AVX2 CPU's, without native bf16."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(AVX2)
+    monkeypatch.setattr(precision_module, "_CPUINFO", cpuinfo)
+    assert cpu_bf16_flags() == ()
+
+
+def _no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if a model is resolved or loaded."""
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        pytest.fail("a model was resolved or loaded before model.precision was checked")
+
+    for target in ("bandpo_lab.eval.models.resolve_model_dir", "bandpo_lab.eval.models.load_model"):
+        monkeypatch.setattr(target, fail)
+
+
+@pytest.mark.usefixtures("cpu_without_bf16")
+def test_training_refuses_bf16_in_its_preflight(tmp_path: Path) -> None:
+    from bandpo_lab.training.config import ConfigError, load_train_config
+    from bandpo_lab.training.run import prepare
+
+    config = load_train_config(
+        CONFIGS / "tiny.yaml", [f"output_dir={tmp_path / 'run'}", "model.precision=bf16"]
+    )
+    with pytest.raises(ConfigError) as err:
+        prepare(config)
+    assert str(err.value) == f"model.precision='bf16' (from the overrides) {REFUSED}"
+    float32 = load_train_config(
+        CONFIGS / "tiny.yaml", [f"output_dir={tmp_path / 'run'}", "model.precision=float32"]
+    )
+    assert prepare(float32).config.model.precision == "float32"
+
+
+@pytest.mark.usefixtures("cpu_without_bf16")
+@pytest.mark.parametrize("command", ["eval", "probe"])
+def test_eval_and_probe_refuse_bf16_before_the_model(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bandpo_lab.cli.main import main
+
+    _no_model(monkeypatch)
+    argv = [command, "--model", "tiny", "--precision", "bf16", "--no-progress"]
+    if command == "probe":
+        argv += ["--output-dir", str(tmp_path / "probe"), "--no-figures"]
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    assert status == 2
+    assert capsys.readouterr().err == f"bandpo {command}: error: --precision='bf16' {REFUSED}\n"
+
+
+DELETED = ("bandpo_lab.bf16_emulation", "bandpo_lab.bf16_attention")
+"""The emulation of bf16 products and eager attention's float32 copies: deleted with Study 4 finished (it ran on
+AVX2 machines with them; docs/study.md names its commits)."""
+
+
+def test_the_deleted_emulation_modules_are_gone_and_nothing_imports_them() -> None:
+    assert all(importlib.util.find_spec(name) is None for name in DELETED)
+    importers = []
+    for folder in ("src", "tests", "scripts", "benchmarks", "studies", "examples"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                if any(n == d or n.startswith(d + ".") for n in names for d in DELETED):
+                    importers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert importers == []
 
 
 def test_record_and_describe() -> None:
@@ -125,163 +222,6 @@ def test_sampling_context_autocasts_only_for_bf16() -> None:
         assert (a @ b).dtype == torch.bfloat16
     with Precision("float32", "float32", "t").sampling():
         assert (a @ b).dtype == torch.float32
-
-
-def test_freed_memory_kept_applies_inside_and_returns_memory_after() -> None:
-    """Inside the block a freed 160 MB buffer stays in the heap (the process's size does not fall after the free);
-    after it, glibc's defaults are back and the free heap is returned."""
-    import resource
-
-    def rss_mb() -> float:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * resource.getpagesize() / 1e6
-
-    with freed_memory_kept() as applied:
-        assert isinstance(applied, bool)
-        if not applied:
-            pytest.skip("not glibc")
-        big = torch.ones(40_000_000)  # 160 MB: above glibc's largest mmap threshold, from the heap here
-        assert float(big[-1]) == 1.0
-        before_free = rss_mb()
-        del big
-        assert rss_mb() > before_free - 50  # kept
-    after = rss_mb()
-    assert after < before_free - 100  # returned at the end of the block
-
-
-_RETURNED_SCRIPT = """
-import resource, sys, torch
-from bandpo_lab.runtime import freed_memory_kept, freed_memory_returned
-
-def rss_mb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 1e6
-
-with freed_memory_kept() as applied:
-    if not applied:
-        print("not glibc"); sys.exit(0)
-    with freed_memory_returned():
-        big = torch.ones(40_000_000)
-        assert float(big[-1]) == 1.0
-        before_free = rss_mb()
-        del big
-        returned = rss_mb() - before_free
-    big = torch.ones(40_000_000)
-    assert float(big[-1]) == 1.0
-    before_free = rss_mb()
-    del big
-    kept = rss_mb() - before_free
-with freed_memory_returned():  # outside a kept block: nothing to change
-    pass
-print(f"{returned:.1f} {kept:.1f}")
-"""
-
-
-def _fresh_process(script: str) -> list[str]:
-    """The words ``script`` prints, run in a fresh Python process (one torch thread); skips off glibc."""
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    if out.stdout.strip() == "not glibc":
-        pytest.skip("not glibc")
-    return out.stdout.split()
-
-
-def test_freed_memory_returned_inside_a_kept_block_returns_it_and_keeps_again_after() -> None:
-    """An evaluation during training: inside ``freed_memory_returned`` (itself inside ``freed_memory_kept``) a freed
-    160 MB buffer goes back to the kernel; after it, the training's setting holds again (a freed buffer stays).
-    In a fresh process: in a long-lived one (a pytest worker) a heap fragmented by earlier tests can serve the
-    buffer from a free chunk, which no setting returns."""
-    returned, kept = map(float, _fresh_process(_RETURNED_SCRIPT))
-    assert returned < -100  # returned at once (MB)
-    assert kept > -50  # kept again
-
-
-_REUSE_SCRIPT = """
-import resource, sys, torch
-from bandpo_lab.runtime import freed_memory_kept, freed_memory_returned
-
-def faults():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-def cycles():
-    x = torch.ones(1_000_000)
-    del x
-    before = faults()
-    for _ in range(20):
-        x = torch.ones(1_000_000)  # 4 MB, written: below a fresh process's settled mmap threshold
-        del x
-    return faults() - before
-
-with freed_memory_kept() as applied:
-    if not applied:
-        print("not glibc"); sys.exit(0)
-    with freed_memory_returned():
-        during = cycles()
-after = cycles()
-print(during, after)
-"""
-
-
-def test_blocks_below_32_mib_are_reused_from_the_heap_during_and_after_the_training_block() -> None:
-    """The slowdown this prevents: with the mmap threshold fixed at glibc's starting 128 KiB (what the block used
-    to restore), each 4 MB buffer of an evaluation was a fresh mapping, ~1,000 page faults every time (19,540 for
-    20 buffers, measured), and an evaluation ran 2.4x longer; at the settled 32 MiB the heap serves them again.
-    In a fresh process, as the test above."""
-    during, after = map(int, _fresh_process(_REUSE_SCRIPT))
-    mapped_afresh = 20 * 4_000_000 // resource.getpagesize()  # faults if each buffer were a new mapping
-    assert during < mapped_afresh / 4 and after < mapped_afresh / 4, (during, after)
-
-
-def test_nested_freed_memory_returned_keeps_the_defaults_until_the_outermost_ends(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An evaluation inside an evaluation during training: the training's setting comes back when the outermost
-    ``freed_memory_returned`` ends, not the inner one; glibc's values when the training's block ends."""
-    import bandpo_lab.runtime as runtime
-
-    applied: list[str] = []
-
-    class _Libc:
-        def malloc_trim(self, pad: int) -> int:
-            return 1
-
-    names = {id(runtime._KEEP): "keep", id(runtime._RETURNED): "defaults"}
-    monkeypatch.setattr(runtime, "_libc", lambda: _Libc())
-    monkeypatch.setattr(runtime, "_set", lambda libc, settings: applied.append(names[id(settings)]) or True)
-    with freed_memory_kept():
-        with freed_memory_returned():
-            with freed_memory_returned():
-                assert applied == ["keep", "defaults"]
-            assert applied == ["keep", "defaults"]  # still glibc's in the outer evaluation
-        assert applied == ["keep", "defaults", "keep"]
-    assert applied == ["keep", "defaults", "keep", "defaults"]
-
-
-def test_completion_tokens_only_gives_the_same_log_probs(tmp_path: Path) -> None:
-    """TRL's fused head scoring only the completion tokens gives the same log-probs as scoring every position
-    (each position's projection is computed alone)."""
-    pytest.importorskip("trl")
-    from transformers import AutoModelForCausalLM
-    from trl.trainer.utils import add_fused_lm_head
-
-    model = AutoModelForCausalLM.from_pretrained(build_tiny_model_dir(tmp_path), dtype=torch.float32).eval()
-    torch.manual_seed(0)
-    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    ids = torch.randint(0, model.config.vocab_size, (3, 12))
-    labels = ids.clone()
-    labels[:, :7] = -100
-    with torch.no_grad():
-        full = model(input_ids=ids, labels=labels, fused_lm_head=True)
-        with completion_tokens_only():
-            compact = model(input_ids=ids, labels=labels, fused_lm_head=True)
-    torch.testing.assert_close(compact.log_probs, full.log_probs, rtol=0, atol=1e-6)
-    torch.testing.assert_close(compact.entropy, full.entropy, rtol=0, atol=1e-6)
-    import trl.trainer.utils as trl_utils
-
-    assert trl_utils._use_triton(torch.device("cpu")) is False  # restored
 
 
 def test_precision_for_a_model_counts_its_parameters_and_reads_its_device() -> None:

@@ -1,0 +1,51 @@
+"""How a real-model RL step runs on a CPU, one concern per module:
+
+- :mod:`bandpo_lab.runtime.precision`: the ``precision`` setting (``auto``, ``float32``, ``bf16``) and its contexts;
+- :mod:`bandpo_lab.runtime.fused_head`: TRL's fused LM head on the scored positions only (a patch of a TRL internal);
+- :mod:`bandpo_lab.runtime.allocator`: glibc's allocator kept from returning freed memory during training (ctypes).
+
+Their public names are importable from here (``from bandpo_lab.runtime import Precision``).
+"""
+
+from bandpo_lab.runtime.allocator import freed_memory_kept, freed_memory_returned
+from bandpo_lab.runtime.fused_head import completion_tokens_only
+from bandpo_lab.runtime.precision import (
+    BF16_MIN_PARAMS,
+    FLOAT32,
+    GPU_REASON,
+    NATIVE_BF16_FLAGS,
+    PRECISIONS,
+    Precision,
+    bf16_problem,
+    check_precision,
+    cpu_bf16_flags,
+    cuda_tf32,
+    matmul_precision,
+    onednn_matmul_setting,
+    precision_for,
+    resolve_precision,
+    weight_dtypes,
+    weights_note,
+)
+
+__all__ = [
+    "BF16_MIN_PARAMS",
+    "FLOAT32",
+    "GPU_REASON",
+    "NATIVE_BF16_FLAGS",
+    "PRECISIONS",
+    "Precision",
+    "bf16_problem",
+    "check_precision",
+    "completion_tokens_only",
+    "cpu_bf16_flags",
+    "cuda_tf32",
+    "freed_memory_kept",
+    "freed_memory_returned",
+    "matmul_precision",
+    "onednn_matmul_setting",
+    "precision_for",
+    "resolve_precision",
+    "weight_dtypes",
+    "weights_note",
+]
