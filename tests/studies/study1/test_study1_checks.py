@@ -22,7 +22,7 @@ def test_checks_rebuild_the_numbers_the_docs_quote() -> None:
         ("study-final ratio of medians: 0.81", "ratio of medians 0.81"),
         ("study-final dppo-kl - band-kl: +1.81 [-1.53, +5.15]", "+1.8 [-1.5, +5.2]"),
         ("study-recipe dppo-kl - band-kl: -3.70 [-6.56, -0.84]", "-3.7 [-6.6, -0.8]"),
-        ("study-final band-kl - grpo: +2.18 [-4.49, +8.85]", "+2.2 [-4.5, +8.9]"),
+        ("study-final band-kl - grpo: +2.18 [-4.49, +8.86]", "+2.2 [-4.5, +8.9]"),
     ):
         assert printed in done.stdout, printed
         assert quoted in study, quoted
