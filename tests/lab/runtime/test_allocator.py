@@ -116,9 +116,9 @@ def test_blocks_below_32_mib_are_reused_from_the_heap_during_and_after_the_train
     """The slowdown this prevents: with the mmap threshold fixed at glibc's starting 128 KiB (what the block used
     to restore), each 4 MB buffer of an evaluation was a fresh mapping, ~1,000 page faults every time (19,540 for
     20 buffers, measured), and an evaluation ran 2.4x longer; at the settled 32 MiB the heap serves them again.
-    In a fresh process, as the test above. The bound is half of the fresh-mapping count: here 0 to 3,906 faults (976, one
-    buffer's pages, most often), a machine short of memory with both cores busy up to 4,883 (seen 2026-12-06, beside two training
-    runs and a probe), and the failure this guards against 19,540."""
+    In a fresh process, as the test above. The bound is half of the fresh-mapping count: here 0 to 3,906 faults
+    (976, one buffer's pages, most often), up to 4,883 on a machine short of memory with both cores busy (seen
+    2026-12-06, beside two training runs and a probe); the failure this guards against gives 19,540."""
     during, after = map(int, _fresh_process(_REUSE_SCRIPT))
     mapped_afresh = 20 * 4_000_000 // resource.getpagesize()  # faults if each buffer were a new mapping
     assert during < mapped_afresh / 2 and after < mapped_afresh / 2, (during, after)
