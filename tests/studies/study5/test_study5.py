@@ -149,3 +149,29 @@ def test_the_worktree_gets_an_environment_of_its_own(tmp_path: Path, monkeypatch
     assert calls == [(["make", "setup", f"VENV={venv}"], worktree)]
     session.own_environment(worktree)  # built and linked: nothing to do
     assert len(calls) == 1
+
+
+def test_regime_table_pools_each_pass_over_the_batches(tmp_path: Path) -> None:
+    """Two passes of two mini-batches (K=4): the first pools updates 1-2, the second 3-4; shares carry their counts;
+    a one-pass run (K=M) has no second row."""
+    regime = _load("regime_table")
+
+    def row(update: int, live: int, clipped: int, tail: int = 0, up: int = 0, down: int = 0) -> dict:
+        return {"update": update, "n_live": live, "n_clipped": clipped, "n_tail_clipped": tail,
+                "n_up_through": up, "n_down_through": down}  # fmt: skip
+
+    by = {
+        "grpo": [row(1, 10, 0), row(2, 10, 1, 1), row(3, 10, 4, 3), row(4, 10, 6, 3)],
+        "band": [row(1, 10, 0), row(2, 10, 0, 0, 1, 2), row(3, 10, 1, 0, 2, 5), row(4, 10, 1, 0, 0, 3)],
+    }
+    for name, k in (("study4-lr1e-5", 4), ("paper-lr1e-5", 2)):
+        (tmp_path / name).mkdir()
+        data = {"config": {"minibatches": 2, "updates": k}, "summary": {"by_update": by}}
+        (tmp_path / name / "results.json").write_text(json.dumps(data))
+    lines = regime.table(tmp_path).splitlines()
+    assert len(lines) == 2 + 1 + 2
+    paper = lines[2].split(" | ")
+    assert paper[3:] == ["5.0% (1/20)", "100.0% (1/1)", "0.0% (0/20)", "1", "2 |"]
+    second = lines[4].split(" | ")
+    assert second[2] == "2nd (updates 3-4)"
+    assert second[3:] == ["50.0% (10/20)", "60.0% (6/10)", "10.0% (2/20)", "2", "8 |"]
