@@ -4,6 +4,7 @@ worker writes the results a run would), so what is under test is what the driver
 from __future__ import annotations
 
 import io
+import os
 import json
 import subprocess
 import types
@@ -144,3 +145,18 @@ def test_the_run_count_of_methods_on_their_own_seeds(tmp_path: Path, launched: l
     log = io.StringIO()
     driver.run_compare(_config(tmp_path / "other", "seeds=[0,1]"), progress=False, log=log)
     assert "2 methods x 2 seeds = 4 runs in" in log.getvalue()
+
+
+def test_workers_import_the_library_and_the_lab_this_process_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's PYTHONPATH starts with the folders holding ``bandpo`` and ``bandpo_lab`` (once each where they
+    share one, as in a checkout's src/), then the caller's own PYTHONPATH."""
+    import bandpo
+    import bandpo_lab
+
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    paths = driver._child_env(_config(tmp_path)).get("PYTHONPATH", "").split(os.pathsep)
+    roots = {str(Path(pkg.__file__).resolve().parents[1]) for pkg in (bandpo, bandpo_lab)}
+    assert set(paths[: len(roots)]) == roots and len(paths) == len(roots) + 1
+    assert paths[-1] == "/elsewhere"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import bandpo
+import bandpo_lab
 from bandpo_lab._files import write_json
 from bandpo_lab.experiments.compare.baseline import evaluate_baseline
 from bandpo_lab.experiments.compare.config import CompareConfig, CompareError
@@ -39,8 +40,9 @@ def _child_env(config: CompareConfig) -> dict[str, str]:
     if config.num_threads is not None:
         env["OMP_NUM_THREADS"] = str(config.num_threads)
         env["MKL_NUM_THREADS"] = str(config.num_threads)
-    src = str(Path(bandpo.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # The workers import the library and the lab this process imported (a checkout's src/ before an installed copy).
+    roots = dict.fromkeys(str(Path(pkg.__file__).resolve().parents[1]) for pkg in (bandpo, bandpo_lab))
+    env["PYTHONPATH"] = os.pathsep.join([*roots, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env
 
 
