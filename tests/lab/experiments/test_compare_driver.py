@@ -4,8 +4,8 @@ worker writes the results a run would), so what is under test is what the driver
 from __future__ import annotations
 
 import io
-import os
 import json
+import os
 import subprocess
 import types
 from pathlib import Path
