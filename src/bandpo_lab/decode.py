@@ -1,24 +1,13 @@
-"""Sampling completions from a causal LM, with one prefill per distinct prompt.
+"""Sampling completions from a causal LM, with one prefill per distinct prompt (docs/smollm2.md, "One prefill per
+distinct prompt").
 
-GRPO samples a group of ``G`` completions per prompt, and an evaluation ``k`` per problem: ``generate`` is given
-every prompt repeated ``G`` times and encodes each copy again. :func:`sample` encodes each distinct prompt once,
-copies its key/value cache to the rows that share it, and then decodes all rows together, drawing each token by
-inverse-CDF sampling (one uniform number per row: ``torch.multinomial`` draws an exponential number per vocabulary
-entry). With the study's shapes (prompts of about 40 tokens, groups of 8, 32 new tokens) the prefill was more
-than half of the sampling FLOPs, and the multinomial draw a tenth of the decoding time.
-
-The distribution is ``generate``'s: the next token of row ``b`` is drawn from ``softmax(logits_b / temperature)``
-of the float32 logits (the argmax for ``temperature == 0``), a row stops after its first eos token and is padded
-afterwards, and all rows stop once every row has stopped or ``max_new_tokens`` are drawn. The random numbers
-differ (a seed gives other samples than ``generate`` with that seed). Greedy decoding gives ``generate``'s tokens
-(``tests/lab/test_decode.py``, in float64).
-
-:func:`generation_problem` says whether a ``GenerationConfig`` asks for anything beyond that (top-k, top-p,
-repetition penalty, ...), read after :func:`effective_generation_config` has filled its unset fields as
-``generate`` does (from the model's generation config, then transformers' defaults: an unset ``top_k`` is 50);
-:func:`sampling_generate` installs :func:`sample` as a model's ``generate`` for the configs it covers and leaves
-the others to ``generate``. :func:`model_problem` says whether a model's cache can be copied between rows (plain
-key/value layers); for one that cannot, :func:`sample` keeps its contract through ``generate``.
+:func:`sample` encodes each distinct prompt once, copies its key/value cache to the rows that share it, and decodes
+all rows together, drawing each token by inverse-CDF sampling (:func:`draw`). The distribution is ``generate``'s:
+``softmax(logits / temperature)`` of the float32 logits (the argmax for ``temperature == 0``), a row stops after
+its first eos token and is padded afterwards; only the random numbers differ. :func:`sampling_generate` installs it
+as a model's ``generate`` for the configs it covers (:func:`generation_problem`, read after
+:func:`effective_generation_config`); a model whose cache cannot be copied between rows (:func:`model_problem`)
+is left to ``generate``.
 """
 
 from __future__ import annotations

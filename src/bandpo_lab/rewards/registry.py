@@ -11,21 +11,6 @@ from bandpo.registry import Registry
 from bandpo_lab.rewards.functions import RewardFunc, VerifierReward
 from bandpo_lab.rewards.verifiers import Verifier, verify_boxed, verify_dapo, verify_last_number
 
-__all__ = [
-    "REWARDS",
-    "VERIFIERS",
-    "boxed_reward",
-    "dapo_reward",
-    "get_reward_func",
-    "get_verifier",
-    "is_import_path",
-    "last_number_reward",
-    "register_reward",
-    "register_verifier",
-    "reward_display_name",
-    "reward_names",
-]
-
 REWARDS: Registry[RewardFunc] = Registry("reward")
 """Reward name -> TRL-style reward function; configs and the CLI select rewards by these names."""
 

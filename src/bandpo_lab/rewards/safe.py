@@ -16,8 +16,6 @@ from bandpo_lab.rewards.functions import RewardFunc, check_reward_value
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SafeRewardFunc", "safe_reward_func"]
-
 
 def _noop(*args: Any, **kwargs: Any) -> None:
     return None

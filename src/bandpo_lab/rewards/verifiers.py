@@ -15,11 +15,11 @@ import importlib.util
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 
 from bandpo_lab.rewards.answers import (
     ascii_minus,
+    canonical_number,
     completion_text,
     extract_answer,
     ground_truth_strs,
@@ -27,16 +27,6 @@ from bandpo_lab.rewards.answers import (
     normalize_answer,
     normalized_ground_truth,
 )
-
-__all__ = [
-    "Verifier",
-    "VerifyResult",
-    "last_number",
-    "math_verify_available",
-    "verify_boxed",
-    "verify_dapo",
-    "verify_last_number",
-]
 
 
 class VerifyResult(NamedTuple):
@@ -143,7 +133,6 @@ def verify_boxed(
     return VerifyResult(bool(correct), answer)
 
 
-# ------------------------------------------------------------------------------------------------ last number
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
 """A number as a reply writes it (after :func:`ascii_minus`): optional minus, digits with optional thousands
 commas, optional decimals (``-1,234.50``); not part of a word (``x2``) and not the tail of a decimal (``.5`` is
@@ -155,17 +144,7 @@ def last_number(text: str) -> str | None:
     ``0``: ``"1,234.50"`` -> ``"1234.5"``), or ``None`` when it holds none. Unicode minus signs count as ``-``
     (:func:`~bandpo_lab.rewards.answers.ascii_minus`: ``"−5"`` -> ``"-5"``)."""
     found = _NUMBER_RE.findall(ascii_minus(text))
-    return _canonical_number(found[-1]) if found else None
-
-
-def _canonical_number(raw: str) -> str | None:
-    try:
-        value = Decimal(raw.replace(",", ""))
-    except InvalidOperation:
-        return None
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
+    return canonical_number(found[-1].replace(",", "")) if found else None
 
 
 def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_truth: object) -> VerifyResult:
@@ -179,7 +158,7 @@ def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_tru
     truths = set()
     for gt in ground_truth_strs(ground_truth):
         text = ascii_minus(gt).strip().removeprefix("+")  # a ground truth "+5" is the number 5
-        canonical = _canonical_number(text) if _NUMBER_RE.fullmatch(text) else None
+        canonical = canonical_number(text.replace(",", "")) if _NUMBER_RE.fullmatch(text) else None
         if canonical is None:
             raise ValueError(f"the last_number verifier needs a numeric ground truth, got {gt!r}")
         truths.add(canonical)
