@@ -88,9 +88,8 @@ def generation_problem(config: Any) -> str | None:
 
 def effective_generation_config(config: Any, model: Any) -> Any | None:
     """The config ``generate`` would run with: ``config``'s fields, then the unset ones from
-    ``model.generation_config``, then transformers' global defaults (an unset ``top_k`` is 50 there), as
-    ``GenerationMixin._prepare_generation_config`` merges them; ``None`` where this transformers does not offer the
-    merge (the caller then leaves sampling to ``generate``)."""
+    ``model.generation_config``, then transformers' global defaults (an unset ``top_k`` is 50); ``None`` where this
+    transformers does not offer the merge (the caller then leaves sampling to ``generate``)."""
     import copy
 
     defaults = getattr(type(config), "_get_default_generation_params", None)
@@ -106,9 +105,8 @@ def effective_generation_config(config: Any, model: Any) -> Any | None:
 
 def model_problem(model: Any) -> str | None:
     """Why :func:`sample` cannot decode ``model`` itself (it then leaves the work to ``generate``), or ``None``: it
-    needs a forward that takes the cache by name (``cache`` or ``past_key_values``) and a default dynamic cache whose
-    layers are plain key/value layers (``DynamicLayer``, ``DynamicSlidingWindowLayer``), which can be copied to the
-    rows that share a prompt."""
+    needs a forward that takes the cache by name and a default dynamic cache of plain key/value layers, which can
+    be copied to the rows that share a prompt."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
@@ -279,10 +277,9 @@ def _sample_by_generate(
     temperature: float,
     on_scores: Callable[[Any], None] | None,
 ) -> Any:
-    """:func:`sample`'s contract by transformers' ``generate`` (every row encoded, multinomial draws), for models
-    :func:`model_problem` refuses. The model's own ``generation_config`` is set aside for the call, so that none of
-    its fields (a repetition penalty, beams, suppressed tokens, ...) changes the distribution; transformers'
-    defaults fill the rest, of which only ``top_k`` (50) is not neutral and is given as 0."""
+    """:func:`sample`'s contract by transformers' ``generate``, for models :func:`model_problem` refuses. The model's
+    own ``generation_config`` is set aside for the call, so that none of its fields changes the distribution, and
+    ``top_k`` (50 by transformers' default) is given as 0."""
     from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
     class _Scores(LogitsProcessor):  # custom processors see the logits before the temperature

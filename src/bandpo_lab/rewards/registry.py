@@ -145,12 +145,7 @@ def get_reward_func(name: str, **options: Any) -> RewardFunc:
     return functools.partial(fn, **options)
 
 
-# ------------------------------------------------------------------------------------------------- built-ins
+# The built-in rewards: +1 correct / -1 otherwise, ground truth in column ``answer``.
 dapo_reward: VerifierReward = register_verifier("dapo", verify_dapo)
-"""TRL reward: :func:`verify_dapo`, +1 correct / -1 otherwise, ground truth in column ``answer``."""
-
 boxed_reward: VerifierReward = register_verifier("boxed", verify_boxed)
-"""TRL reward: :func:`verify_boxed`, +1 correct / -1 otherwise, ground truth in column ``answer``."""
-
-last_number_reward: VerifierReward = register_verifier("last_number", verify_last_number)
-"""TRL reward: :func:`verify_last_number`, +1 correct / -1 otherwise, ground truth in column ``answer``."""
+register_verifier("last_number", verify_last_number)

@@ -99,19 +99,12 @@ def verify_boxed(
 ) -> VerifyResult:
     """``\\boxed{}`` verifier: the last ``\\boxed{...}`` of the completion against the ground truth.
 
-    Which comparison is used:
-
-    * ``math-verify`` installed (or ``use_math_verify=True``): correct when the normalised strings match
-      *or* ``math_verify.verify(parse(gold), parse("\\boxed{answer}"))`` holds, so ``0.5`` matches ``\\frac12``
-      and ``x^2+1`` matches ``1+x^2``. Gold answers without ``$`` or ``\\boxed`` are parsed as ``$gold$``.
-    * otherwise (or ``use_math_verify=False``): the normalised exact match of :func:`normalize_answer`.
-
-    math-verify's 5-second parse/verify timeouts use ``signal.alarm``, so they apply in the main thread only;
-    called from another thread it runs without them.
-
-    ``ground_truth`` is a string or number, or a list of accepted answers (any may match); one containing
-    ``\\boxed{}`` is reduced to its last boxed content first. The returned ``answer`` is the normalised boxed
-    content (``None`` without a ``\\boxed{}``).
+    Correct when the normalised strings match (:func:`normalize_answer`) or, with ``math-verify`` installed (or
+    ``use_math_verify=True``), ``math_verify.verify(parse(gold), parse("\\boxed{answer}"))`` holds (``0.5``
+    matches ``\\frac12``; gold without ``$`` or ``\\boxed`` is parsed as ``$gold$``; its 5-second timeouts apply
+    in the main thread only). ``ground_truth`` is a string or number, or a list of accepted answers; one holding
+    ``\\boxed{}`` is reduced to its last boxed content. ``answer`` is the normalised boxed content (``None``
+    without one).
 
     Raises:
         ImportError: ``use_math_verify=True`` without the package.
