@@ -92,13 +92,9 @@ def _dirty_fingerprint(top: Path) -> str:
 def code_changed(start: dict[str, Any], end: dict[str, Any]) -> bool | str:
     """Whether the code of two :func:`provenance` records differs (commit, dirty flag or uncommitted changes):
     ``True`` / ``False``, or ``"unknown"`` when either record could not read the checkout."""
-    keys = ("commit", "dirty", "dirty_sha256")
-    if UNKNOWN in (start.get("commit"), end.get("commit")) or UNKNOWN in (
-        start.get("dirty_sha256"),
-        end.get("dirty_sha256"),
-    ):
+    if UNKNOWN in [record.get(k) for record in (start, end) for k in ("commit", "dirty_sha256")]:
         return UNKNOWN
-    return any(start.get(k) != end.get(k) for k in keys)
+    return any(start.get(k) != end.get(k) for k in ("commit", "dirty", "dirty_sha256"))
 
 
 def package_version(name: str) -> str:

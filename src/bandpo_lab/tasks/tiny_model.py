@@ -199,12 +199,9 @@ def make_demonstrations(
 
 
 class _DemoCollator:
-    """Right-pads ``prompt + completion + eos`` and masks the prompt and padding out of the loss.
-
-    Returns ``input_ids``: (B, L) long and ``labels``: (B, L) long with -100 on prompt and pad positions. No
-    attention mask: with right padding and causal attention the pads never influence a real token, and the
-    plain causal mask is the fastest path.
-    """
+    """Right-pads ``prompt + completion + eos``: ``input_ids`` (B, L) long and ``labels`` (B, L) long, -100 on prompt
+    and pad positions. No attention mask: with right padding and causal attention the pads never reach a real
+    token."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast) -> None:
         self.tokenizer = tokenizer
@@ -267,15 +264,10 @@ def warm_start(
     force: bool = False,
     progress: bool = True,
 ) -> Path:
-    """Train (or reuse) the warm-started tiny model; returns the directory holding model and tokenizer.
-
-    The directory is ``cache_dir/countdown-warm-<config.cache_key()>``; it holds ``config.json``, the weights,
-    ``generation_config.json``, the tokenizer files and ``warm_start.json`` (config, wall time, loss log). A
-    directory with ``warm_start.json`` is reused unless ``force``. Training happens in a temporary sibling that
-    is renamed into place at the end, so an interrupted run leaves no half-written cache entry.
-
-    Seeds Python's, NumPy's and torch's global RNGs (as transformers' ``Trainer`` does).
-    """
+    """Train (or reuse) the warm-started tiny model; returns ``cache_dir/countdown-warm-<config.cache_key()>``, which
+    holds the model, the tokenizer and ``warm_start.json`` (config, wall time, loss log) and is reused unless
+    ``force``. Training happens in a temporary sibling renamed into place at the end, so an interrupted run leaves
+    no half-written entry. Seeds the global RNGs (as transformers' ``Trainer`` does)."""
     config = WarmStartConfig() if config is None else config
     if not isinstance(config, WarmStartConfig):
         raise ValueError(f"config must be a WarmStartConfig, got {type(config).__name__}")
