@@ -1,10 +1,6 @@
-"""Tolerant readers of the JSON files runs write (run info, lock records, training logs): a file a killed
-process left half-written reads as what it holds so far, never as an exception. And the checks of an output path
-that a command makes before any work (:func:`output_dir_problem`, :func:`output_file_problem`). And the one atomic
-JSON writer (:func:`write_json`). And :func:`read_utf8`, the one reading of a user's text file (a byte that is
-not UTF-8 named by its offset). And :func:`expand_path`, the one reading of a path a user typed, and
-:func:`same_or_inside`, the one test of whether a path lies in a folder. And the one file lock (:func:`flock`,
-:func:`file_lock`), which the comparison's plan, the training run's ``output_dir`` and the model cache use."""
+"""Files: the built-in recipes and the config a name means, tolerant readers of the JSON files runs write (a file
+a killed process left half-written reads as what it holds so far), the one atomic JSON writer, the checks of an
+output path before any work, the reading of a user's text file and path, and the one file lock."""
 
 from __future__ import annotations
 
@@ -24,16 +20,14 @@ except ImportError:  # pragma: no cover - Windows: no flock, no lock
     fcntl = None  # type: ignore[assignment]
 
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-"""The recipes folder of a source checkout (``configs/`` beside ``src/``); a wheel carries a copy of it instead
-(:data:`WHEEL_RECIPES`)."""
+"""The recipes folder of a source checkout (``configs/`` beside ``src/``)."""
 
 WHEEL_RECIPES = Path(__file__).resolve().parent / "recipes"
-"""Where a wheel holds the recipes: ``configs/**/*.yaml`` copied into ``bandpo_lab/recipes/`` when it is built
-(``setup.py``); a source checkout and an editable install have no such folder."""
+"""Where a wheel holds its copy of ``configs/**/*.yaml`` (``setup.py``)."""
 
 RECIPES = WHEEL_RECIPES if WHEEL_RECIPES.is_dir() else REPO_CONFIGS
 """The built-in recipes (``tiny.yaml``, ``smollm2-arith.yaml``, ...): an installed wheel's copy, else the
-checkout's ``configs/``. The studies' configs are no recipes: they live in ``studies/``, named by their path."""
+checkout's ``configs/``."""
 
 COMPARE_KEYS = ("methods", "train")
 """A compare recipe has a top-level key of these (:func:`recipe_kind`); every other recipe is a training one."""
@@ -45,9 +39,8 @@ def recipe_kind(keys: Iterable[str]) -> str:
 
 
 def recipe_names(folder: Path | None = None, kind: str | None = None) -> list[str]:
-    """The built-in recipes' names, sorted: their paths under ``folder`` (default :data:`RECIPES`) without
-    ``.yaml`` (``tiny``; ``sub/name`` for one in a subfolder), of one kind (``train`` or ``compare``:
-    :func:`recipe_kind`) or (``None``) all; ``[]`` when there is no such folder."""
+    """The built-in recipes' names (``tiny``, ``sub/name``) under ``folder`` (default :data:`RECIPES`), sorted, of
+    one kind (``train`` or ``compare``: :func:`recipe_kind`) or (``None``) all; ``[]`` when there is no folder."""
     folder = RECIPES if folder is None else folder
     names = []
     for path in folder.rglob("*.yaml"):
@@ -81,13 +74,10 @@ def _recipe_of_name(raw: str, folder: Path) -> Path | None:
 
 
 def find_recipe(name: str | Path, folder: Path | None = None, beside: Path | None = None) -> Path | None:
-    """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``sub/name``, or a clone's path to it,
-    ``configs/tiny.yaml``, as the docs write it), or ``None``.
-
-    Only a name that could not mean a file of the user's is looked up: not one that exists (``tiny``) or exists
-    with ``.yaml`` added (``tiny`` beside a ``tiny.yaml``) in ``beside`` (default: the working directory: where a
-    relative path is read from), not an absolute path, nor one that starts with ``./`` or holds ``..`` (a path
-    relative to here, written as such)."""
+    """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``sub/name``, ``configs/tiny.yaml``), or
+    ``None``. Only a name that could not mean a file of the user's is looked up: not one that exists, with or
+    without ``.yaml``, in ``beside`` (default: the working directory), not an absolute path, nor one that starts
+    with ``./`` or holds ``..``."""
     folder = RECIPES if folder is None else folder
     raw = str(name)
     here = Path() if beside is None else beside
@@ -99,11 +89,9 @@ def find_recipe(name: str | Path, folder: Path | None = None, beside: Path | Non
 def resolve_config(
     name: str | Path, beside: Path | None = None, folder: Path | None = None
 ) -> tuple[Path, Path | None]:
-    """The file a config name means, and the built-in recipe it shadows (or ``None``): ``name`` relative to
-    ``beside`` (default: the working directory) where that exists, else ``name.yaml`` there (``tiny`` beside a
-    ``tiny.yaml``), else the built-in recipe of that name (:func:`find_recipe`), else ``name`` there (which does
-    not exist: the caller says so). A file of the user's chosen over a built-in recipe of the same name (another
-    file) is returned with that recipe, for the caller to warn."""
+    """The file a config name means, and the built-in recipe it shadows (or ``None``, for the caller to warn):
+    ``name`` relative to ``beside`` (default: the working directory) where that exists, else ``name.yaml`` there,
+    else the built-in recipe of that name (:func:`find_recipe`), else ``name`` there (which does not exist)."""
     folder = RECIPES if folder is None else folder
     raw = str(name)
     here = Path() if beside is None else beside
@@ -121,13 +109,11 @@ _VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
 
 def expand_path(path: str | Path, name: str = "path", error: type[ValueError] = ValueError) -> Path:
     """``path`` with ``$VAR`` / ``${VAR}`` and a leading ``~`` expanded, as a shell would: read a path a user typed
-    through this once, so that every check and every writer sees the same directory (transformers expands ``~`` in
-    ``output_dir`` by itself).
+    through this once, so that every check and every writer sees the same directory.
 
     Raises:
-        error: ``path`` names a variable that is not set (a shell would read it as empty, ``os.path.expandvars``
-            keeps it as written: a folder named ``$UNSET``); one line naming ``name`` (the setting or option) and
-            the variable.
+        error: ``path`` names a variable that is not set; one line naming ``name`` (the setting or option) and the
+            variable.
     """
     text = str(path)
     for match in _VARIABLE.finditer(text):
@@ -149,9 +135,8 @@ def same_or_inside(path: str | Path, folder: str | Path) -> bool:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON atomically: a temporary file of its own in the same folder, flushed to disk,
-    then ``os.replace``. A kill mid-write leaves the earlier file or none, never a truncated one, and two processes
-    writing the same path each replace it whole (the last one wins: :func:`file_lock` orders read-modify-writes)."""
+    """Write ``data`` as indented JSON atomically (a temporary file in the same folder, flushed, then
+    ``os.replace``): a kill mid-write leaves the earlier file or none, never a truncated one."""
     text = json.dumps(data, indent=2, default=str) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -170,10 +155,9 @@ HAS_FLOCK = fcntl is not None
 
 
 def flock(fd: int, blocking: bool = True) -> bool:
-    """Take the exclusive advisory lock (``fcntl.flock``) of the open file ``fd``: ``True`` once held (waiting for
-    it, or with ``blocking=False`` ``False`` at once when another open file holds it). The operating system drops
-    it when ``fd`` is closed, or its process ends however it ends. Without ``fcntl`` (Windows) there is no lock:
-    ``True``."""
+    """Take the exclusive advisory lock (``fcntl.flock``) of the open file ``fd``: ``True`` once held (with
+    ``blocking=False``, ``False`` at once when another open file holds it); dropped when ``fd`` is closed or its
+    process ends. Without ``fcntl`` (Windows) there is no lock: ``True``."""
     if fcntl is None:
         return True
     try:
@@ -185,9 +169,7 @@ def flock(fd: int, blocking: bool = True) -> bool:
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """Hold :func:`flock` on ``path`` (created empty if missing) for the block, waiting for it: the read-modify-write
-    of a file that several processes update (e.g. two queues of one comparison), or work done once (a model
-    conversion)."""
+    """Hold :func:`flock` on ``path`` (created empty if missing) for the block, waiting for it."""
     with open(path, "a") as f:
         flock(f.fileno())
         yield  # closing the file drops the lock
@@ -221,9 +203,8 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The object rows of a JSONL file, or of its gzipped copy ``<path>.gz`` (what ``bandpo compare --export``
-    writes) when the file itself is absent; ``[]`` if neither exists. Blank lines, a torn last line (the process
-    was killed mid-write) and rows that are not objects are skipped."""
+    """The object rows of a JSONL file, or of its gzipped copy ``<path>.gz`` (``bandpo compare --export``) when
+    the file is absent; ``[]`` if neither exists. Blank lines, a torn last line and non-objects are skipped."""
     gz = path.with_name(path.name + ".gz")
     if path.is_file():
         text = path.read_text()
@@ -244,18 +225,23 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _nearest_above(path: Path) -> Path | None:
-    """The nearest existing path above ``path`` (a folder, or a file in the way), or ``None``."""
-    for parent in path.parents:
-        if parent.exists():
-            return parent
-    return None
+def _above_problem(path: str | Path, name: str, must: str) -> str | None:
+    """Why nothing can be created at ``path`` for the nearest existing path above it, or ``None``: it is a file
+    (``must`` says what is needed instead), or a folder that takes no new entry (:func:`_write_problem`)."""
+    try:
+        above = next((parent for parent in Path(path).parents if parent.exists()), None)
+    except OSError:
+        return None
+    if above is None:
+        return None
+    if above.is_dir():
+        return _write_problem(path, name, above)
+    return f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; {must}"
 
 
 def _write_problem(path: str | Path, name: str, folder: Path) -> str | None:
-    """Why nothing can be created at ``path`` (a directory or a file a command will write), or ``None``: ``folder``,
-    the nearest existing one at or above it, refuses a new entry (read-only, no permission, a pseudo file system
-    such as ``/proc``). Learned by creating one empty temporary folder there and removing it at once."""
+    """Why nothing can be created at ``path``, or ``None``: ``folder``, the nearest existing one at or above it,
+    refuses a new entry (learned by creating one empty temporary folder there and removing it at once)."""
     try:
         os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".bandpo-write-check-"))
     except OSError as err:
@@ -265,10 +251,8 @@ def _write_problem(path: str | Path, name: str, folder: Path) -> str | None:
 
 def output_dir_problem(path: str | Path, name: str = "output_dir") -> str | None:
     """Why ``path`` cannot be the directory a command writes into, in one line naming ``name`` (the setting or
-    option), or ``None``: it is a directory, or it does not exist and nothing above it is a file, and the nearest
-    existing folder takes a new entry (:func:`_write_problem`, which creates and removes one empty temporary
-    folder there; nothing else is created). A path it cannot inspect gives ``None``: the command's own write
-    reports it."""
+    option), or ``None``: it must be a directory, or not exist with no file above it, and the nearest existing
+    folder must take a new entry (:func:`_write_problem`). A path it cannot inspect gives ``None``."""
     p = Path(path)
     if not str(path).strip():
         return f"{name} must be a directory path, got {str(path)!r}"
@@ -278,17 +262,9 @@ def output_dir_problem(path: str | Path, name: str = "output_dir") -> str | None
                 return _write_problem(path, name, p)
             kind = "a file" if p.is_file() else "not a directory"
             return f"{name} {str(path)!r} is {kind}; it must be a directory (or not exist yet)"
-        above = _nearest_above(p)
     except OSError:
         return None
-    if above is None:
-        return None
-    if above.is_dir():
-        return _write_problem(path, name, above)
-    return (
-        f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; {name} must be a directory (or not exist "
-        "yet)"
-    )
+    return _above_problem(path, name, f"{name} must be a directory (or not exist yet)")
 
 
 def output_file_problem(path: str | Path, name: str) -> str | None:
@@ -301,11 +277,6 @@ def output_file_problem(path: str | Path, name: str) -> str | None:
     try:
         if p.is_dir():
             return f"{name} {str(path)!r} is a directory; it must be a file path"
-        above = _nearest_above(p)
     except OSError:
         return None
-    if above is None:
-        return None
-    if above.is_dir():  # the folder: a file is replaced through a temporary one beside it
-        return _write_problem(path, name, above)
-    return f"{name} {str(path)!r} is inside {str(above)!r}, which is a file; its folder must be a directory"
+    return _above_problem(path, name, "its folder must be a directory")

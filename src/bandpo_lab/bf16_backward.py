@@ -1,23 +1,11 @@
 """Linear layers whose forward is float32 and whose backward products are bfloat16 (``precision: bf16``).
 
 Inside :func:`bf16_backward_linears`, every ``torch.nn.Linear`` layer whose forward records a graph on float32
-tensors (grad enabled, an input that requires grad) goes through :class:`LinearBf16Backward`:
-
-- forward: ``y = x W^T + b`` by the same float32 ``F.linear`` as outside the mode, so the log-probs that form the
-  ratio are bit for bit those of a float32 forward;
-- backward, with ``g = dL/dy`` rounded to bfloat16 and ``x``, ``W`` saved in bfloat16::
-
-      dL/dx = g W          (..., in_features)
-      dL/dW = g^T x        (out_features, in_features), summed over every leading dimension
-      dL/db = sum g        (out_features,), from the float32 ``g``
-
-  as bfloat16 products (float32 accumulation inside oneDNN, bfloat16 outputs, cast back to the float32 of the
-  parameters): the backward of ``torch.autocast`` mixed precision, with a float32 forward.
-
-Why not oneDNN's ``fp32_precision = "bf16"`` for the backward products: it converts its float32 inputs at every call
-and writes float32 outputs, and on an AMD EPYC with ``avx512_bf16`` it ran at 101-105 GFLOP/s against 187-192 for
-bfloat16 products with their inputs converted once (87-96 for float32; one thread, 864 x 576 x 1536,
-``docs/smollm2.md``). The other products of the backward (attention's, the fused LM head's) keep that setting.
+tensors goes through :class:`LinearBf16Backward`: the same float32 ``F.linear`` forward (the ratio's log-probs bit
+for bit those of a float32 forward), and a backward that computes ``dL/dx = g W`` and ``dL/dW = g^T x`` as
+bfloat16 products of ``g`` and of ``x``, ``W`` saved in bfloat16 (``dL/db`` from the float32 ``g``), cast back to
+float32: autocast's backward with a float32 forward. Why not oneDNN's ``fp32_precision = "bf16"``, and the
+measurements: docs/smollm2.md, "The backward in bfloat16 products".
 """
 
 from __future__ import annotations
@@ -28,8 +16,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-__all__ = ["LinearBf16Backward", "bf16_backward_linears"]
 
 
 class LinearBf16Backward(torch.autograd.Function):

@@ -1,24 +1,13 @@
-"""Sampling completions from a causal LM, with one prefill per distinct prompt.
+"""Sampling completions from a causal LM, with one prefill per distinct prompt (docs/smollm2.md, "One prefill per
+distinct prompt").
 
-GRPO samples a group of ``G`` completions per prompt, and an evaluation ``k`` per problem: ``generate`` is given
-every prompt repeated ``G`` times and encodes each copy again. :func:`sample` encodes each distinct prompt once,
-copies its key/value cache to the rows that share it, and then decodes all rows together, drawing each token by
-inverse-CDF sampling (one uniform number per row: ``torch.multinomial`` draws an exponential number per vocabulary
-entry). With the study's shapes (prompts of about 40 tokens, groups of 8, 32 new tokens) the prefill was more
-than half of the sampling FLOPs, and the multinomial draw a tenth of the decoding time.
-
-The distribution is ``generate``'s: the next token of row ``b`` is drawn from ``softmax(logits_b / temperature)``
-of the float32 logits (the argmax for ``temperature == 0``), a row stops after its first eos token and is padded
-afterwards, and all rows stop once every row has stopped or ``max_new_tokens`` are drawn. The random numbers
-differ (a seed gives other samples than ``generate`` with that seed). Greedy decoding gives ``generate``'s tokens
-(``tests/lab/test_decode.py``, in float64).
-
-:func:`generation_problem` says whether a ``GenerationConfig`` asks for anything beyond that (top-k, top-p,
-repetition penalty, ...), read after :func:`effective_generation_config` has filled its unset fields as
-``generate`` does (from the model's generation config, then transformers' defaults: an unset ``top_k`` is 50);
-:func:`sampling_generate` installs :func:`sample` as a model's ``generate`` for the configs it covers and leaves
-the others to ``generate``. :func:`model_problem` says whether a model's cache can be copied between rows (plain
-key/value layers); for one that cannot, :func:`sample` keeps its contract through ``generate``.
+:func:`sample` encodes each distinct prompt once, copies its key/value cache to the rows that share it, and decodes
+all rows together, drawing each token by inverse-CDF sampling (:func:`draw`). The distribution is ``generate``'s:
+``softmax(logits / temperature)`` of the float32 logits (the argmax for ``temperature == 0``), a row stops after
+its first eos token and is padded afterwards; only the random numbers differ. :func:`sampling_generate` installs it
+as a model's ``generate`` for the configs it covers (:func:`generation_problem`, read after
+:func:`effective_generation_config`); a model whose cache cannot be copied between rows (:func:`model_problem`)
+is left to ``generate``.
 """
 
 from __future__ import annotations
@@ -99,9 +88,8 @@ def generation_problem(config: Any) -> str | None:
 
 def effective_generation_config(config: Any, model: Any) -> Any | None:
     """The config ``generate`` would run with: ``config``'s fields, then the unset ones from
-    ``model.generation_config``, then transformers' global defaults (an unset ``top_k`` is 50 there), as
-    ``GenerationMixin._prepare_generation_config`` merges them; ``None`` where this transformers does not offer the
-    merge (the caller then leaves sampling to ``generate``)."""
+    ``model.generation_config``, then transformers' global defaults (an unset ``top_k`` is 50); ``None`` where this
+    transformers does not offer the merge (the caller then leaves sampling to ``generate``)."""
     import copy
 
     defaults = getattr(type(config), "_get_default_generation_params", None)
@@ -117,9 +105,8 @@ def effective_generation_config(config: Any, model: Any) -> Any | None:
 
 def model_problem(model: Any) -> str | None:
     """Why :func:`sample` cannot decode ``model`` itself (it then leaves the work to ``generate``), or ``None``: it
-    needs a forward that takes the cache by name (``cache`` or ``past_key_values``) and a default dynamic cache whose
-    layers are plain key/value layers (``DynamicLayer``, ``DynamicSlidingWindowLayer``), which can be copied to the
-    rows that share a prompt."""
+    needs a forward that takes the cache by name and a default dynamic cache of plain key/value layers, which can
+    be copied to the rows that share a prompt."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
@@ -290,10 +277,9 @@ def _sample_by_generate(
     temperature: float,
     on_scores: Callable[[Any], None] | None,
 ) -> Any:
-    """:func:`sample`'s contract by transformers' ``generate`` (every row encoded, multinomial draws), for models
-    :func:`model_problem` refuses. The model's own ``generation_config`` is set aside for the call, so that none of
-    its fields (a repetition penalty, beams, suppressed tokens, ...) changes the distribution; transformers'
-    defaults fill the rest, of which only ``top_k`` (50) is not neutral and is given as 0."""
+    """:func:`sample`'s contract by transformers' ``generate``, for models :func:`model_problem` refuses. The model's
+    own ``generation_config`` is set aside for the call, so that none of its fields changes the distribution, and
+    ``top_k`` (50 by transformers' default) is given as 0."""
     from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
     class _Scores(LogitsProcessor):  # custom processors see the logits before the temperature

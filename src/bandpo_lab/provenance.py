@@ -1,10 +1,6 @@
 """Provenance: the code a run ran. bandpo's version and git commit (with a dirty flag), Python's and the libraries'
-versions, as one JSON-able dict that training runs (``run_info.json``), comparisons (``compare_plan.json``, each
-run's ``results.json``) and the benchmark record.
-
-Nothing heavy is imported: versions come from the installed distributions' metadata (``importlib.metadata``), the
-commit from ``git`` run on the directory of this package, so calling :func:`provenance` costs two or three ``git``
-calls (tens of milliseconds) and no import of torch.
+versions, as one JSON-able dict that training runs, comparisons and the benchmark record. Nothing heavy is
+imported: versions come from ``importlib.metadata``, the commit from ``git`` (tens of milliseconds).
 """
 
 from __future__ import annotations
@@ -18,16 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "DEFAULT_PACKAGES",
-    "NOT_INSTALLED",
-    "UNKNOWN",
-    "code_changed",
-    "git_state",
-    "package_version",
-    "provenance",
-]
-
 UNKNOWN = "unknown"
 """The value of ``commit`` and ``dirty`` when bandpo is not in a git checkout (an installed wheel) or git fails."""
 NOT_INSTALLED = "not installed"
@@ -40,8 +26,8 @@ _GIT_TIMEOUT_S = 10.0
 
 
 def _git(directory: Path, *args: str) -> str:
-    """``git -C directory args`` 's standard output (trailing newlines removed). Optional locks are off: ``git status`` then never
-    takes the index lock, so recording provenance cannot collide with a commit being made in the same checkout.
+    """``git -C directory args`` 's standard output (trailing newlines removed), without optional locks (``git
+    status`` then never takes the index lock of a commit being made).
 
     Raises:
         OSError: git is not installed; subprocess.SubprocessError: git failed or timed out.
@@ -64,10 +50,9 @@ def git_state(directory: str | Path | None = None) -> dict[str, Any]:
 
     Returns:
         ``{"commit": 40 hex digits, "dirty": bool}``, plus, when dirty, ``dirty_count`` (changed or untracked
-        paths, ignored files excluded) and ``dirty_files`` (the first :data:`MAX_DIRTY_FILES` of them, relative to
-        the checkout's root). ``{"commit": "unknown", "dirty": "unknown"}`` when git is missing or fails, or when
-        ``directory`` is not a tracked part of a checkout (e.g. an installed copy inside some other repository's
-        ignored virtual environment).
+        paths), ``dirty_files`` (the first :data:`MAX_DIRTY_FILES` of them) and ``dirty_sha256``
+        (:func:`_dirty_fingerprint`). ``{"commit": "unknown", "dirty": "unknown"}`` when git is missing or fails,
+        or when ``directory`` is not a tracked part of a checkout.
     """
     where = Path(directory) if directory is not None else Path(__file__).resolve().parent
     unknown: dict[str, Any] = {"commit": UNKNOWN, "dirty": UNKNOWN}
@@ -93,8 +78,7 @@ def git_state(directory: str | Path | None = None) -> dict[str, Any]:
 
 def _dirty_fingerprint(top: Path) -> str:
     """SHA-256 of the uncommitted changes: ``git diff HEAD`` and the name and bytes of every untracked, not ignored
-    file (also those inside untracked directories, which ``git status`` lists as one directory), so that two records
-    of a dirty checkout tell whether its code changed in between."""
+    file, so that two records of a dirty checkout tell whether its code changed in between."""
     digest = hashlib.sha256(_git(top, "diff", "HEAD", "--binary").encode())
     untracked = _git(top, "ls-files", "--others", "--exclude-standard", "-z").split("\0")
     for name in sorted(n for n in untracked if n):
@@ -108,13 +92,9 @@ def _dirty_fingerprint(top: Path) -> str:
 def code_changed(start: dict[str, Any], end: dict[str, Any]) -> bool | str:
     """Whether the code of two :func:`provenance` records differs (commit, dirty flag or uncommitted changes):
     ``True`` / ``False``, or ``"unknown"`` when either record could not read the checkout."""
-    keys = ("commit", "dirty", "dirty_sha256")
-    if UNKNOWN in (start.get("commit"), end.get("commit")) or UNKNOWN in (
-        start.get("dirty_sha256"),
-        end.get("dirty_sha256"),
-    ):
+    if UNKNOWN in [record.get(k) for record in (start, end) for k in ("commit", "dirty_sha256")]:
         return UNKNOWN
-    return any(start.get(k) != end.get(k) for k in keys)
+    return any(start.get(k) != end.get(k) for k in ("commit", "dirty", "dirty_sha256"))
 
 
 def package_version(name: str) -> str:
@@ -126,18 +106,9 @@ def package_version(name: str) -> str:
 
 
 def provenance(extra_packages: Sequence[str] = ()) -> dict[str, Any]:
-    """The record of the code that runs now (recorded by training runs, comparisons and the benchmark).
-
-    Args:
-        extra_packages: distributions to record besides :data:`DEFAULT_PACKAGES` (e.g. ``("verl",)`` where verl
-            is used).
-
-    Returns:
-        ``{"bandpo": version, "commit": ..., "dirty": ..., ["dirty_count", "dirty_files",] "python": version,
-        "torch": version, "transformers": version, "trl": version, ...}`` (:func:`git_state` for the git keys;
-        a library that is not installed has the version :data:`NOT_INSTALLED`; bandpo's version is
-        :data:`UNKNOWN` when bandpo is imported from a source tree that was never installed).
-    """
+    """The record of the code that runs now: ``{"bandpo": version, **git_state(), "python": version, "torch":
+    version, ...}`` for :data:`DEFAULT_PACKAGES` and ``extra_packages`` (:data:`NOT_INSTALLED` for a missing one;
+    bandpo's version is :data:`UNKNOWN` in a source tree that was never installed)."""
     version = package_version("bandpo")
     out: dict[str, Any] = {"bandpo": UNKNOWN if version == NOT_INSTALLED else version}
     out.update(git_state())

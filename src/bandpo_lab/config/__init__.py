@@ -1,13 +1,8 @@
-"""The one config layer of ``bandpo train`` and ``bandpo compare``: documents, overrides, typed values.
-
-* :mod:`bandpo_lab.config.documents`: YAML files with their ``base:`` chain (PyYAML), ``key=value`` overrides (dotted
-  keys, as OmegaConf / Hydra users write them), merging layers, and where each key was set (``in FILE:LINE`` or
-  ``from the overrides``) for the messages.
-* :mod:`bandpo_lab.config.coerce`: a value converted to the type of the dataclass field it sets (pydantic), or a
-  :class:`ConfigError` naming the key, where it was set, the type in words and the value.
-
-What the keys mean lives with each config: :mod:`bandpo_lab.training.config` (``TrainConfig``: TRL's fields, the
-``model`` / ``data`` / ``reward`` sections, the method) and :mod:`bandpo_lab.experiments.compare.config`.
+"""The one config layer of ``bandpo train`` and ``bandpo compare``: YAML documents with their ``base:`` chain and
+dotted ``key=value`` overrides, each key's origin (``in FILE:LINE``) kept for the messages
+(:mod:`bandpo_lab.config.documents`), and values converted to their dataclass field's type by pydantic
+(:mod:`bandpo_lab.config.coerce`). What the keys mean lives with each config (:mod:`bandpo_lab.training.config`,
+:mod:`bandpo_lab.experiments.compare.config`).
 """
 
 from bandpo_lab.config.coerce import build_dataclass, coerce_value, dataclass_types, field_value, type_words

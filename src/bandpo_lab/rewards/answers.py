@@ -1,11 +1,6 @@
-"""Answers of math completions: the text of a completion, the ``Answer:`` line, the last ``\\boxed{}``, and the
-normalisation that makes equal answers equal strings (DAPO-style exact match, docs/method.md#recipe).
-
-:func:`completion_text` reads a completion as TRL passes it (a string or chat messages); :func:`extract_answer`
-takes the rest of the line after the last ``Answer:``; :func:`last_boxed` the content of the last ``\\boxed{}``;
-:func:`normalize_answer` canonicalises LaTeX, dollars, wrappers, fractions and numbers; :func:`ground_truth_strs` and
-:func:`normalized_ground_truth` check and normalise the ground truth the verifiers compare against.
-"""
+"""Answers of math completions: the text of a completion (:func:`completion_text`), the ``Answer:`` line
+(:func:`extract_answer`), the last ``\\boxed{}`` (:func:`last_boxed`), and the normalisation that makes equal answers
+equal strings (:func:`normalize_answer`; DAPO-style exact match, docs/method.md#recipe)."""
 
 from __future__ import annotations
 
@@ -16,18 +11,6 @@ from decimal import Decimal
 from numbers import Integral, Real
 from typing import Any
 
-__all__ = [
-    "ascii_minus",
-    "completion_text",
-    "extract_answer",
-    "ground_truth_strs",
-    "last_boxed",
-    "normalize_answer",
-    "normalized_ground_truth",
-]
-
-
-# ------------------------------------------------------------------------------------------- completion text
 _EN_DASH_MINUS = re.compile(r"(?<![\w.])\u2013(?=\.?\d)")
 
 
@@ -86,7 +69,6 @@ def _content_text(content: object) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------------- latex helpers
 def _brace_group(s: str, start: int) -> tuple[str, int] | None:
     """For ``s[start] == "{"``: ``(content, index after the matching "}")``; ``None`` if unbalanced.
 
@@ -241,13 +223,19 @@ def normalize_answer(answer: object) -> str:
     s = s.replace("{,}", ",")
     if _THOUSANDS.fullmatch(s):
         s = s.replace(",", "")
-    m = _NUMBER.fullmatch(s)
-    if m and (m.group(2) or m.group(3)):
-        sign, int_part, frac_part = m.group(1), m.group(2).lstrip("0") or "0", (m.group(3) or "").rstrip("0")
-        s = int_part + (f".{frac_part}" if frac_part else "")
-        if sign == "-" and s != "0":
-            s = "-" + s
-    return s
+    return canonical_number(s) or s
+
+
+def canonical_number(text: str) -> str | None:
+    """``text`` as a canonical number (no leading ``+``, no leading zeros, no trailing decimal zeros, ``-0`` is
+    ``0``: ``"+05.50"`` -> ``"5.5"``, ``"3.0"`` -> ``"3"``), or ``None`` when it is not one (thousands separators
+    included)."""
+    m = _NUMBER.fullmatch(text)
+    if not m or not (m.group(2) or m.group(3)):
+        return None
+    sign, int_part, frac_part = m.group(1), m.group(2).lstrip("0") or "0", (m.group(3) or "").rstrip("0")
+    number = int_part + (f".{frac_part}" if frac_part else "")
+    return "-" + number if sign == "-" and number != "0" else number
 
 
 def ground_truth_strs(ground_truth: object) -> list[str]:
@@ -283,7 +271,6 @@ def normalized_ground_truth(ground_truth: str) -> str:
     return gt
 
 
-# ---------------------------------------------------------------------------------------------- extraction
 _ANSWER = re.compile(r"(?<![A-Za-z])answer\s*\**\s*:\**", flags=re.IGNORECASE)
 """``Answer:`` with the Markdown emphasis a model puts around it: ``**Answer**:``, ``*Answer*:``, ``*Answer:*``."""
 

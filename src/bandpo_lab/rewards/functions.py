@@ -10,8 +10,6 @@ from typing import Any
 
 from bandpo_lab.rewards.verifiers import Verifier
 
-__all__ = ["RewardFunc", "VerifierReward", "check_reward_value"]
-
 RewardFunc = Callable[..., Sequence["float | None"]]
 """TRL-style reward function ``fn(prompts, completions, **kwargs) -> list[float | None]``."""
 

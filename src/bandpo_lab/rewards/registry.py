@@ -11,21 +11,6 @@ from bandpo.registry import Registry
 from bandpo_lab.rewards.functions import RewardFunc, VerifierReward
 from bandpo_lab.rewards.verifiers import Verifier, verify_boxed, verify_dapo, verify_last_number
 
-__all__ = [
-    "REWARDS",
-    "VERIFIERS",
-    "boxed_reward",
-    "dapo_reward",
-    "get_reward_func",
-    "get_verifier",
-    "is_import_path",
-    "last_number_reward",
-    "register_reward",
-    "register_verifier",
-    "reward_display_name",
-    "reward_names",
-]
-
 REWARDS: Registry[RewardFunc] = Registry("reward")
 """Reward name -> TRL-style reward function; configs and the CLI select rewards by these names."""
 
@@ -160,12 +145,7 @@ def get_reward_func(name: str, **options: Any) -> RewardFunc:
     return functools.partial(fn, **options)
 
 
-# ------------------------------------------------------------------------------------------------- built-ins
+# The built-in rewards: +1 correct / -1 otherwise, ground truth in column ``answer``.
 dapo_reward: VerifierReward = register_verifier("dapo", verify_dapo)
-"""TRL reward: :func:`verify_dapo`, +1 correct / -1 otherwise, ground truth in column ``answer``."""
-
 boxed_reward: VerifierReward = register_verifier("boxed", verify_boxed)
-"""TRL reward: :func:`verify_boxed`, +1 correct / -1 otherwise, ground truth in column ``answer``."""
-
-last_number_reward: VerifierReward = register_verifier("last_number", verify_last_number)
-"""TRL reward: :func:`verify_last_number`, +1 correct / -1 otherwise, ground truth in column ``answer``."""
+register_verifier("last_number", verify_last_number)

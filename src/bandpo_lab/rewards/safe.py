@@ -16,8 +16,6 @@ from bandpo_lab.rewards.functions import RewardFunc, check_reward_value
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SafeRewardFunc", "safe_reward_func"]
-
 
 def _noop(*args: Any, **kwargs: Any) -> None:
     return None
@@ -172,17 +170,11 @@ def safe_reward_func(
     """Wrap a TRL reward function so an exception while scoring a completion gives it ``failure_reward``
     instead of ending the run.
 
-    The whole batch is scored in one call; if that raises (or returns the wrong number of values, or a
-    non-finite one), each completion is scored alone with its own slice of every per-completion keyword
-    column, and only those that still fail get ``failure_reward``. ``None`` rewards (TRL: "not applicable")
-    pass through. Completions may be strings or chat message lists: the wrapper never reads them.
-
-    Failures are counted in ``n_failures`` (cumulative) and :meth:`SafeRewardFunc.metrics` (since the last
-    reset); under TRL, ``rewards/<name>/failure_frac`` is also logged each batch through ``log_metric``. The
-    first ``max_logged`` failures are logged as warnings with their traceback.
-
-    With ``raise_if_all_fail`` (default), a batch of two or more completions in which *every* completion
-    fails raises ``RuntimeError``: that is a configuration error (a missing ground-truth column, a bad
-    option), not a bad completion, and zero rewards would silently waste the run.
+    The whole batch is scored in one call; if that raises (or returns a wrong count or a non-finite value), each
+    completion is scored alone with its slice of every per-completion column, and those that still fail get
+    ``failure_reward`` (``None`` rewards pass through). Failures are counted (``n_failures``,
+    :meth:`SafeRewardFunc.metrics`, ``rewards/<name>/failure_frac`` through TRL's ``log_metric``) and the first
+    ``max_logged`` logged with their traceback. With ``raise_if_all_fail``, a batch of two or more completions
+    that all fail raises ``RuntimeError``: a configuration error (a missing column), not bad completions.
     """
     return SafeRewardFunc(fn, failure_reward, max_logged, raise_if_all_fail)

@@ -15,11 +15,11 @@ import importlib.util
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any, NamedTuple
 
 from bandpo_lab.rewards.answers import (
     ascii_minus,
+    canonical_number,
     completion_text,
     extract_answer,
     ground_truth_strs,
@@ -27,16 +27,6 @@ from bandpo_lab.rewards.answers import (
     normalize_answer,
     normalized_ground_truth,
 )
-
-__all__ = [
-    "Verifier",
-    "VerifyResult",
-    "last_number",
-    "math_verify_available",
-    "verify_boxed",
-    "verify_dapo",
-    "verify_last_number",
-]
 
 
 class VerifyResult(NamedTuple):
@@ -109,19 +99,12 @@ def verify_boxed(
 ) -> VerifyResult:
     """``\\boxed{}`` verifier: the last ``\\boxed{...}`` of the completion against the ground truth.
 
-    Which comparison is used:
-
-    * ``math-verify`` installed (or ``use_math_verify=True``): correct when the normalised strings match
-      *or* ``math_verify.verify(parse(gold), parse("\\boxed{answer}"))`` holds, so ``0.5`` matches ``\\frac12``
-      and ``x^2+1`` matches ``1+x^2``. Gold answers without ``$`` or ``\\boxed`` are parsed as ``$gold$``.
-    * otherwise (or ``use_math_verify=False``): the normalised exact match of :func:`normalize_answer`.
-
-    math-verify's 5-second parse/verify timeouts use ``signal.alarm``, so they apply in the main thread only;
-    called from another thread it runs without them.
-
-    ``ground_truth`` is a string or number, or a list of accepted answers (any may match); one containing
-    ``\\boxed{}`` is reduced to its last boxed content first. The returned ``answer`` is the normalised boxed
-    content (``None`` without a ``\\boxed{}``).
+    Correct when the normalised strings match (:func:`normalize_answer`) or, with ``math-verify`` installed (or
+    ``use_math_verify=True``), ``math_verify.verify(parse(gold), parse("\\boxed{answer}"))`` holds (``0.5``
+    matches ``\\frac12``; gold without ``$`` or ``\\boxed`` is parsed as ``$gold$``; its 5-second timeouts apply
+    in the main thread only). ``ground_truth`` is a string or number, or a list of accepted answers; one holding
+    ``\\boxed{}`` is reduced to its last boxed content. ``answer`` is the normalised boxed content (``None``
+    without one).
 
     Raises:
         ImportError: ``use_math_verify=True`` without the package.
@@ -143,7 +126,6 @@ def verify_boxed(
     return VerifyResult(bool(correct), answer)
 
 
-# ------------------------------------------------------------------------------------------------ last number
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
 """A number as a reply writes it (after :func:`ascii_minus`): optional minus, digits with optional thousands
 commas, optional decimals (``-1,234.50``); not part of a word (``x2``) and not the tail of a decimal (``.5`` is
@@ -155,17 +137,7 @@ def last_number(text: str) -> str | None:
     ``0``: ``"1,234.50"`` -> ``"1234.5"``), or ``None`` when it holds none. Unicode minus signs count as ``-``
     (:func:`~bandpo_lab.rewards.answers.ascii_minus`: ``"−5"`` -> ``"-5"``)."""
     found = _NUMBER_RE.findall(ascii_minus(text))
-    return _canonical_number(found[-1]) if found else None
-
-
-def _canonical_number(raw: str) -> str | None:
-    try:
-        value = Decimal(raw.replace(",", ""))
-    except InvalidOperation:
-        return None
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
+    return canonical_number(found[-1].replace(",", "")) if found else None
 
 
 def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_truth: object) -> VerifyResult:
@@ -179,7 +151,7 @@ def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_tru
     truths = set()
     for gt in ground_truth_strs(ground_truth):
         text = ascii_minus(gt).strip().removeprefix("+")  # a ground truth "+5" is the number 5
-        canonical = _canonical_number(text) if _NUMBER_RE.fullmatch(text) else None
+        canonical = canonical_number(text.replace(",", "")) if _NUMBER_RE.fullmatch(text) else None
         if canonical is None:
             raise ValueError(f"the last_number verifier needs a numeric ground truth, got {gt!r}")
         truths.add(canonical)

@@ -1,10 +1,6 @@
-"""How a real-model RL step runs on a CPU, one concern per module:
-
-- :mod:`bandpo_lab.runtime.precision`: the ``precision`` setting (``auto``, ``float32``, ``bf16``) and its contexts;
-- :mod:`bandpo_lab.runtime.fused_head`: TRL's fused LM head on the scored positions only (a patch of a TRL internal);
-- :mod:`bandpo_lab.runtime.allocator`: glibc's allocator kept from returning freed memory during training (ctypes).
-
-Their public names are importable from here (``from bandpo_lab.runtime import Precision``).
+"""How a real-model RL step runs on a CPU: the ``precision`` setting and its contexts (:mod:`.precision`), TRL's
+fused LM head on the scored positions only (:mod:`.fused_head`), and glibc's allocator kept from returning freed
+memory during training (:mod:`.allocator`). Their public names are importable from here.
 """
 
 from bandpo_lab.runtime.allocator import freed_memory_kept, freed_memory_returned

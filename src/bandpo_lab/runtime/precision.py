@@ -1,36 +1,12 @@
-"""How a real-model RL step computes on a CPU: the precision setting.
+"""How a real-model RL step computes on a CPU: the ``precision`` setting (``auto``, ``float32``, ``bf16``).
 
-``precision`` (``model.precision`` in a training config, also as an override of ``bandpo demo``; ``--precision`` on
-``eval`` and ``probe``; ``eval.precision`` in a compare config):
-
-``float32``
-    Every matrix product in float32.
-``bf16``
-    Sampling (``generate``) under bfloat16 autocast, and the matrix products of the *backward* pass in bfloat16
-    (the linear layers': bfloat16 products of bfloat16 copies saved by the forward, :mod:`bandpo_lab.bf16_backward`;
-    the others: bfloat16 inputs, float32 accumulation and outputs, oneDNN's ``fp32_precision = "bf16"``). The forward
-    passes that give the log-probabilities of the ratio (old and new policy) stay float32, and so do the master
-    weights, the optimizer, the loss and its bounds. It needs a CPU with native bfloat16 matrix instructions
-    (``avx512_bf16`` or ``amx_bf16``): elsewhere it is refused in one line before a model loads
-    (:func:`bf16_problem`; PyTorch's reference kernel there computes bfloat16 products at 1 GFLOP/s against 89 for
-    float32 on an AVX2 core, docs/smollm2.md).
-``auto``
-    ``bf16`` where the CPU has native bfloat16 matrix instructions (``amx_bf16`` or ``avx512_bf16``), ``float32``
-    elsewhere.
-
-Why the forward stays float32 (measured on SmolLM2-135M, ``docs/smollm2.md``): in bfloat16 the weights and
-activations carry 8 significant bits, while one optimizer update moves a weight by about 1e-4 of its value. After
-an update, part of the rounded values flip by a whole bfloat16 step, so the bf16 policy's log-probabilities move by
-0.1-0.2 (standard deviation) beyond what the update moves them in float64: a ratio that differs from the exact one
-by 10-20 %, enough to push tokens across a 0.2 clip boundary that the update did not push. That is clipping made by
-rounding, and it would decide a study of clipping. The log-probs of the ratio are therefore computed in float32;
-the backward pass only shapes the gradient (a 0.3 % relative error per product, far below the sampling noise of
-the gradient), and sampling from a bf16 copy of the policy is the usual rollout-engine mismatch (the ratio is
-taken between float32 log-probs of the sampled tokens, exactly 1 on the first update of a round).
-
-On a GPU the frameworks' own mixed precision applies (TRL's ``bf16``), and ``precision`` changes nothing; TRL's
-``bf16: true`` autocasts the ratio's forward passes too, which moves tokens across clip boundaries (measured on an
-H200: docs/smollm2.md, "On a GPU"), so the run's precision line says which of TRL's flags are on.
+``precision`` is ``model.precision`` in a training config (also an override of ``bandpo demo``), ``--precision`` on
+``eval`` and ``probe``, ``eval.precision`` in a compare config. ``bf16`` samples under bfloat16 autocast and runs the
+backward products in bfloat16 (:mod:`bandpo_lab.bf16_backward`), while the forward passes of the ratio's log-probs,
+the weights, the optimizer, the loss and its bounds stay float32; it needs native bfloat16 instructions
+(:data:`NATIVE_BF16_FLAGS`) and is refused elsewhere (:func:`bf16_problem`). ``auto`` is ``bf16`` where it pays,
+``float32`` elsewhere. On a GPU the framework's own mixed precision applies. Why, and the measurements:
+docs/smollm2.md, "Precision and speed".
 """
 
 from __future__ import annotations
@@ -41,25 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "BF16_MIN_PARAMS",
-    "FLOAT32",
-    "GPU_REASON",
-    "NATIVE_BF16_FLAGS",
-    "PRECISIONS",
-    "Precision",
-    "bf16_problem",
-    "check_precision",
-    "cpu_bf16_flags",
-    "cuda_tf32",
-    "matmul_precision",
-    "onednn_matmul_setting",
-    "precision_for",
-    "resolve_precision",
-    "weight_dtypes",
-    "weights_note",
-]
-
 PRECISIONS = ("auto", "float32", "bf16")
 """Valid ``precision`` values (module docstring)."""
 
@@ -67,9 +24,7 @@ NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """CPU flags (``/proc/cpuinfo``) of native bfloat16 matrix instructions."""
 
 BF16_MIN_PARAMS = 20_000_000
-"""``auto`` keeps float32 below this many parameters: a small model's step is not made of large matrix
-products, and bfloat16 autocast only adds casts to it (the 0.9M-parameter task model, measured in
-``docs/smollm2.md``)."""
+"""``auto`` keeps float32 below this many parameters (a small model's step gains nothing, docs/smollm2.md)."""
 
 GPU_REASON = "GPU: the framework's own mixed precision"
 """The reason of a GPU run's precision when the caller does not say what its framework computes."""
@@ -144,12 +99,9 @@ class Precision:
     @contextlib.contextmanager
     def backward(self) -> Iterator[None]:
         """Around a training step (forward, backward and any recomputation of activation checkpointing), for
-        ``bf16``: the linear layers of a forward that records a graph save bfloat16 copies of their inputs and
-        weights and run their backward products in bfloat16 (:mod:`bandpo_lab.bf16_backward`; their forward is
-        float32), and the other float32 products take bfloat16 inputs (float32 accumulation and output); the
-        forward passes inside it go back to float32 products under :meth:`exact`. Activation checkpointing's
-        recomputation runs inside the backward pass, and under :meth:`exact` too (:meth:`_exact_recomputation`),
-        as the forward it repeats did: it saves the same tensors, so checkpointing leaves the gradient unchanged."""
+        ``bf16``: the linear layers' backward products in bfloat16 (:mod:`bandpo_lab.bf16_backward`), the other
+        float32 products with bfloat16 inputs; forward passes under :meth:`exact` and checkpointing's
+        recomputation (:meth:`_exact_recomputation`) keep float32 products, so the gradient does not change."""
         if not self.bf16:
             yield
             return
@@ -161,14 +113,9 @@ class Precision:
     @contextlib.contextmanager
     def _exact_recomputation(self) -> Iterator[None]:
         """Within the block, a module's forward that records a graph while the autograd engine runs a backward
-        pass (activation checkpointing's recomputation, reentrant or not: ``torch.utils.checkpoint``, which
-        transformers' ``gradient_checkpointing`` calls on each decoder layer) runs under :meth:`exact`, with its
-        submodules. Without it the recomputation ran under the backward's ``fp32_precision = "bf16"``: on a CPU
-        where oneDNN applies that setting (AMX), its float32 products took bfloat16 inputs, so the activations it
-        saved for the backward products (a layer's input, ``tanh``'s output) were not the forward's, and the
-        gradients differed from those without checkpointing by more than the rounding of the bfloat16 products.
-        The backward's own products run in the engine, not in a module's forward, so they keep the block's
-        setting; a custom ``backward`` runs without grad, so it is not taken for a recomputation."""
+        pass (activation checkpointing's recomputation, reentrant or not) runs under :meth:`exact`, with its
+        submodules, so it saves the activations the forward saved (docs/smollm2.md, "The backward in bfloat16
+        products"). The backward's own products and a custom ``backward`` (no grad) keep the block's setting."""
         import torch
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
@@ -243,9 +190,8 @@ def resolve_precision(
     """What ``requested`` (one of :data:`PRECISIONS`) runs as here.
 
     ``auto``: ``bf16`` where the CPU reports :data:`NATIVE_BF16_FLAGS` and the model has at least
-    :data:`BF16_MIN_PARAMS` parameters (``n_params``; ``None``: unknown, counts as large), else ``float32``.
-    ``bf16`` on a CPU without the flags is refused (:func:`bf16_problem`). On a GPU: ``framework``, for the reason ``gpu_reason`` when given (what the
-    framework's own settings compute: :func:`bandpo_lab.training.run.gpu_precision_reason`), else :data:`GPU_REASON`.
+    :data:`BF16_MIN_PARAMS` parameters (``n_params``; ``None``: unknown, counts as large), else ``float32``. On a
+    GPU: ``framework``, for the reason ``gpu_reason`` (what the framework computes), else :data:`GPU_REASON`.
 
     Raises:
         ValueError: ``requested`` is not one of :data:`PRECISIONS`, or is ``bf16`` on a CPU without native bf16
@@ -286,9 +232,7 @@ def bf16_problem(
     """The one line that refuses ``requested`` = ``bf16`` (or ``bfloat16``) on a CPU without native bfloat16
     instructions (:data:`NATIVE_BF16_FLAGS` in ``cpuinfo``, by default ``/proc/cpuinfo``), naming the setting
     ``name`` and where it was set (``at``: ``in configs/my.yaml:12``, ...); ``None`` for any other value, on a GPU
-    (``on_gpu``: the framework's own mixed precision applies) or on a CPU with them. Training's preflight, ``eval``
-    and ``probe`` call it before a model loads; ``auto`` picks float32 on such a CPU instead.
-    """
+    (``on_gpu``) or on a CPU with them."""
     if requested not in ("bf16", "bfloat16") or on_gpu or cpu_bf16_flags(cpuinfo):
         return None
     where = f" ({at})" if at else ""
@@ -316,8 +260,7 @@ def weight_dtypes(model: Any) -> list[str]:
 
 
 def cuda_tf32() -> bool | None:
-    """Whether float32 matrix products on CUDA use TF32 now, by PyTorch's settings (``fp32_precision`` of
-    ``torch.backends.cuda.matmul``, else the global one, else the older ``allow_tf32`` flag: what
+    """Whether float32 matrix products on CUDA use TF32 now, by PyTorch's settings (what
     ``torch.set_float32_matmul_precision`` and TRL's ``tf32`` set); ``None`` where they cannot be read."""
     import torch
 
@@ -333,9 +276,8 @@ def cuda_tf32() -> bool | None:
 
 
 def weights_note(precision: Precision, model: Any) -> str | None:
-    """One line for a run whose weights are not float32 (``model.dtype: bfloat16``, say): every forward then
-    computes in their dtype, so the log-probs that form the ratio are not float32, whatever ``precision`` (on a
-    CPU) or TRL's ``bf16`` (on a GPU) says; ``None`` for float32 weights."""
+    """One line for a run whose weights are not float32 (``model.dtype: bfloat16``, say): the log-probs that form
+    the ratio are then not float32, whatever ``precision`` or TRL's ``bf16`` says; ``None`` for float32 weights."""
     dtypes = weight_dtypes(model)
     if not dtypes or dtypes == ["float32"]:
         return None

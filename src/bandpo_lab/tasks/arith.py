@@ -1,42 +1,27 @@
 """Arith: one- and two-digit arithmetic questions for instruct models, answered in prose, scored by the last number.
 
-A problem is ``a op b`` with ``op`` among ``+ - *`` (``x`` is accepted for ``*`` in the options) and operands of
-the configured digit counts; the prompt is one chat message ``What is 23 + 45?`` and the ground truth the integer
-result. The reward is the ``last_number`` verifier (:func:`bandpo_lab.rewards.verify_last_number`): the last number in
-the reply, as GSM8K evaluations' flexible extraction reads it, so a model that answers in sentences is scored on
-its answer, not on a format.
-
-Splits are seeded and disjoint: problems are drawn without repetition (``a op b`` with the same operands and
-operator is one problem; ``3 + 4`` and ``4 + 3`` are two), the test split first, so the test problems do not
-depend on ``n_train``. Operand digits are drawn uniformly from ``digits`` for each operand, then the value
-uniformly among the numbers with that many digits (``1``: 0-9, ``2``: 10-99, ``3``: 100-999). With
-``nonnegative`` (default), ``a - b`` has ``a >= b`` (operands swapped otherwise).
-
-Measured base accuracy of SmolLM2-135M-Instruct (dequantized Q4_1) at temperature 1, 24 new tokens: see
-docs/smollm2.md.
+A problem is ``a op b`` with ``op`` among ``+ - *`` and operands of the configured digit counts; the prompt is one
+chat message ``What is 23 + 45?`` and the ground truth the integer result, scored by the ``last_number`` verifier
+(:func:`bandpo_lab.rewards.verify_last_number`), so a model that answers in sentences is scored on its answer, not
+on a format. Each operand draws a digit count, then a value with that many digits (``1``: 0-9, ``2``: 10-99).
+Splits are seeded and disjoint (``3 + 4`` and ``4 + 3`` are two problems), the test split drawn first so that it
+does not depend on ``n_train``. Base accuracy of SmolLM2-135M-Instruct: docs/smollm2.md.
 """
 
 from __future__ import annotations
 
+import operator
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from bandpo.validation import check_int_in
 
-__all__ = [
-    "ARITH_OPERATORS",
-    "ArithConfig",
-    "arith_answer",
-    "count_arith_problems",
-    "format_question",
-    "make_arith_splits",
-]
-
 ARITH_OPERATORS = {"+": "+", "-": "-", "*": "*", "x": "*"}
 """Operator names the options accept -> the operator of the problem (``x`` is ``*``)."""
 
 MAX_DIGITS = 3
+_APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
 def _digit_range(digits: int) -> range:
@@ -67,24 +52,18 @@ class ArithConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.digits, (list, tuple)) or not self.digits:
-            raise ValueError(
-                f"digits must be a non-empty list of digit counts in [1, {MAX_DIGITS}], got {self.digits!r}"
-            )
-        for d in self.digits:
-            check_int_in("digits", d, 1, MAX_DIGITS)
-        if len(set(self.digits)) != len(self.digits):
-            raise ValueError(f"digits must not repeat a digit count, got {self.digits!r}")
-        if self.second_digits is not None:
-            if not isinstance(self.second_digits, (list, tuple)) or not self.second_digits:
+        for name, counts in (("digits", self.digits), ("second_digits", self.second_digits)):
+            if name == "second_digits" and counts is None:
+                continue
+            if not isinstance(counts, (list, tuple)) or not counts:
+                null = "null or " if name == "second_digits" else ""
                 raise ValueError(
-                    f"second_digits must be null or a non-empty list of digit counts in [1, {MAX_DIGITS}], got "
-                    f"{self.second_digits!r}"
+                    f"{name} must be {null}a non-empty list of digit counts in [1, {MAX_DIGITS}], got {counts!r}"
                 )
-            for d in self.second_digits:
-                check_int_in("second_digits", d, 1, MAX_DIGITS)
-            if len(set(self.second_digits)) != len(self.second_digits):
-                raise ValueError(f"second_digits must not repeat a digit count, got {self.second_digits!r}")
+            for d in counts:
+                check_int_in(name, d, 1, MAX_DIGITS)
+            if len(set(counts)) != len(counts):
+                raise ValueError(f"{name} must not repeat a digit count, got {counts!r}")
         if not isinstance(self.operators, (list, tuple)) or not self.operators:
             raise ValueError(
                 f"operators must be a non-empty list of {', '.join(ARITH_OPERATORS)}, got {self.operators!r}"
@@ -137,13 +116,9 @@ def count_arith_problems(config: ArithConfig) -> int:
 
 def arith_answer(a: int, op: str, b: int) -> int:
     """``a op b`` for ``op`` in ``+ - *``."""
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    raise ValueError(f"op must be one of + - *, got {op!r}")
+    if op not in _APPLY:
+        raise ValueError(f"op must be one of + - *, got {op!r}")
+    return _APPLY[op](a, b)
 
 
 def format_question(a: int, op: str, b: int) -> str:

@@ -1,25 +1,15 @@
-"""Countdown: a synthetic arithmetic puzzle with a verifiable 0/1 reward.
+"""Countdown: a synthetic arithmetic puzzle with a verifiable 0/1 reward (docs/tiny-task.md).
 
-A puzzle gives ``n_numbers`` digits and a target; the answer is an expression that uses every digit exactly
-once (in any order) with the binary operators ``+ - *`` (usual precedence, ``*`` before ``+``/``-``, left to
-right) and evaluates to the target. No parentheses, no unary minus, no concatenation of digits::
-
-    prompt:  "3,7,2:23="      answer: "3*7+2"
-
-Every puzzle is solvable by construction: the puzzles of a configuration are enumerated exhaustively (all
-multisets of digits x all orders x all operator choices, keeping the values inside the target range), so
-:class:`CountdownConfig` knows how many distinct puzzles exist and rejects split sizes that cannot be met.
-Two puzzles are the same when they have the same digit multiset and target (the digit order in the prompt is
-only presentation), and train and test never share one.
-
-The verifier parses the expression itself (a tokenizer and a two-level precedence evaluation); it never calls
-``eval``.
+A puzzle gives ``n_numbers`` digits and a target; the answer is an expression that uses every digit exactly once
+(in any order) with the binary operators ``+ - *`` (usual precedence; no parentheses, unary minus or concatenated
+digits): prompt ``"3,7,2:23="``, answer ``"3*7+2"``. The puzzles of a configuration are enumerated exhaustively,
+so each is solvable and :class:`CountdownConfig` knows how many exist. A puzzle is its digit multiset and target;
+train and test never share one. The verifier parses the expression itself; it never calls ``eval``.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -28,23 +18,6 @@ from functools import lru_cache
 from typing import Any
 
 from bandpo.validation import check_int_in
-
-__all__ = [
-    "END_OF_TEXT_MARKERS",
-    "OPERATORS",
-    "CountdownConfig",
-    "count_puzzles",
-    "countdown_reward",
-    "countdown_reward_func",
-    "evaluate_expression",
-    "format_prompt",
-    "make_splits",
-    "parse_expression",
-    "parse_prompt",
-    "random_guess_accuracy",
-    "solutions",
-    "strip_completion",
-]
 
 OPERATORS = "+-*"
 """The binary operators an answer may use."""
@@ -57,11 +30,6 @@ MAX_ABS_TARGET = 10**6
 
 _PROMPT_RE = re.compile(r"(?P<digits>\d+(?:,\d+)*):(?P<target>-?\d+)=")
 _TOKEN_RE = re.compile(r"\s*(?:(?P<number>[0-9]+)|(?P<op>[-+*]))")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Configuration
-# ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -115,11 +83,6 @@ class CountdownConfig:
                 f"[{self.min_target}, {self.max_target}]; got n_train={self.n_train} + n_test={self.n_test} = "
                 f"{self.n_train + self.n_test}"
             )
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Expressions
-# ---------------------------------------------------------------------------------------------------------
 
 
 def parse_expression(text: str) -> tuple[list[int], list[str]]:
@@ -220,11 +183,6 @@ def solutions(digits: Sequence[int], target: int) -> list[str]:
     return found
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Prompts and splits
-# ---------------------------------------------------------------------------------------------------------
-
-
 def format_prompt(digits: Sequence[int], target: int) -> str:
     """``format_prompt([3, 7, 2], 23) == "3,7,2:23="``."""
     return ",".join(str(d) for d in digits) + f":{target}="
@@ -259,26 +217,16 @@ def _problem(
 
 
 def make_splits(cfg: CountdownConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Deterministic, disjoint train and test puzzles.
-
-    Each problem is a dict with ``prompt`` (str, e.g. ``"3,7,2:23="``), ``answer`` (str, one reference
-    solution), ``digits`` (list[int], in prompt order) and ``target`` (int). The puzzles are shuffled by
-    ``cfg.seed``; the test split is the first ``n_test`` of them and does not depend on ``n_train``. No digit
-    multiset and target pair appears in both splits.
-    """
+    """Deterministic, disjoint train and test puzzles: dicts with ``prompt`` (``"3,7,2:23="``), ``answer`` (one
+    reference solution), ``digits`` (in prompt order) and ``target``. The puzzles are shuffled by ``cfg.seed``; the
+    test split is the first ``n_test`` of them, so it does not depend on ``n_train``."""
     table = _puzzles(cfg)
     keys = list(table)
     rng = random.Random(cfg.seed)
     rng.shuffle(keys)
-    # The test split is drawn first so that it is the same for every n_train.
     test = [_problem(key, table[key], rng) for key in keys[: cfg.n_test]]
     train = [_problem(key, table[key], rng) for key in keys[cfg.n_test : cfg.n_test + cfg.n_train]]
     return train, test
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Reward
-# ---------------------------------------------------------------------------------------------------------
 
 
 def strip_completion(completion: str) -> str:
@@ -292,13 +240,9 @@ def strip_completion(completion: str) -> str:
 
 
 def countdown_reward(prompt: str, completion: str) -> float:
-    """1.0 if ``completion`` solves the puzzle in ``prompt``, else 0.0.
-
-    The completion is cut at the first end-of-text marker (:data:`END_OF_TEXT_MARKERS`; whatever follows is
-    ignored) and stripped of surrounding whitespace. It must then be an expression that uses exactly the
-    prompt's digits (as a multiset) with ``+ - *`` and evaluates to the target. Malformed expressions score
-    0.0; a prompt that is not a countdown prompt raises ``ValueError`` (that is a caller error).
-    """
+    """1.0 if ``completion``, cut at its first end-of-text marker (:func:`strip_completion`), is an expression that
+    uses exactly the prompt's digits with ``+ - *`` and evaluates to the target, else 0.0 (malformed ones too); a
+    prompt that is not a countdown prompt raises ``ValueError``."""
     digits, target = parse_prompt(prompt)
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
@@ -321,12 +265,9 @@ def _text_of(item: Any, name: str) -> str:
 
 
 def countdown_reward_func(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """TRL reward function: ``[countdown_reward(p, c) for p, c in zip(prompts, completions)]``.
-
-    Accepts TRL's standard format (strings) and conversational format (lists of messages: the last prompt
-    message holds the puzzle, the completion messages are concatenated). Extra dataset columns passed by TRL
-    in ``kwargs`` are ignored: the prompt alone defines the puzzle.
-    """
+    """TRL reward function: ``[countdown_reward(p, c) for p, c in zip(prompts, completions)]``, for strings or
+    chat messages (the last prompt message holds the puzzle, the completion messages are concatenated); other
+    dataset columns are ignored."""
     if len(prompts) != len(completions):
         raise ValueError(
             f"prompts and completions must have the same length, got {len(prompts)} and {len(completions)}"
@@ -338,14 +279,8 @@ def countdown_reward_func(prompts: Sequence[Any], completions: Sequence[Any], **
 
 
 def random_guess_accuracy(digits: Sequence[int], target: int) -> float:
-    """Chance that a uniformly random digit order and operator choice solves the puzzle.
-
-    A baseline for pass@1: 8.6% averaged over the default test split.
-    """
-    n = len(digits)
-    total = math.factorial(n) * 3 ** (n - 1)
-    hits = 0
-    for order in itertools.permutations(digits):
-        for ops in itertools.product(OPERATORS, repeat=n - 1):
-            hits += evaluate_expression(order, ops) == target
-    return hits / total
+    """Chance that a uniformly random digit order and operator choice solves the puzzle (a baseline for pass@1:
+    8.6% averaged over the default test split). Every distinct order is equally likely, so it is the share of
+    solutions among them."""
+    orders = len(set(itertools.permutations(digits)))
+    return len(solutions(digits, target)) / (orders * len(OPERATORS) ** (len(digits) - 1))

@@ -1,16 +1,9 @@
 """A tiny character-level Qwen2 for the countdown task, built locally and warm-started by supervised training.
 
-Nothing is downloaded: the tokenizer is a character vocabulary built with the ``tokenizers`` library and the
-model is a freshly initialized ``Qwen2ForCausalLM`` (4 layers, hidden 128, 4 heads, tied embeddings: 0.86M
-parameters). The warm start trains it on demonstrations that are right ``demo_accuracy`` (30%) of the time and
-otherwise a random expression of the same digits, so that the policy starts with rare-but-right answers for
-reinforcement learning to find. On the 200 held-out puzzles at temperature 1.0 the default recipe reaches
-pass@1 9.4% and pass@8 54% (seed 0; seed 1: 8.9% and 51%), in about two minutes on two idle CPU cores (600
-steps of about 0.17 s; 0.28 s of CPU time per step on one thread). For scale, a uniformly random expression
-of the right digits solves 8.6% of these puzzles: the warm start has learned the format, not yet the skill.
-
-:func:`warm_start` caches the result in ``cache_dir/countdown-warm-<hash of the config>``; the directory loads
-with ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``.
+Nothing is downloaded: the tokenizer is a character vocabulary built with ``tokenizers`` and the model a freshly
+initialized ``Qwen2ForCausalLM`` (0.86M parameters), trained on demonstrations right ``demo_accuracy`` of the time so
+that the policy starts with rare-but-right answers for RL to find (docs/tiny-task.md). :func:`warm_start` caches the
+result in ``cache_dir/countdown-warm-<hash of the config>``, a directory ``from_pretrained`` loads.
 """
 
 from __future__ import annotations
@@ -18,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import random
 import shutil
 import tempfile
@@ -29,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from torch import Tensor
 from transformers import (
@@ -40,20 +33,8 @@ from transformers import (
     TrainingArguments,
 )
 
-from bandpo.validation import check_int_in
+from bandpo.validation import check_int_in, check_number_in
 from bandpo_lab.tasks.countdown import OPERATORS, CountdownConfig, make_splits, solutions
-
-__all__ = [
-    "EOS_TOKEN",
-    "PAD_TOKEN",
-    "UNK_TOKEN",
-    "VOCABULARY",
-    "WarmStartConfig",
-    "build_model",
-    "build_tokenizer",
-    "make_demonstrations",
-    "warm_start",
-]
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
@@ -85,16 +66,6 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         padding_side="left",
         model_max_length=128,
     )
-
-
-def _check_float(name: str, value: object, low: float, high: float, *, low_open: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
-    if ok:
-        ok = (float(value) > low if low_open else float(value) >= low) and float(value) <= high
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise ValueError(f"{name} must be a finite number in {bracket}{low}, {high}], got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -140,10 +111,12 @@ class WarmStartConfig:
         check_int_in("intermediate_size", self.intermediate_size, 1, 65536)
         check_int_in("max_steps", self.max_steps, 1)
         check_int_in("batch_size", self.batch_size, 1)
-        _check_float("learning_rate", self.learning_rate, 0.0, 1.0, low_open=True)
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0.0 < lr <= 1.0:
+            raise ValueError(f"learning_rate must be a finite number in (0.0, 1.0], got {lr!r}")
         check_int_in("warmup_steps", self.warmup_steps, 0)
-        _check_float("weight_decay", self.weight_decay, 0.0, 1.0)
-        _check_float("demo_accuracy", self.demo_accuracy, 0.0, 1.0)
+        check_number_in("weight_decay", self.weight_decay, 0.0, 1.0)
+        check_number_in("demo_accuracy", self.demo_accuracy, 0.0, 1.0)
         check_int_in("seed", self.seed, 0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,7 +176,7 @@ def make_demonstrations(
     uniformly random order of the prompt's digits joined by random operators.
     """
     check_int_in("n", n, 0)
-    _check_float("demo_accuracy", demo_accuracy, 0.0, 1.0)
+    check_number_in("demo_accuracy", demo_accuracy, 0.0, 1.0)
     if not problems:
         raise ValueError("problems must be a non-empty sequence of countdown problems, got an empty one")
     rng = random.Random(seed)
@@ -226,12 +199,9 @@ def make_demonstrations(
 
 
 class _DemoCollator:
-    """Right-pads ``prompt + completion + eos`` and masks the prompt and padding out of the loss.
-
-    Returns ``input_ids``: (B, L) long and ``labels``: (B, L) long with -100 on prompt and pad positions. No
-    attention mask: with right padding and causal attention the pads never influence a real token, and the
-    plain causal mask is the fastest path.
-    """
+    """Right-pads ``prompt + completion + eos``: ``input_ids`` (B, L) long and ``labels`` (B, L) long, -100 on prompt
+    and pad positions. No attention mask: with right padding and causal attention the pads never reach a real
+    token."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast) -> None:
         self.tokenizer = tokenizer
@@ -258,11 +228,7 @@ def _train(
     work_dir: Path,
     progress: bool,
 ) -> list[dict[str, float]]:
-    """Supervised fine-tuning with transformers' ``Trainer``.
-
-    Measured on two CPU cores, its steps run at the speed of a hand-written loop (about 6 steps/s with this
-    model and batch), so a hand loop would buy nothing.
-    """
+    """Supervised fine-tuning with transformers' ``Trainer`` (as fast as a hand-written loop here)."""
     train, _ = make_splits(config.task)
     demos = make_demonstrations(
         train, config.max_steps * config.batch_size, config.demo_accuracy, config.seed
@@ -298,15 +264,10 @@ def warm_start(
     force: bool = False,
     progress: bool = True,
 ) -> Path:
-    """Train (or reuse) the warm-started tiny model; returns the directory holding model and tokenizer.
-
-    The directory is ``cache_dir/countdown-warm-<config.cache_key()>``; it holds ``config.json``, the weights,
-    ``generation_config.json``, the tokenizer files and ``warm_start.json`` (config, wall time, loss log). A
-    directory with ``warm_start.json`` is reused unless ``force``. Training happens in a temporary sibling that
-    is renamed into place at the end, so an interrupted run leaves no half-written cache entry.
-
-    Seeds Python's, NumPy's and torch's global RNGs (as transformers' ``Trainer`` does).
-    """
+    """Train (or reuse) the warm-started tiny model; returns ``cache_dir/countdown-warm-<config.cache_key()>``, which
+    holds the model, the tokenizer and ``warm_start.json`` (config, wall time, loss log) and is reused unless
+    ``force``. Training happens in a temporary sibling renamed into place at the end, so an interrupted run leaves
+    no half-written entry. Seeds the global RNGs (as transformers' ``Trainer`` does)."""
     config = WarmStartConfig() if config is None else config
     if not isinstance(config, WarmStartConfig):
         raise ValueError(f"config must be a WarmStartConfig, got {type(config).__name__}")
@@ -331,7 +292,7 @@ def warm_start(
             "n_parameters": sum(p.numel() for p in model.parameters()),
             "wall_time_s": round(time.perf_counter() - start, 2),
             "log_history": log,
-            "versions": {"torch": torch.__version__, "transformers": _transformers_version()},
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         }
         (out / _MARKER).write_text(json.dumps(summary, indent=2))
         if (target / _MARKER).is_file() and not force:
@@ -340,9 +301,3 @@ def warm_start(
             shutil.rmtree(target)
         out.rename(target)
     return target
-
-
-def _transformers_version() -> str:
-    import transformers
-
-    return transformers.__version__
