@@ -1,6 +1,5 @@
-"""The checks of a training config that need no model: processes, batch arithmetic, the libraries the config asks
-for (vLLM, an attention implementation), the model path, the cache, the tokenizer (:func:`bandpo_lab.training.run.prepare`
-runs them before anything loads)."""
+"""The checks of a training config that need no model (processes, batch arithmetic, libraries, the model path),
+which :func:`bandpo_lab.training.run.prepare` runs before anything loads; the cache and the tokenizer."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from bandpo_lab.training.resume import trainer_default
 from bandpo_lab.training.tasks import TASKS, default_cache_dir
 
 __all__ = [
-    "attention_implementations",
     "attention_problem",
     "cache_dir",
     "check_batch",
@@ -36,12 +34,12 @@ __all__ = [
 
 
 def world_size() -> int:
-    """The number of processes of this run (``WORLD_SIZE`` under accelerate / torchrun, else 1)."""
+    """``WORLD_SIZE`` under accelerate / torchrun, else 1."""
     return max(1, int(os.environ.get("WORLD_SIZE", "1")))
 
 
 def is_main_rank() -> bool:
-    """Whether this process writes the run's files (rank 0 under accelerate / torchrun, or the only process)."""
+    """Whether this process writes the run's files (rank 0, or the only process)."""
     return os.environ.get("RANK", "0") == "0"
 
 
@@ -51,8 +49,8 @@ def trainer_value(config: TrainConfig, name: str) -> Any:
 
 
 def check_batch(config: TrainConfig, world_size: int) -> None:
-    """TRL's rule, with the arithmetic spelled out: the generation batch holds whole groups (``ConfigError``
-    otherwise, with the numbers and a batch size that works)."""
+    """The generation batch holds whole groups (``ConfigError`` otherwise, with the arithmetic and a batch size
+    that works)."""
 
     def get(name: str) -> Any:
         return trainer_value(config, name)
@@ -94,21 +92,15 @@ def check_batch(config: TrainConfig, world_size: int) -> None:
         )
 
 
-def attention_implementations() -> list[str]:
-    """The attention implementations transformers accepts by name (``eager`` and its registry's: ``sdpa``,
-    ``flash_attention_2``, ``flex_attention``, ...), read from the installed transformers."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
-
-
 def attention_problem(value: str | None, name: str, at: str | None = None) -> str | None:
     """Why ``from_pretrained`` would refuse ``attn_implementation=value`` once the model has loaded, or ``None``:
-    a name among :func:`attention_implementations` (with or without transformers' ``paged|`` prefix) or a kernel
-    from the Hugging Face Hub (``org/name``) is accepted. ``name``: the setting, ``at``: where it was set."""
+    a name the installed transformers knows (with or without its ``paged|`` prefix) or a Hub kernel (``org/name``)
+    is accepted. ``name``: the setting, ``at``: where it was set."""
     if value is None:
         return None
-    allowed = attention_implementations()
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    allowed = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
     if value in allowed or value.removeprefix("paged|") in allowed:
         return None
     try:
@@ -124,9 +116,8 @@ def attention_problem(value: str | None, name: str, at: str | None = None) -> st
 
 
 def check_libraries(config: TrainConfig) -> None:
-    """The libraries the config asks for, which the trainer would otherwise miss only once the model has loaded:
-    vLLM for ``use_vllm: true`` (importable), and an attention implementation transformers knows
-    (``model.attn_implementation`` or ``model_init_kwargs.attn_implementation``: :func:`attention_problem`)."""
+    """vLLM for ``use_vllm: true``, and an attention implementation transformers knows
+    (``model.attn_implementation`` or ``model_init_kwargs.attn_implementation``)."""
     if config.trainer.get("use_vllm") and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             f"{located('use_vllm=true', config.where('use_vllm'))} samples with vLLM, which is not installed "
@@ -146,9 +137,8 @@ def check_libraries(config: TrainConfig) -> None:
 
 
 def check_precision_here(config: TrainConfig, on_gpu: bool) -> None:
-    """``model.precision: bf16`` on a CPU without native bfloat16 instructions (``on_gpu`` False): refused in one line
-    naming the key, its value and where it was set (:func:`bandpo_lab.runtime.bf16_problem`), before the model
-    loads rather than at the first step."""
+    """``model.precision: bf16`` on a CPU without native bfloat16 instructions: refused before the model loads
+    (:func:`bandpo_lab.runtime.bf16_problem`)."""
     problem = bf16_problem(
         config.model.precision, "model.precision", at=config.where("model.precision"), on_gpu=on_gpu
     )
