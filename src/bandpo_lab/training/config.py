@@ -22,7 +22,6 @@ from bandpo.integrations.trl_spec import check_trl_delta
 from bandpo_lab._files import COMPARE_KEYS, expand_path, output_dir_problem, recipe_kind, same_or_inside
 from bandpo_lab.config import (
     NULL_TEXTS,
-    OVERRIDES_LABEL,
     ConfigError,
     ConfigWarning,
     build_dataclass,
@@ -38,20 +37,11 @@ from bandpo_lab.config import (
 )
 from bandpo_lab.training.config_layers import check_renamed, merge_layer, merge_overrides
 from bandpo_lab.training.config_method import DEFAULT_CLIP_RULE, check_clip_rule_fields, select_clip_rule
-from bandpo_lab.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS
-from bandpo_lab.training.sections import (
-    DTYPES,
-    SECTIONS,
-    DataConfig,
-    ModelConfig,
-    RewardConfig,
-)
+from bandpo_lab.training.methods import METHOD_KEY, METHODS, TRL_METHODS
+from bandpo_lab.training.sections import SECTIONS, DataConfig, ModelConfig, RewardConfig
 from bandpo_lab.training.trl_fields import RENAMED_FIELDS, trainer_field_types
 
 __all__ = [
-    "DTYPES",
-    "OVERRIDES_LABEL",
-    "RULE_PARAM_KEYS",
     "SECTIONS",
     "ConfigError",
     "ConfigWarning",
@@ -210,7 +200,12 @@ class TrainConfig:
                         f"{key} ({here}) must be a mapping of {', '.join(dataclass_types(SECTIONS[key]))}, "
                         f"got {value!r}"
                     )
-                sections[key] = _build_section(key, value, origins)
+                try:
+                    sections[key] = build_dataclass(SECTIONS[key], value, key, origins, suggest=_valid_keys())
+                except ConfigError:
+                    raise
+                except (TypeError, ValueError) as err:
+                    raise ConfigError(f"{key}: {err}") from err
             elif key in REFUSED_TRAINER_KEYS:
                 raise ConfigError(f"{key} ({here}) cannot be set in a config: {REFUSED_TRAINER_KEYS[key]}")
             elif key in field_types:
@@ -332,15 +327,6 @@ def _installed_spelling(kwargs: dict[str, Any], config_class: Any) -> dict[str, 
         if renamed.new in kwargs and renamed.new not in fields and old in fields:
             kwargs[old] = kwargs.pop(renamed.new)
     return kwargs
-
-
-def _build_section(name: str, values: Mapping[str, Any], origins: Mapping[str, str]) -> Any:
-    try:
-        return build_dataclass(SECTIONS[name], values, name, origins, suggest=_valid_keys())
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{name}: {err}") from err
 
 
 def _accelerator_available() -> bool:

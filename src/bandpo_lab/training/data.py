@@ -147,12 +147,6 @@ def _is_messages(value: Any) -> bool:
     )
 
 
-def _normalise_answer(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    return str(value)
-
-
 def load_problems(
     cfg: DataConfig, need_answer: bool, answer_columns: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
@@ -223,7 +217,9 @@ def load_problems(
                             f"{cfg.answer_column!r}: {row!r}"
                         )
                 else:
-                    problem["answer"] = _normalise_answer(answer)
+                    problem["answer"] = (
+                        [str(v) for v in answer] if isinstance(answer, (list, tuple)) else str(answer)
+                    )
             for column in cfg.keep_columns:
                 value = lookup_column(row, column)
                 if value is MISSING:

@@ -4,6 +4,7 @@ which :func:`bandpo_lab.training.run.prepare` runs before anything loads; the ca
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -88,7 +89,7 @@ def check_batch(config: TrainConfig, world_size: int) -> None:
             f"num_generations={n} must divide the generation batch: {how} = {generation_batch} completions, which "
             f"is not a whole number of groups of {n}. Make per_device_train_batch_size x processes x "
             "steps_per_generation a multiple of num_generations (e.g. per_device_train_batch_size="
-            f"{_suggest_batch(per_device, n)}), or change num_generations"
+            f"{max(n, math.ceil(per_device / n) * n)}), or change num_generations"
         )
 
 
@@ -144,10 +145,6 @@ def check_precision_here(config: TrainConfig, on_gpu: bool) -> None:
     )
     if problem is not None:
         raise ConfigError(problem)
-
-
-def _suggest_batch(per_device: int, n: int) -> int:
-    return max(n, ((per_device + n - 1) // n) * n)
 
 
 def _looks_like_hub_id(path: str) -> bool:

@@ -51,21 +51,7 @@ def prompt_template_problem(template: str | None, name: str) -> str | None:
 
 @dataclass
 class ModelConfig:
-    """``model:``: which causal LM to train.
-
-    Args:
-        path: a local model directory, a Hugging Face model id (in the local cache when ``HF_HUB_OFFLINE=1``), or a
-            built-in model (:data:`bandpo_lab.models.MODELS`: ``smollm2-135m``); ``None`` or ``"tiny"`` with
-            ``data.task``: the task's own model.
-        dtype: weights dtype for ``from_pretrained``: one of :data:`DTYPES`.
-        precision: how a CPU run computes (:mod:`bandpo_lab.runtime`): ``auto``, ``float32`` or ``bf16``
-            (bfloat16 sampling and backward pass, the ratio's log-probs in float32). On a GPU TRL's ``bf16`` applies.
-        attn_implementation: passed to ``from_pretrained``; ``None`` keeps the model's default.
-        cache_dir: where the task model or a built-in model is cached; ``None``: ``$BANDPO_CACHE_DIR`` or
-            ``~/.cache/bandpo``.
-        warm_start: options of the task model (countdown: fields of ``bandpo_lab.tasks.WarmStartConfig`` but
-            ``task``).
-    """
+    """``model:``: which causal LM to train (fields: docs/trl.md, "The sections' fields")."""
 
     path: str | None = None
     dtype: str = "float32"
@@ -92,24 +78,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    """``data:``: the training prompts, from a built-in task or from local files.
-
-    Args:
-        task: a built-in task name (:data:`bandpo_lab.training.tasks.TASKS`); exclusive with ``path``.
-        task_options: the task's options (countdown: ``bandpo_lab.tasks.CountdownConfig`` fields).
-        path: a JSONL / JSON / parquet file, a list of them, or a directory holding ``<split>.<ext>`` or
-            ``<split>-*.<ext>`` files (also under ``data/``, the Hugging Face layout).
-        format: one of :data:`DATA_FORMATS`; ``auto`` picks by suffix.
-        split: the task's split, or the file name prefix inside a directory ``path``.
-        prompt_column: column with the prompt: a string, or a list of chat messages ``{role, content}``.
-        answer_column: column with the ground truth (dots read nested dicts); it becomes the ``answer`` column.
-        keep_columns: more columns to pass to the reward function (by name, as TRL does).
-        prompt_template: format string applied to string prompts, with ``{prompt}``.
-        system_prompt: a system message (chat) or a prefix line (plain text) added to every prompt.
-        chat_template: one of :data:`CHAT_TEMPLATE_MODES`: ``auto`` builds chat messages when the tokenizer has
-            a chat template; ``always`` requires one; ``never`` uses plain text.
-        max_samples: keep only the first ``max_samples`` problems (``None``: all).
-    """
+    """``data:``: the training prompts, from a built-in task or local files (fields: docs/trl.md)."""
 
     task: str | None = None
     task_options: dict[str, Any] = field(default_factory=dict)
@@ -185,15 +154,7 @@ class DataConfig:
 
 @dataclass
 class RewardConfig:
-    """``reward:``: the reward function(s), by registered name or import path (:mod:`bandpo_lab.training.rewards`).
-
-    Args:
-        name: a name from :func:`bandpo_lab.rewards.reward_names`, an import path ``my_pkg.rewards:score`` (a TRL
-            reward function, or a verifier ``verify(completion, ground_truth)``), or a list of these (weighted by
-            TRL's ``reward_weights``). ``None``: the task's default reward (required with ``data.path``).
-        options: options of the reward; with a list of rewards, a mapping from a reward's name to its options.
-        failure_reward: reward of a completion whose scoring raised (counted in ``rewards/<name>/failures``).
-    """
+    """``reward:``: the reward function(s) (fields: docs/trl.md; :mod:`bandpo_lab.training.rewards`)."""
 
     name: str | list[str] | None = None
     options: dict[str, Any] = field(default_factory=dict)
