@@ -66,6 +66,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="training config overrides")
 
 
+_TRAIN_STATS = (
+    "entropy_last",
+    "clip_frac",
+    "clip_frac_up",
+    "clip_frac_down",
+    "tail_share",
+    "hi_mean",
+    "steps",
+)
+"""The ``train/*`` numbers of ``run_summary`` the demo prints."""
+
+
 def _metrics_summary(metrics_path: Path) -> dict[str, float]:
     """The run's training numbers as ``bandpo compare`` reports them (``run_summary``'s ``train/*``) and the first
     logged entropy; NaN where the run logged no value, ``{}`` without clipping statistics."""
@@ -80,16 +92,7 @@ def _metrics_summary(metrics_path: Path) -> dict[str, float]:
     summary = run_summary(run)
     entropy = entropy_values(rows)
     stats = {"entropy_first": entropy[0] if entropy else None}
-    for name in (
-        "entropy_last",
-        "clip_frac",
-        "clip_frac_up",
-        "clip_frac_down",
-        "tail_share",
-        "hi_mean",
-        "steps",
-    ):
-        stats[name] = summary[f"train/{name}"]
+    stats.update({name: summary[f"train/{name}"] for name in _TRAIN_STATS})
     return {k: float("nan") if v is None else float(v) for k, v in stats.items()}
 
 

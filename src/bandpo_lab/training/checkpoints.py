@@ -34,6 +34,7 @@ CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 SAFETENSORS_MAX_HEADER = 100_000_000
 """The largest header length the safetensors library reads (its ``MAX_HEADER_SIZE``, in bytes)."""
 
+_TORCH_STATE = re.compile(r"(optimizer|scheduler)\.pt|rng_state.*\.pth")
 _TRAINING_ONLY = re.compile(r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$")
 
 
@@ -148,31 +149,20 @@ def _inspect(checkpoint: Path) -> tuple[str | None, int | None]:
             raise TypeError(step)
     except (ValueError, KeyError, TypeError):
         return f"{TRAINER_STATE} is truncated or unreadable", None
-    return _files_problem(checkpoint), step
-
-
-def _files_problem(checkpoint: Path) -> str | None:
-    """The first missing or unreadable weights, optimizer, scheduler or RNG file of ``checkpoint``, or ``None``."""
     problem = weights_problem(checkpoint)
     if problem:
-        return problem
+        return problem, step
     sharded = _sharded_state(checkpoint)
     for name in ("optimizer", "scheduler"):
         if not (checkpoint / f"{name}.pt").exists() and not (
             sharded or (checkpoint / f"{name}.bin").exists()
         ):
-            return f"{NO_TRAINING_STATE} ({name}.pt: no {name} state)"
-    for path in sorted(
-        [
-            *checkpoint.glob("optimizer.pt"),
-            *checkpoint.glob("scheduler.pt"),
-            *checkpoint.glob("rng_state*.pth"),
-        ]
-    ):
+            return f"{NO_TRAINING_STATE} ({name}.pt: no {name} state)", step
+    for path in sorted(p for p in checkpoint.iterdir() if _TORCH_STATE.fullmatch(p.name)):
         problem = _torch_file_problem(path)
         if problem:
-            return problem
-    return None
+            return problem, step
+    return None, step
 
 
 @dataclass

@@ -82,7 +82,6 @@ class PreparedRun:
     problems: list[dict[str, Any]]
     model_path: str | None
     resume_from: Path | None
-    world_size: int
     resume_plan: ResumePlan | None = None
     tokenizer: Any = None
     dataset: Any = None
@@ -124,12 +123,11 @@ def prepare(
             "new folder, or an earlier bandpo training run's folder (with --overwrite or --resume); choose another "
             "output_dir"
         )
-    world_size = preflight.world_size()
     try:
         check_trainer_values(lambda name: preflight.trainer_value(config, name))
     except ConfigError as err:
         raise ConfigError(config.locate(str(err))) from err
-    preflight.check_batch(config, world_size)
+    preflight.check_batch(config, preflight.world_size())
     preflight.check_libraries(config)
     method = config.training_method()
     try:
@@ -165,7 +163,6 @@ def prepare(
         problems=problems,
         model_path=model_path,
         resume_from=plan.scan.latest if plan and plan.complete_at is None else None,
-        world_size=args.world_size,
         resume_plan=plan,
         method=method,
     )
@@ -269,7 +266,7 @@ def _trainer_class(base: type) -> type:
 
 def _describe(prepared: PreparedRun, model_path: str, n_rows: int) -> str:
     args = prepared.args
-    per_step = args.per_device_train_batch_size * prepared.world_size * args.gradient_accumulation_steps
+    per_step = args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
     generation = args.generation_batch_size
     updates = args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
     method = prepared.method.describe(args)
@@ -283,7 +280,7 @@ def _describe(prepared: PreparedRun, model_path: str, n_rows: int) -> str:
         f"  loss       loss_type {args.loss_type}, beta {args.beta}, lr {args.learning_rate}",
         f"  batches    {generation} completions per generation round ({generation // args.num_generations} prompts x "
         f"{args.num_generations}), {per_step} per optimizer step, {updates:g} optimizer steps per round, "
-        f"{prepared.world_size} process(es)",
+        f"{args.world_size} process(es)",
         f"  steps      max_steps {args.max_steps}, save every {args.save_steps:g}, log every {args.logging_steps:g}"
         + (f", resuming from {prepared.resume_from}" if prepared.resume_from else ""),
     ]
@@ -305,7 +302,7 @@ def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output
         prepared.config,
         model_path=model_path,
         n_prompts=n_rows,
-        world_size=prepared.world_size,
+        world_size=prepared.args.world_size,
         resumed_from=prepared.resume_from,
         changed=changed,
     )

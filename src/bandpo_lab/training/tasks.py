@@ -4,7 +4,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,10 +164,6 @@ def build_task_model(
     """Task ``name``'s model directory: the cached one, or one built now in a child process
     (``python -m bandpo_lab.training.tasks``) without the launcher's distributed environment, so that its training
     shares no accelerate state or process group with a data-parallel run. ``RuntimeError`` if the child fails."""
-    import json
-    import subprocess
-    import sys
-
     spec = TASKS.get(name)
     if spec.build_model is None:
         raise ValueError(f"task {name!r} has no built-in model")
@@ -200,10 +200,6 @@ def build_task_model(
 
 def _main(argv: list[str]) -> int:
     """Child-process entry of :func:`build_task_model`: prints the model directory on the last line."""
-    import contextlib
-    import json
-    import sys
-
     from bandpo_lab.training.tasks import (
         TASKS as registry,  # the importable module's registry, not __main__'s
     )
@@ -222,6 +218,4 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(_main(sys.argv[1:]))
