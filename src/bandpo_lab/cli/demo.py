@@ -1,12 +1,6 @@
-"""``bandpo demo``: the main job on the embedded default, or on a real model.
-
-Warm-starts (or reuses) the tiny countdown model, evaluates it on the held-out split, trains it with BandPO
-(``configs/tiny.yaml``: 1600 steps, about 10 minutes on one idle core), evaluates again, and prints a short summary: accuracy before and
-after, entropy, clipping, and where the metrics are.
-
-``--model smollm2-135m`` (or a model directory) does the same with a real pretrained LLM on the ``arith`` task
-(``configs/smollm2-arith.yaml``, shortened to ``--steps`` RL steps, 24 by default; the built-in model is converted
-from its package once and cached).
+"""``bandpo demo``: warm-start (or reuse) the tiny countdown model, evaluate it on the held-out split, train it
+with BandPO (``configs/tiny.yaml``), evaluate again and print a summary; ``--model smollm2-135m`` (or a model
+directory) does the same with a real LLM on the ``arith`` task (``configs/smollm2-arith.yaml``, ``--steps`` steps).
 """
 
 from __future__ import annotations
@@ -72,10 +66,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="training config overrides")
 
 
+_TRAIN_STATS = (
+    "entropy_last",
+    "clip_frac",
+    "clip_frac_up",
+    "clip_frac_down",
+    "tail_share",
+    "hi_mean",
+    "steps",
+)
+"""The ``train/*`` numbers of ``run_summary`` the demo prints."""
+
+
 def _metrics_summary(metrics_path: Path) -> dict[str, float]:
-    """The run's training numbers as ``bandpo compare`` reports them (``run_summary``'s ``train/*``: mean
-    clipping over logged steps, tail share pooled over steps, last entropy), plus the first logged entropy; NaN
-    where the run logged no value, ``{}`` when it logged no clipping statistics."""
+    """The run's training numbers as ``bandpo compare`` reports them (``run_summary``'s ``train/*``) and the first
+    logged entropy; NaN where the run logged no value, ``{}`` without clipping statistics."""
     from bandpo_lab._files import read_jsonl
     from bandpo_lab.experiments.report.runs import RunData, entropy_values, run_summary
 
@@ -87,22 +92,13 @@ def _metrics_summary(metrics_path: Path) -> dict[str, float]:
     summary = run_summary(run)
     entropy = entropy_values(rows)
     stats = {"entropy_first": entropy[0] if entropy else None}
-    for name in (
-        "entropy_last",
-        "clip_frac",
-        "clip_frac_up",
-        "clip_frac_down",
-        "tail_share",
-        "hi_mean",
-        "steps",
-    ):
-        stats[name] = summary[f"train/{name}"]
+    stats.update({name: summary[f"train/{name}"] for name in _TRAIN_STATS})
     return {k: float("nan") if v is None else float(v) for k, v in stats.items()}
 
 
 def _training_figure(out: Path, title: str) -> str:
-    """Draw ``out/training.png`` (reward, entropy, clip fraction over the run's steps); returns its path, or why
-    there is none (matplotlib missing: the demo's numbers stand without it)."""
+    """Draw ``out/training.png`` (reward, entropy, clip fraction over the steps); returns its path, or why there is
+    none (matplotlib missing)."""
     from bandpo._optional import MissingDependencyError
     from bandpo_lab._files import read_jsonl
     from bandpo_lab.experiments.report.figures import draw_run
@@ -117,8 +113,7 @@ def _training_figure(out: Path, title: str) -> str:
 
 
 _BASELINE_SETS = ("method", "output_dir")
-"""The override keys the GRPO baseline sets itself (a run's ``method=dcpo`` next to ``clip_rule=grpo`` is refused).
-It also leaves out the clip method's settings that GRPO refuses (:func:`_baseline_command`)."""
+"""The override keys the GRPO baseline sets itself (a run's ``method=dcpo`` next to ``clip_rule=grpo`` is refused)."""
 
 
 def _override_key(override: str) -> str:
@@ -127,11 +122,8 @@ def _override_key(override: str) -> str:
 
 
 def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -> str:
-    """The ``bandpo train`` command of the GRPO baseline: the demo's run (same recipe, model, steps and
-    overrides) with the clip method at GRPO's defaults and its own output directory: the overrides of the method,
-    the output directory and the clip method's settings other than the run's length and the diagnostics level
-    (``clip_rule``, ``clip_rule_kwargs``, ``band_*``, the radius schedule: ``band_delta`` does not apply to
-    ``clip_rule='grpo'``) are left out."""
+    """The ``bandpo train`` command of the GRPO baseline: the demo's run without the overrides of the method, the
+    output directory and the clip method's settings (``clip_rule_kwargs``, ``band_*``), which GRPO refuses."""
     from bandpo.integrations.trl_spec import TRL_NAMES
 
     dropped = {*_BASELINE_SETS, *(k for k, v in TRL_NAMES.items() if v not in ("total_steps", "diagnostics"))}
@@ -204,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
             f"--config {config_file} names no data.task; the demo needs one of {', '.join(TASKS.names())}",
         )
     task = TASKS.get(config.data.task)
-    new_tokens = int(config.trainer_kwargs().get("max_completion_length") or 16)
     kw = config.trainer_kwargs()
+    new_tokens = int(kw.get("max_completion_length") or 16)
     if args.dry_run:
         model = f"the tiny model of task {task.name!r}" if config.model.uses_task_model else config.model.path
         return print_plan(

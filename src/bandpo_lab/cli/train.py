@@ -1,12 +1,7 @@
 """``bandpo train --config CONFIG [--resume [--allow-config-change]] [--overwrite] [--dry-run] [KEY=VALUE ...]``.
 
-The config is YAML in TRL's own names (``bandpo_lab.training.config``); ``KEY=VALUE`` overrides follow it (dotted
-keys for the sections: ``model.path=/models/x``, ``data.path=train.jsonl``, ``reward.name=dapo``). Data parallel:
-``accelerate launch --num_processes N -m bandpo_lab.cli.main train --config ...``.
-
-Exit codes: 0 done (or nothing to do), 2 a config, data, output-directory or resume problem found before
-training (one line, no traceback), 130 interrupted (Ctrl-C: one line naming the last complete checkpoint and
-the command that resumes).
+Exit codes: 0 done (or nothing to do), 2 a problem found before training (one line), 130 interrupted (Ctrl-C: one
+line naming the last complete checkpoint and the command that resumes).
 """
 
 from __future__ import annotations
@@ -51,12 +46,11 @@ examples:
 
 
 NO_PROGRESS = ["disable_tqdm=true"]
-"""The override ``--no-progress`` adds (train, demo): transformers' switch of the training bar, which bandpo's
-model building follows too."""
+"""The override ``--no-progress`` adds (train, demo)."""
 
 
 def _trl_methods_help() -> str:
-    """One help line per TRL-native method (from the registry): its name and parameters."""
+    """One help line per TRL-native method: its name and parameters."""
     from bandpo_lab.training.methods import TRL_METHODS
 
     lines = []

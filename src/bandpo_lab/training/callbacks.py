@@ -1,5 +1,4 @@
-"""Trainer callbacks of ``bandpo train``: every logged dict to ``<output_dir>/metrics.jsonl``, and a progress bar
-that prints a one-line summary per log instead of the whole dict (the dict has ~70 keys under BandPO)."""
+"""The trainer callback of ``bandpo train`` that writes every logged dict to ``<output_dir>/metrics.jsonl``."""
 
 from __future__ import annotations
 
@@ -38,21 +37,15 @@ def _json_value(value: Any) -> Any:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``metrics.jsonl`` file (a directory means its ``metrics.jsonl``); a torn last line (the
-    process was killed mid-write) is skipped."""
+    """The rows of a ``metrics.jsonl`` file (a directory means its ``metrics.jsonl``)."""
     path = Path(path)
     return read_jsonl(path / METRICS_FILE if path.is_dir() else path)
 
 
 class MetricsJSONLCallback(TrainerCallback):
-    """Appends one JSON line per ``Trainer.log`` call to ``path``: ``{"step", "time", "elapsed_s", **logs}``.
-
-    ``step`` is the optimizer step (``state.global_step``), ``time`` the Unix time, ``elapsed_s`` the seconds since
-    this process began training. Only the main process writes. At the start of training the file is reconciled with
-    the state: a fresh run (``global_step == 0``) starts a new file; a run resumed from a checkpoint at step ``s``
-    keeps the rows with ``step <= s`` and drops the later ones, which the resumed run logs again, so after a crash
-    and ``--resume`` every step appears once.
-    """
+    """Appends one JSON line per ``Trainer.log`` call to ``path`` (main process only): ``{"step", "time",
+    "elapsed_s", **logs}``, ``step`` the optimizer step, ``elapsed_s`` the seconds since training began. A fresh
+    run starts a new file; a run resumed at step ``s`` keeps the rows up to ``s``, so every step appears once."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

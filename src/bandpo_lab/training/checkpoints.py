@@ -1,15 +1,9 @@
 """Which ``checkpoint-<step>`` directories of a run can be resumed from.
 
-Transformers writes a checkpoint in place, in this order: the model (weights, config, tokenizer), the optimizer,
-the scheduler, the RNG states and last ``trainer_state.json``. A process killed in between leaves a directory that
-``transformers.trainer_utils.get_last_checkpoint`` still picks (newest by name) and that
-``Trainer.train(resume_from_checkpoint=...)`` then fails on. :func:`checkpoint_problem` says what is missing or
-unreadable in one directory; :func:`scan_checkpoints` picks the newest complete one and lists the newer ones it
-skipped.
-
-The checks read only headers and directory listings: a ``.safetensors`` file must be as long as its header says
-(a truncated file is shorter), a ``torch.save`` file (``optimizer.pt``, ``scheduler.pt``, ``rng_state*.pth``, a zip
-archive) must have its central directory (written last, at the end), ``trainer_state.json`` must parse.
+Transformers writes a checkpoint in place (the model, the optimizer, the scheduler, the RNG states, last
+``trainer_state.json``), so a kill can leave one that ``Trainer.train(resume_from_checkpoint=...)`` fails on. The
+checks read only headers and listings: a ``.safetensors`` file as long as its header says, a ``torch.save`` zip
+archive with its central directory (written last), a ``trainer_state.json`` that parses.
 """
 
 from __future__ import annotations
@@ -40,6 +34,7 @@ CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 SAFETENSORS_MAX_HEADER = 100_000_000
 """The largest header length the safetensors library reads (its ``MAX_HEADER_SIZE``, in bytes)."""
 
+_TORCH_STATE = re.compile(r"(optimizer|scheduler)\.pt|rng_state.*\.pth")
 _TRAINING_ONLY = re.compile(r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$")
 
 
@@ -53,13 +48,9 @@ def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
 
 
 def safetensors_problem(path: Path) -> str | None:
-    """``None`` if ``path`` is a whole ``.safetensors`` file; otherwise what is wrong with it.
-
-    The format is an 8-byte little-endian header length, a JSON header (an object: it starts with ``{``) giving each
-    tensor's ``data_offsets``, then the data: a complete file is exactly ``8 + header length + largest end offset``
-    bytes long. A file whose header length is beyond safetensors' limit (:data:`SAFETENSORS_MAX_HEADER`) or whose
-    header does not start with ``{`` is not a safetensors file (text, another format), not a truncated one.
-    """
+    """``None`` if ``path`` is a whole ``.safetensors`` file (8-byte header length, JSON header, data: exactly
+    ``8 + header length + largest end offset`` bytes); otherwise what is wrong with it (truncated, or no
+    safetensors file at all)."""
     if not path.is_file():
         return f"{path.name} is missing"
     size = path.stat().st_size
@@ -102,9 +93,8 @@ def _torch_file_problem(path: Path) -> str | None:
 
 
 def weights_problem(checkpoint: Path) -> str | None:
-    """``None`` if the model weights in the folder ``checkpoint`` are whole (a checkpoint, a saved model: each
-    safetensors file as long as its header says, each ``torch.save`` archive readable, every shard an index names);
-    otherwise the first file missing, truncated or not of its format, or ``no model weights``."""
+    """``None`` if the model weights in the folder ``checkpoint`` (a checkpoint, a saved model) are whole, every
+    shard an index names included; otherwise the first file missing, truncated or not of its format."""
     for name, check in (
         ("model.safetensors.index.json", safetensors_problem),
         ("pytorch_model.bin.index.json", _torch_file_problem),
@@ -133,8 +123,7 @@ def weights_problem(checkpoint: Path) -> str | None:
 
 
 NO_TRAINING_STATE = "saved without training state"
-"""Why a checkpoint with its model and ``trainer_state.json`` cannot be resumed: no optimizer or scheduler state.
-``trainer_state.json`` is written last, so such a save finished: it was made with ``save_only_model=true``."""
+"""Why a finished save (``save_only_model=true``) cannot be resumed: no optimizer or scheduler state."""
 
 
 def _sharded_state(checkpoint: Path) -> bool:
@@ -145,15 +134,12 @@ def _sharded_state(checkpoint: Path) -> bool:
 
 
 def checkpoint_problem(checkpoint: str | Path) -> str | None:
-    """``None`` if ``checkpoint`` can be resumed from; otherwise the first thing missing or unreadable in it:
-    the model weights, the optimizer and scheduler states, an RNG state file that is there, ``trainer_state.json``.
-    """
+    """``None`` if ``checkpoint`` can be resumed from; otherwise the first thing missing or unreadable in it."""
     return _inspect(Path(checkpoint))[0]
 
 
 def _inspect(checkpoint: Path) -> tuple[str | None, int | None]:
-    """``(problem, global_step)``: :func:`checkpoint_problem`'s answer and, when ``trainer_state.json`` reads,
-    the step it records (read once for both)."""
+    """``(problem, global_step)``: :func:`checkpoint_problem`'s answer and the step ``trainer_state.json`` records."""
     state = checkpoint / TRAINER_STATE
     if not state.is_file():
         return f"no {TRAINER_STATE} (written last: the save did not finish)", None
@@ -163,43 +149,26 @@ def _inspect(checkpoint: Path) -> tuple[str | None, int | None]:
             raise TypeError(step)
     except (ValueError, KeyError, TypeError):
         return f"{TRAINER_STATE} is truncated or unreadable", None
-    return _files_problem(checkpoint), step
-
-
-def _files_problem(checkpoint: Path) -> str | None:
-    """The first missing or unreadable weights, optimizer, scheduler or RNG file of ``checkpoint``, or ``None``."""
     problem = weights_problem(checkpoint)
     if problem:
-        return problem
+        return problem, step
     sharded = _sharded_state(checkpoint)
     for name in ("optimizer", "scheduler"):
         if not (checkpoint / f"{name}.pt").exists() and not (
             sharded or (checkpoint / f"{name}.bin").exists()
         ):
-            return f"{NO_TRAINING_STATE} ({name}.pt: no {name} state)"
-    for path in sorted(
-        [
-            *checkpoint.glob("optimizer.pt"),
-            *checkpoint.glob("scheduler.pt"),
-            *checkpoint.glob("rng_state*.pth"),
-        ]
-    ):
+            return f"{NO_TRAINING_STATE} ({name}.pt: no {name} state)", step
+    for path in sorted(p for p in checkpoint.iterdir() if _TORCH_STATE.fullmatch(p.name)):
         problem = _torch_file_problem(path)
         if problem:
-            return problem
-    return None
+            return problem, step
+    return None, step
 
 
 @dataclass
 class CheckpointScan:
-    """The checkpoints of one ``output_dir``.
-
-    Attributes:
-        latest: the newest complete checkpoint (``None``: none is complete).
-        step: its ``global_step`` (``None`` without one).
-        skipped: the newer, incomplete checkpoints, newest first, each with what is wrong with it.
-        any_found: whether the directory holds any ``checkpoint-*`` directory, complete or not.
-    """
+    """The checkpoints of one ``output_dir``: the newest complete one (``latest``, at ``step``), the newer
+    incomplete ones (``skipped``, newest first, with what is wrong), and whether there is any (``any_found``)."""
 
     latest: Path | None = None
     step: int | None = None
@@ -208,8 +177,7 @@ class CheckpointScan:
 
     @property
     def only_model_saves(self) -> bool:
-        """No complete checkpoint, and at least one that finished saving without optimizer or scheduler state
-        (``save_only_model=true``): the run got that far, and a resume cannot continue from any of them."""
+        """No complete checkpoint, and at least one saved with ``save_only_model=true``: nothing to resume."""
         return self.latest is None and any(why.startswith(NO_TRAINING_STATE) for _, why in self.skipped)
 
     def describe_skipped(self) -> str:
@@ -234,8 +202,8 @@ def scan_checkpoints(output_dir: str | Path) -> CheckpointScan:
 
 
 def copy_model_files(checkpoint: Path, output_dir: Path) -> None:
-    """Copy what ``Trainer.save_model`` writes (weights, config, tokenizer; not the optimizer, scheduler, RNG or
-    trainer state) from ``checkpoint`` to ``output_dir``."""
+    """Copy what ``Trainer.save_model`` writes (no optimizer, scheduler, RNG or trainer state) from ``checkpoint``
+    to ``output_dir``."""
     for path in checkpoint.iterdir():
         if path.is_file() and not _TRAINING_ONLY.match(path.name):
             shutil.copy2(path, output_dir / path.name)

@@ -1,61 +1,8 @@
-"""The training config: TRL's own ``GRPOConfig`` / ``BandPOConfig`` fields plus three bandpo sections.
-
-A config file is YAML. Its top-level keys are the fields of :class:`bandpo.integrations.trl.BandPOConfig` under
-TRL's names (``learning_rate``, ``num_generations``, ``per_device_train_batch_size``, ``steps_per_generation``,
-``beta``, ``loss_type``, ``max_completion_length``, ``report_to``, ``save_steps``, ``clip_rule``, ``band_delta``,
-...), plus:
-
-``model:`` (:class:`ModelConfig`)
-    ``path`` (a local model directory or a Hugging Face id; absent or ``tiny`` with ``data.task``: the task's
-    own model), ``dtype``, ``attn_implementation``, ``cache_dir``, ``warm_start`` (options of the task model).
-``data:`` (:class:`DataConfig`)
-    ``task`` (a built-in task, e.g. ``countdown``) with ``task_options``, or ``path`` (JSONL / JSON / parquet files
-    or a directory of them) with ``format``, ``split``, ``prompt_column``, ``answer_column``, ``keep_columns``,
-    ``prompt_template``, ``system_prompt``, ``chat_template``, ``max_samples``.
-``reward:`` (:class:`RewardConfig`)
-    ``name`` (a name from :func:`bandpo_lab.rewards.reward_names`), ``options``, ``failure_reward``.
-``base:``
-    another config file (path relative to this one) whose values this one extends; dicts merge key by key.
-
-Overrides ``key=value`` (dotted keys for sections and dict fields: ``model.path=/m``,
-``reward.options.incorrect_reward=0``, ``clip_rule_kwargs.delta=0.1``) are applied after the file. Values are
-converted to the type of the field they set (``learning_rate=1e-6`` is a float, ``band_relax=[0.2,0.28]`` a list,
-``max_completion_length=null`` is None), and so are the file's values (YAML reads ``1e-6`` as a string).
-
-The method (:mod:`bandpo_lab.training.methods`): ``clip_rule: NAME`` selects a clip rule (``BandPOTrainer``; default
-``band``); ``method: NAME`` selects any method of the one registry: a clip rule (the same as ``clip_rule: NAME``)
-or a TRL-native method (``cispo``, ``sapo``, ``gspo``: plain ``GRPOTrainer``, whose parameters are the
-``GRPOConfig`` fields themselves, e.g. ``method: cispo`` with ``epsilon_high: 4.0``). A TRL-native method refuses
-the clip-rule fields (``clip_rule``, ``clip_rule_kwargs``, ``band_*``).
-
-Switching the method resets its parameters: when a layer (a derived file or the overrides) selects another method
-(``clip_rule`` or ``method``), the keys of the inherited method and of the new one (``clip_rule_kwargs`` /
-``band_*``, or the TRL fields the TRL-native method owns, such as ``loss_type``) inherited from the layers below are
-dropped and only that layer's own are kept, so ``bandpo train --config configs/tiny.yaml clip_rule=grpo`` trains
-GRPO with its default interval, ``clip_rule=clip_higher clip_rule_kwargs.eps_high=0.3`` sets just that, and
-``method=cispo`` trains TRL's CISPO with its defaults. When the overrides switch method and so drop settings a file
-gave the method, a :class:`ConfigWarning` names them in one line (``method='grpo' (from the overrides) switches the
-method from 'band' and drops the inherited settings of the method: band_delta=0.05, ...``); a derived file that
-switches (``configs/tiny-grpo.yaml``) does so silently, by its writer's choice. Likewise a layer that sets
-``data.path`` drops the inherited ``data.task`` / ``data.task_options`` (and ``data.task`` drops ``data.path``).
-
-Renamed fields (:data:`bandpo_lab.training.trl_fields.RENAMED_FIELDS`): the old name of a field transformers 5 renamed
-(``gradient_checkpointing``) still works, with a one-line :class:`ConfigWarning` naming the new one (and saying the
-old one has no effect when the config sets the new one too); the old name of a field TRL renamed
-(``vllm_importance_sampling_cap``) is a :class:`ConfigError` naming the new one.
-
-A clip rule's parameters are set once: a ``band_*`` shortcut and the ``clip_rule_kwargs`` entry it sets are refused
-together (``configs/tiny.yaml`` sets ``band_delta``, so its radius is overridden with ``band_delta=0.1``), and TRL's
-own ``delta`` (GRPOConfig's two-sided clamp of the ratio, INTELLECT-2's) at or below 1 is refused with every method
-(TRL does not check it); next to a rule with a radius ``delta`` (``band``, ``adaptive_band``) the message names
-``band_delta``, since such a value is a radius set under TRL's name (``delta: 10``, an upper clamp as verl's dual
-clip, stays allowed).
-
-An unknown key raises :class:`ConfigError` naming the closest valid key; every check here is on the config
-alone (no file other than the config is read; ``output_dir`` and a local ``model.path`` are only looked at:
-``output_dir`` must be a directory or not exist yet, and be neither the model folder, nor inside it, nor hold it).
-Importing this module imports no TRL; checking a config reads the fields' types from TRL's own dataclasses
-(:func:`bandpo_lab.training.trl_fields.trainer_field_types`, which imports TRL and transformers once).
+"""The training config: TRL's own ``GRPOConfig`` / ``BandPOConfig`` fields at the top level plus the ``model:``,
+``data:`` and ``reward:`` sections (:mod:`bandpo_lab.training.sections`), a ``method:`` key and ``base:``
+inheritance; ``key=value`` overrides apply after the file. The rules (method switches, renamed fields, a clip
+rule's parameters set once): docs/trl.md, ``bandpo train``. Every check here is on the config alone; importing
+this module imports no TRL (checking a config does, once: :mod:`bandpo_lab.training.trl_fields`).
 """
 
 from __future__ import annotations
@@ -75,7 +22,6 @@ from bandpo.integrations.trl_spec import check_trl_delta
 from bandpo_lab._files import COMPARE_KEYS, expand_path, output_dir_problem, recipe_kind, same_or_inside
 from bandpo_lab.config import (
     NULL_TEXTS,
-    OVERRIDES_LABEL,
     ConfigError,
     ConfigWarning,
     build_dataclass,
@@ -91,20 +37,11 @@ from bandpo_lab.config import (
 )
 from bandpo_lab.training.config_layers import check_renamed, merge_layer, merge_overrides
 from bandpo_lab.training.config_method import DEFAULT_CLIP_RULE, check_clip_rule_fields, select_clip_rule
-from bandpo_lab.training.methods import METHOD_KEY, METHODS, RULE_PARAM_KEYS, TRL_METHODS
-from bandpo_lab.training.sections import (
-    DTYPES,
-    SECTIONS,
-    DataConfig,
-    ModelConfig,
-    RewardConfig,
-)
+from bandpo_lab.training.methods import METHOD_KEY, METHODS, TRL_METHODS
+from bandpo_lab.training.sections import SECTIONS, DataConfig, ModelConfig, RewardConfig
 from bandpo_lab.training.trl_fields import RENAMED_FIELDS, trainer_field_types
 
 __all__ = [
-    "DTYPES",
-    "OVERRIDES_LABEL",
-    "RULE_PARAM_KEYS",
     "SECTIONS",
     "ConfigError",
     "ConfigWarning",
@@ -125,13 +62,12 @@ REFUSED_TRAINER_KEYS = {
 """TrainingArguments fields a config may not set, with what to do instead."""
 
 STEP_COUNT_FIELDS = ("logging_steps", "save_steps", "eval_steps", "warmup_steps")
-"""transformers' fields typed ``float`` because a value below 1 is a fraction of the run; a whole number is a count
-of steps, written as an integer (``logging_steps: 5``, not ``5.0``) by :meth:`TrainConfig.to_yaml`."""
+"""transformers' ``float`` fields (below 1: a fraction of the run) that :meth:`TrainConfig.to_yaml` writes as an
+integer when whole."""
 
 _DEFAULT_OUTPUT_ROOT = "runs"
 
 
-# ------------------------------------------------------------------------------------------------------- keys
 def _valid_keys() -> list[str]:
     keys = [*trainer_field_types(), METHOD_KEY]
     for name, cls in SECTIONS.items():
@@ -140,28 +76,19 @@ def _valid_keys() -> list[str]:
     return keys
 
 
-# ---------------------------------------------------------------------------------------------- the config
 @dataclass
 class TrainConfig:
-    """A complete training config (module docstring).
-
-    Build it with :func:`load_train_config` (a file and overrides) or :meth:`from_dict`; change it with
-    :meth:`with_overrides`.
+    """A complete training config: build it with :func:`load_train_config` or :meth:`from_dict`.
 
     Attributes:
         trainer: the ``BandPOConfig`` / ``GRPOConfig`` fields the config sets (TRL's names).
-        model, data, reward: the sections.
-        method: the TRL-native method (``cispo``, ``sapo``, ``gspo``; :data:`bandpo_lab.training.methods.TRL_METHODS`)
-            trained by plain ``GRPOTrainer``; ``None``: the clip rule ``trainer["clip_rule"]`` (default ``band``)
-            trained by ``BandPOTrainer``.
-        source: the config file, if any.
-        origins: where each dotted key was set (``in <file>:<line>``, ``from the overrides``), for the messages
-            of the checks; not compared.
+        method: the TRL-native method (:data:`~bandpo_lab.training.methods.TRL_METHODS`); ``None``: the clip rule
+            ``trainer["clip_rule"]`` (default ``band``).
+        origins: where each dotted key was set (``in <file>:<line>``, ``from the overrides``), for messages.
 
     Raises:
-        ConfigError: an unknown method or clip rule (with the closest name), a TRL-native method with clip-rule
-            fields or with a TRL field it sets to another value or ignores, a parameter out of range; a clip rule
-            with a loss type or importance-sampling level that only a TRL-native method runs (naming it).
+        ConfigError: a method, clip rule or method parameter the checks refuse (naming the closest name or what
+            is allowed).
     """
 
     trainer: dict[str, Any] = field(default_factory=dict)
@@ -205,9 +132,7 @@ class TrainConfig:
             raise ConfigError(f"{problem}{at('output_dir')}" if "output_dir" in self.trainer else problem)
 
     def _model_dir_problem(self) -> str | None:
-        """Why ``output_dir`` cannot hold this run for the model it trains, or ``None``: it is the local model folder
-        ``model.path``, inside it, or holds it (after ``~``, ``$VAR``, symlinks and ``..``), so the run's final model
-        (or ``--overwrite``'s discard) would write over the model it starts from."""
+        """Why ``output_dir`` cannot hold this run, or ``None``: it is, is inside or holds the local model folder."""
         if self.model.uses_task_model:
             return None
         model_dir = expand_path(
@@ -244,8 +169,7 @@ class TrainConfig:
         return f"{message} ({'; '.join(f'{k}: {self.origins[k]}' for k in named)})"
 
     def training_method(self) -> Any:
-        """The method to train with (:data:`bandpo_lab.training.methods.METHODS`): ``config_class()``,
-        ``trainer_class()``, ``describe(args)``."""
+        """The method to train with (:data:`bandpo_lab.training.methods.METHODS`)."""
         return METHODS.get(self.method or self.trainer.get("clip_rule", DEFAULT_CLIP_RULE))
 
     @classmethod
@@ -276,7 +200,12 @@ class TrainConfig:
                         f"{key} ({here}) must be a mapping of {', '.join(dataclass_types(SECTIONS[key]))}, "
                         f"got {value!r}"
                     )
-                sections[key] = _build_section(key, value, origins)
+                try:
+                    sections[key] = build_dataclass(SECTIONS[key], value, key, origins, suggest=_valid_keys())
+                except ConfigError:
+                    raise
+                except (TypeError, ValueError) as err:
+                    raise ConfigError(f"{key}: {err}") from err
             elif key in REFUSED_TRAINER_KEYS:
                 raise ConfigError(f"{key} ({here}) cannot be set in a config: {REFUSED_TRAINER_KEYS[key]}")
             elif key in field_types:
@@ -308,9 +237,8 @@ class TrainConfig:
         return out
 
     def to_yaml(self) -> str:
-        """The config as YAML (what ``--dry-run`` prints and a run saves), a step count as an integer
-        (:data:`STEP_COUNT_FIELDS`); TRL's own ``delta``, when set, carries a comment saying it is not Band's
-        radius."""
+        """The config as YAML (what ``--dry-run`` prints and a run saves); TRL's ``delta`` carries a comment saying
+        it is not Band's radius."""
         values = self.to_dict()
         for key in STEP_COUNT_FIELDS:
             value = values.get(key)
@@ -333,10 +261,8 @@ class TrainConfig:
 
     @property
     def output_dir(self) -> Path:
-        """``output_dir`` with ``~`` and ``$VAR`` expanded (:func:`bandpo_lab._files.expand_path`, which refuses an unset
-        variable: the lock, resume, the
-        refusal of an earlier run's directory and the trainer all use this one path), or ``runs/<config file stem>``
-        when the config does not set it."""
+        """``output_dir`` with ``~`` and ``$VAR`` expanded (:func:`bandpo_lab._files.expand_path`), or
+        ``runs/<config file stem>`` when the config does not set it: the one path every check and writer uses."""
         value = self.trainer.get("output_dir")
         if value:
             return expand_path(value, located("output_dir", self.where("output_dir")), ConfigError)
@@ -344,11 +270,9 @@ class TrainConfig:
         return Path(_DEFAULT_OUTPUT_ROOT) / stem
 
     def trainer_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of the method's config class (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native
-        method): the config's fields, the fields a TRL-native method sets (its ``loss_type``, ..., and the defaults
-        of its parameters), bandpo's defaults (progress bar on, ``use_cpu`` when no GPU, ``output_dir``; on a CPU
-        ``bf16`` off, since ``model.precision`` decides there, and torch's fused AdamW unless ``optim`` is set) and the
-        model section's ``dtype`` / ``attn_implementation`` in ``model_init_kwargs``."""
+        """Keyword arguments of the method's config class: the config's fields, the method's own, bandpo's defaults
+        (``use_cpu`` without a GPU, and then ``bf16`` off and torch's fused AdamW) and the model section's ``dtype``
+        / ``attn_implementation`` in ``model_init_kwargs``."""
         kwargs = copy.deepcopy(self.trainer)
         for key, value in self.training_method().defaults(self.trainer).items():
             kwargs.setdefault(key, value)
@@ -394,9 +318,7 @@ class TrainConfig:
 
 def _installed_spelling(kwargs: dict[str, Any], config_class: Any) -> dict[str, Any]:
     """``kwargs`` with each renamed field (:data:`RENAMED_FIELDS`) under its old name where the installed config
-    class has only the old one: transformers 5.17's TrainingArguments knows ``gradient_checkpointing`` but not
-    bandpo's ``activation_checkpointing`` (5.25 has both, the old one deprecated). ``config_class``: a callable
-    returning the config class (imports TRL); without TRL the names stay as they are."""
+    class (``config_class()``) has only the old one (transformers 5.17 has no ``activation_checkpointing``)."""
     try:
         fields = {f.name for f in dataclasses.fields(config_class())}
     except ImportError:
@@ -405,15 +327,6 @@ def _installed_spelling(kwargs: dict[str, Any], config_class: Any) -> dict[str, 
         if renamed.new in kwargs and renamed.new not in fields and old in fields:
             kwargs[old] = kwargs.pop(renamed.new)
     return kwargs
-
-
-def _build_section(name: str, values: Mapping[str, Any], origins: Mapping[str, str]) -> Any:
-    try:
-        return build_dataclass(SECTIONS[name], values, name, origins, suggest=_valid_keys())
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{name}: {err}") from err
 
 
 def _accelerator_available() -> bool:
@@ -433,14 +346,12 @@ def load_train_config(
     """Read a YAML config (with its ``base:`` chain), apply ``key=value`` overrides, validate keys and types.
 
     Args:
-        path: the config file, or a built-in recipe's name (``tiny``: :func:`bandpo_lab.config.config_file`). ``None``:
-            only the overrides (which must then include a data section).
+        path: the config file, or a built-in recipe's name (``tiny``); ``None``: only the overrides.
         overrides: ``["learning_rate=1e-5", "model.path=/models/x"]`` or ``{"learning_rate": 1e-5}``.
 
     Raises:
-        ConfigError: unreadable file, unknown key (with the closest valid key), a value of the wrong type, or a
-            section value that its dataclass refuses. Paths, datasets and the reward are checked later, by
-            :func:`bandpo_lab.training.run.prepare`.
+        ConfigError: unreadable file, unknown key (with the closest valid key), a value of the wrong type or one its
+            section refuses. Paths, data and rewards are checked by :func:`bandpo_lab.training.run.prepare`.
     """
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}

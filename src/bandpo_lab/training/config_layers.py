@@ -1,8 +1,6 @@
-"""How the layers of a training config merge (the files of a ``base:`` chain, then the overrides): a layer that
-selects another method drops the inherited settings of the method (in one :class:`ConfigWarning` line when the
-overrides do), a layer that sets ``data.path`` drops the inherited ``data.task`` (and the converse), and the old
-names of renamed TRL / transformers fields give way to the new ones. The docstring of
-:mod:`bandpo_lab.training.config` describes these rules for users."""
+"""How the layers of a training config merge (the files of a ``base:`` chain, then the overrides): method switches,
+``data.path`` against ``data.task``, and the old names of renamed fields (the rules: docs/trl.md, ``bandpo
+train``)."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ _CONFIG_MODULES = ("bandpo_lab.training.config", __name__)
 
 
 def _selected_method(values: Mapping[str, Any]) -> Any:
-    """The method a layer selects: its ``method``, else its ``clip_rule``, else ``None`` (a ``null`` method
-    defers to ``clip_rule``)."""
+    """The method a layer selects: its ``method`` (unless null), else its ``clip_rule``, else ``None``."""
     value = values.get(METHOD_KEY)
     if value in NULL_TEXTS:
         value = None
@@ -33,17 +30,12 @@ def _selected_method(values: Mapping[str, Any]) -> Any:
 
 
 def merge_layer(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> dict[str, tuple[Any, str]]:
-    """Merge ``layer`` into ``values``: first drop what it switches away from (this module's docstring), then merge.
-
-    Returns:
-        the inherited settings of the method (besides the keys that select it) that a method switch dropped and
-        the layer does not set itself: key -> (value, where it was set); empty without a switch.
-    """
+    """Merge ``layer`` into ``values`` after dropping what it switches away from; returns the inherited settings
+    of the method a switch dropped and the layer does not set itself: key -> (value, where it was set)."""
     new = _selected_method(layer.values)
     old = _selected_method(values) or DEFAULT_CLIP_RULE
     dropped: dict[str, tuple[Any, str]] = {}
     if new is not None and new != old:
-        # another method: its defaults plus what this layer sets, nothing of the inherited method or the new one
         switched = switch_keys(old, new)
         for key in [k for k in values if k in switched]:
             value = values.pop(key)
@@ -64,8 +56,7 @@ def merge_layer(values: dict[str, Any], origins: dict[str, str], layer: Layer) -
 
 
 def _switch_notice(layer: Layer, old: str, dropped: Mapping[str, tuple[Any, str]]) -> str:
-    """The one line of an override that switched method and dropped inherited settings: the selecting key, where,
-    both methods, each dropped key with its value, and the files that had set them."""
+    """The one line of an override that switched method and dropped inherited settings."""
     selector = METHOD_KEY if layer.values.get(METHOD_KEY) not in (None, *NULL_TEXTS) else "clip_rule"
     new = layer.values[selector]
     keys = ", ".join(f"{key}={value!r}" for key, (value, _) in dropped.items())
@@ -81,8 +72,7 @@ def _switch_notice(layer: Layer, old: str, dropped: Mapping[str, tuple[Any, str]
 
 
 def _warn(message: str) -> None:
-    """A :class:`ConfigWarning` attributed to the first caller outside :data:`_CONFIG_MODULES` (the user's script or
-    the CLI)."""
+    """A :class:`ConfigWarning` attributed to the first caller outside :data:`_CONFIG_MODULES`."""
     frame, level = sys._getframe(1), 2  # stacklevel 2: the caller of this function
     while frame is not None and frame.f_globals.get("__name__") in _CONFIG_MODULES:
         frame, level = frame.f_back, level + 1
@@ -90,8 +80,7 @@ def _warn(message: str) -> None:
 
 
 def merge_overrides(values: dict[str, Any], origins: dict[str, str], layer: Layer) -> None:
-    """:func:`merge_layer` for the overrides: a method switch that drops inherited settings says so in one line
-    (a derived file that switches method is its writer's choice, e.g. ``configs/tiny-grpo.yaml``: no line)."""
+    """:func:`merge_layer` for the overrides, warning in one line of the settings a method switch drops."""
     old = _selected_method(values) or DEFAULT_CLIP_RULE
     dropped = merge_layer(values, origins, layer)
     if dropped and _selected_method(values) in METHODS:  # an unknown name: its error follows, not this line
@@ -99,10 +88,9 @@ def merge_overrides(values: dict[str, Any], origins: dict[str, str], layer: Laye
 
 
 def check_renamed(trainer: dict[str, Any], origins: Mapping[str, str]) -> None:
-    """Old names of renamed TRL / transformers fields (:data:`bandpo_lab.training.trl_fields.RENAMED_FIELDS`): one line
-    naming the new one, a :class:`ConfigError` for a refused name, else a :class:`ConfigWarning`, and the old key is
-    replaced by the new one in ``trainer`` (so the printout and the trainer see one name). The value is resolved as
-    transformers does: the new name's, unless it is unset or null, when the old name's value is used."""
+    """Replace the old names of renamed fields (:data:`~bandpo_lab.training.trl_fields.RENAMED_FIELDS`) in
+    ``trainer`` by the new ones, with one :class:`ConfigWarning` line (a :class:`ConfigError` for a refused name).
+    The new name's value wins unless it is unset or null, as in transformers."""
     for old, renamed in RENAMED_FIELDS.items():
         if old not in trainer:
             continue

@@ -1,7 +1,5 @@
-"""The method fields of a training config, checked when :class:`bandpo_lab.training.config.TrainConfig` is built:
-``method: NAME`` for a clip rule (the same as ``clip_rule: NAME``), a registered clip rule with a loss type and an
-importance-sampling level that ``BandPOTrainer`` can bound, and a rule's parameters set once. The docstring of
-:mod:`bandpo_lab.training.config` describes these rules for users."""
+"""The checks of a training config's clip-rule fields, made when :class:`~bandpo_lab.training.config.TrainConfig`
+is built (the rules: docs/trl.md, ``bandpo train``)."""
 
 from __future__ import annotations
 
@@ -36,7 +34,7 @@ def select_clip_rule(trainer: dict[str, Any], name: str, where: Any) -> None:
 
 
 def check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
-    """A clip rule's config: a registered rule, and the loss type / importance-sampling level ``BandPOTrainer``
+    """A registered rule, its parameters set once, and a loss type / importance-sampling level ``BandPOTrainer``
     can bound (TRL's other values name the TRL-native method that runs them)."""
     rule = trainer.get("clip_rule")
     if rule is not None:
@@ -81,10 +79,8 @@ def check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
 
 
 def _check_rule_params(trainer: Mapping[str, Any], rule: str, where: Any) -> None:
-    """The rule's parameters set once: TRL's ``delta`` (its two-sided clamp) at or below 1 is refused (next to a Band
-    rule, whose radius is also called ``delta``, naming band_delta); a ``band_*`` shortcut and the
-    ``clip_rule_kwargs`` entry it sets are refused together (naming the shortcut, which the recipes use)."""
-    try:  # a clamp of the ratio at or below 1 is refused; delta: 10 (verl's dual clip) stays allowed
+    """TRL's ``delta`` at or below 1, or a ``band_*`` shortcut beside the ``clip_rule_kwargs`` entry it sets: refused."""
+    try:
         check_trl_delta(trainer.get("delta"), rule, where("delta"))
     except ValueError as err:
         raise ConfigError(str(err)) from None

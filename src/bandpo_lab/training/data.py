@@ -1,16 +1,7 @@
-"""Training prompts: from a built-in task or local JSONL / JSON / parquet files, formatted for TRL.
-
-Two steps, so that every data error is found before a model loads:
-
-1. :func:`load_problems` reads the problems (task split or files) and normalises each to a dict with ``prompt``
-   (a string or a list of chat messages), ``answer`` (when the data has one) and the ``keep_columns``. A missing
-   file or column raises :class:`~bandpo_lab.training.config.ConfigError` naming what *is* there.
-2. :func:`build_prompt_dataset` needs the tokenizer: it applies ``prompt_template`` / ``system_prompt`` and decides
-   between chat messages (TRL applies the tokenizer's chat template to conversational prompts) and plain text,
-   then returns a ``datasets.Dataset`` with a ``prompt`` column that ``GRPOTrainer`` reads directly.
-
-Reading is done here (``json`` and ``pyarrow``), not by ``datasets.load_dataset``, so nothing is written to the
-Hugging Face cache and every process of a data-parallel run reads the same rows in the same order.
+"""Training prompts from a built-in task or local JSONL / JSON / parquet files: :func:`load_problems` reads and
+checks them before a model loads, :func:`build_prompt_dataset` formats them (chat messages or plain text) once the
+tokenizer is known. Files are read here, not by ``datasets.load_dataset``: nothing goes to the Hugging Face cache,
+and every process of a data-parallel run reads the same rows in the same order.
 """
 
 from __future__ import annotations
@@ -37,7 +28,6 @@ _SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
 MISSING = object()  # what lookup_column returns for an absent column
 
 
-# --------------------------------------------------------------------------------------------------- files
 def _format_of(path: Path, fmt: str) -> str:
     if fmt != "auto":
         return fmt
@@ -52,12 +42,8 @@ def _format_of(path: Path, fmt: str) -> str:
 
 def resolve_data_files(cfg: DataConfig) -> list[Path]:
     """The files of ``cfg.path``: files as given; for a directory, those of ``cfg.split`` (``<split>.<ext>``,
-    ``<split>-*.<ext>`` or ``<split>_*.<ext>``, directly or under ``data/``), sorted.
-
-    Raises:
-        ConfigError: a path that does not exist, or a directory with no file of that split (the message lists
-            the data files it holds).
-    """
+    ``<split>-*.<ext>`` or ``<split>_*.<ext>``, directly or under ``data/``), sorted. ``ConfigError`` for a path
+    that does not exist or a directory without such files (listing its data files)."""
     files: list[Path] = []
     for raw in cfg.paths:
         path = expand_path(raw, "data.path", ConfigError)
@@ -87,11 +73,8 @@ def resolve_data_files(cfg: DataConfig) -> list[Path]:
 
 
 def read_records(path: str | Path, fmt: str = "auto") -> list[dict[str, Any]]:
-    """All rows of a JSONL, JSON (a list of objects, or JSON lines) or parquet file, as dicts.
-
-    Raises:
-        ConfigError: unreadable file, invalid JSON (with the line number), or rows that are not objects.
-    """
+    """All rows of a JSONL, JSON (a list of objects, or JSON lines) or parquet file, as dicts (``ConfigError``:
+    unreadable file, invalid JSON with its line number, rows that are not objects)."""
     path = Path(path)
     fmt = _format_of(path, fmt)
     if fmt == "parquet":
@@ -155,7 +138,6 @@ def _describe_columns(row: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-# ----------------------------------------------------------------------------------------------- problems
 def _is_messages(value: Any) -> bool:
     return (
         isinstance(value, Sequence)
@@ -165,22 +147,12 @@ def _is_messages(value: Any) -> bool:
     )
 
 
-def _normalise_answer(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    return str(value)
-
-
 def load_problems(
     cfg: DataConfig, need_answer: bool, answer_columns: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
-    """The training problems of ``cfg`` (task split or files), normalised (module docstring).
-
-    Args:
-        cfg: the data section.
-        need_answer: the reward reads the ground truth: every row must have ``cfg.answer_column``.
-        answer_columns: further columns the reward reads (e.g. a reward option ``answer_key``): they must be
-            among ``answer`` and ``cfg.keep_columns``.
+    """The training problems of ``cfg``, each a dict with ``prompt`` (text or chat messages), ``answer`` (required
+    with ``need_answer``) and the ``keep_columns``; ``answer_columns``: more columns the reward reads, which must
+    be among these.
 
     Raises:
         ConfigError: missing file, column or value (naming the columns that exist), or no rows at all.
@@ -245,7 +217,9 @@ def load_problems(
                             f"{cfg.answer_column!r}: {row!r}"
                         )
                 else:
-                    problem["answer"] = _normalise_answer(answer)
+                    problem["answer"] = (
+                        [str(v) for v in answer] if isinstance(answer, (list, tuple)) else str(answer)
+                    )
             for column in cfg.keep_columns:
                 value = lookup_column(row, column)
                 if value is MISSING:
@@ -258,8 +232,7 @@ def load_problems(
 
 
 def _answers_alike(problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``problems`` with every answer wrapped in a list when any answer is a list (one column type: Arrow refuses
-    a column of strings and lists)."""
+    """``problems`` with every answer a list when any is (Arrow refuses a column of strings and lists)."""
     if any(isinstance(p.get("answer"), list) for p in problems):
         for p in problems:
             if "answer" in p and not isinstance(p["answer"], list):
@@ -267,7 +240,6 @@ def _answers_alike(problems: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return problems
 
 
-# -------------------------------------------------------------------------------------------------- prompts
 def has_chat_template(tokenizer: Any) -> bool:
     """Whether ``tokenizer`` defines a chat template."""
     return bool(getattr(tokenizer, "chat_template", None))
@@ -319,7 +291,7 @@ def build_prompt_dataset(
 ) -> Any:
     """A ``datasets.Dataset`` for ``GRPOTrainer``: ``prompt`` formatted (chat messages when the tokenizer has a
     chat template and ``cfg.chat_template`` allows it, plain text otherwise), other columns unchanged.
-    ``chat_template``: whether the tokenizer has one, for a check made before it is loaded (default: ask it)."""
+    ``chat_template``: whether the tokenizer has one, before it is loaded (default: ask it)."""
     from datasets import Dataset
 
     chat = _use_chat(cfg, tokenizer, chat_template)

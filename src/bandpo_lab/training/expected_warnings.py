@@ -1,13 +1,7 @@
-"""Silence the two messages every ``bandpo train`` printed although nothing is wrong, and nothing else.
-
-* transformers 5 deprecates ``PreTrainedModel.is_gradient_checkpointing`` (and the other old names of gradient
-  checkpointing), which TRL 1.16 still uses around each generation: a ``FutureWarning`` about an API we do not
-  call. Filtered by its message, as a ``FutureWarning`` (``bandpo.integrations.trl_spec``, which a plain
-  ``GRPOTrainer`` of a TRL-native method needs here too).
-* On resume, ``Trainer`` loads the checkpoint's state dict non-strictly and logs
-  ``There were missing keys in the checkpoint model loaded: ['lm_head.weight']`` for a model whose output layer
-  is tied to the input embedding (the checkpoint stores the shared tensor once). Dropped only when every listed
-  key is tied in the model being trained (and the tie is in effect: one tensor); any other missing key is logged.
+"""Silence the two messages every ``bandpo train`` printed although nothing is wrong, and nothing else:
+transformers 5's ``FutureWarning`` about the old gradient-checkpointing names TRL 1.16 still uses, and, on resume,
+``There were missing keys in the checkpoint model loaded: ['lm_head.weight']`` when every listed key is tied to
+another weight of the model being trained (the checkpoint stores the shared tensor once).
 """
 
 from __future__ import annotations
@@ -19,25 +13,17 @@ import re
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from bandpo.integrations.trl_spec import OLD_CHECKPOINTING_NAMES, silence_old_checkpointing_names
+from bandpo.integrations.trl_spec import silence_old_checkpointing_names
 
-__all__ = [
-    "GRADIENT_CHECKPOINTING_MESSAGE",
-    "TiedKeysFilter",
-    "silence_expected_warnings",
-    "tied_weight_keys",
-]
-
-GRADIENT_CHECKPOINTING_MESSAGE = OLD_CHECKPOINTING_NAMES
-"""The transformers ``FutureWarning`` that TRL triggers (regex, as ``warnings.filterwarnings`` takes)."""
+__all__ = ["TiedKeysFilter", "silence_expected_warnings", "tied_weight_keys"]
 
 _MISSING_KEYS = re.compile(r"There were missing keys in the checkpoint model loaded: (\[.*\])\.?")
 _TRAINER_LOGGER = "transformers.trainer"
 
 
 def tied_weight_keys(model: Any) -> set[str]:
-    """Names of ``model``'s parameters that are tied to another one (``lm_head.weight`` for tied embeddings),
-    when the tie is in effect (the output and input embeddings are one tensor); otherwise an empty set."""
+    """Names of ``model``'s parameters tied to another one (``lm_head.weight``) when the output and input
+    embeddings are one tensor; otherwise an empty set."""
     try:
         tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
     except AttributeError:
@@ -68,8 +54,7 @@ class TiedKeysFilter(logging.Filter):
 
 @contextlib.contextmanager
 def silence_expected_warnings(tied: Collection[str] = ()) -> Iterator[None]:
-    """Within the block, hide the two expected messages (module docstring); ``tied``: :func:`tied_weight_keys`
-    of the model being trained. Other warnings and log records pass unchanged."""
+    """Within the block, hide the two expected messages; ``tied``: :func:`tied_weight_keys` of the model."""
     logger = logging.getLogger(_TRAINER_LOGGER)
     keys_filter = TiedKeysFilter(tied)
     logger.addFilter(keys_filter)

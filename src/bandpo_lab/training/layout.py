@@ -1,8 +1,4 @@
-"""The files of a training run's output directory (``output_dir``): their names, in one place.
-
-Besides these, a run directory holds what transformers writes (the model, ``checkpoint-<step>/`` folders, TensorBoard
-logs). Comparisons add their own files around it (:mod:`bandpo_lab.experiments.compare.layout`).
-"""
+"""The names of the files bandpo writes in a training run's ``output_dir``, beside transformers' own."""
 
 from __future__ import annotations
 
@@ -35,6 +31,4 @@ MODEL_CONFIG_FILE = "config.json"
 """The saved model's config (transformers' ``CONFIG_NAME``): present once the final model is saved."""
 
 RUN_FILES = (CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE)
-"""The files only a bandpo training run writes at the top of its ``output_dir``: one of them (or a
-``checkpoint-<step>/``) marks the folder of an earlier run, which a fresh run may share; a folder without any
-holds the user's files (:func:`bandpo_lab.training.run.prepare` refuses it unless it is empty)."""
+"""The files only a bandpo training run writes: one of them marks an earlier run's folder."""

@@ -1,9 +1,6 @@
-"""One training run per ``output_dir``: an exclusive lock held while ``bandpo train`` writes there.
-
-The lock is an OS file lock (:func:`bandpo_lab._files.flock`) on ``<output_dir>/.bandpo-train.lock``, which also records the holder's
-pid, host, start time and command line for the message a second run gets. The operating system drops the lock
-when its process ends, however it ends, so the file a killed run leaves behind (a *stale* lock) does not block a
-restart: only a live process holds the lock. Under ``accelerate launch`` only the main process takes it.
+"""One training run per ``output_dir``: an OS file lock (:func:`bandpo_lab._files.flock`) on
+``<output_dir>/.bandpo-train.lock``, which records the holder (pid, host, start, command) for the message a second
+run gets. The OS drops it when its process ends, so a file a killed run left does not block a restart.
 """
 
 from __future__ import annotations
@@ -29,8 +26,8 @@ class OutputDirLockedError(ConfigError):
 
 
 def lock_holder(output_dir: str | Path) -> dict[str, Any] | None:
-    """What the live process holding ``output_dir``'s lock recorded (``pid``, ``host``, ``started``, ``command``;
-    ``{}`` if it has not written it yet), or ``None`` when no live process holds it."""
+    """What the live process holding ``output_dir``'s lock recorded (``{}`` before it wrote it), or ``None`` when
+    no live process holds it."""
     path = Path(output_dir) / LOCK_FILE
     if not path.is_file():
         return None
@@ -61,16 +58,16 @@ def _locked_message(output_dir: Path, holder: dict[str, Any]) -> str:
 
 
 def check_unlocked(output_dir: str | Path) -> None:
-    """Raise :class:`OutputDirLockedError` (naming the directory and the other process) if a live process holds
-    ``output_dir``'s lock. Takes nothing: :class:`OutputDirLock` does."""
+    """Raise :class:`OutputDirLockedError` (naming the other process) if a live process holds ``output_dir``'s
+    lock; takes nothing."""
     holder = lock_holder(output_dir)
     if holder is not None:
         raise OutputDirLockedError(_locked_message(Path(output_dir), holder))
 
 
 class OutputDirLock:
-    """``with OutputDirLock(output_dir):`` holds ``output_dir``'s lock (creating the directory), or raises
-    :class:`OutputDirLockedError` at once if another live process holds it. The lock file is removed on exit."""
+    """``with OutputDirLock(output_dir):`` holds ``output_dir``'s lock (creating the directory; removing the file
+    on exit), or raises :class:`OutputDirLockedError` at once if another live process holds it."""
 
     def __init__(self, output_dir: str | Path) -> None:
         self.output_dir = Path(output_dir)

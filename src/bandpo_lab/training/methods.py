@@ -1,41 +1,18 @@
 """Training methods: the one list of method names that ``bandpo train`` and ``bandpo compare`` accept.
 
-A method is one of two kinds, and :data:`METHODS` dispatches on the kind (never on the name):
-
-* a **clip rule** (every name of ``bandpo.losses.CLIP_RULES``, read at each lookup, so a rule registered later is a
-  method too): trained by ``BandPOTrainer`` with ``BandPOConfig(clip_rule=name, clip_rule_kwargs=params)``; our
-  hook logs the clip diagnostics (``clip/frac``, ``clip/tail_share``, per-bin rates, ``band/*``);
-* a **TRL-native method** (:data:`TRL_METHODS`): a loss TRL 1.16 ships whose region is not a per-token ratio
-  interval, so no clip rule can express it. Trained by plain ``GRPOTrainer`` with a ``GRPOConfig`` whose fields the
-  method sets; TRL logs its own metrics (``entropy``, ``clip_ratio/*`` or ``cispo_clip_ratio``) and ours are absent.
-
-The TRL-native methods (``r`` the token ratio ``pi / pi_old``, ``A`` the advantage, ``sg`` stop gradient,
-``s = exp(mean_t log r)`` the sequence ratio):
-
-* ``cispo``, CISPO (MiniMax-M1): sets ``loss_type: cispo``, ``importance_sampling_level: token``. Per token, no
-  region: the loss is ``-sg(min(r, epsilon_high)) A log pi``, so every token keeps its gradient, with a weight
-  capped above at ``epsilon_high`` (default 5.0, ScaleRL's value in TRL's docs). Tokens are averaged over the
-  global batch (TRL's cispo aggregation, not the recipe's ``loss_type``).
-* ``sapo``, SAPO (Soft Adaptive Policy Optimization): sets ``loss_type: sapo``, ``importance_sampling_level:
-  token``. Per token, no hard region: the ratio goes through the gate ``(4 / tau) sigmoid(tau (r - 1))``, whose
-  gradient ``sigmoid'`` decays smoothly as ``r`` leaves 1; ``tau`` is ``sapo_temperature_pos`` (default 1.0) where
-  ``A > 0`` and ``sapo_temperature_neg`` (default 1.05) otherwise (the paper's and TRL's defaults).
-* ``gspo``, GSPO (Group Sequence Policy Optimization): sets ``importance_sampling_level: sequence``, ``loss_type:
-  grpo``. Per sequence: ``s`` is clipped to ``[1 - epsilon, 1 + epsilon_high]`` as in PPO, so every token of a
-  sequence whose ``s`` left the interval in the direction ``A`` pushes it gets no gradient; defaults
-  ``epsilon: 3e-4``, ``epsilon_high: 4e-4`` (GSPO paper v2 section 5.1, as TRL's paper index sets them).
-
-A TRL-native method takes its parameters as the ``GRPOConfig`` fields themselves (``epsilon_high: 4.0`` for
-``cispo``); it refuses the clip-rule fields (``clip_rule``, ``clip_rule_kwargs``, ``band_*``), a value of a field it
-sets other than its own, and the TRL fields its loss ignores (``epsilon`` for ``sapo``), so nothing is silently
-without effect. This module imports neither torch nor TRL until a trainer or config class is asked for.
+A method is a **clip rule** (every name of ``bandpo.losses.CLIP_RULES``, read at each lookup), trained by
+``BandPOTrainer``, or a **TRL-native method** (:data:`TRL_METHODS`: ``cispo``, ``sapo``, ``gspo``), a loss TRL
+ships whose region is no per-token ratio interval, trained by plain ``GRPOTrainer`` with the ``GRPOConfig`` fields
+it sets; :data:`METHODS` dispatches on the kind, never on the name. The TRL-native methods, their regions,
+parameters and defaults: docs/trl.md, "TRL-native baselines". This module imports neither torch nor TRL until a
+trainer or config class is asked for.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bandpo.integrations.trl_spec import TRL_NAMES
@@ -56,15 +33,13 @@ __all__ = [
 ]
 
 RULE_PARAM_KEYS = tuple(k for k, v in TRL_NAMES.items() if v not in ("rule", "total_steps", "diagnostics"))
-"""Trainer keys that parametrise the clip rule or its radius schedule (reset when a layer switches method):
-TRL's spellings of every method setting but the rule's name, the run's length and the diagnostics level
-(``clip_rule_kwargs``, ``band_divergence``, ``band_delta``, ..., ``band_delta_hold_frac``)."""
+"""Trainer keys that parametrise the clip rule or its radius schedule (``clip_rule_kwargs``, ``band_*``)."""
 
 SCHEDULE_PARAMS: dict[str, str] = {
     name: key for key, name in TRL_NAMES.items() if name in ("delta_schedule", "delta_end", "delta_hold_frac")
 }
-"""The radius schedule's settings a clip-rule method's ``params`` (a compare config's ``methods[].params``) may
-hold beside the rule's parameters, by bandpo's name -> the trainer key (``delta_end`` -> ``band_delta_end``)."""
+"""The radius schedule's settings a compare config's ``methods[].params`` may hold beside the rule's parameters:
+bandpo's name -> the trainer key (``delta_end`` -> ``band_delta_end``)."""
 
 
 def split_schedule(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -75,7 +50,7 @@ def split_schedule(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 CLIP_RULE_KEYS = ("clip_rule", *RULE_PARAM_KEYS)
-"""Every trainer key of the clip-rule kind: the rule's name and its parameters (BandPOConfig's own fields)."""
+"""Every trainer key of the clip-rule kind: BandPOConfig's own fields."""
 
 METHOD_KEY = "method"
 """The config key that selects a method by name (``method: cispo``)."""
@@ -87,15 +62,8 @@ def _finite(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class MethodParam:
-    """A parameter of a TRL-native method: a ``GRPOConfig`` field, its default for the method and its range.
-
-    Attributes:
-        field: the ``GRPOConfig`` field it sets (``epsilon_high``).
-        default: the value the method uses when the config does not set it (the paper's / TRL's docs).
-        valid: whether a value is in range.
-        allowed: the range in words, for the error message (``a finite number >= 1``).
-        meaning: what the field does in this method.
-    """
+    """A parameter of a TRL-native method: the ``GRPOConfig`` field, its default, whether a value is ``valid``,
+    the range in words (``allowed``, for the message) and what the field does in this method (``meaning``)."""
 
     field: str
     default: float
@@ -111,30 +79,18 @@ class ClipRuleMethod:
     name: str
 
     def config_class(self) -> type:
-        """``BandPOConfig`` (imports TRL)."""
         from bandpo.integrations.trl import BandPOConfig
 
         return BandPOConfig
 
     def trainer_class(self) -> type:
-        """``BandPOTrainer`` (imports TRL)."""
         from bandpo.integrations.trl import BandPOTrainer
 
         return BandPOTrainer
 
-    def param_names(self) -> list[str]:
-        """The rule's parameter names (``clip_rule_kwargs`` keys)."""
-        from bandpo.losses import clip_rule_params
-
-        return list(clip_rule_params(self.name))
-
-    def method_keys(self) -> tuple[str, ...]:
-        """Trainer keys that belong to this method (dropped from inherited layers when a layer switches method)."""
-        return CLIP_RULE_KEYS
-
     def check_params(self, params: Mapping[str, Any]) -> None:
-        """Build the rule and its radius schedule from ``params`` (the rule's parameters, and the schedule's
-        :data:`SCHEDULE_PARAMS`); ``ValueError`` / ``TypeError`` from their own validation, naming bandpo's names."""
+        """Build the rule and its radius schedule from ``params`` (``ValueError`` / ``TypeError`` from their own
+        validation, naming bandpo's names)."""
         from bandpo.losses import make_clip_rule
         from bandpo.losses.method import clip_method
 
@@ -145,12 +101,11 @@ class ClipRuleMethod:
             clip_method({"rule": self.name, "params": rule, **schedule}, names, where="params")
 
     def defaults(self, trainer: Mapping[str, Any]) -> dict[str, Any]:
-        """Trainer fields the method adds to a config's own (none: ``BandPOConfig`` builds the rule itself)."""
+        """Trainer fields the method adds to a config's own: none."""
         return {}
 
     def config_entries(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The training-config keys that select this method with ``params``: ``clip_rule``, ``clip_rule_kwargs``
-        (the rule's parameters) and the schedule's ``band_delta_*`` keys (:data:`SCHEDULE_PARAMS`)."""
+        """The training-config keys that select this method with ``params`` (the rule's and the schedule's)."""
         rule, schedule = split_schedule(params)
         return {
             "clip_rule": self.name,
@@ -159,8 +114,7 @@ class ClipRuleMethod:
         }
 
     def describe(self, args: Any) -> str:
-        """One line for the run's header: the clip rule with its parameters and, when the radius changes, its
-        schedule (``args``: the built config)."""
+        """One line for the run's header: the rule with its parameters and a changing radius's schedule."""
         rule = args.build_clip_rule()
         schedule = args.build_radius_schedule(rule)
         radius = "" if schedule.is_constant else f", radius {schedule.describe()}"
@@ -169,14 +123,13 @@ class ClipRuleMethod:
 
 @dataclass(frozen=True)
 class TrlNativeMethod:
-    """A loss TRL ships, trained by plain ``GRPOTrainer`` (module docstring).
+    """A loss TRL ships, trained by plain ``GRPOTrainer``.
 
     Attributes:
-        name: the method's name as users know it (``cispo``).
         title: the name in prose, with its paper (``CISPO (MiniMax-M1)``).
-        fixed: ``GRPOConfig`` fields the method sets to these values; a config may repeat them, not change them.
-        params: the ``GRPOConfig`` fields that tune it, with their defaults and ranges.
-        ignored: ``GRPOConfig`` fields TRL's loss for this method does not read; setting one is an error.
+        fixed: ``GRPOConfig`` fields the method sets; a config may repeat them, not change them.
+        params: the ``GRPOConfig`` fields that tune it.
+        ignored: ``GRPOConfig`` fields its loss does not read; setting one is an error.
     """
 
     name: str
@@ -186,13 +139,11 @@ class TrlNativeMethod:
     ignored: tuple[str, ...] = ()
 
     def config_class(self) -> type:
-        """TRL's ``GRPOConfig`` (imports TRL)."""
         from trl import GRPOConfig
 
         return GRPOConfig
 
     def trainer_class(self) -> type:
-        """TRL's ``GRPOTrainer`` (imports TRL)."""
         from trl import GRPOTrainer
 
         return GRPOTrainer
@@ -204,8 +155,7 @@ class TrlNativeMethod:
         return (*self.fixed, *self.param_names(), *self.ignored)
 
     def check_params(self, params: Mapping[str, Any], where: Callable[[str], str] = lambda key: "") -> None:
-        """``ValueError`` naming the field, the value and the range for an unknown or out-of-range parameter
-        (``where(key)``: where it was set, for the message)."""
+        """``ValueError`` naming the field, the value and the range for an unknown or out-of-range parameter."""
         by_field = {p.field: p for p in self.params}
         for key, value in params.items():
             spec = by_field.get(key)
@@ -221,8 +171,8 @@ class TrlNativeMethod:
                 )
 
     def check_trainer(self, trainer: Mapping[str, Any], where: Callable[[str], str] = lambda key: "") -> None:
-        """Check a config's trainer fields against this method (module docstring). ``where(key)`` says where a key
-        was set, for the message. Raises ``ValueError``."""
+        """``ValueError`` for clip-rule fields, a fixed field changed, an ignored field set or a parameter out of
+        range in a config's trainer fields; ``where(key)`` says where a key was set."""
         for key in CLIP_RULE_KEYS:
             if key in trainer:
                 raise ValueError(
@@ -244,21 +194,12 @@ class TrlNativeMethod:
                 )
         self.check_params({k: trainer[k] for k in self.param_names() if k in trainer}, where)
 
-    def trl_fields(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The ``GRPOConfig`` fields of the method: ``fixed``, then each parameter from ``params`` or its default."""
-        params = params or {}
-        self.check_params(params)
-        out = dict(self.fixed)
-        for p in self.params:
-            out[p.field] = params.get(p.field, p.default)
-        return out
-
     def defaults(self, trainer: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``GRPOConfig`` fields the method sets, with the config's own values of its parameters."""
-        return self.trl_fields({k: trainer[k] for k in self.param_names() if k in trainer})
+        """The ``GRPOConfig`` fields the method sets: ``fixed``, then each parameter's value or default."""
+        self.check_params({k: trainer[k] for k in self.param_names() if k in trainer})
+        return {**self.fixed, **{p.field: trainer.get(p.field, p.default) for p in self.params}}
 
     def config_entries(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The training-config keys that select this method with ``params`` (its GRPOConfig fields)."""
         return {METHOD_KEY: self.name, **dict(params)}
 
     def describe(self, args: Any) -> str:
@@ -268,11 +209,10 @@ class TrlNativeMethod:
 
 
 TRL_METHODS: Registry[TrlNativeMethod] = Registry("TRL-native method")
-"""The TRL-native methods by name (module docstring); :data:`METHODS` looks names up here and in CLIP_RULES."""
+"""The TRL-native methods by name."""
 
 
 def register_trl_method(method: TrlNativeMethod) -> TrlNativeMethod:
-    """Register a TRL-native method under ``method.name`` (a name taken raises ``ValueError``)."""
     return TRL_METHODS.register(method.name, method)
 
 
@@ -345,16 +285,12 @@ register_trl_method(
 )
 
 
-@dataclass
 class TrainingMethods:
     """The one list of method names: the clip rules of ``CLIP_RULES`` (read at each call) and :data:`TRL_METHODS`.
+    ``get(name)`` returns a :class:`ClipRuleMethod` or a :class:`TrlNativeMethod`, which answer alike
+    (``config_class()``, ``trainer_class()``, ``check_params()``, ``config_entries()``, ``describe()``)."""
 
-    ``get(name)`` returns a :class:`ClipRuleMethod` or a :class:`TrlNativeMethod`; both answer ``config_class()``,
-    ``trainer_class()``, ``method_keys()``, ``check_params()``, ``config_entries()`` and ``describe()``, which is
-    how ``bandpo train`` and ``bandpo compare`` dispatch.
-    """
-
-    trl: Registry[TrlNativeMethod] = field(default_factory=lambda: TRL_METHODS)
+    trl = TRL_METHODS
 
     @staticmethod
     def _clip_rules() -> Registry[Any]:
@@ -411,8 +347,7 @@ METHODS = TrainingMethods()
 
 def switch_keys(old: str, new: str) -> set[str]:
     """Trainer keys dropped from the inherited layers when a layer switches from method ``old`` to ``new``: both
-    methods' own keys and the selecting keys, so the new method starts from its defaults (unknown names count as
-    clip rules here; they are refused when the config is built)."""
+    methods' own keys and the selecting keys (unknown names count as clip rules)."""
 
     def keys(name: str) -> tuple[str, ...]:
         return TRL_METHODS.get(name).method_keys() if name in TRL_METHODS else CLIP_RULE_KEYS

@@ -1,10 +1,10 @@
-"""The checks of a training config that need no model: processes, batch arithmetic, the libraries the config asks
-for (vLLM, an attention implementation), the model path, the cache, the tokenizer (:func:`bandpo_lab.training.run.prepare`
-runs them before anything loads)."""
+"""The checks of a training config that need no model (processes, batch arithmetic, libraries, the model path),
+which :func:`bandpo_lab.training.run.prepare` runs before anything loads; the cache and the tokenizer."""
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +21,6 @@ from bandpo_lab.training.resume import trainer_default
 from bandpo_lab.training.tasks import TASKS, default_cache_dir
 
 __all__ = [
-    "attention_implementations",
     "attention_problem",
     "cache_dir",
     "check_batch",
@@ -36,12 +35,12 @@ __all__ = [
 
 
 def world_size() -> int:
-    """The number of processes of this run (``WORLD_SIZE`` under accelerate / torchrun, else 1)."""
+    """``WORLD_SIZE`` under accelerate / torchrun, else 1."""
     return max(1, int(os.environ.get("WORLD_SIZE", "1")))
 
 
 def is_main_rank() -> bool:
-    """Whether this process writes the run's files (rank 0 under accelerate / torchrun, or the only process)."""
+    """Whether this process writes the run's files (rank 0, or the only process)."""
     return os.environ.get("RANK", "0") == "0"
 
 
@@ -51,8 +50,8 @@ def trainer_value(config: TrainConfig, name: str) -> Any:
 
 
 def check_batch(config: TrainConfig, world_size: int) -> None:
-    """TRL's rule, with the arithmetic spelled out: the generation batch holds whole groups (``ConfigError``
-    otherwise, with the numbers and a batch size that works)."""
+    """The generation batch holds whole groups (``ConfigError`` otherwise, with the arithmetic and a batch size
+    that works)."""
 
     def get(name: str) -> Any:
         return trainer_value(config, name)
@@ -90,25 +89,19 @@ def check_batch(config: TrainConfig, world_size: int) -> None:
             f"num_generations={n} must divide the generation batch: {how} = {generation_batch} completions, which "
             f"is not a whole number of groups of {n}. Make per_device_train_batch_size x processes x "
             "steps_per_generation a multiple of num_generations (e.g. per_device_train_batch_size="
-            f"{_suggest_batch(per_device, n)}), or change num_generations"
+            f"{max(n, math.ceil(per_device / n) * n)}), or change num_generations"
         )
-
-
-def attention_implementations() -> list[str]:
-    """The attention implementations transformers accepts by name (``eager`` and its registry's: ``sdpa``,
-    ``flash_attention_2``, ``flex_attention``, ...), read from the installed transformers."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
 
 
 def attention_problem(value: str | None, name: str, at: str | None = None) -> str | None:
     """Why ``from_pretrained`` would refuse ``attn_implementation=value`` once the model has loaded, or ``None``:
-    a name among :func:`attention_implementations` (with or without transformers' ``paged|`` prefix) or a kernel
-    from the Hugging Face Hub (``org/name``) is accepted. ``name``: the setting, ``at``: where it was set."""
+    a name the installed transformers knows (with or without its ``paged|`` prefix) or a Hub kernel (``org/name``)
+    is accepted. ``name``: the setting, ``at``: where it was set."""
     if value is None:
         return None
-    allowed = attention_implementations()
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    allowed = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
     if value in allowed or value.removeprefix("paged|") in allowed:
         return None
     try:
@@ -124,9 +117,8 @@ def attention_problem(value: str | None, name: str, at: str | None = None) -> st
 
 
 def check_libraries(config: TrainConfig) -> None:
-    """The libraries the config asks for, which the trainer would otherwise miss only once the model has loaded:
-    vLLM for ``use_vllm: true`` (importable), and an attention implementation transformers knows
-    (``model.attn_implementation`` or ``model_init_kwargs.attn_implementation``: :func:`attention_problem`)."""
+    """vLLM for ``use_vllm: true``, and an attention implementation transformers knows
+    (``model.attn_implementation`` or ``model_init_kwargs.attn_implementation``)."""
     if config.trainer.get("use_vllm") and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
             f"{located('use_vllm=true', config.where('use_vllm'))} samples with vLLM, which is not installed "
@@ -146,18 +138,13 @@ def check_libraries(config: TrainConfig) -> None:
 
 
 def check_precision_here(config: TrainConfig, on_gpu: bool) -> None:
-    """``model.precision: bf16`` on a CPU without native bfloat16 instructions (``on_gpu`` False): refused in one line
-    naming the key, its value and where it was set (:func:`bandpo_lab.runtime.bf16_problem`), before the model
-    loads rather than at the first step."""
+    """``model.precision: bf16`` on a CPU without native bfloat16 instructions: refused before the model loads
+    (:func:`bandpo_lab.runtime.bf16_problem`)."""
     problem = bf16_problem(
         config.model.precision, "model.precision", at=config.where("model.precision"), on_gpu=on_gpu
     )
     if problem is not None:
         raise ConfigError(problem)
-
-
-def _suggest_batch(per_device: int, n: int) -> int:
-    return max(n, ((per_device + n - 1) // n) * n)
 
 
 def _looks_like_hub_id(path: str) -> bool:

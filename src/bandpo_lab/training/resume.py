@@ -1,16 +1,5 @@
 """What ``bandpo train --resume`` continues: the checkpoint, whether the run already finished, and whether the
-config still describes the same experiment.
-
-Settings that do not change what is computed may differ on resume (:data:`HARMLESS_KEYS`: where and how often
-to log and save, the progress bar, the data loader's workers, activation checkpointing, the task model's cache
-directory). ``max_steps`` / ``num_train_epochs`` may change too (to extend or shorten a run) when the learning
-rate schedule does not depend on the run's length: ``constant``, or ``constant_with_warmup`` with
-``warmup_steps`` in steps (>= 1), and Band's radius schedule (``band_delta_schedule``) is ``constant``. Any other difference (clip rule, learning rate, data, reward, seed, ...)
-changes the experiment: resuming with it is refused unless ``allow_config_change`` is set.
-
-A run is complete when ``run_info.json`` records its end at or beyond the current ``max_steps`` (written after
-the final model was saved), or when the newest complete checkpoint is at ``max_steps`` (the process was killed
-after that checkpoint but before saving the final model, which is then copied from it).
+config still describes the same experiment (which changes are allowed: docs/trl.md, "Troubleshooting runs").
 """
 
 from __future__ import annotations
@@ -110,7 +99,7 @@ def _trainer_defaults() -> dict[str, Any]:
 
 
 def trainer_default(name: str) -> Any:
-    """The ``BandPOConfig`` default of field ``name`` (``KeyError`` for an unknown field)."""
+    """The ``BandPOConfig`` default of field ``name``."""
     return copy.deepcopy(_trainer_defaults()[name])
 
 
@@ -159,8 +148,8 @@ def _length_independent_schedule(flat: Mapping[str, Any]) -> bool:
 
 
 def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> ConfigChanges:
-    """Compare two configs as ``TrainConfig.to_dict()`` writes them (a key absent at the top level means the
-    ``BandPOConfig`` default); sort each difference into altering or harmless (module docstring)."""
+    """Compare two configs as ``TrainConfig.to_dict()`` writes them (an absent top-level key is the default) and
+    sort each difference into altering or harmless."""
     before, now = _flatten(saved), _flatten(current)
     changes = ConfigChanges()
     length_ok = _length_independent_schedule(now) and _effective(before, "lr_scheduler_type") == _effective(
@@ -176,7 +165,8 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> Conf
 
 
 def _finished_at(output_dir: Path, args: Any) -> int | None:
-    """The step the recorded end of training reached, if it covers the current length settings."""
+    """The step the recorded end of training reached, if it covers the current length settings (the final model
+    saved)."""
     record = read_json_object(output_dir / RUN_INFO_FILE).get("finished")
     if not isinstance(record, dict) or not (output_dir / MODEL_CONFIG_FILE).is_file():
         return None
@@ -193,15 +183,9 @@ def _finished_at(output_dir: Path, args: Any) -> int | None:
 
 @dataclass
 class ResumePlan:
-    """What a resume does.
-
-    Attributes:
-        scan: the checkpoints (``scan.latest`` is the one to resume from; ``scan.skipped`` the incomplete ones).
-        complete_at: the run already finished at this step: nothing to train (``None``: train).
-        final_from_checkpoint: the final model must first be copied from ``scan.latest`` (the run was killed
-            after its last checkpoint, before the final save).
-        changes: how the config differs from the one the run started with (``None``: nothing to compare).
-    """
+    """What a resume does: ``scan.latest`` is the checkpoint to resume from; ``complete_at``, the step the run
+    already finished at (``None``: train), maybe with the final model to copy from ``scan.latest``
+    (``final_from_checkpoint``); ``changes`` against the config the run started with."""
 
     scan: CheckpointScan
     complete_at: int | None = None
@@ -212,12 +196,8 @@ class ResumePlan:
 def plan_resume(
     output_dir: Path, config: TrainConfig, args: Any, allow_config_change: bool = False
 ) -> ResumePlan:
-    """Inspect ``output_dir`` for a resume of ``config`` (``args``: its ``BandPOConfig``).
-
-    Raises:
-        ConfigError: the config changes the experiment (listing the keys, before and now) and
-            ``allow_config_change`` is not set.
-    """
+    """Inspect ``output_dir`` for a resume of ``config`` (``args``: its trainer config); ``ConfigError`` when the
+    config changes the experiment (listing the keys) without ``allow_config_change``."""
     plan = ResumePlan(scan=scan_checkpoints(output_dir))
     plan.complete_at = _finished_at(output_dir, args)
     if plan.complete_at is None and args.max_steps > 0 and (plan.scan.step or 0) >= args.max_steps:

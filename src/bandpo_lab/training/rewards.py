@@ -1,12 +1,6 @@
-"""The run's rewards from the config's ``reward:`` section: one or several (registered names or import paths), with
-TRL's ``reward_weights``, each wrapped by :func:`bandpo_lab.rewards.safe_reward_func` and tried once on the first
-training problem before any model loads (:func:`build_rewards`).
-
-``reward.name`` is one name or a list. A name is registered (:func:`bandpo_lab.rewards.reward_names`) or an import path
-``my_pkg.rewards:score`` (a TRL reward function, or a verifier ``verify(completion, ground_truth)`` returning a
-``VerifyResult`` or a bool). ``reward.options`` holds the options of a single reward, or, with a list, a mapping
-from each reward's name to its options. Weights are TRL's top-level ``reward_weights`` field: one per reward.
-"""
+"""The run's rewards from the config's ``reward:`` section (:class:`~bandpo_lab.training.sections.RewardConfig`),
+each wrapped by :func:`bandpo_lab.rewards.safe_reward_func` and tried once on the first problem before any model
+loads."""
 
 from __future__ import annotations
 
@@ -22,11 +16,8 @@ __all__ = ["answer_columns", "build_rewards", "check_rewards_on", "reward_list"]
 
 
 def reward_list(config: TrainConfig) -> list[str]:
-    """The reward names of ``config`` (the task's default reward when ``reward.name`` is absent).
-
-    Raises:
-        ConfigError: no reward with ``data.path``, an empty list or a repeated name.
-    """
+    """The reward names of ``config`` (the task's default without ``reward.name``); ``ConfigError`` for none with
+    ``data.path``, an empty list or a repeated name."""
     name = config.reward.name
     if name is None:
         if config.data.task is None:
@@ -63,12 +54,8 @@ def _options_of(config: TrainConfig, names: list[str]) -> list[dict[str, Any]]:
 
 
 def build_rewards(config: TrainConfig, weights: Sequence[float] | None = None) -> list[SafeRewardFunc]:
-    """The config's rewards, wrapped; ``weights`` (TRL's ``reward_weights``) must have one entry per reward.
-
-    Raises:
-        ConfigError: an unknown name (with the valid ones), an import path that does not resolve, an unknown
-            option, a weight count that does not match.
-    """
+    """The config's rewards, wrapped; ``weights`` (TRL's ``reward_weights``) must have one entry per reward
+    (``ConfigError`` otherwise, or for an unknown name, an import path that does not resolve, an unknown option)."""
     names = reward_list(config)
     if weights is not None and len(weights) != len(names):
         raise ConfigError(
@@ -94,19 +81,14 @@ def build_rewards(config: TrainConfig, weights: Sequence[float] | None = None) -
 
 
 def answer_columns(rewards: Sequence[SafeRewardFunc]) -> set[str]:
-    """The dataset columns the rewards read the ground truth from (``answer_key`` of verifier rewards)."""
+    """The dataset columns the rewards read the ground truth from (their ``answer_key``)."""
     return {key for r in rewards if (key := getattr(r.fn, "answer_key", None))}
 
 
 def check_rewards_on(rewards: Sequence[SafeRewardFunc], problem: Mapping[str, Any]) -> None:
-    """Call each reward once, as TRL will, on two completions of ``problem`` (an empty one and its ground truth),
-    through the same failure-tolerant wrapper as in training: a reward may fail on some completions (they get
-    ``reward.failure_reward`` then), but one that fails on both, or returns anything but one finite number (or
-    ``None``) per completion, is a configuration error.
-
-    Raises:
-        ConfigError: naming the reward and what it raised or returned.
-    """
+    """Call each reward once, as TRL will, on two completions of ``problem`` (an empty one and its ground truth):
+    one that fails on both, or returns anything but one finite number (or ``None``) per completion, is a
+    ``ConfigError`` naming the reward and what it raised or returned."""
     prompt = problem["prompt"]
     answer = problem.get("answer")
     texts = ["", str(answer[0] if isinstance(answer, list) else answer) if answer is not None else "0"]

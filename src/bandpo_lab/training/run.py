@@ -2,26 +2,12 @@
 
 ::
 
-    from bandpo_lab.training import load_train_config, train
     config = load_train_config("configs/tiny.yaml", ["max_steps=50", "output_dir=runs/try"])
-    out = train(config)            # -> Path("runs/try"): final model + tokenizer, metrics.jsonl, checkpoints
-    train(config, resume=True)     # continue from the last checkpoint-* in output_dir
+    out = train(config)            # -> Path("runs/try"): final model, metrics.jsonl, checkpoints
+    train(config, resume=True)     # continue from the last complete checkpoint-* in output_dir
 
-What ends up in ``output_dir``: the final model and tokenizer (``from_pretrained`` loads the directory),
-``checkpoint-<step>/`` every ``save_steps``, ``metrics.jsonl`` (every logged dict with ``step`` and ``time``),
-``train_config.yaml`` (the config as run), ``run_info.json`` (resolved model path, data size, processes, the
-code's provenance: bandpo's version and git commit with a dirty flag and the libraries' versions, from
-:func:`bandpo_lab.provenance.provenance`, with those of the earlier calls when resumed; ``finished`` once the final
-model is saved) and, with ``report_to: tensorboard``, TensorBoard event files under ``runs/``. While a run
-trains, ``.bandpo-train.lock`` there keeps a second run out (:mod:`bandpo_lab.training.lock`).
-
-Resuming (:mod:`bandpo_lab.training.resume`) continues from the newest *complete* checkpoint (incomplete ones, left
-by a kill during a save, are skipped and named), does nothing for a run that already finished, and refuses a
-config that changes the experiment unless ``allow_config_change`` is set.
-
-Data parallel: launched by ``accelerate launch --num_processes N`` (or torchrun), every process runs the same
-:func:`train`; TRL splits the generation batch across processes, the main process builds a task model first (the
-others then load it from the cache) and writes the files.
+What a run writes, resuming and the lock: docs/trl.md (``bandpo train``). Under ``accelerate launch`` every
+process runs :func:`train`; the main process builds a task model first and writes the files.
 """
 
 from __future__ import annotations
@@ -81,37 +67,28 @@ class PreparedRun:
     """Everything :func:`train` needs, checked.
 
     Attributes:
-        config: the training config.
-        args: the method's config, validated: a ``BandPOConfig`` (TRL's ``GRPOConfig`` + clip rule), or TRL's own
-            ``GRPOConfig`` for a TRL-native method.
+        args: the method's validated config: ``BandPOConfig``, or TRL's ``GRPOConfig`` for a TRL-native method.
         method: the method (:data:`bandpo_lab.training.methods.METHODS`), which chooses the trainer class.
-        reward_funcs: the rewards, each wrapped by :func:`bandpo_lab.rewards.safe_reward_func`.
         problems: the training problems (``prompt`` raw, ``answer``, kept columns).
-        model_path: the model directory or Hugging Face id; ``None`` for a task model not built yet.
-        resume_from: the checkpoint to resume from, or ``None``.
-        resume_plan: with ``resume``: the checkpoints found, whether the run is already complete, the config
-            changes (``None`` without ``resume``).
-        world_size: number of processes.
-        tokenizer, dataset: the tokenizer and the formatted ``datasets.Dataset`` of prompts, once the model path
-            is known (for a task model, after it is built).
+        model_path: the model directory or Hugging Face id; ``None`` for a model built before training.
+        resume_plan: with ``resume``, what the resume does (``None`` without).
+        tokenizer, dataset: the tokenizer and the formatted prompts, once the model path is known.
     """
 
     config: TrainConfig
     args: Any
+    method: Any
     reward_funcs: list[SafeRewardFunc]
     problems: list[dict[str, Any]]
     model_path: str | None
     resume_from: Path | None
-    world_size: int
     resume_plan: ResumePlan | None = None
     tokenizer: Any = None
     dataset: Any = None
-    method: Any = None
 
 
 def last_checkpoint(output_dir: str | Path) -> Path | None:
-    """The complete ``checkpoint-<step>`` directory with the highest step in ``output_dir`` (``None`` if there is
-    none); incomplete ones (a kill during the save) are passed over (:mod:`bandpo_lab.training.checkpoints`)."""
+    """The newest complete ``checkpoint-<step>`` directory in ``output_dir``, or ``None``."""
     return scan_checkpoints(output_dir).latest
 
 
@@ -122,26 +99,13 @@ def prepare(
     allow_config_change: bool = False,
     caller_files: Collection[str] = (),
 ) -> PreparedRun:
-    """Check the whole run without loading a model: batch arithmetic, value ranges, the method and every TRL
-    setting (``BandPOConfig``, or ``GRPOConfig`` for a TRL-native method, plus the optimizer, scheduler and generation config built as TRL will), reward name
-    and options (and a trial call of each reward on the first problem, its prompt formatted as in training), model path, dataset files and columns (and that they fill one generation round), chat-template
-    use, and the output directory (not in use by another run; empty, new or an earlier bandpo run's folder, never
-    one holding only files bandpo did not write; with ``resume``, its checkpoints and config; otherwise, unless
-    ``overwrite``, free of an earlier run's checkpoints, metrics or finished record).
-
-    Args:
-        config: the training config.
-        resume: continue from the newest complete checkpoint in ``output_dir`` (none there: start from scratch).
-        overwrite: a fresh run may replace the checkpoints, metrics and run info of an earlier one in
-            ``output_dir``.
-        allow_config_change: with ``resume``, continue even if the config changes the experiment
-            (:mod:`bandpo_lab.training.resume`).
-        caller_files: names of files in ``output_dir`` that the caller wrote before the run (a comparison's
-            ``run_spec.json``, ...): not the user's.
+    """Check the whole run without loading a model: every TRL setting (and the optimizer, scheduler and
+    generation config built as TRL will), the rewards (tried on the first problem), the model path, the data and
+    the output directory (docs/trl.md, "Troubleshooting runs"). Arguments as :func:`train`'s.
 
     Raises:
         ConfigError: the first problem found, with the key, the value and what is allowed
-            (:class:`bandpo_lab.training.lock.OutputDirLockedError` when another live run holds ``output_dir``).
+            (:class:`~bandpo_lab.training.lock.OutputDirLockedError` when another live run holds ``output_dir``).
     """
     if resume and overwrite:
         raise ConfigError(
@@ -159,12 +123,11 @@ def prepare(
             "new folder, or an earlier bandpo training run's folder (with --overwrite or --resume); choose another "
             "output_dir"
         )
-    world_size = preflight.world_size()
     try:
         check_trainer_values(lambda name: preflight.trainer_value(config, name))
     except ConfigError as err:
         raise ConfigError(config.locate(str(err))) from err
-    preflight.check_batch(config, world_size)
+    preflight.check_batch(config, preflight.world_size())
     preflight.check_libraries(config)
     method = config.training_method()
     try:
@@ -200,7 +163,6 @@ def prepare(
         problems=problems,
         model_path=model_path,
         resume_from=plan.scan.latest if plan and plan.complete_at is None else None,
-        world_size=args.world_size,
         resume_plan=plan,
         method=method,
     )
@@ -214,9 +176,8 @@ def prepare(
 
 
 def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dict[str, Any]:
-    """The first problem with its prompt formatted as training will format it, before the model is built (a
-    task's own model, whose tokenizer has no chat template, or a built-in model not converted yet, whose entry
-    says whether its tokenizer has one): the reward trial's problem when no tokenizer is loaded before training."""
+    """The first problem with its prompt formatted as training will, before the model is built (a task's model
+    has no chat template; a built-in model's entry says whether it has one)."""
     if config.data.chat_template == "always" and not is_builtin_model(config.model.path):
         return problems[0]  # refused with the task's tokenizer, when the model is built
     chat = is_builtin_model(config.model.path) and MODELS.get(str(config.model.path)).chat_template
@@ -224,10 +185,8 @@ def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dic
 
 
 def _foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str | None:
-    """The entries of ``output_dir`` a fresh run would write among or over (its model card replaces a
-    ``README.md``) though no bandpo run wrote them, for a message (``README.md, notes/``), or ``None``: the folder
-    is new, empty (but for the lock file and ``caller_files``), or an earlier run's (it holds one of
-    :data:`~bandpo_lab.training.layout.RUN_FILES` or a ``checkpoint-<step>/``)."""
+    """The entries of ``output_dir`` no bandpo run wrote, for a message (``README.md, notes/``), or ``None``: the
+    folder is new, empty (but for the lock file and ``caller_files``) or an earlier run's."""
     try:
         entries = sorted(output_dir.iterdir()) if output_dir.is_dir() else []
     except OSError:
@@ -241,9 +200,7 @@ def _foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str 
 
 
 def _earlier_run(output_dir: Path) -> str | None:
-    """What an earlier run left in ``output_dir`` that a fresh run would mix with or write over: its checkpoints,
-    its logged metrics (a non-empty ``metrics.jsonl``) or the ``run_info.json`` of a finished run (one that saved
-    no checkpoint, ``save_strategy: no``); ``None`` when there is none of these."""
+    """What an earlier run left in ``output_dir`` (checkpoints, logged metrics, a finished record), or ``None``."""
     scan = scan_checkpoints(output_dir)
     if scan.any_found:
         last = scan.latest or scan.skipped[0][0]
@@ -255,18 +212,13 @@ def _earlier_run(output_dir: Path) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------------------------------------ training
 @functools.cache
 def _trainer_class(base: type) -> type:
-    """``base`` (the method's trainer: ``BandPOTrainer`` or TRL's ``GRPOTrainer``) with the reward-failure count."""
+    """``base`` (``BandPOTrainer`` or TRL's ``GRPOTrainer``) that also logs ``rewards/<name>/failures`` (summed
+    over processes) and computes in ``self.precision`` (:mod:`bandpo_lab.runtime`)."""
     import torch
 
     class RunTrainer(base):  # type: ignore[misc, valid-type]
-        """The method's trainer that also logs ``rewards/<name>/failures``: completions of the generation batch
-        (all processes) whose scoring raised and got the failure reward, and computes in ``self.precision``
-        (:mod:`bandpo_lab.runtime`: sampling and the backward pass in bf16 when it is ``bf16``, the
-        forward passes of the log-probs in float32)."""
-
         precision: Precision = FLOAT32
 
         def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
@@ -314,34 +266,29 @@ def _trainer_class(base: type) -> type:
 
 def _describe(prepared: PreparedRun, model_path: str, n_rows: int) -> str:
     args = prepared.args
-    per_step = args.per_device_train_batch_size * prepared.world_size * args.gradient_accumulation_steps
+    per_step = args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
     generation = args.generation_batch_size
     updates = args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
-    method = (prepared.method or prepared.config.training_method()).describe(args)
+    method = prepared.method.describe(args)
+    data = prepared.config.data
+    source = f"task {data.task}, split {data.split}" if data.task is not None else ", ".join(data.paths)
     lines = [
         f"bandpo train: {prepared.config.source or 'config'} -> {args.output_dir}",
         f"  model      {model_path}",
-        f"  data       {n_rows} prompts ({_data_source(prepared.config)}), reward {', '.join(f.__name__ for f in prepared.reward_funcs)}",
+        f"  data       {n_rows} prompts ({source}), reward {', '.join(f.__name__ for f in prepared.reward_funcs)}",
         f"  method     {method}",
         f"  loss       loss_type {args.loss_type}, beta {args.beta}, lr {args.learning_rate}",
         f"  batches    {generation} completions per generation round ({generation // args.num_generations} prompts x "
         f"{args.num_generations}), {per_step} per optimizer step, {updates:g} optimizer steps per round, "
-        f"{prepared.world_size} process(es)",
+        f"{args.world_size} process(es)",
         f"  steps      max_steps {args.max_steps}, save every {args.save_steps:g}, log every {args.logging_steps:g}"
         + (f", resuming from {prepared.resume_from}" if prepared.resume_from else ""),
     ]
     return "\n".join(lines)
 
 
-def _data_source(config: TrainConfig) -> str:
-    if config.data.task is not None:
-        return f"task {config.data.task}, split {config.data.split}"
-    return ", ".join(config.data.paths)
-
-
 def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output_dir: Path) -> None:
-    """``train_config.yaml`` and ``run_info.json`` at the start of training (:mod:`bandpo_lab.training.run_info`),
-    after a note naming the settings changed since a resumed run started."""
+    """Write ``train_config.yaml`` and ``run_info.json``, after a note naming the settings a resume changed."""
     changes = prepared.resume_plan.changes if prepared.resume_plan else None
     changed = {**changes.altering, **changes.harmless} if changes else {}
     if changed:
@@ -355,7 +302,7 @@ def _write_run_files(prepared: PreparedRun, model_path: str, n_rows: int, output
         prepared.config,
         model_path=model_path,
         n_prompts=n_rows,
-        world_size=prepared.world_size,
+        world_size=prepared.args.world_size,
         resumed_from=prepared.resume_from,
         changed=changed,
     )
@@ -367,16 +314,9 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _is_tensorboard_folder(path: Path) -> bool:
-    files = [p for p in path.rglob("*") if p.is_file()]
-    return path.is_dir() and all(p.name.startswith("events.out.tfevents.") for p in files)
-
-
 def _discard_earlier_run(output_dir: Path) -> None:
-    """Remove an earlier run's checkpoints (``checkpoint-<step>/``, as transformers names them), metrics, run info
-    and TensorBoard folders (``runs/<date>_<host>/`` holding only event files) from ``output_dir``; the model files
-    are overwritten by the new run. Nothing else is removed: a user's ``checkpoint-best/`` or ``notes.txt`` stays."""
-
+    """Remove an earlier run's checkpoints, metrics, run info and TensorBoard folders (``runs/<date>_<host>/``
+    holding only event files) from ``output_dir``; nothing else (the new run overwrites the model files)."""
     for child in checkpoint_dirs(output_dir):
         shutil.rmtree(child)
     for name in (METRICS_FILE, RUN_INFO_FILE):
@@ -384,15 +324,16 @@ def _discard_earlier_run(output_dir: Path) -> None:
     board = output_dir / "runs"
     if board.is_dir():
         for child in board.iterdir():
-            if _is_tensorboard_folder(child):
+            files = [p for p in child.rglob("*") if p.is_file()]
+            if child.is_dir() and all(p.name.startswith("events.out.tfevents.") for p in files):
                 shutil.rmtree(child)
         if not any(board.iterdir()):
             board.rmdir()
 
 
 def _finish_complete_run(plan: ResumePlan, step: int, args: Any, output_dir: Path) -> None:
-    """``--resume`` of a run that already finished at ``step``: nothing to train; the final model is copied from
-    the last checkpoint if the run was killed before saving it."""
+    """``--resume`` of a run that finished at ``step``: copy the final model from the last checkpoint if the run
+    was killed before saving it."""
     if plan.final_from_checkpoint and plan.scan.latest is not None:
         copy_model_files(plan.scan.latest, output_dir)
         mark_finished(output_dir, step, args)
@@ -427,26 +368,22 @@ def train(
     allow_config_change: bool = False,
     caller_files: Collection[str] = (),
 ) -> Path:
-    """Train ``config`` with its method's trainer (``BandPOTrainer`` for a clip rule, TRL's ``GRPOTrainer`` for a
-    TRL-native method; :mod:`bandpo_lab.training.methods`); returns ``output_dir`` (module docstring for its contents).
+    """Train ``config`` with its method's trainer; returns ``output_dir`` (its files: docs/trl.md).
 
     Args:
         config: the training config (:func:`bandpo_lab.training.config.load_train_config`).
-        resume: continue from the newest complete ``checkpoint-*`` in ``output_dir`` (optimizer, scheduler, RNG
-            and data position included; one saved in the middle of a generation round starts a new round, as TRL
-            does); with none there, start from scratch (refused where the run saved only models,
-            ``save_only_model=true``: none can be continued); for a run that already finished, do nothing. ``metrics.jsonl`` keeps the rows up to the checkpoint's step, so no step is logged twice.
+        resume: continue from the newest complete ``checkpoint-*`` in ``output_dir`` (none: start from scratch; a
+            finished run: do nothing).
         overwrite: discard an earlier run's checkpoints, metrics, run info and TensorBoard folders in
-            ``output_dir`` (otherwise a fresh run into a directory holding its checkpoints, logged metrics or the
-            ``run_info.json`` of a finished run is refused).
+            ``output_dir`` (without it, a fresh run into an earlier run's folder is refused).
         callbacks: more ``transformers.TrainerCallback`` objects.
         prepared: the result of :func:`prepare` for this config, to skip checking twice.
         allow_config_change: with ``resume``, continue even if the config changes the experiment.
-        caller_files: files in ``output_dir`` the caller wrote, not the user's (:func:`prepare`).
+        caller_files: names of files in ``output_dir`` the caller wrote (a comparison's ``run_spec.json``), not
+            the user's.
 
     Raises:
-        ConfigError: from :func:`prepare`, before any model is loaded;
-            :class:`bandpo_lab.training.lock.OutputDirLockedError` if another live run holds ``output_dir``.
+        ConfigError: from :func:`prepare`, before any model is loaded.
     """
     prepared = prepared or prepare(
         config,
@@ -485,9 +422,8 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
         )
 
     model_path = prepared.model_path
-    if (
-        model_path is None
-    ):  # the task's or a built-in model: the main process builds it, the others read the cache
+    if model_path is None:
+        # the task's or a built-in model: the main process builds it, the others read the cache
         cache_dir = preflight.cache_dir(config)
         with args.main_process_first(desc="building the model"):
             if is_builtin_model(config.model.path):
@@ -526,11 +462,9 @@ def _train_locked(prepared: PreparedRun, overwrite: bool, callbacks: Sequence[An
 
 
 def gpu_precision_reason(args: Any, tf32: bool | None = None) -> str:
-    """What TRL's own settings compute on a GPU (``args``: its ``GRPOConfig``), for the run's precision line and
-    ``run_info.json``: ``bf16`` / ``fp16`` autocast, which also computes the ratio's log-probs in that precision
-    (after one update TRL's ``bf16`` moved 15-19% of the tokens across a 0.2 clip boundary that float64 did not:
-    docs/smollm2.md, "On a GPU"), or float32, with or without TF32 products: ``tf32`` is PyTorch's setting as the
-    run starts (:func:`bandpo_lab.runtime.cuda_tf32`), ``None``: TRL's ``tf32`` field."""
+    """What TRL's settings ``args`` compute on a GPU, for the precision line and ``run_info.json``: ``bf16`` /
+    ``fp16`` autocast (the ratio's log-probs too: docs/smollm2.md, "On a GPU") or float32, with or without TF32
+    products (``tf32``: PyTorch's setting as the run starts; ``None``: TRL's ``tf32`` field)."""
     if tf32 is None:
         tf32 = bool(getattr(args, "tf32", None))
     tf32_text = ", TF32 products" if tf32 else ""
@@ -543,14 +477,14 @@ def gpu_precision_reason(args: Any, tf32: bool | None = None) -> str:
 def _run_trainer(
     prepared: PreparedRun, model_path: str, callbacks: Sequence[Any], on_gpu: bool, is_main: bool
 ) -> int:
-    """Build the method's trainer, resolve its precision, train and save the final model (the caller marks the
-    run finished); returns the last optimizer step."""
+    """Build the method's trainer, resolve its precision, train and save the final model; returns the last
+    optimizer step."""
     from bandpo.integrations.trl_progress import use_compact_progress
     from bandpo_lab.training.callbacks import MetricsJSONLCallback
 
     config, args = prepared.config, prepared.args
     output_dir = Path(args.output_dir)
-    base = (prepared.method or config.training_method()).trainer_class()
+    base = prepared.method.trainer_class()
     trainer = _trainer_class(base)(
         model=model_path,
         reward_funcs=prepared.reward_funcs,

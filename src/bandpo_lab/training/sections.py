@@ -1,10 +1,5 @@
-"""The sections of a training config: ``model:`` (:class:`ModelConfig`), ``data:`` (:class:`DataConfig`) and
-``reward:`` (:class:`RewardConfig`), each a dataclass that checks its own values.
-
-:mod:`bandpo_lab.training.config` reads them (keys checked, values converted to the fields' types) and re-exports them;
-this module imports neither TRL nor a task's data (``data.task`` is looked up in :data:`bandpo_lab.training.tasks.TASKS`
-when the section is built).
-"""
+"""The ``model:``, ``data:`` and ``reward:`` sections of a training config, each a dataclass that checks its own
+values (:mod:`bandpo_lab.training.config` reads them)."""
 
 from __future__ import annotations
 
@@ -38,8 +33,8 @@ CHAT_TEMPLATE_MODES = ("auto", "always", "never")
 
 
 def prompt_template_problem(template: str | None, name: str) -> str | None:
-    """Why ``template`` cannot format a prompt (training's ``data.prompt_template``, eval's ``--prompt-template``),
-    or ``None``: it must be a format string whose only field is ``{prompt}``, and hold it. ``name``: the setting."""
+    """Why ``template`` cannot format a prompt, or ``None``: it must be a format string whose only field is
+    ``{prompt}``, and hold it. ``name``: the setting."""
     if template is None:
         return None
     try:
@@ -56,25 +51,7 @@ def prompt_template_problem(template: str | None, name: str) -> str | None:
 
 @dataclass
 class ModelConfig:
-    """``model:``: which causal LM to train.
-
-    Args:
-        path: a local model directory (``config.json`` + weights + tokenizer), a Hugging Face model id (it must
-            be in the local cache when ``HF_HUB_OFFLINE=1``), or a built-in model (:data:`bandpo_lab.models.MODELS`:
-            ``smollm2-135m``, converted once from its package and cached). ``None`` or ``"tiny"`` with
-            ``data.task``: the task's own model (countdown: the warm-started tiny Qwen2, built once and cached).
-        dtype: weights dtype for ``from_pretrained``: one of :data:`DTYPES` (TRL's default ``float32``; use
-            ``bf16: true`` for bfloat16 mixed precision on GPUs).
-        precision: how a CPU run computes (:mod:`bandpo_lab.runtime`): ``auto`` (default: ``bf16`` where
-            the CPU has native bfloat16 instructions and the model is large enough for it to pay, else
-            ``float32``), ``float32``, or ``bf16`` (bfloat16 sampling and backward pass; the log-probs of the
-            ratio, the weights, the optimizer and the loss stay float32). On a GPU TRL's ``bf16`` applies.
-        attn_implementation: passed to ``from_pretrained`` (``eager``, ``sdpa``, ``flash_attention_2``);
-            ``None`` keeps the model's default.
-        cache_dir: where the task model or a built-in model is cached; ``None``: ``$BANDPO_CACHE_DIR`` or ``~/.cache/bandpo``.
-        warm_start: options of the task model (countdown: fields of ``bandpo_lab.tasks.WarmStartConfig`` but ``task``,
-            e.g. ``{max_steps: 600, n_layers: 4}``); the task's puzzles come from ``data.task_options``.
-    """
+    """``model:``: which causal LM to train (fields: docs/trl.md, "The sections' fields")."""
 
     path: str | None = None
     dtype: str = "float32"
@@ -101,28 +78,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    """``data:``: the training prompts, from a built-in task or from local files.
-
-    Args:
-        task: a built-in task name (``bandpo_lab.training.tasks.TASKS``: ``countdown``); exclusive with ``path``.
-        task_options: the task's options (countdown: ``bandpo_lab.tasks.CountdownConfig`` fields, e.g.
-            ``{n_numbers: 3, n_train: 1000}``).
-        path: a JSONL / JSON / parquet file, a list of them, or a directory holding ``<split>.<ext>`` or
-            ``<split>-*.<ext>`` files (also under ``data/``, the Hugging Face layout).
-        format: one of :data:`DATA_FORMATS`; ``auto`` picks by suffix (``.jsonl``, ``.json``, ``.parquet``).
-        split: which split: the task's (``train``/``test``), or the file name prefix inside a directory ``path``
-            (ignored for file paths).
-        prompt_column: column with the prompt: a string, or a list of chat messages ``{role, content}``.
-        answer_column: column with the ground truth (dots read nested dicts: ``reward_model.ground_truth``); it
-            becomes the dataset's ``answer`` column, which the ``dapo`` / ``boxed`` rewards read. Optional when
-            the reward does not need it.
-        keep_columns: more columns to pass to the reward function (TRL hands dataset columns to rewards by name).
-        prompt_template: format string applied to string prompts, with ``{prompt}`` (e.g. an instruction).
-        system_prompt: a system message (chat) or a prefix line (plain text) added to every prompt.
-        chat_template: one of :data:`CHAT_TEMPLATE_MODES`: ``auto`` builds chat messages when the tokenizer has
-            a chat template and plain text otherwise; ``always`` requires a template; ``never`` uses plain text.
-        max_samples: keep only the first ``max_samples`` problems (``None``: all).
-    """
+    """``data:``: the training prompts, from a built-in task or local files (fields: docs/trl.md)."""
 
     task: str | None = None
     task_options: dict[str, Any] = field(default_factory=dict)
@@ -198,21 +154,7 @@ class DataConfig:
 
 @dataclass
 class RewardConfig:
-    """``reward:``: the reward function(s), by registered name or import path (:mod:`bandpo_lab.training.rewards`).
-
-    Args:
-        name: a name from :func:`bandpo_lab.rewards.reward_names` (``dapo``: the last ``Answer: ...`` line, exact
-            match; ``boxed``: the last ``\\boxed{}``, math-verify when installed; ``last_number``: the last number
-            in the reply; ``countdown``: the built-in task), an import path ``my_pkg.rewards:score`` (a TRL reward
-            function, or a verifier ``verify(completion, ground_truth)`` returning a bool or a ``VerifyResult``),
-            or a list of these (weighted by TRL's top-level ``reward_weights``, one weight per reward).
-            ``None``: the task's default reward (required with ``data.path``).
-        options: options of the reward (``dapo`` / ``boxed`` / ``last_number``: ``correct_reward``,
-            ``incorrect_reward``, ``unparsed_reward``, ``answer_key``); with a list of rewards, a mapping from a
-            reward's name to its options.
-        failure_reward: reward of a completion whose scoring raised (the run goes on; failures are counted in
-            the metrics ``rewards/<name>/failure_frac`` and ``rewards/<name>/failures``).
-    """
+    """``reward:``: the reward function(s) (fields: docs/trl.md; :mod:`bandpo_lab.training.rewards`)."""
 
     name: str | list[str] | None = None
     options: dict[str, Any] = field(default_factory=dict)

@@ -1,28 +1,14 @@
-"""Built-in tasks for ``bandpo train`` (``data.task: <name>``): where the problems, the reward and the model come
-from when the config names a task instead of files.
-
-A :class:`TaskSpec` bundles
-
-* ``options_type``: a dataclass of the task's options (``data.task_options`` in the config), validated by it;
-* ``build_split(options, split)``: the problems of one split as dicts with at least ``prompt`` and ``answer``;
-* ``default_reward``: the reward name used when the config has no ``reward.name``;
-* ``build_model(options, model_options, cache_dir, progress)``: the task's own model (``model.path`` absent or
-  ``"tiny"``), with its options from ``model.warm_start`` (checked early by ``check_model_options``); returns a
-  directory that ``from_pretrained`` loads. ``cached_model(options, model_options, cache_dir)`` returns that
-  directory when it is already built (``None`` otherwise).
-
-:func:`build_task_model` builds a task model in a child process (``python -m bandpo_lab.training.tasks``): its
-training must not share the parent's accelerate state or, under ``accelerate launch``, its process group.
-
-Registered here: ``countdown`` (:mod:`bandpo_lab.tasks.countdown` puzzles, the ``countdown`` 0/1 reward, and the
-warm-started tiny character-level Qwen2 of :mod:`bandpo_lab.tasks.tiny_model`, cached under the cache directory) and
-``arith`` (:mod:`bandpo_lab.tasks.arith`: chat questions ``What is 23 + 45?`` for instruct models, the
-``last_number`` reward; no model of its own: set ``model.path``, e.g. the built-in ``smollm2-135m``).
+"""Built-in tasks for ``bandpo train`` (``data.task: <name>``): the problems, the default reward and, for
+``countdown``, the task's own warm-started tiny model; ``arith`` has no model of its own (set ``model.path``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +33,18 @@ def default_cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One built-in task (module docstring). ``splits`` lists the valid ``data.split`` values."""
+    """One built-in task.
+
+    Attributes:
+        options_type: the dataclass of ``data.task_options``.
+        build_split: ``(options, split)`` -> the problems, dicts with at least ``prompt`` and ``answer``.
+        default_reward: the reward of a config without ``reward.name``.
+        build_model: ``(options, model.warm_start, cache_dir, progress)`` -> the task model's directory;
+            ``cached_model`` returns it when already built (else ``None``), ``check_model_options`` checks
+            ``model.warm_start`` early.
+        max_new_tokens: the answer length ``bandpo eval`` samples without ``--max-new-tokens`` (``None``: the
+            model's generation config).
+    """
 
     name: str
     options_type: type
@@ -59,13 +56,9 @@ class TaskSpec:
     check_model_options: Callable[[Mapping[str, Any]], None] | None = None
     description: str = ""
     max_new_tokens: int | None = None
-    """The task's answer length: the new tokens ``bandpo eval`` samples per answer when ``--max-new-tokens`` is not
-    given (``None``: the model's generation config, which for a chat model may be 1,024)."""
 
     def options(self, options: Mapping[str, Any], name: str = "data.task_options") -> Any:
-        """The task's options object from ``data.task_options`` (``ValueError`` on a bad key or value, naming the
-        key under ``name``: the config's ``data.task_options``, or ``task_options`` for ``bandpo eval`` / ``probe``,
-        whose flag is ``--task-options``)."""
+        """The task's options object (``ValueError`` on a bad key or value, naming the key under ``name``)."""
         return build_dataclass(self.options_type, options, name)
 
 
@@ -74,11 +67,9 @@ TASKS: Registry[TaskSpec] = Registry("task")
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
-    """Register a built-in task under ``spec.name`` (names must be new)."""
     return TASKS.register(spec.name, spec)
 
 
-# ------------------------------------------------------------------------------------------------ countdown
 def _countdown_split(options: CountdownConfig, split: str) -> list[dict[str, Any]]:
     train, test = make_splits(options)
     return {"train": train, "test": test}[split]
@@ -101,8 +92,7 @@ def _countdown_model(
 def _countdown_cached(
     options: CountdownConfig, model_options: Mapping[str, Any], cache_dir: Path
 ) -> Path | None:
-    """The cached warm start for these options, if there is one (``warm_start``'s documented cache layout:
-    ``cache_dir/countdown-warm-<config.cache_key()>`` holding ``warm_start.json``)."""
+    """The cached warm start for these options (``warm_start``'s cache layout), or ``None``."""
     target = Path(cache_dir) / f"countdown-warm-{_warm_start_config(options, model_options).cache_key()}"
     return target if (target / "warm_start.json").is_file() else None
 
@@ -128,10 +118,8 @@ register_task(
 )
 
 
-# ---------------------------------------------------------------------------------------------------- arith
 ARITH_ANSWER_TOKENS = 16
-"""arith's answer length: a short sentence ending in the number (configs/smollm2-arith.yaml's
-max_completion_length, study/smollm2.yaml's eval.max_new_tokens)."""
+"""arith's answer length: a short sentence ending in the number."""
 
 
 def _arith_split(options: ArithConfig, split: str) -> list[dict[str, Any]]:
@@ -152,7 +140,6 @@ register_task(
 )
 
 
-# ---------------------------------------------------------------------------------------- child-process build
 _DISTRIBUTED_ENV = (
     "RANK",
     "LOCAL_RANK",
@@ -174,18 +161,9 @@ def build_task_model(
     cache_dir: Path,
     progress: bool = True,
 ) -> Path:
-    """Task ``name``'s model directory: the cached one, or one built now in a child process.
-
-    The child runs single-process (the launcher's distributed environment variables are removed), so a
-    data-parallel run can call this from its main process while the others wait.
-
-    Raises:
-        RuntimeError: the child failed (its output went to this process's stdout / stderr).
-    """
-    import json
-    import subprocess
-    import sys
-
+    """Task ``name``'s model directory: the cached one, or one built now in a child process
+    (``python -m bandpo_lab.training.tasks``) without the launcher's distributed environment, so that its training
+    shares no accelerate state or process group with a data-parallel run. ``RuntimeError`` if the child fails."""
     spec = TASKS.get(name)
     if spec.build_model is None:
         raise ValueError(f"task {name!r} has no built-in model")
@@ -222,10 +200,6 @@ def build_task_model(
 
 def _main(argv: list[str]) -> int:
     """Child-process entry of :func:`build_task_model`: prints the model directory on the last line."""
-    import contextlib
-    import json
-    import sys
-
     from bandpo_lab.training.tasks import (
         TASKS as registry,  # the importable module's registry, not __main__'s
     )
@@ -244,6 +218,4 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(_main(sys.argv[1:]))

@@ -1,12 +1,6 @@
-"""Checks of TRL / transformers settings that those libraries only refuse once the models are loaded.
-
-``GRPOConfig`` accepts ``temperature=0``, ``per_device_train_batch_size=0`` or ``learning_rate=-1``; the sampler,
-the batch arithmetic or the optimizer then fail after both models loaded, with a long traceback.
-:func:`check_trainer_values` checks the values by the ranges and choices below, and ``report_to`` against
-transformers' reporting integrations (one line: key, value, what is allowed), and
-:func:`check_trainer_components` builds what can be built without a model (the optimizer and learning-rate
-scheduler on a one-element parameter, the generation config) so anything else those classes refuse is found in
-:func:`bandpo_lab.training.run.prepare` too. :func:`check_training_length` refuses a run that would train no step.
+"""Checks of TRL / transformers settings that those libraries refuse only once the models are loaded
+(``temperature=0``, ``learning_rate=-1``, ...): value ranges (:data:`VALUE_RULES`), ``report_to``, the optimizer,
+scheduler and generation config built without a model, and a run that would train no step.
 """
 
 from __future__ import annotations
@@ -54,24 +48,21 @@ def _one_of(*choices: str) -> Predicate:
 
 
 SEED_MAX = 2**32 - 1
-"""numpy's largest seed: transformers seeds numpy with ``seed`` when it builds the trainer."""
+"""numpy's largest seed: transformers seeds numpy with ``seed``."""
 
 MAX_STEPS = 10**9
-"""The largest step count a config may give (``max_steps``, ``save_steps``, ...): a billion optimizer steps is
-years of training even at a step per 0.1 s; a larger number is a typo (its ETA reads in quadrillions of hours)."""
+"""The largest step count a config may give: a billion optimizer steps is years of training; more is a typo."""
 
 
 def _interval(v: Any) -> bool:
-    """transformers' ``save_steps`` / ``logging_steps`` / ``eval_steps``: a fraction of the run in (0, 1), or an
-    integer number of steps in [1, :data:`MAX_STEPS`] (transformers reads 0 as a fraction: every 0 steps)."""
+    """A fraction of the run in (0, 1), or a whole number of steps in [1, :data:`MAX_STEPS`]."""
     return _is_number(v) and (0 < v < 1 or (v == int(v) and 1 <= v <= MAX_STEPS))
 
 
 _INTERVAL = f"a number of steps: an integer in [1, {MAX_STEPS}], or in (0, 1) a fraction of the run"
 
 SCALE_REWARDS = ("group", "batch", "none")
-"""TRL 1.16's ``scale_rewards`` (its Python ``True`` / ``False`` are ``group`` / ``none``; a config's value is
-text, and TRL refuses ``"true"`` at the first step)."""
+"""TRL 1.16's ``scale_rewards`` as text (TRL refuses ``"true"`` only at the first step)."""
 
 MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 """TRL 1.16's ``multi_objective_aggregation``."""
@@ -114,8 +105,7 @@ VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
         f"one of {', '.join(MULTI_OBJECTIVE_AGGREGATIONS)}",
     ),
 )
-"""``(key, valid, what is allowed)`` for the trainer settings whose range TRL or transformers enforce late (or
-never: ``max_steps`` beyond :data:`MAX_STEPS`, ``save_steps: 0``)."""
+"""``(key, valid, what is allowed)`` for the settings whose range TRL or transformers enforce late or never."""
 
 _STRATEGY_OF = {
     "save_steps": "save_strategy",
@@ -126,11 +116,8 @@ _STRATEGY_OF = {
 
 
 def check_trainer_values(get: Callable[[str], Any]) -> None:
-    """Check the :data:`VALUE_RULES` keys and ``report_to`` (:func:`check_report_to`); ``get(key)`` gives the
-    value the run would use (config or default).
-
-    ``num_train_epochs`` is checked only when ``max_steps`` is -1 (otherwise it is unused); ``save_steps``,
-    ``logging_steps`` and ``eval_steps`` only when their strategy (:data:`_STRATEGY_OF`) is ``steps``.
+    """Check the :data:`VALUE_RULES` keys that the run reads and ``report_to``; ``get(key)`` gives the value the
+    run would use (config or default).
 
     Raises:
         ConfigError: ``<key> must be <allowed>, got <value>`` for the first value out of range.
@@ -147,14 +134,8 @@ def check_trainer_values(get: Callable[[str], Any]) -> None:
 
 
 def check_report_to(value: Any) -> None:
-    """``report_to`` must be what transformers' ``TrainingArguments`` and ``Trainer`` take: null, ``none``,
-    ``all``, the name of one of its reporting integrations, or a list of names (``[none]`` and ``[all]`` too).
-    Whether the integration's library is installed is left to transformers (a dry run may be made elsewhere).
-
-    Raises:
-        ConfigError: naming the value and the integrations of the installed transformers (it refuses an unknown
-            name only when it builds the trainer, after the run's files are written).
-    """
+    """``report_to`` must be null, ``none``, ``all``, or one or a list of transformers' reporting integrations
+    (``ConfigError`` naming them otherwise); whether the integration's library is installed is left to it."""
     from transformers.integrations import INTEGRATION_TO_CALLBACK
 
     names = [value] if isinstance(value, str) else value
@@ -179,12 +160,8 @@ def _refused(what: str, err: Exception) -> ConfigError:
 
 
 def check_trainer_components(args: Any) -> None:
-    """Build the optimizer (torch optimizers only), the learning-rate scheduler and the generation config of
-    ``args`` (a ``BandPOConfig``) the way transformers and TRL will, without a model.
-
-    Raises:
-        ConfigError: naming the settings involved and what the library said.
-    """
+    """Build the optimizer (torch's only), the learning-rate scheduler and the generation config of ``args`` as
+    transformers and TRL will, without a model (``ConfigError`` naming the settings and what the library said)."""
     import torch
     from transformers import GenerationConfig, Trainer
     from transformers.optimization import get_scheduler
@@ -242,14 +219,8 @@ def check_trainer_components(args: Any) -> None:
 
 
 def check_training_length(args: Any, n_prompts: int) -> None:
-    """Refuse a run that would train no optimizer step because the data hold less than one generation round.
-
-    TRL's sampler draws ``generation_batch_size / num_generations`` distinct prompts per round and drops an
-    incomplete round, so with fewer prompts than that ``trainer.train()`` finishes at step 0.
-
-    Raises:
-        ConfigError: naming the prompts available and the prompts one round (hence one step) needs.
-    """
+    """Refuse a run whose data hold less than one generation round of prompts: TRL drops an incomplete round,
+    so it would train no step (``ConfigError`` naming both numbers)."""
     per_round = args.generation_batch_size // args.num_generations
     if n_prompts < per_round:
         raise ConfigError(

@@ -1,16 +1,6 @@
-"""The trainer's config fields with their types, read from its own dataclass; and the fields TRL renamed.
-
-The top-level keys of a ``bandpo train`` config are the init fields of :class:`bandpo.integrations.trl.BandPOConfig`
-(transformers' ``TrainingArguments``, TRL's ``GRPOConfig`` and the clip method's); their values are converted to these
-types when the config is read. :func:`trainer_field_types` reads them from the installed dataclass
-(``dataclasses.fields`` and ``typing.get_type_hints``) the first time a config is checked, so importing the lab
-imports no TRL, and checking a config imports TRL and transformers once (about 1.5 s on a loaded 2-core CPU;
-``bandpo train`` imports them anyway). Each type is kept as the converter needs it (:func:`yaml_type`).
-
-:data:`RENAMED_FIELDS`: fields TRL or transformers renamed, still fields under the old name; a config that writes
-the old name gets a one-line warning (it is read as the new one) or error (it no longer should) naming the new one.
-That table is bandpo's own (which old names are refused): ``tests/lab/training/test_trl_fields.py`` checks it
-against the deprecation notes in TRL's and transformers' field help.
+"""The top-level keys of a training config with their types, read from the installed ``BandPOConfig`` the first
+time a config is checked (importing the lab imports no TRL); and :data:`RENAMED_FIELDS`, the old names of renamed
+fields (docs/architecture.md, "Hand-written pieces kept").
 """
 
 from __future__ import annotations
@@ -29,14 +19,8 @@ __all__ = ["RENAMED_FIELDS", "RenamedField", "config_field_types", "trainer_fiel
 
 @functools.cache
 def trainer_field_types() -> dict[str, Any]:
-    """``BandPOConfig`` init field name -> type (:func:`yaml_type`), from the installed TRL's dataclasses (imported
-    here, once). A renamed field (:data:`RENAMED_FIELDS`) is known under its new name even where the installed
-    transformers has only the old one (5.17 has no ``activation_checkpointing``): the config reads the same on
-    either, and :meth:`~bandpo_lab.training.config.TrainConfig.trainer_kwargs` passes the installed spelling.
-
-    Raises:
-        ImportError: TRL is not installed, or not a supported version (``bandpo.integrations.trl_config``).
-    """
+    """``BandPOConfig`` init field name -> type (:func:`yaml_type`), a renamed field under its new name too
+    (``ImportError`` without a supported TRL)."""
     from bandpo.integrations.trl_config import BandPOConfig  # TRL and transformers: about 1.5 s, once
 
     return config_field_types(BandPOConfig)
@@ -52,16 +36,9 @@ def config_field_types(cls: type) -> dict[str, Any]:
 
 
 def yaml_type(tp: Any) -> Any:
-    """A field's type as a YAML value is converted to: ``tp`` itself, except
-
-    * an enum in a union with ``str`` is dropped (``str | OptimizerNames`` is ``str``: any text passes, TRL converts
-      it, and a wrong value is named as "a string", not with every optimizer's name);
-    * a class of another library (accelerate's ``ParallelismConfig``) is a stand-in of the same name that no YAML
-      value is an instance of, so the field may only be left null (against accelerate's class pydantic built one
-      from a mapping, which the config's YAML dump could not write: ``--dry-run`` and the run's copy failed).
-
-    Enums alone (``list[DebugOption]``) stay: the converter returns their values.
-    """
+    """A field's type as a YAML value is converted to: ``tp`` itself, except that an enum in a union with ``str``
+    is dropped (TRL converts the text) and a class of another library (accelerate's ``ParallelismConfig``, which
+    has no YAML form) becomes a stand-in no value is an instance of, so the field may only be null."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if str in args:
@@ -84,16 +61,9 @@ def _stand_in(cls: type) -> type:
 
 @dataclass(frozen=True)
 class RenamedField:
-    """A field renamed by TRL or transformers, still a field under its old name.
-
-    Attributes:
-        new: the field's name now.
-        renamed_in: where it was renamed (``transformers 5``).
-        refused: whether a config that writes the old name is refused (an error) rather than warned (it still
-            works). Warned: the names transformers 5 renamed, which it reads until v6 and TRL 1.16 itself still
-            sets (``gradient_checkpointing=True`` is GRPOConfig's default); refused: TRL's renamed fields, which
-            TRL warns will go in v2 and which no bandpo config has written.
-    """
+    """A field renamed by TRL or transformers (``renamed_in``), still a field under its old name; ``refused``: a
+    config writing the old name is an error (TRL's renames) rather than a warning (transformers 5's, which TRL
+    1.16 itself still sets)."""
 
     new: str
     renamed_in: str
@@ -110,5 +80,4 @@ RENAMED_FIELDS: dict[str, RenamedField] = {
         "vllm_importance_sampling_clip_max", "TRL 1.6", refused=True
     ),
 }
-"""Old field name -> its new name (the field's help in transformers' ``TrainingArguments`` or TRL's ``GRPOConfig``
-says "Deprecated ... use NEW")."""
+"""Old field name -> its new name (as the field's help in transformers or TRL says "Deprecated ... use NEW")."""
