@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,6 @@ from numpy.typing import ArrayLike, NDArray
 from bandpo.validation import check_int_in
 
 __all__ = [
-    "ProblemResult",
     "best_at_k",
     "maj_at_k",
     "mean_at_k",
@@ -23,15 +21,6 @@ __all__ = [
     "summarize",
     "to_correct",
 ]
-
-
-@dataclass(frozen=True)
-class ProblemResult:
-    """One problem's samples: ``correct`` (n,) values (> 0 is correct) and optional ``answers`` (n,), the extracted
-    answers, ``None`` where unparsed (needed for maj@k and ``n_unparsed``)."""
-
-    correct: Sequence[float] | NDArray[Any]
-    answers: Sequence[str | None] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -211,18 +200,16 @@ def _check_answers(name: str, answers: object, n: int) -> list[str | None]:
 
 # ------------------------------------------------------------------------------------------------ summarize
 def _as_result(i: int, item: object) -> tuple[Any, Any]:
-    if isinstance(item, ProblemResult):
-        return item.correct, item.answers
-    if isinstance(item, Mapping):
-        if "correct" not in item:
-            raise ValueError(
-                f"per_problem_results[{i}] must have a 'correct' entry, got keys {sorted(map(str, item))}"
-            )
-        return item["correct"], item.get("answers")
-    raise ValueError(
-        f"per_problem_results[{i}] must be a ProblemResult or a mapping with 'correct' (and optional "
-        f"'answers'), got {type(item).__name__}"
-    )
+    if not isinstance(item, Mapping):
+        raise ValueError(
+            f"per_problem_results[{i}] must be a mapping with 'correct' (and optional 'answers'), "
+            f"got {type(item).__name__}"
+        )
+    if "correct" not in item:
+        raise ValueError(
+            f"per_problem_results[{i}] must have a 'correct' entry, got keys {sorted(map(str, item))}"
+        )
+    return item["correct"], item.get("answers")
 
 
 def _check_ks(name: str, ks: object) -> list[int]:
@@ -237,7 +224,7 @@ def _check_ks(name: str, ks: object) -> list[int]:
 
 
 def summarize(
-    per_problem_results: Sequence[ProblemResult | Mapping[str, Any]],
+    per_problem_results: Sequence[Mapping[str, Any]],
     ks: int | Sequence[int] = (1,),
     *,
     best_ks: int | Sequence[int] | None = None,
@@ -250,8 +237,8 @@ def summarize(
     whose answer is ``None``) when answers are given.
 
     Args:
-        per_problem_results: one :class:`ProblemResult` (or mapping with ``"correct"`` and optional
-            ``"answers"``) per problem; every problem has answers or none has.
+        per_problem_results: per problem a mapping with ``"correct"``, its (n,) sample values, and optional
+            ``"answers"``, its (n,) extracted answers (``None``: unparsed); every problem has answers or none has.
         ks: the k of ``pass@k``, each <= every problem's sample count.
         best_ks, maj_ks: the k of ``best@k`` and ``maj@k``; default ``max(ks)`` (maj@k only with answers).
         n_bootstrap, seed: of :func:`best_at_k`.
