@@ -5,7 +5,6 @@ distribution accumulated from each step's logits (one softmax per step, no store
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from bandpo.validation import check_int_in
 from bandpo_lab.decode import sample
+from bandpo_lab.eval.settings import check_temperature
 from bandpo_lab.runtime import Precision
 
 __all__ = ["Samples", "generate_samples"]
@@ -23,16 +23,9 @@ __all__ = ["Samples", "generate_samples"]
 
 @dataclass(frozen=True)
 class Samples:
-    """``k`` sampled completions for each of ``P`` prompts.
-
-    Attributes:
-        completions: ``[P][k]`` completion strings (no prompt, no eos, no padding).
-        token_ids: ``[P][k]`` generated token ids up to and including the first eos.
-        lengths: ``[P][k]`` generated token counts, the eos included.
-        finished: ``[P][k]`` whether the completion ended with eos (False: cut by ``max_new_tokens``).
-        entropy: mean entropy (nats) of the sampling distribution over all generated tokens (eos included,
-            padding after eos excluded); ``None`` when nothing was generated.
-    """
+    """``[P][k]`` ``completions`` (no prompt, eos or padding), ``token_ids`` and ``lengths`` (up to and with the first
+    eos), ``finished`` (ended with eos, not cut by ``max_new_tokens``), and the mean ``entropy`` (nats) of the
+    sampling distribution over the generated tokens (eos included; ``None`` when nothing was generated)."""
 
     completions: list[list[str]]
     token_ids: list[list[list[int]]]
@@ -108,13 +101,7 @@ def generate_samples(
     batch_size = check_int_in("batch_size", batch_size, 1)
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise ValueError("prompts must be a sequence of strings (one per prompt), got " + repr(prompts)[:200])
-    if (
-        not isinstance(temperature, (int, float))
-        or isinstance(temperature, bool)
-        or not math.isfinite(temperature)
-        or temperature < 0
-    ):
-        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    check_temperature(temperature)
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     greedy = temperature == 0
@@ -143,9 +130,8 @@ def generate_samples(
                         add_special_tokens=add_special_tokens,
                     ).to(device)
                 recorder = _EntropyRecorder(1.0 if greedy else float(temperature))
-                # Each prompt repeated k times, prompt-major; bandpo_lab.decode.sample encodes each prompt once.
-                input_ids = enc["input_ids"].repeat_interleave(k, dim=0)  # (len(chunk) * k, T_prompt)
-                # (len(chunk) * k, T_prompt)
+                # Each prompt repeated k times, prompt-major (B*k, T_prompt); decode.sample encodes each prompt once.
+                input_ids = enc["input_ids"].repeat_interleave(k, dim=0)
                 attention_mask = enc["attention_mask"].repeat_interleave(k, dim=0)
                 with torch.no_grad(), precision.sampling() if precision else contextlib.nullcontext():
                     out = sample(

@@ -10,17 +10,28 @@ from bandpo.validation import check_int_in
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.runtime import check_precision
 
-__all__ = ["BACKENDS", "EvalSettings", "parse_ks"]
+__all__ = ["BACKENDS", "EvalSettings", "check_temperature", "parse_ks"]
 
 BACKENDS = ("transformers", "vllm")  # vLLM: pip install vllm
+
+
+def check_temperature(value: object, error: type[ValueError] = ValueError) -> float:
+    """``value`` as a sampling temperature: a finite number >= 0 (0: greedy), else ``error``."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise error(f"temperature must be a finite number >= 0 (0: greedy), got {value!r}")
+    return value
 
 
 def parse_ks(text: str | Sequence[int] | None, k: int) -> tuple[int, ...]:
     """pass@k values from ``"1,4,32"`` (``"k"`` stands for ``k``) or a sequence; ``None``: ``(1, 4, k)`` up to ``k``.
 
     Raises:
-        EvalError: a non-integer entry, an entry < 1, or an entry larger than ``k`` (the number of samples per
-            problem: pass@j needs j <= samples).
+        EvalError: a non-integer entry, an entry < 1, or an entry larger than ``k``.
     """
     if text is None:
         return tuple(sorted({j for j in (1, 4, k) if j <= k}))
@@ -72,9 +83,7 @@ class EvalSettings:
     def __post_init__(self) -> None:
         self.k = check_int_in("k", self.k, 1, error=EvalError)
         self.ks = parse_ks(self.ks, self.k)
-        t = self.temperature
-        if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
-            raise EvalError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+        check_temperature(self.temperature, EvalError)
         if self.max_new_tokens is not None:
             self.max_new_tokens = check_int_in("max_new_tokens", self.max_new_tokens, 1, error=EvalError)
         self.batch_size = check_int_in("batch_size", self.batch_size, 1, error=EvalError)
