@@ -164,11 +164,8 @@ def load_eval_dataset(
 
 
 def _is_task(spec: str, split: str) -> bool:
-    """Whether ``spec`` names a built-in task (and is not an existing path).
-
-    Raises:
-        EvalError: ``spec`` is not a non-empty string; a task's split it does not have.
-    """
+    """Whether ``spec`` names a built-in task (and is not an existing path); ``EvalError`` for a spec that is not a
+    non-empty string or a split the task does not have."""
     from bandpo_lab.training.tasks import TASKS
 
     if not isinstance(spec, str) or not spec.strip():
@@ -184,11 +181,8 @@ def _is_task(spec: str, split: str) -> bool:
 
 
 def task_options_for(task: str, task_options: Mapping[str, Any] | None) -> Any:
-    """Built-in task ``task``'s options object from ``task_options``, checked by the task.
-
-    Raises:
-        EvalError: ``task_options for task 'NAME': ...``, naming the key as ``task_options.KEY``.
-    """
+    """Built-in task ``task``'s options object from ``task_options``, checked by the task (``EvalError``:
+    ``task_options for task 'NAME': ...``)."""
     from bandpo_lab.training.tasks import TASKS
 
     try:
@@ -199,11 +193,7 @@ def task_options_for(task: str, task_options: Mapping[str, Any] | None) -> Any:
 
 def check_eval_specs(specs: Sequence[str], *, split: str = "test", data_format: str = "auto") -> list[str]:
     """The checks of :func:`load_eval_dataset` that read no data (a task with ``split``, or files that exist), for
-    every spec; returns the specs that are built-in tasks, in order.
-
-    Raises:
-        EvalError: the first spec that fails, as :func:`load_eval_dataset` words it.
-    """
+    every spec, raising as it does; returns the specs that are built-in tasks, in order."""
     from bandpo_lab.training.config import ConfigError, DataConfig
     from bandpo_lab.training.data import resolve_data_files
 
@@ -240,11 +230,8 @@ def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | No
 def _check_apart_from_training(
     spec: str, dataset: EvalDataset, run_options: Mapping[str, Any], options: Mapping[str, Any]
 ) -> None:
-    """Refuse evaluation problems in the run's training split (possible with other task options than the run's).
-
-    Raises:
-        EvalError: naming how many problems are the run's training problems, and the two sets of options.
-    """
+    """``EvalError`` where problems of ``dataset`` are in the run's training split (other task options than the
+    run's can do that), naming how many and the two sets of options."""
     from bandpo_lab.training.tasks import TASKS
 
     task = TASKS.get(spec)
@@ -324,12 +311,12 @@ def prompt_texts(dataset: EvalDataset, tokenizer: Any) -> tuple[list[str], bool]
     except ConfigError as err:
         raise _translate(err) from err
     chat = has_chat_template(tokenizer) and dataset.chat_template != "never"
-    texts = []
-    for row in formatted["prompt"]:
-        if isinstance(row, str):
-            texts.append(row)
-        else:
-            texts.append(tokenizer.apply_chat_template(row, tokenize=False, add_generation_prompt=True))
+    texts = [
+        row
+        if isinstance(row, str)
+        else tokenizer.apply_chat_template(row, tokenize=False, add_generation_prompt=True)
+        for row in formatted["prompt"]
+    ]
     return texts, chat
 
 

@@ -25,7 +25,6 @@ __all__ = ["evaluate_model", "evaluate_model_dir", "format_table"]
 @dataclass
 class _Scored:
     problems: list[dict[str, Any]] = field(default_factory=list)  # {"correct": [...], "answers": [...]}
-    records: list[dict[str, Any]] = field(default_factory=list)
     n_unparsed_ground_truth: int = 0
     entropy_sum: float = 0.0
     entropy_tokens: int = 0
@@ -33,14 +32,18 @@ class _Scored:
     n_truncated: int = 0
 
 
-def _summary(scored: _Scored, settings: EvalSettings) -> dict[str, Any]:
+def _summary(parts: Sequence[_Scored], settings: EvalSettings) -> dict[str, Any]:
+    """The metrics of ``parts`` pooled: one dataset's, or all of them (``overall``)."""
     from bandpo_lab.eval.metrics import summarize
 
-    out: dict[str, Any] = {}
-    if scored.problems:
-        out.update(
+    problems = [p for part in parts for p in part.problems]
+    lengths = [n for part in parts for n in part.lengths]
+    tokens = sum(part.entropy_tokens for part in parts)
+    out: dict[str, Any] = {"n_problems": 0, "n_samples": 0, "n_unparsed": 0}
+    if problems:
+        out = dict(
             summarize(
-                scored.problems,
+                problems,
                 ks=settings.ks or (1,),
                 best_ks=[settings.k],
                 maj_ks=[settings.k],
@@ -48,25 +51,11 @@ def _summary(scored: _Scored, settings: EvalSettings) -> dict[str, Any]:
                 seed=settings.seed or 0,
             )
         )
-    else:
-        out.update({"n_problems": 0, "n_samples": 0, "n_unparsed": 0})
-    out["n_unparsed_ground_truth"] = scored.n_unparsed_ground_truth
-    out["entropy"] = scored.entropy_sum / scored.entropy_tokens if scored.entropy_tokens else None
-    out["mean_length"] = sum(scored.lengths) / len(scored.lengths) if scored.lengths else None
-    out["truncated_frac"] = scored.n_truncated / len(scored.lengths) if scored.lengths else None
+    out["n_unparsed_ground_truth"] = sum(part.n_unparsed_ground_truth for part in parts)
+    out["entropy"] = sum(part.entropy_sum for part in parts) / tokens if tokens else None
+    out["mean_length"] = sum(lengths) / len(lengths) if lengths else None
+    out["truncated_frac"] = sum(part.n_truncated for part in parts) / len(lengths) if lengths else None
     return out
-
-
-def _merge(parts: Sequence[_Scored]) -> _Scored:
-    total = _Scored()
-    for part in parts:
-        total.problems.extend(part.problems)
-        total.n_unparsed_ground_truth += part.n_unparsed_ground_truth
-        total.entropy_sum += part.entropy_sum
-        total.entropy_tokens += part.entropy_tokens
-        total.lengths.extend(part.lengths)
-        total.n_truncated += part.n_truncated
-    return total
 
 
 def evaluate_model(
@@ -170,10 +159,10 @@ def evaluate_model(
             **({"attn_implementation": attention} if attention is not None else {}),
         },
         "datasets": {
-            d.name: {"source": d.source, "verifier": d.verifier, **_summary(results[d.name], settings)}
+            d.name: {"source": d.source, "verifier": d.verifier, **_summary([results[d.name]], settings)}
             for d in datasets
         },
-        "overall": _summary(_merge(list(results.values())), settings),
+        "overall": _summary(list(results.values()), settings),
         "wall_time_s": round(time.perf_counter() - start_time, 3),
     }
     if keep_samples:

@@ -9,7 +9,7 @@ from typing import Any, Literal, overload
 
 from bandpo_lab._files import expand_path, read_utf8
 from bandpo_lab.eval.errors import EvalError
-from bandpo_lab.training.checkpoints import weights_problem
+from bandpo_lab.training.checkpoints import checkpoint_dirs, weights_problem
 from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
 
 __all__ = [
@@ -71,10 +71,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
         )
     names = sorted(c.name for c in p.iterdir())
     if MODEL_CONFIG_FILE not in names:
-        checkpoints = sorted(
-            (c for c in p.glob("checkpoint-*") if c.is_dir() and c.name.split("-")[-1].isdigit()),
-            key=lambda c: int(c.name.split("-")[-1]),
-        )
+        checkpoints = checkpoint_dirs(p)
         hint = (
             f"; it holds training checkpoints: pass one of them, e.g. {str(checkpoints[-1])!r}"
             if checkpoints
@@ -107,11 +104,8 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
 
 
 def check_device(device: str) -> str:
-    """``device`` (``auto``: CUDA if available, else the CPU; ``cpu``, ``cuda`` or ``cuda:N``) with ``auto`` resolved.
-
-    Raises:
-        EvalError: another name, or a CUDA device this machine does not have.
-    """
+    """``device`` (``auto``: CUDA if available, else the CPU; ``cpu``, ``cuda`` or ``cuda:N``) with ``auto`` resolved;
+    ``EvalError`` for another name or a CUDA device this machine does not have."""
     import torch
 
     allowed = "auto, cpu, cuda or cuda:N"
@@ -133,12 +127,8 @@ def check_device(device: str) -> str:
 
 
 def run_config_of(model_dir: str | Path) -> dict[str, Any] | None:
-    """The ``train_config.yaml`` mapping of the run in ``model_dir`` or its parent (a ``checkpoint-N`` directory);
-    ``None`` where there is none or it is not a YAML mapping.
-
-    Raises:
-        EvalError: the file is not UTF-8 text, naming it.
-    """
+    """The ``train_config.yaml`` mapping of the run in ``model_dir`` or its parent (a ``checkpoint-N`` directory),
+    else ``None``; ``EvalError`` naming it when it is not UTF-8 text."""
     import yaml
 
     model_dir = expand_path(model_dir, "model directory", EvalError)
