@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bandpo_lab.cli._args import add_dry_run, add_list_option, print_plan, progress_bars
+from bandpo_lab.cli._args import add_dry_run, add_list_option, print_plan, progress_bars, yaml_mapping
 
 EPILOG = """\
 datasets:
@@ -143,18 +143,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _task_options(text: str | None) -> dict[str, Any] | None:
-    from bandpo_lab.cli._args import yaml_mapping
-    from bandpo_lab.eval.errors import EvalError
-
-    if text is None:
-        return None
-    try:
-        return yaml_mapping("--task-options", text, "{n_test: 100}")
-    except ValueError as err:
-        raise EvalError(str(err)) from None
-
-
 def _check_outputs(output: str | Path | None, samples: str | None, model: str | Path | None) -> None:
     """``EvalError`` where :func:`bandpo_lab.eval.outputs.outputs_problem` refuses the output files."""
     from bandpo_lab.eval.errors import EvalError
@@ -191,12 +179,18 @@ accuracy is then more likely the verifier's than the model's."""
 
 
 def unparsed_warnings(results: dict[str, Any]) -> list[str]:
-    """A warning line per dataset of ``results`` with more than :data:`UNPARSED_WARNING_SHARE` of its samples
-    unparsed, with the hint to check ``--verifier``."""
+    """The warnings of ``results``, per dataset: problems left out for a ground truth the verifier cannot parse,
+    and more than :data:`UNPARSED_WARNING_SHARE` of the samples unparsed (with the hint to check ``--verifier``)."""
     from bandpo_lab.eval.scorers import verifier_names
 
     lines = []
     for name, metrics in results["datasets"].items():
+        bad = metrics.get("n_unparsed_ground_truth", 0)
+        if bad:
+            lines.append(
+                f"warning: {name}: {bad} of {bad + metrics['n_problems']} problems left out: the {metrics['verifier']} "
+                "verifier cannot parse their ground-truth answer (n_unparsed_ground_truth)"
+            )
         n, unparsed = metrics.get("n_samples") or 0, metrics.get("n_unparsed") or 0
         if n and unparsed > UNPARSED_WARNING_SHARE * n:
             lines.append(
@@ -271,7 +265,12 @@ def _run(args: argparse.Namespace) -> int:
             precision=args.precision,
             progress=not args.no_progress,
         )
-        options = _task_options(args.task_options)
+        options = None
+        if args.task_options is not None:
+            try:
+                options = yaml_mapping("--task-options", args.task_options, "{n_test: 100}")
+            except ValueError as err:
+                raise EvalError(str(err)) from None
         device = check_device(args.device)  # before the model and the datasets load
         # each failed only once the model had loaded (and formatted the prompts)
         problem = prompt_template_problem(args.prompt_template, "--prompt-template")
@@ -340,14 +339,6 @@ def _run(args: argparse.Namespace) -> int:
     if resolved:
         print(f"precision {resolved['name']} ({resolved['reason']})")
     print(format_table(results))
-    for name, metrics in results["datasets"].items():
-        bad = metrics.get("n_unparsed_ground_truth", 0)
-        if bad:
-            print(
-                f"warning: {name}: {bad} of {bad + metrics['n_problems']} problems left out: the {metrics['verifier']} "
-                "verifier cannot parse their ground-truth answer (n_unparsed_ground_truth)",
-                file=sys.stderr,
-            )
     for line in unparsed_warnings(results):
         print(line, file=sys.stderr)
     print(f"results: {output}" + (f"; samples: {args.save_samples}" if samples is not None else ""))

@@ -16,25 +16,16 @@ from bandpo_lab.cli._args import HelpFormatter
 
 EXIT_BROKEN_PIPE = 141  # a process killed by SIGPIPE (128 + 13), as shells report `yes | head -1`
 
-# name -> (module, one-line help). The single list of subcommands.
+# name -> (its module in bandpo_lab.cli, one-line help). The single list of subcommands.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "bounds": ("bandpo_lab.cli.bounds", "print a table of Band bounds and the allowed probability change"),
-    "plot-bounds": ("bandpo_lab.cli.plot_bounds", "write the Figure-1-style PNG of ratio bounds against p"),
-    "train": ("bandpo_lab.cli.train", "train with BandPO (or a baseline clip rule) through TRL"),
-    "eval": (
-        "bandpo_lab.cli.evaluate",
-        "sample k answers per problem and report mean@k / pass@k / best@k / maj@k",
-    ),
-    "compare": (
-        "bandpo_lab.cli.compare",
-        "train and evaluate several clip rules over seeds; write plots and a report",
-    ),
-    "demo": (
-        "bandpo_lab.cli.demo",
-        "the main job: warm-start the tiny model, train it with BandPO, evaluate",
-    ),
+    "bounds": ("bounds", "print a table of Band bounds and the allowed probability change"),
+    "plot-bounds": ("plot_bounds", "write the Figure-1-style PNG of ratio bounds against p"),
+    "train": ("train", "train with BandPO (or a baseline clip rule) through TRL"),
+    "eval": ("evaluate", "sample k answers per problem and report mean@k / pass@k / best@k / maj@k"),
+    "compare": ("compare", "train and evaluate several clip rules over seeds; write plots and a report"),
+    "demo": ("demo", "the main job: warm-start the tiny model, train it with BandPO, evaluate"),
     "probe": (
-        "bandpo_lab.cli.probe",
+        "probe",
         "the clip rules on a real model's own tokens: p_old of the sampled tokens, what each rule clips",
     ),
 }
@@ -67,7 +58,7 @@ def build_parser(with_commands: Sequence[str] | None = None) -> argparse.Argumen
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_, formatter_class=HelpFormatter)
         if with_commands is None or name in with_commands:
-            importlib.import_module(module).add_arguments(p)
+            importlib.import_module(f"bandpo_lab.cli.{module}").add_arguments(p)
     return parser
 
 
@@ -124,7 +115,7 @@ def _main(argv: list[str], command: str | None) -> int:
     parser = build_parser([command] if command in COMMANDS else [])
     try:
         args = parse_args(parser, argv)  # --help prints too
-        module = importlib.import_module(COMMANDS[args.command][0])
+        module = importlib.import_module(f"bandpo_lab.cli.{COMMANDS[args.command][0]}")
         with warnings.catch_warnings():
             warnings.formatwarning = _one_line_warnings(args.command, warnings.formatwarning)
             status = int(module.run(args) or 0)
