@@ -1,20 +1,6 @@
-"""What every ``bandpo`` subcommand's parser shares: the help formatter (defaults shown), the one way to write
-a list (:func:`add_list_option`), each command's output option (:data:`OUTPUTS`) and the deprecated spellings of
-renamed flags.
-
-One grammar for lists: comma-separated, ``--divergence kl,tv``, ``--rules grpo,band``, ``--ks 1,8``. The options
-that took space-separated words (``bounds --p``, ``--divergence``) still read them, with one line on stderr, and
-``--help`` shows the commas only.
-
-One grammar for outputs: a command that writes one file takes ``-o/--output FILE`` (``plot-bounds``, ``eval``), one
-that writes a folder ``-o/--output-dir DIR`` (``probe``, ``demo``); ``train`` and
-``compare`` write where their config's ``output_dir`` says (``output_dir=DIR``, a config key like any other). An
-old spelling stays accepted (hidden from ``--help``) and says once on stderr what it is now.
-
-One grammar for long work: a command whose work takes minutes (:data:`LONG_WORK`) takes ``--no-progress`` and
-``--dry-run``, which makes every check the command makes before its work and prints the plan in a few lines,
-``bandpo COMMAND: dry run: the plan (...)`` (:func:`print_plan`; ``train`` prints its resolved config), loading no
-model and writing nothing.
+"""What every ``bandpo`` subcommand's parser shares (docs/architecture.md#the-command-line): the help formatter,
+list options (:func:`add_list_option`), each command's output option (:data:`OUTPUTS`), ``--dry-run`` for long
+work (:data:`LONG_WORK`) and the deprecated spellings of renamed flags.
 """
 
 from __future__ import annotations
@@ -26,7 +12,6 @@ from contextlib import contextmanager
 from typing import Any
 
 OUTPUT_FILE, OUTPUT_DIR, OUTPUT_KEY = "--output", "--output-dir", "output_dir="
-"""The three ways a command is told where to write: a file, a folder, the config key of train and compare."""
 
 OUTPUTS: dict[str, str | None] = {
     "bounds": None,
@@ -37,15 +22,12 @@ OUTPUTS: dict[str, str | None] = {
     "train": OUTPUT_KEY,
     "compare": OUTPUT_KEY,
 }
-"""Each command's output option (``-o`` is its short form), ``output_dir=`` for the commands whose config says
-where they write, ``None`` for one that prints only. ``tests/lab/cli/test_grammar.py`` holds every command to it."""
+"""Each command's output option (``-o`` is its short form; ``None``: it prints only)."""
 
 
 LONG_WORK = ("train", "eval", "compare", "demo", "probe")
-"""The commands whose work takes minutes (a model, a training run): each takes
-``--dry-run`` (every check the command makes before its work, then the plan in a few lines: nothing loaded, run or
-written; :func:`add_dry_run`, :func:`print_plan`) and ``--no-progress``. ``tests/lab/cli/test_grammar.py`` holds
-every command to it."""
+"""The commands whose work takes minutes: each takes ``--dry-run`` (:func:`add_dry_run`, :func:`print_plan`) and
+``--no-progress``."""
 
 
 def add_dry_run(parser: argparse.ArgumentParser, checks: str, work: str) -> None:
@@ -56,16 +38,14 @@ def add_dry_run(parser: argparse.ArgumentParser, checks: str, work: str) -> None
 
 
 def print_plan(command: str, nothing: str, lines: Sequence[str]) -> int:
-    """A dry run's plan on stdout: ``bandpo COMMAND: dry run: the plan (NOTHING)`` (what was not done: ``nothing
-    built, evaluated or trained``), then ``lines``; returns the exit status, 0."""
+    """A dry run's plan on stdout: ``bandpo COMMAND: dry run: the plan (NOTHING)``, then ``lines``; returns 0."""
     print("\n".join([f"bandpo {command}: dry run: the plan ({nothing})", *lines]))
     return 0
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The epilog and description as written (examples keep their layout), and every option's default in its
-    help: appended as ``(default: X)`` unless the help already states it (it says "default"), and left out for
-    on/off flags and options without a default (``None``)."""
+    """The epilog and description as written, and each option's default appended as ``(default: X)`` unless its
+    help says "default", it is a flag, or it has none."""
 
     def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
         if isinstance(action, ListOption):  # the comma form only, whatever words it reads
@@ -76,9 +56,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return super()._format_args(action, default_metavar)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        help_ = action.help
-        if help_ is None:
-            help_ = ""
+        help_ = action.help or ""
         if (
             help_ == argparse.SUPPRESS
             or action.default is None
@@ -102,10 +80,8 @@ class ListValue(list):  # type: ignore[type-arg]
 
 
 class CommaList:
-    """The type of every list-valued option: ``"a,b"`` -> ``ListValue(["a", "b"])``, each item stripped and
-    converted by ``item`` (``int``, ``float``; ``str`` by default), empty items dropped (``","`` is an empty list,
-    which the command refuses in its own words). ``choices``: the names an item may take, an unknown one refused
-    with the closest (:func:`bandpo.registry.did_you_mean`) as an unknown ``noun``."""
+    """The type of every list option: ``"a,b"`` -> ``ListValue(["a", "b"])``, items stripped, converted by ``item``,
+    empty ones dropped; an item not in ``choices`` is refused as an unknown ``noun``, with a did-you-mean."""
 
     def __init__(
         self, item: Callable[[str], Any] = str, choices: Sequence[str] | None = None, noun: str = "name"
@@ -137,9 +113,8 @@ class CommaList:
 
 
 class ListOption(argparse.Action):
-    """A list-valued option (added by :func:`add_list_option`): one comma-separated word; where ``spaces`` is on
-    (the options that took space-separated words before), several words too, read as one list, with a line on
-    stderr saying the comma form. ``length``: the number of items it must hold (a shape ``B,T``)."""
+    """A list option (:func:`add_list_option`): one comma-separated word, or with ``spaces`` several words read as
+    one list, with a line on stderr saying the comma form; ``length``: the number of items it must hold."""
 
     def __init__(
         self,
@@ -188,10 +163,9 @@ def add_list_option(
     length: int | None = None,
     **kwargs: Any,
 ) -> argparse.Action:
-    """Add a list-valued option, written with commas (``--rules grpo,band``): the one way every ``bandpo``
-    command takes a list. ``item``: each item's type; ``choices``: the names an item may take (an unknown one is named an unknown ``noun``); ``spaces``: also
-    read space-separated words (the old form of the options that had it); ``length``: a fixed number of items;
-    ``kwargs``: ``default``, ``help``, ``metavar``, ... as ``add_argument`` takes them."""
+    """Add a list option written with commas (``--rules grpo,band``): ``item`` its items' type, ``choices`` and
+    ``noun`` as :class:`CommaList` takes them, ``spaces`` and ``length`` as :class:`ListOption` does, ``kwargs``
+    as ``add_argument`` takes them."""
     return parser.add_argument(
         *flags, action=ListOption, type=CommaList(item, choices, noun), spaces=spaces, length=length, **kwargs
     )
@@ -233,9 +207,8 @@ def add_deprecated_spelling(parser: argparse.ArgumentParser, old: str, new: str)
 
 @contextmanager
 def progress_bars(enabled: bool) -> Iterator[None]:
-    """The command's ``--no-progress`` for the libraries it calls: with ``enabled`` False, transformers' and
-    huggingface_hub's own bars are off while the block runs (``Loading weights: 100%|...`` as a model loads) and
-    back as they were after it; with ``enabled`` True nothing changes (and transformers is not imported)."""
+    """With ``enabled`` False (``--no-progress``), transformers' and huggingface_hub's progress bars are off in the
+    block (as a model loads) and back as they were after it."""
     if enabled:
         yield
         return
@@ -251,9 +224,8 @@ def progress_bars(enabled: bool) -> Iterator[None]:
 
 
 def yaml_mapping(flag: str, text: str, example: str) -> dict[str, Any]:
-    """``text`` read as a YAML mapping (JSON is YAML too), for an option such as ``--task-options``; anything
-    else raises ``ValueError`` with one line: ``FLAG must be a YAML mapping like 'EXAMPLE', got 'TEXT'`` (and
-    the parser's reason, on the same line)."""
+    """``text`` read as a YAML mapping (``--task-options``); else ``ValueError``, one line: ``FLAG must be a YAML
+    mapping like 'EXAMPLE', got 'TEXT'`` (and the parser's reason)."""
     import yaml
 
     from bandpo_lab.config.documents import load_value

@@ -20,10 +20,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_list_option(
         parser, "--p", item=float, spaces=True, default=list(DEFAULT_P), help="old probabilities in (0, 1]"
     )
+    add_band_options(
+        parser, DIVERGENCES.names(), f"divergences (default: all): {', '.join(DIVERGENCES.names())}"
+    )
+
+
+def add_band_options(parser: argparse.ArgumentParser, divergences: list[str], divergence_help: str) -> None:
+    """``--divergence`` (default ``divergences``), ``--delta`` and ``--cap`` (:func:`check_delta_and_cap`)."""
     add_list_option(
         parser, "--divergence", choices=DIVERGENCES.names(), noun="divergence", spaces=True,
-        default=DIVERGENCES.names(),
-        metavar="NAME", help=f"divergences (default: all): {', '.join(DIVERGENCES.names())}",
+        default=divergences, metavar="NAME", help=divergence_help,
     )  # fmt: skip
     parser.add_argument(
         "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default: {PAPER_DELTA})"

@@ -1,8 +1,5 @@
-"""``bandpo eval --model DIR [--dataset countdown | FILE ...] [--k 32] [--ks 1,4,32] [--temperature 1.0] ...``.
-
-Samples ``k`` answers per problem and prints mean@k, pass@j (unbiased, for each ``j`` in ``--ks``), the authors'
-bootstrap best@k and maj@k per dataset and overall; the full result goes to a JSON file (``--output``).
-"""
+"""``bandpo eval --model DIR [--dataset countdown | FILE ...] [--k 32] [--ks 1,4,32] ...``: samples ``k`` answers per
+problem, prints mean@k, pass@j, best@k and maj@k per dataset and overall, and writes them to ``--output``."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bandpo_lab.cli._args import add_dry_run, add_list_option, print_plan, progress_bars
+from bandpo_lab.cli._args import add_dry_run, add_list_option, print_plan, progress_bars, yaml_mapping
 
 EPILOG = """\
 datasets:
@@ -57,18 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a built-in task (countdown) or a JSONL / JSON / parquet file or directory; repeat for several "
         "(default: countdown)",
     )
-    parser.add_argument(
-        "--split", default="test", help="task split, or file prefix in a directory (default: test)"
-    )
+    parser.add_argument("--split", default="test", help="task split, or file prefix in a directory")
     parser.add_argument(
         "--verifier",
         choices=verifier_names(),
         default=None,
         help="answer checker (default: the task's own, dapo for files)",
     )
-    parser.add_argument(
-        "--prompt-column", default="prompt", help="prompt column of the files (default: prompt)"
-    )
+    parser.add_argument("--prompt-column", default="prompt", help="prompt column of the files")
     parser.add_argument(
         "--answer-column", default="answer", help="ground-truth column (dots for nested keys)"
     )
@@ -92,14 +85,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-problems", type=int, default=None, help="first N problems of each dataset (default: all)"
     )
-    parser.add_argument("--k", type=int, default=32, help="samples per problem (default: 32)")
+    parser.add_argument("--k", type=int, default=32, help="samples per problem")
     add_list_option(
         parser,
         "--ks",
         default=None,
         help="pass@j values, comma-separated, each <= k ('k' for k) (default: 1,4,k)",
     )
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     parser.add_argument(
         "--max-new-tokens",
         type=int,
@@ -107,11 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="new tokens per answer (default: the task's answer length where every dataset is a built-in task that "
         "has one, arith: 16; else the model's generation config, else 1024)",
     )
-    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call (default: 64)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    parser.add_argument("--n-bootstrap", type=int, default=1000, help="best@k resamples (default: 1000)")
+    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--n-bootstrap", type=int, default=1000, help="best@k resamples")
     parser.add_argument("--vllm", action="store_true", help="sample with vLLM (must be installed)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default: auto)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument(
         "--threads",
         type=int,
@@ -135,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         default="auto",
         help="CPU sampling precision: auto (bf16 where the CPU has native bf16 and the model is large enough), "
-        "float32 or bf16 (default: auto)",
+        "float32 or bf16",
     )
     parser.add_argument(
         "--output", "-o", default=None, help="JSON results file (default: <model>/eval_results.json)"
@@ -150,23 +143,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _task_options(text: str | None) -> dict[str, Any] | None:
-    from bandpo_lab.cli._args import yaml_mapping
-    from bandpo_lab.eval.errors import EvalError
-
-    if text is None:
-        return None
-    try:
-        return yaml_mapping("--task-options", text, "{n_test: 100}")
-    except ValueError as err:
-        raise EvalError(str(err)) from None
-
-
 def _check_outputs(output: str | Path | None, samples: str | None, model: str | Path | None) -> None:
-    """The results file (``--output``) and the samples file (``--save-samples``) can be written and destroy
-    nothing (:func:`bandpo_lab.eval.outputs.outputs_problem`: each its own file, none among a model's files, none
-    replacing a file that is not an earlier eval output); ``model``: the model folder, ``None`` while it is not
-    known. Raises ``EvalError`` naming the flag."""
+    """``EvalError`` where :func:`bandpo_lab.eval.outputs.outputs_problem` refuses the output files."""
     from bandpo_lab.eval.errors import EvalError
     from bandpo_lab.eval.outputs import outputs_problem
 
@@ -175,19 +153,9 @@ def _check_outputs(output: str | Path | None, samples: str | None, model: str | 
         raise EvalError(problem)
 
 
-def _local_model(model: str) -> Path | None:
-    """``--model`` as the folder it names, before it is resolved (``None``: a built-in name, ``tiny``, a typo)."""
-    from bandpo_lab._files import expand_path
-    from bandpo_lab.eval.errors import EvalError
-
-    path = expand_path(model, "--model", EvalError)
-    return path if path.is_dir() else None
-
-
 def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[str, Any] | None) -> None:
-    """The dataset flags that need no model: ``--max-problems``, each ``--dataset`` (a task with ``--split``, or
-    files that exist) and ``--task-options`` (``options``: only with a built-in task among the datasets, files take
-    none; keys and values checked by each such task). Raises ``EvalError`` naming the flag."""
+    """The dataset flags that need no model: ``--max-problems``, ``--dataset`` with ``--split`` and
+    ``--task-options`` (only with a built-in task among the datasets). Raises ``EvalError`` naming the flag."""
     from bandpo.validation import check_int_in
     from bandpo_lab.eval.datasets import check_eval_specs, task_options_for
     from bandpo_lab.eval.errors import EvalError
@@ -207,18 +175,22 @@ def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[st
 
 UNPARSED_WARNING_SHARE = 0.9
 """A dataset whose verifier extracts no answer from more than this share of the samples gets a warning: its
-accuracy is then more likely the verifier's than the model's (``--dataset countdown --verifier dapo`` reported
-0% with every answer unparsed)."""
+accuracy is then more likely the verifier's than the model's."""
 
 
 def unparsed_warnings(results: dict[str, Any]) -> list[str]:
-    """One line per dataset of ``results`` (:func:`bandpo_lab.eval.evaluate.evaluate_model`'s) whose verifier parsed
-    no answer, or parsed one from no more than 1 - :data:`UNPARSED_WARNING_SHARE` of the samples: the counts and
-    the hint to check ``--verifier``."""
+    """The warnings of ``results``, per dataset: problems left out for a ground truth the verifier cannot parse,
+    and more than :data:`UNPARSED_WARNING_SHARE` of the samples unparsed (with the hint to check ``--verifier``)."""
     from bandpo_lab.eval.scorers import verifier_names
 
     lines = []
     for name, metrics in results["datasets"].items():
+        bad = metrics.get("n_unparsed_ground_truth", 0)
+        if bad:
+            lines.append(
+                f"warning: {name}: {bad} of {bad + metrics['n_problems']} problems left out: the {metrics['verifier']} "
+                "verifier cannot parse their ground-truth answer (n_unparsed_ground_truth)"
+            )
         n, unparsed = metrics.get("n_samples") or 0, metrics.get("n_unparsed") or 0
         if n and unparsed > UNPARSED_WARNING_SHARE * n:
             lines.append(
@@ -268,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from bandpo.validation import check_int_in
-    from bandpo_lab._files import write_json
+    from bandpo_lab._files import expand_path, write_json
     from bandpo_lab.eval.datasets import resolve_eval_datasets, task_answer_length
     from bandpo_lab.eval.errors import EvalError
     from bandpo_lab.eval.evaluate import evaluate_model_dir, format_table
@@ -293,7 +265,12 @@ def _run(args: argparse.Namespace) -> int:
             precision=args.precision,
             progress=not args.no_progress,
         )
-        options = _task_options(args.task_options)
+        options = None
+        if args.task_options is not None:
+            try:
+                options = yaml_mapping("--task-options", args.task_options, "{n_test: 100}")
+            except ValueError as err:
+                raise EvalError(str(err)) from None
         device = check_device(args.device)  # before the model and the datasets load
         # each failed only once the model had loaded (and formatted the prompts)
         problem = prompt_template_problem(args.prompt_template, "--prompt-template")
@@ -307,7 +284,8 @@ def _run(args: argparse.Namespace) -> int:
             check_int_in("--threads", args.threads, 1, error=EvalError)
         _check_datasets(args, specs, options)  # before the model, which "tiny" may warm-start for minutes
         # the files named on the command line, before the model; the default one (in the model's folder) after it
-        _check_outputs(args.output, args.save_samples, _local_model(args.model))
+        local = expand_path(args.model, "--model", EvalError)  # a folder; not yet a built-in or tiny model
+        _check_outputs(args.output, args.save_samples, local if local.is_dir() else None)
         # before the datasets: a wrong path fails fast; a dry run builds no built-in or tiny model (None)
         model = resolve_model_dir(args.model, specs, options, build=not args.dry_run)
         output = Path(args.output) if args.output else None if model is None else model / DEFAULT_RESULTS
@@ -361,14 +339,6 @@ def _run(args: argparse.Namespace) -> int:
     if resolved:
         print(f"precision {resolved['name']} ({resolved['reason']})")
     print(format_table(results))
-    for name, metrics in results["datasets"].items():
-        bad = metrics.get("n_unparsed_ground_truth", 0)
-        if bad:
-            print(
-                f"warning: {name}: {bad} of {bad + metrics['n_problems']} problems left out: the {metrics['verifier']} "
-                "verifier cannot parse their ground-truth answer (n_unparsed_ground_truth)",
-                file=sys.stderr,
-            )
     for line in unparsed_warnings(results):
         print(line, file=sys.stderr)
     print(f"results: {output}" + (f"; samples: {args.save_samples}" if samples is not None else ""))

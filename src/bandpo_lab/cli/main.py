@@ -1,5 +1,5 @@
-"""``bandpo <command> ...``: dispatch to the subcommand modules (imported lazily, so ``bandpo bounds`` never
-imports transformers)."""
+"""``bandpo <command> ...``: dispatch to the subcommand modules, imported lazily (``bandpo bounds`` never imports
+transformers)."""
 
 from __future__ import annotations
 
@@ -14,46 +14,34 @@ from collections.abc import Callable, Sequence
 from bandpo._optional import MissingDependencyError
 from bandpo_lab.cli._args import HelpFormatter
 
-# The exit status of a process killed by SIGPIPE (128 + 13), which is what shells report for `yes | head -1`.
-EXIT_BROKEN_PIPE = 141
+EXIT_BROKEN_PIPE = 141  # a process killed by SIGPIPE (128 + 13), as shells report `yes | head -1`
 
-# name -> (module, one-line help). The single list of subcommands.
+# name -> (its module in bandpo_lab.cli, one-line help). The single list of subcommands.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "bounds": ("bandpo_lab.cli.bounds", "print a table of Band bounds and the allowed probability change"),
-    "plot-bounds": ("bandpo_lab.cli.plot_bounds", "write the Figure-1-style PNG of ratio bounds against p"),
-    "train": ("bandpo_lab.cli.train", "train with BandPO (or a baseline clip rule) through TRL"),
-    "eval": (
-        "bandpo_lab.cli.evaluate",
-        "sample k answers per problem and report mean@k / pass@k / best@k / maj@k",
-    ),
-    "compare": (
-        "bandpo_lab.cli.compare",
-        "train and evaluate several clip rules over seeds; write plots and a report",
-    ),
-    "demo": (
-        "bandpo_lab.cli.demo",
-        "the main job: warm-start the tiny model, train it with BandPO, evaluate",
-    ),
+    "bounds": ("bounds", "print a table of Band bounds and the allowed probability change"),
+    "plot-bounds": ("plot_bounds", "write the Figure-1-style PNG of ratio bounds against p"),
+    "train": ("train", "train with BandPO (or a baseline clip rule) through TRL"),
+    "eval": ("evaluate", "sample k answers per problem and report mean@k / pass@k / best@k / maj@k"),
+    "compare": ("compare", "train and evaluate several clip rules over seeds; write plots and a report"),
+    "demo": ("demo", "the main job: warm-start the tiny model, train it with BandPO, evaluate"),
     "probe": (
-        "bandpo_lab.cli.probe",
+        "probe",
         "the clip rules on a real model's own tokens: p_old of the sampled tokens, what each rule clips",
     ),
 }
 
 
-LAB_EXTRA = 'pip install "bandpo[lab]"'
-"""How the lab's requirements are installed (``pip install .`` brings the library's, torch alone)."""
+LAB_EXTRA = 'pip install "bandpo[lab]"'  # the lab's requirements (pip install . brings torch alone)
 
 LAB_MODULES = frozenset(
     # the lab extra's own packages
     {"yaml", "numpy", "scipy", "pydantic", "tqdm", "tokenizers", "tensorboard"}
     | {"trl", "transformers", "accelerate", "datasets"}  # the trl extra it includes
 )
-"""The top-level modules of the packages the ``lab`` extra installs (pyproject.toml): a command that fails to import
-one says to install the extra (:func:`main`) instead of ending in ``ModuleNotFoundError``."""
+"""The top-level modules of the packages of the ``lab`` extra (pyproject.toml): a command that fails to import one
+says to install the extra."""
 
-HELP_COMMAND = "help"
-"""``bandpo help`` is ``bandpo --help``; ``bandpo help COMMAND`` is ``bandpo COMMAND --help``."""
+HELP_COMMAND = "help"  # bandpo help [COMMAND] is bandpo [COMMAND] --help
 
 
 def build_parser(with_commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -70,21 +58,13 @@ def build_parser(with_commands: Sequence[str] | None = None) -> argparse.Argumen
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_, formatter_class=HelpFormatter)
         if with_commands is None or name in with_commands:
-            importlib.import_module(module).add_arguments(p)
+            importlib.import_module(f"bandpo_lab.cli.{module}").add_arguments(p)
     return parser
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
-    """``parser.parse_args(argv)``, with a command's ``KEY=VALUE`` overrides accepted anywhere on the line.
-
-    A command that takes overrides declares them as the positional ``overrides`` (``nargs="*"``); argparse fills
-    it with one run of positional words only, so ``train --config c.yaml method=cispo --dry-run output_dir=x``
-    left ``output_dir=x`` unrecognized. Here the words argparse did not place are appended to the overrides in
-    their order on the line (overrides apply in order, so the last one of a key wins, as before), provided that
-    none of them is an option: an unknown flag (``--bogus``) is still an error, as it is for a command without
-    overrides. The error is the subcommand's (``bandpo probe: error: unrecognized arguments: --bogus``, with its
-    usage line), exit status 2.
-    """
+    """``parser.parse_args(argv)``, with a command's ``KEY=VALUE`` overrides (its positional ``overrides``)
+    accepted anywhere on the line, in their order; an unknown flag is still the subcommand's usage error."""
     args, extras = parser.parse_known_args(argv)
     if extras:
         if not isinstance(getattr(args, "overrides", None), list) or any(w.startswith("-") for w in extras):
@@ -120,9 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _missing_lab_module(err: BaseException | None) -> str | None:
-    """The module of :data:`LAB_MODULES` whose absence ``err`` reports, itself or as its cause (the library's
-    ``bandpo.integrations.trl`` raises its own ImportError from TRL's ModuleNotFoundError); ``None`` for any other
-    import error, which stays Python's."""
+    """The module of :data:`LAB_MODULES` whose absence ``err`` or one of its causes reports, else ``None``."""
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
@@ -133,12 +111,11 @@ def _missing_lab_module(err: BaseException | None) -> str | None:
 
 
 def _main(argv: list[str], command: str | None) -> int:
-    """:func:`main` once ``bandpo help`` is read: the parser of ``command`` (``bandpo --help`` and ``--version``
-    import no command), then the command."""
+    """:func:`main` once ``bandpo help`` is read: the parser of ``command`` only, then the command."""
     parser = build_parser([command] if command in COMMANDS else [])
     try:
         args = parse_args(parser, argv)  # --help prints too
-        module = importlib.import_module(COMMANDS[args.command][0])
+        module = importlib.import_module(f"bandpo_lab.cli.{COMMANDS[args.command][0]}")
         with warnings.catch_warnings():
             warnings.formatwarning = _one_line_warnings(args.command, warnings.formatwarning)
             status = int(module.run(args) or 0)
@@ -154,11 +131,9 @@ def _main(argv: list[str], command: str | None) -> int:
 
 
 def _one_line_warnings(command: str, default: Callable[..., str]) -> Callable[..., str]:
-    """``warnings.formatwarning`` for a command: bandpo's own warnings (a category defined in a ``bandpo`` or
-    ``bandpo_lab`` module: ``ConfigWarning``, ``OnPolicyClipWarning``, ...) print as one
-    line, ``bandpo train: warning: <message>``, without Python's file, line number and echo of the source line;
-    other libraries' warnings keep ``default``. (The format, not ``showwarning``: a caller recording warnings,
-    such as ``pytest.warns``, still records them.)"""
+    """``warnings.formatwarning`` printing bandpo's own warnings (a category of a ``bandpo`` or ``bandpo_lab``
+    module) as one line, ``bandpo COMMAND: warning: <message>``; other libraries' keep ``default``. (The format,
+    not ``showwarning``, so that ``pytest.warns`` still records them.)"""
 
     def format_(
         message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: object
@@ -171,13 +146,9 @@ def _one_line_warnings(command: str, default: Callable[..., str]) -> Callable[..
 
 
 def _stdout_is_closed() -> bool:
-    """After a ``BrokenPipeError``: True if the reader of our stdout went away (``bandpo bounds | head -2``).
-
-    Asks the OS (a pipe whose read end is closed polls as POLLERR) rather than retrying a write. Then stdout
-    is pointed at /dev/null, so that the interpreter's final flush of what is still buffered does not raise a
-    second time (the recipe of Python's ``signal`` documentation), and the command exits quietly like any Unix
-    tool whose reader stopped reading.
-    """
+    """After a ``BrokenPipeError``: True if the reader of our stdout went away (``bandpo bounds | head -2``, which
+    polls as POLLERR); stdout then points at /dev/null, so that the final flush does not raise again (the recipe
+    of Python's ``signal`` documentation)."""
     try:
         fd = sys.stdout.fileno()
         poller = select.poll()

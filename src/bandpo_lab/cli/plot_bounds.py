@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 
 from bandpo.core import DIVERGENCES
-from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA
-from bandpo_lab.cli._args import add_deprecated_spelling, add_list_option
-from bandpo_lab.cli.bounds import check_delta_and_cap, usage_error
+from bandpo_lab.cli._args import add_deprecated_spelling
+from bandpo_lab.cli.bounds import add_band_options, check_delta_and_cap, usage_error
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,18 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="figure file to write; its suffix picks the format: .png, .pdf, .svg, ... (default: bounds.png)",
     )
     add_deprecated_spelling(parser, "--out", "--output")
-    add_list_option(
-        parser, "--divergence", choices=DIVERGENCES.names(), noun="divergence", spaces=True,
-        default=["kl", "tv", "chi2", "hellinger"],
-        metavar="NAME", help=f"divergences to draw: {', '.join(DIVERGENCES.names())}",
-    )  # fmt: skip
-    parser.add_argument(
-        "--delta", type=float, default=PAPER_DELTA, help=f"trust-region radius > 0 (default: {PAPER_DELTA})"
-    )
-    parser.add_argument(
-        "--cap",
-        default=f"{PAPER_CAP:g}",
-        help=f"upper cap, a number >= 1, or none for no cap (default: {PAPER_CAP:g})",
+    add_band_options(
+        parser, ["kl", "tv", "chi2", "hellinger"], f"divergences to draw: {', '.join(DIVERGENCES.names())}"
     )
 
 

@@ -1,10 +1,7 @@
-"""Sampling backends: ``k`` completions for each prompt of a batch, from transformers ``generate``
-(:func:`bandpo_lab.eval.sampling.generate_samples`) or from vLLM.
-
-A sampler is called as ``sampler(prompts, add_special_tokens, seed) -> Chunk``: ``prompts`` the formatted prompt
-strings of one batch, ``add_special_tokens`` whether the tokenizer adds its special tokens (not after a chat
-template), ``seed`` the batch's sampling seed (``None``: unseeded). :func:`bandpo_lab.eval.evaluate.evaluate_model`
-takes any callable of that shape (tests pass a scripted one).
+"""Sampling backends, transformers or vLLM: ``settings.k`` completions of up to :func:`max_new_tokens_of` tokens for
+each prompt of a batch. A sampler is any callable ``sampler(prompts, add_special_tokens, seed) -> Chunk``:
+``prompts`` the formatted prompts of one batch, ``add_special_tokens`` False after a chat template, ``seed`` the
+batch's sampling seed (``None``: unseeded).
 """
 
 from __future__ import annotations
@@ -24,15 +21,8 @@ __all__ = ["Chunk", "TransformersSampler", "VLLMSampler", "max_new_tokens_of"]
 
 @dataclass
 class Chunk:
-    """What a sampler returns for one batch of ``P`` prompts, ``k`` samples each.
-
-    Attributes:
-        completions: ``P`` lists of ``k`` completion strings.
-        lengths: ``P`` lists of ``k`` generated-token counts.
-        finished: ``P`` lists of ``k`` flags: the sample ended (EOS) within ``max_new_tokens``.
-        entropy: mean sampling entropy in nats per generated token, ``None`` when the backend cannot tell.
-        n_tokens: generated tokens in all (the weight of ``entropy`` when batches are pooled).
-    """
+    """What a sampler returns for ``P`` prompts: ``[P][k]`` ``completions``, ``lengths`` (tokens) and ``finished``
+    (ended by EOS), the mean sampling ``entropy`` (nats per token; ``None``: unknown) and its weight ``n_tokens``."""
 
     completions: list[list[str]]
     lengths: list[list[int]]
@@ -42,17 +32,10 @@ class Chunk:
 
 
 class TransformersSampler:
-    """transformers ``generate`` sampling, with the sampling entropy
-    (:func:`bandpo_lab.eval.sampling.generate_samples`): ``settings.k`` samples per prompt at ``settings.temperature``,
-    up to ``max_new_tokens`` each."""
+    """transformers sampling with the sampling entropy (:func:`bandpo_lab.eval.sampling.generate_samples`)."""
 
-    def __init__(self, model: Any, tokenizer: Any, settings: EvalSettings, max_new_tokens: int) -> None:
-        self.model, self.tokenizer, self.settings, self.max_new_tokens = (
-            model,
-            tokenizer,
-            settings,
-            max_new_tokens,
-        )
+    def __init__(self, model: Any, tokenizer: Any, settings: EvalSettings) -> None:
+        self.model, self.tokenizer, self.settings = model, tokenizer, settings
         self.precision: Precision | None = None  # resolved at the first call
 
     def __call__(self, prompts: list[str], add_special_tokens: bool, seed: int | None) -> Chunk:
@@ -71,30 +54,24 @@ class TransformersSampler:
             prompts,
             k=self.settings.k,
             temperature=float(self.settings.temperature),
-            max_new_tokens=self.max_new_tokens,
+            max_new_tokens=max_new_tokens_of(self.settings),
             batch_size=len(prompts),
             seed=seed,
             add_special_tokens=add_special_tokens,
-            compute_entropy=True,
             precision=self.precision,
         )
         return Chunk(s.completions, s.lengths, s.finished, s.entropy, sum(map(sum, s.lengths)))
 
 
 class VLLMSampler:
-    """vLLM sampling (no entropy: vLLM does not return the full distributions). Prompts are tokenized here, with
-    or without special tokens as the transformers path does, and passed to vLLM as token ids.
-
-    ``tokenizer_dir`` is where the tokenizer files are (:func:`bandpo_lab.eval.models.check_model_dir`: a checkpoint
-    without its own uses the run directory's); ``None``: ``model_dir``.
-    """
+    """vLLM sampling (no entropy: vLLM does not return the distributions), of prompts tokenized here as the
+    transformers path tokenizes them; ``tokenizer_dir``: where the tokenizer files are (default ``model_dir``)."""
 
     def __init__(
         self,
         model_dir: Path,
         tokenizer: Any,
         settings: EvalSettings,
-        max_new_tokens: int,
         dtype: str,
         tokenizer_dir: Path | None = None,
     ) -> None:
@@ -105,7 +82,7 @@ class VLLMSampler:
                 "backend 'vllm' (--vllm) needs vLLM installed (pip install vllm); drop --vllm to sample with "
                 "transformers"
             ) from err
-        self.tokenizer, self.settings, self.max_new_tokens = tokenizer, settings, max_new_tokens
+        self.tokenizer, self.settings = tokenizer, settings
         self.llm = LLM(
             model=str(model_dir),
             tokenizer=str(tokenizer_dir or model_dir),
@@ -120,7 +97,7 @@ class VLLMSampler:
             n=self.settings.k,
             temperature=float(self.settings.temperature),
             top_p=1.0,
-            max_tokens=self.max_new_tokens,
+            max_tokens=max_new_tokens_of(self.settings),
             seed=seed,
         )
         ids = self.tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"]
@@ -131,11 +108,6 @@ class VLLMSampler:
         return Chunk(completions, lengths, finished, None, sum(map(sum, lengths)))
 
 
-def max_new_tokens_of(settings: EvalSettings, model: Any) -> int:
-    """The generation budget: ``settings.max_new_tokens``, else the model's ``generation_config.max_new_tokens``,
-    else 1024."""
-    if settings.max_new_tokens is not None:
-        return settings.max_new_tokens
-    generation = getattr(model, "generation_config", None)
-    value = getattr(generation, "max_new_tokens", None) if generation is not None else None
-    return int(value) if value else 1024
+def max_new_tokens_of(settings: EvalSettings, generation_config: Any = None) -> int:
+    """The generation budget: ``settings.max_new_tokens``, else ``generation_config.max_new_tokens``, else 1024."""
+    return int(settings.max_new_tokens or getattr(generation_config, "max_new_tokens", None) or 1024)

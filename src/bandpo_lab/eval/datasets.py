@@ -1,6 +1,5 @@
-"""Evaluation datasets: a built-in task's split or local JSONL / JSON / parquet files (:func:`load_eval_dataset`),
-several of them for one model with the training run's task options (:func:`resolve_eval_datasets`), and their
-prompts formatted as in training (:func:`prompt_texts`)."""
+"""Evaluation datasets: a built-in task's split or local files (:func:`load_eval_dataset`), several for one model
+with its training run's task options (:func:`resolve_eval_datasets`), their prompts formatted as in training."""
 
 from __future__ import annotations
 
@@ -30,17 +29,10 @@ __all__ = [
 
 @dataclass
 class EvalDataset:
-    """Problems to evaluate on.
-
-    Attributes:
-        name: display name (``countdown/test``, or the file stem).
-        source: where the problems came from (task and split, or file paths).
-        verifier: the verifier name (:func:`bandpo_lab.eval.scorers.verifier_names`).
-        problems: one dict per problem: ``prompt`` (a string or chat messages, unformatted), ``answer`` (the ground
-            truth, ``None`` when the row has none).
-        task: the built-in task name, or ``None`` for files.
-        prompt_template, system_prompt, chat_template: prompt formatting, as the training config's ``data:``.
-    """
+    """Problems to evaluate on: ``name`` (displayed), ``source`` (task and split, or file paths), ``verifier``,
+    ``problems`` (dicts with the unformatted ``prompt``, a string or chat messages, and the ``answer``, ``None``
+    where the row has none), ``task`` (``None`` for files) and the prompt formatting of the training config's
+    ``data:``."""
 
     name: str
     source: str
@@ -78,23 +70,20 @@ def load_eval_dataset(
     """Load the problems of a built-in task split or of local JSONL / JSON / parquet files.
 
     Args:
-        spec: a built-in task name (``countdown``) or a path (``~`` and ``$VAR`` expanded): a file, or a directory holding ``<split>.<ext>`` /
-            ``<split>-*.<ext>`` files (also under ``data/``).
-        split: the task split (``train`` / ``test``), or the file-name prefix inside a directory.
-        verifier: :func:`bandpo_lab.eval.scorers.verifier_names`; default: the task's own (``countdown``) or ``dapo``
-            for files.
-        prompt_column, answer_column: columns of the files (dots read nested dicts: ``reward_model.ground_truth``).
-            Rows without an answer are kept and counted as unparsed ground truths.
-        task_options: options of the task (countdown: ``CountdownConfig`` fields); they must match the training
-            run's for its test split.
+        spec: a built-in task name or a path: a file, or a directory of ``<split>.<ext>`` / ``<split>-*.<ext>``
+            files (also under ``data/``), as the training config's ``data.path`` reads it.
+        split: the task split, or the file-name prefix inside a directory.
+        verifier: default: the task's own, ``dapo`` for files.
+        prompt_column, answer_column: columns of the files (dots read nested dicts); rows without an answer are
+            kept (counted as unparsed ground truths).
+        task_options: the task's options (they must match the training run's for its test split).
         max_problems: keep the first ``max_problems`` problems (``None``: all).
-        data_format: ``auto`` (by suffix), ``jsonl``, ``json`` or ``parquet``.
-        prompt_template, system_prompt, chat_template: prompt formatting, as in the training config's ``data:``.
+        prompt_template, system_prompt, chat_template, data_format: as in the training config's ``data:``.
         name: display name (default: ``<task>/<split>`` or the file / directory stem).
 
     Raises:
         EvalError: unknown verifier, missing file or column (naming the columns there), a row without a prompt,
-            invalid ``max_problems``, a ``prompt_template`` without ``{prompt}`` or with another field.
+            invalid ``max_problems`` or ``prompt_template``.
     """
     from bandpo_lab.training.config import ConfigError, DataConfig
     from bandpo_lab.training.data import MISSING, lookup_column, read_records, resolve_data_files
@@ -131,16 +120,15 @@ def load_eval_dataset(
         for path, rows in sources:
             if not rows:
                 raise EvalError(f"dataset file {str(path)!r} has no rows")
-            if lookup_column(rows[0], prompt_column) is MISSING:
-                raise EvalError(
-                    f"prompt_column={prompt_column!r} is not a column of {str(path)!r}; its columns: "
-                    f"{', '.join(map(str, rows[0]))}"
-                )
-            if lookup_column(rows[0], answer_column) is MISSING and verifier not in TASK_SCORERS:
-                raise EvalError(
-                    f"answer_column={answer_column!r} is not a column of {str(path)!r}; its columns: "
-                    f"{', '.join(map(str, rows[0]))}"
-                )
+            needed = {"prompt_column": prompt_column}
+            if verifier not in TASK_SCORERS:  # a task verifier reads the prompt, not an answer
+                needed["answer_column"] = answer_column
+            for flag, column in needed.items():
+                if lookup_column(rows[0], column) is MISSING:
+                    raise EvalError(
+                        f"{flag}={column!r} is not a column of {str(path)!r}; its columns: "
+                        f"{', '.join(map(str, rows[0]))}"
+                    )
             for index, row in enumerate(rows):
                 prompt = lookup_column(row, prompt_column)
                 ok = isinstance(prompt, str) and prompt.strip()
@@ -176,12 +164,8 @@ def load_eval_dataset(
 
 
 def _is_task(spec: str, split: str) -> bool:
-    """Whether ``spec`` names a built-in task (a name that is not an existing path); a task's ``split`` must be
-    one of its splits.
-
-    Raises:
-        EvalError: ``spec`` is not a non-empty string; a task's split it does not have.
-    """
+    """Whether ``spec`` names a built-in task (and is not an existing path); ``EvalError`` for a spec that is not a
+    non-empty string or a split the task does not have."""
     from bandpo_lab.training.tasks import TASKS
 
     if not isinstance(spec, str) or not spec.strip():
@@ -197,11 +181,8 @@ def _is_task(spec: str, split: str) -> bool:
 
 
 def task_options_for(task: str, task_options: Mapping[str, Any] | None) -> Any:
-    """Built-in task ``task``'s options object from ``task_options`` (checked by the task: its keys and values).
-
-    Raises:
-        EvalError: one line, ``task_options for task 'NAME': ...``, naming the key as ``task_options.KEY``.
-    """
+    """Built-in task ``task``'s options object from ``task_options``, checked by the task (``EvalError``:
+    ``task_options for task 'NAME': ...``)."""
     from bandpo_lab.training.tasks import TASKS
 
     try:
@@ -211,16 +192,8 @@ def task_options_for(task: str, task_options: Mapping[str, Any] | None) -> Any:
 
 
 def check_eval_specs(specs: Sequence[str], *, split: str = "test", data_format: str = "auto") -> list[str]:
-    """The checks of :func:`load_eval_dataset` that need no model and read no data, for every spec: a task name
-    with a split it has, or files that exist (a directory holding ``<split>`` files); cheap, so a command can
-    make them before it loads (or warm-starts) a model.
-
-    Returns:
-        The specs that are built-in tasks, in order (``[]`` when every spec is a file or directory).
-
-    Raises:
-        EvalError: the first spec that fails, as :func:`load_eval_dataset` words it.
-    """
+    """The checks of :func:`load_eval_dataset` that read no data (a task with ``split``, or files that exist), for
+    every spec, raising as it does; returns the specs that are built-in tasks, in order."""
     from bandpo_lab.training.config import ConfigError, DataConfig
     from bandpo_lab.training.data import resolve_data_files
 
@@ -237,8 +210,8 @@ def check_eval_specs(specs: Sequence[str], *, split: str = "test", data_format: 
 
 
 def task_answer_length(datasets: Sequence[EvalDataset]) -> int | None:
-    """The answer length of ``datasets`` when each is a built-in task that has one
-    (:attr:`bandpo_lab.training.tasks.TaskSpec.max_new_tokens`): the longest; ``None`` otherwise (files, countdown)."""
+    """The longest ``TaskSpec.max_new_tokens`` of ``datasets`` when each is a built-in task that has one, else
+    ``None``."""
     from bandpo_lab.training.tasks import TASKS
 
     lengths = [TASKS.get(d.task).max_new_tokens if d.task in TASKS else None for d in datasets]
@@ -246,9 +219,8 @@ def task_answer_length(datasets: Sequence[EvalDataset]) -> int | None:
 
 
 def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | None:
-    """The ``data.task_options`` a training run used (:func:`bandpo_lab.eval.models.run_config_of`: its
-    ``train_config.yaml`` in ``model_dir`` or its parent, a ``checkpoint-N`` directory), when that run trained on
-    ``task``; ``None`` otherwise."""
+    """The ``data.task_options`` of the training run in ``model_dir`` (:func:`bandpo_lab.eval.models.run_config_of`)
+    when it trained on ``task``; ``None`` otherwise."""
     section = (run_config_of(model_dir) or {}).get("data") or {}
     if isinstance(section, dict) and section.get("task") == task:
         return dict(section.get("task_options") or {})
@@ -258,12 +230,8 @@ def task_options_of_run(model_dir: str | Path, task: str) -> dict[str, Any] | No
 def _check_apart_from_training(
     spec: str, dataset: EvalDataset, run_options: Mapping[str, Any], options: Mapping[str, Any]
 ) -> None:
-    """Refuse held-out problems that the run trained on: with other task options than the run's (another seed, a
-    larger test split), the task's test split can overlap the run's training split.
-
-    Raises:
-        EvalError: naming how many of the problems are training problems of the run, and the two sets of options.
-    """
+    """``EvalError`` where problems of ``dataset`` are in the run's training split (other task options than the
+    run's can do that), naming how many and the two sets of options."""
     from bandpo_lab.training.tasks import TASKS
 
     task = TASKS.get(spec)
@@ -294,25 +262,10 @@ def resolve_eval_datasets(
     report: Callable[[str], None] | None = None,
     **load_options: Any,
 ) -> list[EvalDataset]:
-    """The datasets of ``specs`` for evaluating the model in ``model_dir``, with distinct display names.
-
-    Args:
-        specs: built-in task names and file / directory paths (:func:`load_eval_dataset`'s ``spec``).
-        model_dir: the model to evaluate; a built-in task takes the ``data.task_options`` of the training run in
-            ``model_dir`` (:func:`task_options_of_run`) when it trained on that task.
-        task_options: options of every built-in task among ``specs`` (not passed to files); with a training run
-            in ``model_dir`` they change its options (the others stay the run's), and a test split that would then
-            hold problems of the run's training split is refused.
-        report: called with ``"<spec>: task options of the training run: {...}"`` when a run's options are used.
-        load_options: the other keyword arguments of :func:`load_eval_dataset` (``split``, ``verifier``,
-            ``prompt_column``, ``answer_column``, ``max_problems``, ``prompt_template``, ...), for every spec.
-
-    Returns:
-        One :class:`EvalDataset` per spec, in order; a repeated display name gets ``#2``, ``#3``, ...
-
-    Raises:
-        EvalError: from :func:`load_eval_dataset`, at the first spec that fails; a test split overlapping the run's
-            training split.
+    """One :class:`EvalDataset` per spec (:func:`load_eval_dataset` with ``load_options``), a repeated display name
+    getting ``#2``, ``#3``, ... A built-in task takes the task options of the training run in ``model_dir``
+    (:func:`task_options_of_run`; ``report`` is told), changed by ``task_options``; problems of the run's training
+    split are refused (:func:`_check_apart_from_training`).
     """
     datasets = []
     for spec in specs:
@@ -342,8 +295,7 @@ def resolve_eval_datasets(
 
 
 def prompt_texts(dataset: EvalDataset, tokenizer: Any) -> tuple[list[str], bool]:
-    """The formatted prompt strings of ``dataset`` and whether they are chat-templated (then the template has
-    added any special tokens already)."""
+    """The formatted prompt strings of ``dataset`` and whether they are chat-templated (with special tokens)."""
     from bandpo_lab.training.config import ConfigError, DataConfig
     from bandpo_lab.training.data import build_prompt_dataset, has_chat_template
 
@@ -359,18 +311,17 @@ def prompt_texts(dataset: EvalDataset, tokenizer: Any) -> tuple[list[str], bool]
     except ConfigError as err:
         raise _translate(err) from err
     chat = has_chat_template(tokenizer) and dataset.chat_template != "never"
-    texts = []
-    for row in formatted["prompt"]:
-        if isinstance(row, str):
-            texts.append(row)
-        else:
-            texts.append(tokenizer.apply_chat_template(row, tokenize=False, add_generation_prompt=True))
+    texts = [
+        row
+        if isinstance(row, str)
+        else tokenizer.apply_chat_template(row, tokenize=False, add_generation_prompt=True)
+        for row in formatted["prompt"]
+    ]
     return texts, chat
 
 
 def raw_prompt_text(prompt: Any) -> str:
-    """The unformatted prompt a task scorer reads: the string itself, or the content of the last user message
-    (the last message when none is from the user)."""
+    """The unformatted prompt a task scorer reads: the string, or the last user message's content (else the last's)."""
     if isinstance(prompt, str):
         return prompt
     users = [m for m in prompt if m.get("role") == "user"]

@@ -1,31 +1,6 @@
-"""Evaluate a model: sample ``k`` answers per problem and report mean@k, pass@k, best@k and maj@k.
-
-The engine behind ``bandpo eval`` and the final / held-out evaluations of ``bandpo compare``::
-
-    from bandpo_lab.eval.datasets import load_eval_dataset
-    from bandpo_lab.eval.evaluate import evaluate_model_dir
-    from bandpo_lab.eval.settings import EvalSettings
-    data = load_eval_dataset("countdown")                                  # the task's test split
-    data = load_eval_dataset("aime.jsonl", verifier="dapo", answer_column="solution")
-    results = evaluate_model_dir("runs/tiny", [data], EvalSettings(k=32, ks=(1, 4, 32)))
-    results["overall"]["mean@32"], results["datasets"]["aime"]["pass@4"]
-
-The parts, one module each: datasets (:mod:`bandpo_lab.eval.datasets`: a built-in task's split, scored by the
-task's own verifier, or local JSONL / JSON / parquet files scored by a verifier of
-:data:`bandpo_lab.rewards.VERIFIERS`; prompts formatted as in training), scorers (:mod:`bandpo_lab.eval.scorers`), model
-directories (:mod:`bandpo_lab.eval.models`), settings (:mod:`bandpo_lab.eval.settings`), sampling backends
-(:mod:`bandpo_lab.eval.backends`: transformers ``generate``, batched; vLLM with ``backend="vllm"``,
-``bandpo eval --vllm``). This module runs the evaluation, with a progress bar and ETA, and prints its table.
-
-Scoring never crashes on bad answers: a ground truth the verifier cannot parse (empty after normalisation, not a
-string/number, missing) takes its problem out of the metrics and is counted in ``n_unparsed_ground_truth``; a
-sampled answer the verifier cannot extract counts in ``n_unparsed`` (and does not vote in maj@k).
-
-Metrics (:mod:`bandpo_lab.eval.metrics`, docs/method.md#metrics), per dataset and overall (all problems pooled, each
-problem weighing the same): ``mean@k`` (per-problem accuracy of the ``k`` samples), ``pass@j`` (unbiased, for
-every ``j`` in ``ks``), ``best@k`` (the authors' bootstrap: 1000 resamples of ``k`` with replacement), ``maj@k``
-(majority vote of the extracted answers), plus the sampling entropy (nats per generated token), mean completion
-length and the share of completions cut by ``max_new_tokens``.
+"""Evaluate a model: sample ``k`` answers per problem, score them and report mean@k, pass@k, best@k and maj@k per
+dataset and overall, with a progress bar (the engine of ``bandpo eval`` and ``bandpo compare``'s evaluations;
+docs/trl.md#evaluation-and-comparison shows its use from Python).
 """
 
 from __future__ import annotations
@@ -50,7 +25,6 @@ __all__ = ["evaluate_model", "evaluate_model_dir", "format_table"]
 @dataclass
 class _Scored:
     problems: list[dict[str, Any]] = field(default_factory=list)  # {"correct": [...], "answers": [...]}
-    records: list[dict[str, Any]] = field(default_factory=list)
     n_unparsed_ground_truth: int = 0
     entropy_sum: float = 0.0
     entropy_tokens: int = 0
@@ -58,14 +32,18 @@ class _Scored:
     n_truncated: int = 0
 
 
-def _summary(scored: _Scored, settings: EvalSettings) -> dict[str, Any]:
+def _summary(parts: Sequence[_Scored], settings: EvalSettings) -> dict[str, Any]:
+    """The metrics of ``parts`` pooled: one dataset's, or all of them (``overall``)."""
     from bandpo_lab.eval.metrics import summarize
 
-    out: dict[str, Any] = {}
-    if scored.problems:
-        out.update(
+    problems = [p for part in parts for p in part.problems]
+    lengths = [n for part in parts for n in part.lengths]
+    tokens = sum(part.entropy_tokens for part in parts)
+    out: dict[str, Any] = {"n_problems": 0, "n_samples": 0, "n_unparsed": 0}
+    if problems:
+        out = dict(
             summarize(
-                scored.problems,
+                problems,
                 ks=settings.ks or (1,),
                 best_ks=[settings.k],
                 maj_ks=[settings.k],
@@ -73,25 +51,11 @@ def _summary(scored: _Scored, settings: EvalSettings) -> dict[str, Any]:
                 seed=settings.seed or 0,
             )
         )
-    else:
-        out.update({"n_problems": 0, "n_samples": 0, "n_unparsed": 0})
-    out["n_unparsed_ground_truth"] = scored.n_unparsed_ground_truth
-    out["entropy"] = scored.entropy_sum / scored.entropy_tokens if scored.entropy_tokens else None
-    out["mean_length"] = sum(scored.lengths) / len(scored.lengths) if scored.lengths else None
-    out["truncated_frac"] = scored.n_truncated / len(scored.lengths) if scored.lengths else None
+    out["n_unparsed_ground_truth"] = sum(part.n_unparsed_ground_truth for part in parts)
+    out["entropy"] = sum(part.entropy_sum for part in parts) / tokens if tokens else None
+    out["mean_length"] = sum(lengths) / len(lengths) if lengths else None
+    out["truncated_frac"] = sum(part.n_truncated for part in parts) / len(lengths) if lengths else None
     return out
-
-
-def _merge(parts: Sequence[_Scored]) -> _Scored:
-    total = _Scored()
-    for part in parts:
-        total.problems.extend(part.problems)
-        total.n_unparsed_ground_truth += part.n_unparsed_ground_truth
-        total.entropy_sum += part.entropy_sum
-        total.entropy_tokens += part.entropy_tokens
-        total.lengths.extend(part.lengths)
-        total.n_truncated += part.n_truncated
-    return total
 
 
 def evaluate_model(
@@ -103,22 +67,16 @@ def evaluate_model(
     keep_samples: bool = False,
     sampler: Callable[[list[str], bool, int | None], Any] | None = None,
 ) -> dict[str, Any]:
-    """Sample ``settings.k`` answers per problem of every dataset, score them and summarize.
+    """Sample ``settings.k`` answers per problem of every dataset (distinct names), score them and summarize.
 
-    Args:
-        model, tokenizer: a causal LM and its tokenizer (the model's train/eval mode is restored afterwards).
-        datasets: from :func:`load_eval_dataset`; names must be distinct.
-        settings: sampling and metric settings (default :class:`EvalSettings`).
-        keep_samples: also return every completion with its correctness and extracted answer (``"samples"``).
-        sampler: replaces the transformers sampler (the vLLM backend passes its own).
+    ``sampler`` replaces the transformers sampler (:mod:`bandpo_lab.eval.backends`). A problem whose ground truth
+    the verifier cannot parse is left out (``n_unparsed_ground_truth``); a sample without an extractable answer
+    counts in ``n_unparsed``.
 
     Returns:
-        ``{"settings": {...}, "datasets": {name: metrics}, "overall": metrics, "wall_time_s": float}`` and, with
-        ``keep_samples``, ``"samples": [{"dataset", "index", "prompt", "answer", "completions", "correct",
-        "answers"}, ...]``. ``metrics`` holds ``n_problems`` (scored problems), ``n_samples``, ``mean@k``,
-        ``pass@j`` for ``j`` in ``ks``, ``best@k``, ``maj@k``, ``n_unparsed`` (samples without an extractable
-        answer), ``n_unparsed_ground_truth`` (problems left out: ground truth unusable), ``entropy``,
-        ``mean_length``, ``truncated_frac``; a dataset with no scorable problem has only the counts.
+        ``{"settings", "datasets": {name: metrics}, "overall": metrics, "wall_time_s"}`` (metrics as ``bandpo eval
+        --help`` lists them; a dataset with no scorable problem has only the counts) and, with ``keep_samples``,
+        ``"samples": [{"dataset", "index", "prompt", "answer", "completions", "correct", "answers"}, ...]``.
     """
     from tqdm.auto import tqdm
 
@@ -128,8 +86,9 @@ def evaluate_model(
     names = [d.name for d in datasets]
     if len(set(names)) != len(names):
         raise EvalError(f"dataset names must be distinct, got {names}")
-    max_new = max_new_tokens_of(settings, model)
-    sample = sampler or TransformersSampler(model, tokenizer, settings, max_new)
+    generation = getattr(model, "generation_config", None)
+    settings = dataclasses.replace(settings, max_new_tokens=max_new_tokens_of(settings, generation))
+    sample = sampler or TransformersSampler(model, tokenizer, settings)
     start_time = time.perf_counter()
 
     plans = []  # (dataset, scorer, usable indices, texts, add_special_tokens)
@@ -192,7 +151,6 @@ def evaluate_model(
         "settings": {
             **{k: v for k, v in asdict(settings).items() if k != "progress"},
             "ks": list(settings.ks or ()),
-            "max_new_tokens": max_new,
             **(
                 {"precision_resolved": sample.precision.record()}
                 if getattr(sample, "precision", None) is not None
@@ -201,10 +159,10 @@ def evaluate_model(
             **({"attn_implementation": attention} if attention is not None else {}),
         },
         "datasets": {
-            d.name: {"source": d.source, "verifier": d.verifier, **_summary(results[d.name], settings)}
+            d.name: {"source": d.source, "verifier": d.verifier, **_summary([results[d.name]], settings)}
             for d in datasets
         },
-        "overall": _summary(_merge(list(results.values())), settings),
+        "overall": _summary(list(results.values()), settings),
         "wall_time_s": round(time.perf_counter() - start_time, 3),
     }
     if keep_samples:
@@ -222,33 +180,27 @@ def evaluate_model_dir(
     attn_implementation: str | None = ATTENTION_AUTO,
     keep_samples: bool = False,
 ) -> dict[str, Any]:
-    """:func:`evaluate_model` on the model saved in ``model_dir`` (checked by :func:`check_model_dir` first);
-    the result also holds ``"model": str(model_dir)``. ``device``, ``dtype``, ``attn_implementation``: as
-    :func:`load_model` takes them (the attention by default the training run's, :data:`ATTENTION_AUTO`)."""
+    """:func:`evaluate_model` on the model in ``model_dir`` (loaded as :func:`load_model` does), with ``"model"``."""
     settings = settings or EvalSettings()
     model_path, tokenizer_dir = check_model_dir(model_dir)
-    if (
-        settings.backend == "vllm"
-    ):  # vLLM loads the weights itself: only the tokenizer and generation config here
-        from transformers import AutoTokenizer, GenerationConfig
+    sampler = None
+    if settings.backend == "vllm":  # vLLM loads the weights itself: the tokenizer and generation config here
+        from transformers import GenerationConfig
 
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        max_new = settings.max_new_tokens
-        if max_new is None:
-            try:
-                max_new = GenerationConfig.from_pretrained(str(model_path)).max_new_tokens
-            except OSError:
-                max_new = None
-        settings = dataclasses.replace(settings, max_new_tokens=int(max_new or 1024))
-        sampler = VLLMSampler(model_path, tokenizer, settings, settings.max_new_tokens, dtype, tokenizer_dir)
-        out = evaluate_model(None, tokenizer, datasets, settings, keep_samples=keep_samples, sampler=sampler)
+        from bandpo_lab.eval.models import load_tokenizer
+
+        model, tokenizer = None, load_tokenizer(tokenizer_dir)
+        try:
+            generation = GenerationConfig.from_pretrained(str(model_path))
+        except OSError:
+            generation = None
+        settings = dataclasses.replace(settings, max_new_tokens=max_new_tokens_of(settings, generation))
+        sampler = VLLMSampler(model_path, tokenizer, settings, dtype, tokenizer_dir)
     else:
         model, tokenizer = load_model(
             model_path, device=device, dtype=dtype, attn_implementation=attn_implementation
         )
-        out = evaluate_model(model, tokenizer, datasets, settings, keep_samples=keep_samples)
+    out = evaluate_model(model, tokenizer, datasets, settings, keep_samples=keep_samples, sampler=sampler)
     return {"model": str(model_dir), **out}
 
 

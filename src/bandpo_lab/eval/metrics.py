@@ -1,29 +1,11 @@
-"""Sample-based accuracy metrics over a set of problems, each answered by ``n`` sampled completions.
-
-Pure Python/numpy; no framework imports. Per problem the input is one value per sample:
-
-* **correctness**: ``0/1`` (or ``False/True``) or a verifier reward in ``[-1, 1]`` (``+1/-1`` or ``1/0``). A
-  sample counts as correct iff its value is ``> 0``, so ``+1/-1`` and ``1/0`` rewards give the same metrics.
-  Pass verifier rewards, not shaped rewards (a partial-credit reward ``0.1`` would count as correct).
-* **answers** (for ``maj@k`` only): the extracted, normalised answer string of each sample, ``None`` when no
-  answer could be parsed (see ``bandpo_lab.rewards``).
-
-Metrics (docs/method.md#metrics), each a mean over problems of a per-problem value:
-
-* ``mean@n`` (:func:`mean_at_k`): fraction of the ``n`` samples that are correct.
-* ``pass@k`` (:func:`pass_at_k`): the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` of "at least one of ``k``
-  samples drawn without replacement is correct" (``c`` correct out of ``n``).
-* ``best@k`` (:func:`best_at_k`): the authors' bootstrap: draw ``k`` of the ``n`` samples *with* replacement,
-  take the max, average over resamples. Its expectation is ``1 - (1 - c/n)^k`` <= pass@k.
-* ``maj@k`` (:func:`maj_at_k`): accuracy of the majority-vote answer among the first ``k`` samples.
-
-:func:`summarize` computes all of them into one flat dict for logging.
+"""Sample-based accuracy over problems, each answered by ``n`` sampled completions: mean@n, pass@k, best@k, maj@k
+(docs/method.md#metrics). Pure numpy. A sample is correct iff its value (0/1, bool or a verifier reward in
+``[-1, 1]``) is ``> 0``; pass verifier rewards, not shaped ones. :func:`summarize` computes all of them in one dict.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +14,6 @@ from numpy.typing import ArrayLike, NDArray
 from bandpo.validation import check_int_in
 
 __all__ = [
-    "ProblemResult",
     "best_at_k",
     "maj_at_k",
     "mean_at_k",
@@ -40,20 +21,6 @@ __all__ = [
     "summarize",
     "to_correct",
 ]
-
-
-@dataclass(frozen=True)
-class ProblemResult:
-    """The samples of one problem, as :func:`summarize` takes them.
-
-    Attributes:
-        correct: (n,) per-sample correctness, 0/1, bool or a verifier reward in [-1, 1] (> 0 is correct).
-        answers: (n,) per-sample extracted answer, ``None`` where unparsed; optional (needed for maj@k and
-            ``n_unparsed``).
-    """
-
-    correct: Sequence[float] | NDArray[Any]
-    answers: Sequence[str | None] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -68,17 +35,10 @@ def _int_array(name: str, value: ArrayLike) -> NDArray[np.int64]:
 
 
 def to_correct(values: ArrayLike, name: str = "correct") -> NDArray[np.bool_]:
-    """Per-sample correctness of one problem: ``values > 0``.
-
-    Args:
-        values: (n,) 0/1, bool, or verifier rewards in [-1, 1] (``+1/-1`` and ``1/0`` both work).
-        name: argument name for error messages.
-
-    Returns:
-        (n,) bool array.
+    """One problem's (n,) values (0/1, bool or verifier rewards in [-1, 1]) as an (n,) bool array ``values > 0``.
 
     Raises:
-        ValueError: not a non-empty 1-D sequence of finite numbers in [-1, 1].
+        ValueError: not a non-empty 1-D sequence of finite numbers in [-1, 1] (``name`` names it).
     """
     try:
         arr = np.asarray(values, dtype=np.float64)
@@ -114,11 +74,7 @@ def _problems(correct: Iterable[ArrayLike] | NDArray[Any], name: str = "correct"
 
 # --------------------------------------------------------------------------------------------------- pass@k
 def _pass_at_k_one(n: int, c: int, k: int) -> float:
-    """``1 - C(n-c, k) / C(n, k)`` for valid scalars.
-
-    ``C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k/i)`` (Chen et al. 2021); the product is accumulated as
-    a sum of ``log1p(-k/i)`` and ``-expm1`` keeps full relative precision when pass@k is tiny (c << n).
-    """
+    """``1 - C(n-c, k) / C(n, k)`` for valid scalars, in product form (docs/method.md#metrics)."""
     if n - c < k:  # every k-subset contains a correct sample
         return 1.0
     i = np.arange(n - c + 1, n + 1, dtype=np.float64)
@@ -126,19 +82,9 @@ def _pass_at_k_one(n: int, c: int, k: int) -> float:
 
 
 def pass_at_k(n: ArrayLike, c: ArrayLike, k: ArrayLike) -> float | NDArray[np.float64]:
-    """Unbiased pass@k estimator ``1 - C(n-c, k) / C(n, k)``: the probability that at least one of ``k``
-    samples drawn without replacement from ``n`` (``c`` of them correct) is correct.
-
-    Equivalent to the naive enumeration of all ``k``-subsets; computed in product form (no factorials), so it
-    is exact to rounding for any ``n``. ``pass_at_k(n, c, 1) == c / n``; ``pass@k = 1`` whenever ``n - c < k``.
-
-    Args:
-        n: number of samples per problem, integer >= 1; scalar or array.
-        c: number of correct samples, integer in [0, n]; scalar or array.
-        k: integer in [1, n]; scalar or array. ``n``, ``c``, ``k`` broadcast against each other.
-
-    Returns:
-        ``float`` when all inputs are scalars, else a float64 array of the broadcast shape.
+    """Unbiased pass@k ``1 - C(n-c, k) / C(n, k)`` (docs/method.md#metrics) for ``n`` samples (>= 1), ``c`` correct
+    (in [0, n]) and ``k`` in [1, n]: integer scalars or arrays that broadcast. Returns a ``float`` for scalars, else
+    a float64 array of the broadcast shape.
 
     Raises:
         ValueError: non-integer input, shapes that do not broadcast, or values outside the ranges above.
@@ -169,32 +115,16 @@ def pass_at_k(n: ArrayLike, c: ArrayLike, k: ArrayLike) -> float | NDArray[np.fl
 
 # ------------------------------------------------------------------------------------------- mean/best/maj@k
 def mean_at_k(correct: Iterable[ArrayLike] | NDArray[Any]) -> float:
-    """mean@n: per problem the fraction of correct samples, averaged over problems (problems weigh equally,
-    whatever their number of samples).
-
-    Args:
-        correct: per-problem sequences (ragged allowed) of 0/1 or verifier rewards in [-1, 1] (> 0 is
-            correct), or a (problems, samples) array.
-    """
+    """mean@n of ``correct``: per-problem sequences (ragged allowed) of sample values, or a (problems, samples)
+    array; each problem weighs the same."""
     return float(np.mean([x.mean() for x in _problems(correct)]))
 
 
 def best_at_k(
     correct: Iterable[ArrayLike] | NDArray[Any], k: int, n_bootstrap: int = 1000, seed: int = 0
 ) -> float:
-    """The authors' bootstrap best@k: per problem, ``n_bootstrap`` times draw ``k`` of its ``n`` samples with
-    replacement and take the max correctness; average over resamples, then over problems.
-
-    Its expectation per problem is ``1 - (1 - c/n)^k``, below pass@k (drawing with replacement can repeat a
-    wrong sample). Deterministic given ``seed``: one ``numpy.random.default_rng(seed)`` serves the problems in
-    order.
-
-    Args:
-        correct: per-problem sequences of 0/1 or verifier rewards in [-1, 1] (> 0 is correct).
-        k: draws per resample, integer in [1, n] for every problem.
-        n_bootstrap: resamples per problem, integer >= 1 (the authors use 1000).
-        seed: integer seed of the resampling.
-    """
+    """The authors' bootstrap best@k (docs/method.md#metrics): ``n_bootstrap`` (>= 1) resamples of ``k`` (in
+    [1, n] for every problem) with replacement per problem; deterministic given ``seed`` (>= 0)."""
     problems = _problems(correct)
     _check_k(k, problems)
     n_bootstrap = check_int_in("n_bootstrap", n_bootstrap, 1)
@@ -213,8 +143,7 @@ def _check_k(k: object, problems: list[NDArray[np.bool_]]) -> int:
 
 
 def _majority_correct(answers: Sequence[str | None], correct: NDArray[np.bool_]) -> bool:
-    """Whether the majority answer is correct. Unparsed answers (None) do not vote; ties go to the answer
-    whose first occurrence comes first; the majority answer's correctness is that of its first sample."""
+    """Whether the majority answer is correct, by the rules of :func:`maj_at_k`."""
     counts: dict[str, int] = {}
     first: dict[str, int] = {}
     for i, answer in enumerate(answers):
@@ -233,17 +162,12 @@ def maj_at_k(
     correct: Iterable[ArrayLike] | NDArray[Any],
     k: int,
 ) -> float:
-    """Majority-vote accuracy: per problem, the most frequent extracted answer among the *first* ``k``
-    samples is the vote; the problem scores 1 if that answer is correct. Averaged over problems.
-
-    Rules: unparsed answers (``None``) do not vote, and a problem with no parsed answer among its first ``k``
-    scores 0. Ties are broken deterministically in favour of the tied answer that appears first among the
-    samples. The vote's correctness is the correctness of its first occurrence (samples with the same
-    normalised answer are normally all right or all wrong).
+    """Majority-vote accuracy among the first ``k`` samples (docs/method.md#metrics: ``None`` does not vote, ties go
+    to the answer seen first, the vote scores as its first occurrence, no parsed answer scores 0).
 
     Args:
         answers: per-problem sequences of normalised answer strings or ``None``, one per sample.
-        correct: per-problem sequences of 0/1 or verifier rewards in [-1, 1] (> 0 is correct), same lengths.
+        correct: per-problem sequences of sample values, same lengths.
         k: samples that vote, integer in [1, n] for every problem.
     """
     problems = _problems(correct)
@@ -276,18 +200,16 @@ def _check_answers(name: str, answers: object, n: int) -> list[str | None]:
 
 # ------------------------------------------------------------------------------------------------ summarize
 def _as_result(i: int, item: object) -> tuple[Any, Any]:
-    if isinstance(item, ProblemResult):
-        return item.correct, item.answers
-    if isinstance(item, Mapping):
-        if "correct" not in item:
-            raise ValueError(
-                f"per_problem_results[{i}] must have a 'correct' entry, got keys {sorted(map(str, item))}"
-            )
-        return item["correct"], item.get("answers")
-    raise ValueError(
-        f"per_problem_results[{i}] must be a ProblemResult or a mapping with 'correct' (and optional "
-        f"'answers'), got {type(item).__name__}"
-    )
+    if not isinstance(item, Mapping):
+        raise ValueError(
+            f"per_problem_results[{i}] must be a mapping with 'correct' (and optional 'answers'), "
+            f"got {type(item).__name__}"
+        )
+    if "correct" not in item:
+        raise ValueError(
+            f"per_problem_results[{i}] must have a 'correct' entry, got keys {sorted(map(str, item))}"
+        )
+    return item["correct"], item.get("answers")
 
 
 def _check_ks(name: str, ks: object) -> list[int]:
@@ -302,7 +224,7 @@ def _check_ks(name: str, ks: object) -> list[int]:
 
 
 def summarize(
-    per_problem_results: Sequence[ProblemResult | Mapping[str, Any]],
+    per_problem_results: Sequence[Mapping[str, Any]],
     ks: int | Sequence[int] = (1,),
     *,
     best_ks: int | Sequence[int] | None = None,
@@ -310,22 +232,16 @@ def summarize(
     n_bootstrap: int = 1000,
     seed: int = 0,
 ) -> dict[str, float | int]:
-    """All metrics in one flat dict, e.g. ``{"n_problems": 40, "n_samples": 1280, "mean@32": ...,
-    "pass@1": ..., "pass@8": ..., "pass@32": ..., "best@32": ..., "maj@32": ..., "n_unparsed": 17}``.
+    """All metrics in one flat dict: ``n_problems``, ``n_samples`` (total), ``mean@n`` (plain ``mean`` when problems
+    have different sample counts), ``pass@k``, ``best@k``, ``maj@k`` per requested k, and ``n_unparsed`` (samples
+    whose answer is ``None``) when answers are given.
 
     Args:
-        per_problem_results: one :class:`ProblemResult` (or mapping with ``"correct"`` and optional
-            ``"answers"``) per problem. Either every problem has answers or none has.
-        ks: the k of ``pass@k`` (each must be <= every problem's sample count).
-        best_ks: the k of ``best@k``; default ``max(ks)``.
-        maj_ks: the k of ``maj@k``; default ``max(ks)`` when answers are given (else maj@k is skipped;
-            asking for it explicitly without answers is an error).
+        per_problem_results: per problem a mapping with ``"correct"``, its (n,) sample values, and optional
+            ``"answers"``, its (n,) extracted answers (``None``: unparsed); every problem has answers or none has.
+        ks: the k of ``pass@k``, each <= every problem's sample count.
+        best_ks, maj_ks: the k of ``best@k`` and ``maj@k``; default ``max(ks)`` (maj@k only with answers).
         n_bootstrap, seed: of :func:`best_at_k`.
-
-    Returns:
-        Keys: ``n_problems``; ``n_samples`` (total); ``mean@n`` where ``n`` is the common number of samples
-        per problem (plain ``mean`` when problems have different counts); ``pass@k``, ``best@k``, ``maj@k``
-        per requested k; ``n_unparsed`` (samples whose answer is ``None``) when answers are given.
     """
     if isinstance(per_problem_results, (str, bytes, Mapping)) or not isinstance(
         per_problem_results, Sequence

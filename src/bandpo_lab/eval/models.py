@@ -1,5 +1,4 @@
-"""Model directories: check that a path holds a transformers model (config, weights, tokenizer) before anything
-loads, resolve ``tiny`` to the built-in task's cached model, and load model and tokenizer."""
+"""Model directories: check (before anything loads), resolve (``tiny``, built-in models) and load them."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from typing import Any, Literal, overload
 
 from bandpo_lab._files import expand_path, read_utf8
 from bandpo_lab.eval.errors import EvalError
-from bandpo_lab.training.checkpoints import weights_problem
+from bandpo_lab.training.checkpoints import checkpoint_dirs, weights_problem
 from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
 
 __all__ = [
@@ -23,16 +22,15 @@ __all__ = [
     "check_model_dir",
     "holds_model",
     "load_model",
+    "load_tokenizer",
     "loaded_attention",
     "resolve_model_dir",
     "run_config_of",
 ]
 
 ATTENTION_AUTO = "auto"
-"""``load_model``'s default attention: the one the run that saved the model trained with (:func:`attention_of_run`),
-else transformers' default for the checkpoint. transformers does not save a model's attention implementation, so a
-policy trained with ``eager`` attention would otherwise be evaluated with ``sdpa``: other samples from the same
-weights."""
+"""``load_model``'s default attention: the training run's (:func:`attention_of_run`; a saved model does not record
+it), else transformers' default."""
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -48,8 +46,7 @@ def _has_weights(names: Sequence[str]) -> bool:
 
 
 def holds_model(folder: Path) -> bool:
-    """Whether ``folder`` holds a transformers model: ``config.json`` and weights (:data:`WEIGHT_FILES` or a
-    ``.safetensors`` file), as :func:`check_model_dir` asks."""
+    """Whether ``folder`` holds ``config.json`` and weights, as :func:`check_model_dir` asks."""
     try:
         names = [c.name for c in folder.iterdir()] if folder.is_dir() else []
     except OSError:
@@ -58,16 +55,12 @@ def holds_model(folder: Path) -> bool:
 
 
 def check_model_dir(path: str | Path) -> tuple[Path, Path]:
-    """Check that ``path`` is a transformers model directory; returns ``(model_dir, tokenizer_dir)``, with ``~``
-    and ``$VAR`` expanded (:func:`bandpo_lab._files.expand_path`).
-
-    A checkpoint without tokenizer files uses its parent's (the run directory) when that has them.
+    """Check that ``path`` (``~`` and ``$VAR`` expanded) is a transformers model directory; returns ``(model_dir,
+    tokenizer_dir)``: a checkpoint without tokenizer files uses its parent's (the run directory) when that has them.
 
     Raises:
-        EvalError: the path does not exist, is a file, has no ``config.json`` (a run directory with only
-            ``checkpoint-*`` folders names the last one), no weights or weights that are truncated or not of their
-            format (:func:`bandpo_lab.training.checkpoints.weights_problem`, as resume checks a checkpoint), or no
-            tokenizer; the message names the path and what is missing.
+        EvalError: naming the path and what is missing: no such directory, no ``config.json`` (naming the last
+            ``checkpoint-*`` of a run directory), no weights or unloadable ones (as resume checks them), no tokenizer.
     """
     p = expand_path(path, "model directory", EvalError)
     if not p.exists():
@@ -78,10 +71,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
         )
     names = sorted(c.name for c in p.iterdir())
     if MODEL_CONFIG_FILE not in names:
-        checkpoints = sorted(
-            (c for c in p.glob("checkpoint-*") if c.is_dir() and c.name.split("-")[-1].isdigit()),
-            key=lambda c: int(c.name.split("-")[-1]),
-        )
+        checkpoints = checkpoint_dirs(p)
         hint = (
             f"; it holds training checkpoints: pass one of them, e.g. {str(checkpoints[-1])!r}"
             if checkpoints
@@ -114,12 +104,8 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
 
 
 def check_device(device: str) -> str:
-    """``device`` as a torch device this machine has: ``auto`` (CUDA if available, else the CPU), ``cpu``,
-    ``cuda`` or ``cuda:N``; returns it with ``auto`` resolved.
-
-    Raises:
-        EvalError: another name, or a CUDA device this machine does not have (one line, before any model loads).
-    """
+    """``device`` (``auto``: CUDA if available, else the CPU; ``cpu``, ``cuda`` or ``cuda:N``) with ``auto`` resolved;
+    ``EvalError`` for another name or a CUDA device this machine does not have."""
     import torch
 
     allowed = "auto, cpu, cuda or cuda:N"
@@ -141,14 +127,8 @@ def check_device(device: str) -> str:
 
 
 def run_config_of(model_dir: str | Path) -> dict[str, Any] | None:
-    """The config a training run ran with (its ``train_config.yaml``, as a mapping), read from ``model_dir`` or its
-    parent (a ``checkpoint-N`` directory); ``None`` where there is none or it is not a YAML mapping. ``~`` and
-    ``$VAR`` in ``model_dir`` are expanded.
-
-    Raises:
-        EvalError: the file is not UTF-8 text (:func:`bandpo_lab._files.read_utf8`: where its first other byte
-            lies), in one line naming it.
-    """
+    """The ``train_config.yaml`` mapping of the run in ``model_dir`` or its parent (a ``checkpoint-N`` directory),
+    else ``None``; ``EvalError`` naming it when it is not UTF-8 text."""
     import yaml
 
     model_dir = expand_path(model_dir, "model directory", EvalError)
@@ -168,9 +148,8 @@ def run_config_of(model_dir: str | Path) -> dict[str, Any] | None:
 
 
 def attention_of_config(config: Mapping[str, Any]) -> str | None:
-    """The attention implementation a training config (a ``train_config.yaml`` mapping) loads its model with:
-    ``model.attn_implementation``, else ``model_init_kwargs.attn_implementation`` (the two are refused when they
-    disagree); ``None`` where it sets none (transformers' default)."""
+    """The attention a training config mapping loads its model with: ``model.attn_implementation``, else
+    ``model_init_kwargs.attn_implementation``; ``None`` where it sets none (transformers' default)."""
     for section in (config.get("model"), config.get("model_init_kwargs")):
         value = section.get("attn_implementation") if isinstance(section, Mapping) else None
         if isinstance(value, str) and value:
@@ -179,14 +158,12 @@ def attention_of_config(config: Mapping[str, Any]) -> str | None:
 
 
 def attention_of_run(model_dir: str | Path) -> str | None:
-    """The attention implementation of the training run that saved ``model_dir`` (:func:`run_config_of`,
-    :func:`attention_of_config`); ``None`` where there is no run config or it sets none."""
+    """:func:`attention_of_config` of the run that saved ``model_dir`` (:func:`run_config_of`), else ``None``."""
     return attention_of_config(run_config_of(model_dir) or {})
 
 
 def loaded_attention(model: Any) -> str | None:
-    """The attention implementation a loaded transformers model computes with (its config's
-    ``_attn_implementation``), ``None`` for an object without one (no model: the vLLM backend)."""
+    """The attention a loaded transformers model computes with, ``None`` without one (the vLLM backend)."""
     value = getattr(getattr(model, "config", None), "_attn_implementation", None)
     return value if isinstance(value, str) else None
 
@@ -197,17 +174,12 @@ def load_model(
     dtype: str = "auto",
     attn_implementation: str | None = ATTENTION_AUTO,
 ) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a checked model directory (:func:`check_model_dir`), model in eval mode.
-
-    Args:
-        device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``, ...
-        dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16`` or ``float16``.
-        attn_implementation: ``auto`` (:data:`ATTENTION_AUTO`: the training run's, else transformers' default),
-            ``None`` (transformers' default) or a name transformers knows (``eager``, ``sdpa``, ...). The one used:
-            :func:`loaded_attention`.
-    """
+    """``(model, tokenizer)`` from a checked model directory (:func:`check_model_dir`), model in eval mode on
+    ``device`` (:func:`check_device`), in ``dtype`` (``auto``: the checkpoint's, ``float32``, ``bfloat16`` or
+    ``float16``), with ``attn_implementation`` (:data:`ATTENTION_AUTO`, ``None``: transformers' default, or a name
+    such as ``eager``, ``sdpa``)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     model_dir, tokenizer_dir = check_model_dir(path)
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -232,12 +204,19 @@ def load_model(
         raise EvalError(
             f"model directory {str(path)!r} could not be loaded as a causal LM{what}: {err}"
         ) from err
+    model.to(device)
+    model.eval()
+    return model, load_tokenizer(tokenizer_dir)
+
+
+def load_tokenizer(tokenizer_dir: Path) -> Any:
+    """The tokenizer in ``tokenizer_dir``, padding with its eos where it has no pad token."""
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.to(device)
-    model.eval()
-    return model, tokenizer
+    return tokenizer
 
 
 @overload
@@ -261,17 +240,14 @@ def resolve_model_dir(
     task_options: Mapping[str, Any] | None = None,
     build: bool = True,
 ) -> Path | None:
-    """``model`` as a path, checked by :func:`check_model_dir` (a wrong path fails before any dataset loads), with
-    ``~`` and ``$VAR`` expanded as that check reads them (the run's ``train_config.yaml`` is looked up there).
-
-    A built-in model name (:data:`bandpo_lab.models.MODELS`, e.g. ``smollm2-135m``) stands for its converted directory
-    (converted now when it is not cached yet). ``"tiny"`` stands for the cached warm-started model of the first built-in task among ``datasets``, built with
-    ``task_options`` now when it is not cached yet (:func:`bandpo_lab.training.tasks.build_task_model`). With
-    ``build`` False (a dry run) neither is converted nor built, nor looked up: ``None`` for them, after the checks
-    that need no model (``tiny``'s task among ``datasets``).
+    """``model`` as a model directory checked by :func:`check_model_dir`: a path, a built-in model name
+    (:data:`bandpo_lab.models.MODELS`: its converted directory) or ``"tiny"`` (the cached warm-started model of
+    the first built-in task among ``datasets``, built with ``task_options``); the last two are converted or built
+    now when not cached. With ``build`` False (a dry run): ``None`` for those two, after ``tiny``'s check.
 
     Raises:
-        EvalError: ``tiny`` without a built-in task that has a tiny model among ``datasets``; a path :func:`check_model_dir` rejects.
+        EvalError: ``tiny`` without a built-in task that has a tiny model among ``datasets``; a path
+            :func:`check_model_dir` rejects.
     """
     from bandpo_lab.models import ModelUnavailableError, builtin_model_dir, is_builtin_model
 

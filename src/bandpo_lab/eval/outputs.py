@@ -1,11 +1,5 @@
 """Where ``bandpo eval`` may write its results (``--output``) and samples (``--save-samples``), checked before any
-work (:func:`outputs_problem`).
-
-The rule: each output is a file of its own (not the other output); it lies in no folder holding a model
-(``config.json`` + weights: the model evaluated, any folder inside it, or another model's), but for the default
-results file ``eval_results.json`` beside the model; and it replaces no existing file but an empty one or an
-earlier bandpo eval output (a results JSON, a samples JSONL). A model's weights, its ``config.json`` or a dataset
-are never written over.
+work by :func:`outputs_problem` by the rule ``bandpo eval --help`` states (output files).
 """
 
 from __future__ import annotations
@@ -19,23 +13,15 @@ from bandpo_lab.eval.models import holds_model
 
 __all__ = ["DEFAULT_RESULTS", "is_eval_output", "outputs_problem"]
 
-DEFAULT_RESULTS = "eval_results.json"
-"""The results file in the model's folder when ``--output`` is not given: the one output a model folder takes."""
-
-RESULT_KEYS = frozenset({"model", "settings", "datasets", "overall"})
-"""The top-level keys of a results JSON (``bandpo eval --help``: output JSON)."""
-
-SAMPLE_KEYS = frozenset({"dataset", "index", "completions", "correct"})
-"""Keys of every row of a samples JSONL (:func:`bandpo_lab.eval.evaluate.evaluate_model`'s ``samples``)."""
-
-_LARGEST_RESULTS = 64 << 20
-"""A results JSON is small: a larger file is not read whole to find out (a model's weights)."""
+DEFAULT_RESULTS = "eval_results.json"  # in the model's folder: the one output a model folder takes
+RESULT_KEYS = frozenset({"model", "settings", "datasets", "overall"})  # of a results JSON
+SAMPLE_KEYS = frozenset({"dataset", "index", "completions", "correct"})  # of every row of a samples JSONL
+_LARGEST_RESULTS = 64 << 20  # a larger file (a model's weights) is not read whole to find out
 
 
 def is_eval_output(path: Path) -> bool:
-    """Whether the file ``path`` is an earlier bandpo eval output: a samples JSONL (its first line is a row with
-    :data:`SAMPLE_KEYS`) or a results JSON (an object with :data:`RESULT_KEYS`). Reads the first line, and the
-    whole file only when it starts as JSON and is small."""
+    """Whether the file ``path`` is an earlier bandpo eval output: a samples JSONL (by its first line) or a results
+    JSON (read whole only when it starts as JSON and is small)."""
     first = b""
     try:
         with path.open("rb") as f:
@@ -64,9 +50,8 @@ def _model_folder(path: Path, model_dir: Path | None) -> Path | None:
 
 
 def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | Path | None) -> str | None:
-    """Why the files ``outputs`` (``{flag: path}``, ``None`` for one not asked for) cannot be written by an
-    evaluation of ``model_dir`` (``None``: not known yet), in one line naming the flag, or ``None`` (module
-    docstring for the rule; first :func:`bandpo_lab._files.output_file_problem`)."""
+    """Why the files ``outputs`` (``{flag: path or None}``) cannot be written by an evaluation of ``model_dir``
+    (``None``: not known yet), in one line naming the flag, or ``None``."""
     given = {flag: path for flag, path in outputs.items() if path is not None}
     for flag, path in given.items():
         try:

@@ -1,18 +1,11 @@
-"""Batched sampling of ``k`` completions per prompt, and pass rates.
-
-Works with any local causal LM and its tokenizer (transformers only, no TRL): prompts are tokenized as given
-(no chat template), left-padded, and sampled at a chosen temperature with no other warper by
-:func:`bandpo_lab.decode.sample` (``generate``'s distribution; each prompt is encoded once for its ``k`` samples).
-Completions come back as strings without the prompt, cut at the first eos and stripped of special tokens. The
-entropy of the sampling distribution is accumulated on the fly from each step's logits, so it costs one softmax
-per step and no stored logits.
+"""Batched sampling of ``k`` completions per prompt (:func:`generate_samples`), with the entropy of the sampling
+distribution accumulated from each step's logits (one softmax per step, no stored logits).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,24 +15,17 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from bandpo.validation import check_int_in
 from bandpo_lab.decode import sample
-from bandpo_lab.eval.metrics import pass_at_k
+from bandpo_lab.eval.settings import check_temperature
 from bandpo_lab.runtime import Precision
 
-__all__ = ["Samples", "evaluate_pass_rates", "generate_samples", "sample_completions"]
+__all__ = ["Samples", "generate_samples"]
 
 
 @dataclass(frozen=True)
 class Samples:
-    """``k`` sampled completions for each of ``P`` prompts.
-
-    Attributes:
-        completions: ``[P][k]`` completion strings (no prompt, no eos, no padding).
-        token_ids: ``[P][k]`` generated token ids up to and including the first eos.
-        lengths: ``[P][k]`` generated token counts, the eos included.
-        finished: ``[P][k]`` whether the completion ended with eos (False: cut by ``max_new_tokens``).
-        entropy: mean entropy (nats) of the sampling distribution over all generated tokens (eos included,
-            padding after eos excluded); ``None`` when not computed.
-    """
+    """``[P][k]`` ``completions`` (no prompt, eos or padding), ``token_ids`` and ``lengths`` (up to and with the first
+    eos), ``finished`` (ended with eos, not cut by ``max_new_tokens``), and the mean ``entropy`` (nats) of the
+    sampling distribution over the generated tokens (eos included; ``None`` when nothing was generated)."""
 
     completions: list[list[str]]
     token_ids: list[list[list[int]]]
@@ -49,8 +35,7 @@ class Samples:
 
 
 class _EntropyRecorder:
-    """Records, at each step, the entropy of ``softmax(scores / temperature)``: ``scores`` are the model's
-    logits, and ``temperature`` turns them into the distribution that is actually sampled from."""
+    """Records, at each step, the entropy of the sampled distribution ``softmax(scores / temperature)``."""
 
     def __init__(self, temperature: float) -> None:
         self.temperature = temperature
@@ -73,8 +58,7 @@ def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list
 
 @contextlib.contextmanager
 def _pad_token(tokenizer: PreTrainedTokenizerBase, pad_id: int) -> Iterator[None]:
-    """``tokenizer`` pads with the token ``pad_id`` in the block when it has no pad token (it cannot pad a batch
-    then); its pad token is unset again afterwards."""
+    """``tokenizer`` pads with ``pad_id`` in the block when it has no pad token (unset again afterwards)."""
     if tokenizer.pad_token is not None:
         yield
         return
@@ -95,41 +79,29 @@ def generate_samples(
     batch_size: int = 64,
     seed: int | None = 0,
     add_special_tokens: bool = True,
-    compute_entropy: bool = True,
     precision: Precision | None = None,
 ) -> Samples:
-    """Sample ``k`` completions for every prompt, ``batch_size`` prompts (``batch_size * k`` sequences) per
-    call of :func:`bandpo_lab.decode.sample`.
+    """Sample ``k`` (>= 1) completions for every prompt, ``batch_size`` prompts per call of
+    :func:`bandpo_lab.decode.sample` (prompts left-padded, each encoded once for its ``k`` samples).
 
     Args:
-        model: a causal LM; it is put in eval mode for the call and its mode restored afterwards.
-        tokenizer: its tokenizer; needs an eos token (its own or the model's generation config's), and a pad
-            token (without one it pads with the eos for the call and is left without one).
+        model: a causal LM, in eval mode for the call (its mode restored afterwards).
+        tokenizer: its tokenizer; needs an eos token (its own or the model's generation config's); without a pad
+            token it pads with the eos for the call.
         prompts: ``P`` prompt strings, tokenized as given (apply a chat template beforehand if needed).
-        k: completions per prompt, >= 1.
-        temperature: > 0 samples from ``softmax(logits / temperature)``; 0 decodes greedily (then the ``k``
-            completions are identical and ``entropy`` is that of the temperature-1 distribution).
-        max_new_tokens: generation budget per completion, >= 1.
-        batch_size: prompts per sampling call, >= 1.
+        temperature: > 0 samples from ``softmax(logits / temperature)``; 0 decodes greedily (``entropy`` is then
+            that of the temperature-1 distribution).
         seed: seeds torch for the call (the global RNG state is restored afterwards); ``None`` uses and
             advances the global RNG.
-        add_special_tokens: passed to the tokenizer (e.g. to add a BOS).
-        compute_entropy: record the mean entropy of the sampled distributions.
         precision: a resolved precision (:mod:`bandpo_lab.runtime`): ``bf16`` samples under bfloat16 autocast;
-            ``None`` samples in the model's own dtype.
+            ``None`` in the model's own dtype.
     """
     k = check_int_in("k", k, 1)
     max_new_tokens = check_int_in("max_new_tokens", max_new_tokens, 1)
     batch_size = check_int_in("batch_size", batch_size, 1)
     if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
         raise ValueError("prompts must be a sequence of strings (one per prompt), got " + repr(prompts)[:200])
-    if (
-        not isinstance(temperature, (int, float))
-        or isinstance(temperature, bool)
-        or not math.isfinite(temperature)
-        or temperature < 0
-    ):
-        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    check_temperature(temperature)
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     greedy = temperature == 0
@@ -158,9 +130,8 @@ def generate_samples(
                         add_special_tokens=add_special_tokens,
                     ).to(device)
                 recorder = _EntropyRecorder(1.0 if greedy else float(temperature))
-                # Each prompt repeated k times, prompt-major; bandpo_lab.decode.sample encodes each prompt once.
-                input_ids = enc["input_ids"].repeat_interleave(k, dim=0)  # (len(chunk) * k, T_prompt)
-                # (len(chunk) * k, T_prompt)
+                # Each prompt repeated k times, prompt-major (B*k, T_prompt); decode.sample encodes each prompt once.
+                input_ids = enc["input_ids"].repeat_interleave(k, dim=0)
                 attention_mask = enc["attention_mask"].repeat_interleave(k, dim=0)
                 with torch.no_grad(), precision.sampling() if precision else contextlib.nullcontext():
                     out = sample(
@@ -171,7 +142,7 @@ def generate_samples(
                         eos_token_id=eos_ids,
                         pad_token_id=pad_id,
                         temperature=float(temperature),
-                        on_scores=recorder if compute_entropy else None,
+                        on_scores=recorder,
                     )
                 new = out[:, input_ids.shape[1] :].cpu()  # (len(chunk) * k, T_new), prompt-major
                 is_eos = torch.isin(new, torch.tensor(eos_ids))  # (B*k, T_new)
@@ -187,7 +158,7 @@ def generate_samples(
                     token_ids.append([new[r, : int(n_tokens[r])].tolist() for r in rows])
                     lengths.append([int(n_tokens[r]) for r in rows])
                     finished.append([bool(has_eos[r]) for r in rows])
-                if compute_entropy and recorder.steps:
+                if recorder.steps:
                     ent = torch.stack(recorder.steps, dim=1).cpu()  # (B*k, T_steps)
                     steps = torch.arange(ent.shape[1])  # (T_steps,)
                     mask = steps[None, :] < n_tokens[:, None]  # (B*k, T_steps)
@@ -195,100 +166,7 @@ def generate_samples(
                     entropy_count += int(mask.sum())
     finally:
         model.train(was_training)
-    entropy = entropy_sum / entropy_count if compute_entropy and entropy_count else None
+    entropy = entropy_sum / entropy_count if entropy_count else None
     return Samples(
         completions=completions, token_ids=token_ids, lengths=lengths, finished=finished, entropy=entropy
     )
-
-
-def sample_completions(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
-    k: int = 1,
-    temperature: float = 1.0,
-    max_new_tokens: int = 16,
-    batch_size: int = 64,
-    seed: int | None = 0,
-) -> list[list[str]]:
-    """``[P][k]`` completion strings: :func:`generate_samples` without the extras (no entropy)."""
-    return generate_samples(
-        model,
-        tokenizer,
-        prompts,
-        k=k,
-        temperature=temperature,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        seed=seed,
-        compute_entropy=False,
-    ).completions
-
-
-def _prompt_of(i: int, problem: object) -> str:
-    if isinstance(problem, str):
-        return problem
-    if isinstance(problem, Mapping) and isinstance(problem.get("prompt"), str):
-        return problem["prompt"]
-    raise ValueError(
-        f"problems[{i}] must be a prompt string or a mapping with a 'prompt' string, got {problem!r}"
-    )
-
-
-def evaluate_pass_rates(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    problems: Sequence[Mapping[str, Any] | str],
-    reward_fn: Callable[[str, str], float],
-    k: int = 8,
-    temperature: float = 1.0,
-    batch_size: int = 64,
-    max_new_tokens: int = 16,
-    seed: int | None = 0,
-) -> dict[str, Any]:
-    """Sample ``k`` completions per problem, score them with ``reward_fn(prompt, completion)`` and summarize.
-
-    A sample is correct when its reward is > 0 (the convention of :mod:`bandpo_lab.eval.metrics`).
-
-    Returns:
-        ``{"n": [P] ints (all k), "c": [P] correct counts, "rewards": [P][k] floats, "completions": [P][k],
-        "accuracy": mean of c/n (= pass@1), "pass@j": unbiased pass@j for j = 1, 2, 4, ... and j = k,
-        "mean_reward", "entropy" (nats per generated token), "mean_length" (tokens, eos included),
-        "truncated_frac" (share of samples cut by max_new_tokens), "k", "temperature", "n_problems"}``.
-    """
-    k = check_int_in("k", k, 1)  # a plain int: numpy's integers have no bit_length
-    if isinstance(problems, (str, Mapping)) or not problems:
-        raise ValueError("problems must be a non-empty sequence of problems (dicts with 'prompt' or strings)")
-    prompts = [_prompt_of(i, p) for i, p in enumerate(problems)]
-    samples = generate_samples(
-        model,
-        tokenizer,
-        prompts,
-        k=k,
-        temperature=temperature,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        seed=seed,
-    )
-    rewards = [[float(reward_fn(p, c)) for c in cs] for p, cs in zip(prompts, samples.completions)]
-    c = [sum(r > 0 for r in rs) for rs in rewards]
-    n = [k] * len(prompts)
-    out: dict[str, Any] = {
-        "n_problems": len(prompts),
-        "k": k,
-        "temperature": float(temperature),
-        "n": n,
-        "c": c,
-        "rewards": rewards,
-        "completions": samples.completions,
-        "accuracy": sum(ci / k for ci in c) / len(c),
-    }
-    ks = sorted({2**i for i in range(k.bit_length()) if 2**i <= k} | {k})
-    for j in ks:
-        out[f"pass@{j}"] = sum(float(pass_at_k(k, ci, j)) for ci in c) / len(c)
-    all_lengths = [x for row in samples.lengths for x in row]
-    out["mean_reward"] = sum(sum(rs) for rs in rewards) / (k * len(prompts))
-    out["entropy"] = samples.entropy
-    out["mean_length"] = sum(all_lengths) / len(all_lengths)
-    out["truncated_frac"] = sum(not f for row in samples.finished for f in row) / len(all_lengths)
-    return out

@@ -19,11 +19,9 @@ Scorer = Callable[[str, str, Any], "tuple[bool, str | None]"]
 
 
 def _countdown_score(prompt: str, completion: str, ground_truth: Any) -> tuple[bool, str | None]:
-    """The countdown task's verifier: correct iff the expression solves the puzzle. The answer (for maj@k) is the
-    value the expression reaches with the prompt's digits, e.g. ``"23"``, so that every correct expression
-    (``3*7+2``, ``2+7*3``, ...) votes for the target; an expression with other digits votes as itself (``"=20+3"``:
-    never pooled with a value); ``None`` when the completion does not parse. The completion is read as
-    :func:`bandpo_lab.tasks.countdown.countdown_reward` reads it (cut at an end-of-text marker, stripped)."""
+    """The countdown task's verifier (:func:`bandpo_lab.tasks.countdown.countdown_reward`). The answer that votes in
+    maj@k (docs/method.md#metrics): the value an expression with the prompt's digits reaches (``"23"``), an
+    expression with other digits as itself (``"=20+3"``), ``None`` when it does not parse."""
     from bandpo_lab.tasks.countdown import (
         countdown_reward,
         evaluate_expression,

@@ -1,5 +1,4 @@
-"""How to sample and score: :class:`EvalSettings` (k, the pass@j values, temperature, budget, batch size, seed,
-backend), checked at construction, before a model loads."""
+"""How to sample and score: :class:`EvalSettings`, checked at construction, before a model loads."""
 
 from __future__ import annotations
 
@@ -11,26 +10,31 @@ from bandpo.validation import check_int_in
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.runtime import check_precision
 
-__all__ = ["BACKENDS", "EvalSettings", "default_ks", "parse_ks"]
+__all__ = ["BACKENDS", "EvalSettings", "check_temperature", "parse_ks"]
 
-BACKENDS = ("transformers", "vllm")
-"""Sampling backends: plain transformers ``generate``, or vLLM (``pip install vllm``)."""
+BACKENDS = ("transformers", "vllm")  # vLLM: pip install vllm
 
 
-def default_ks(k: int) -> tuple[int, ...]:
-    """``(1, 4, k)`` restricted to values <= ``k``."""
-    return tuple(sorted({j for j in (1, 4, k) if j <= k}))
+def check_temperature(value: object, error: type[ValueError] = ValueError) -> float:
+    """``value`` as a sampling temperature: a finite number >= 0 (0: greedy), else ``error``."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise error(f"temperature must be a finite number >= 0 (0: greedy), got {value!r}")
+    return value
 
 
 def parse_ks(text: str | Sequence[int] | None, k: int) -> tuple[int, ...]:
-    """pass@k values from ``"1,4,32"`` (``"k"`` stands for ``k``) or a sequence; ``None``: :func:`default_ks`.
+    """pass@k values from ``"1,4,32"`` (``"k"`` stands for ``k``) or a sequence; ``None``: ``(1, 4, k)`` up to ``k``.
 
     Raises:
-        EvalError: a non-integer entry, an entry < 1, or an entry larger than ``k`` (the number of samples per
-            problem: pass@j needs j <= samples).
+        EvalError: a non-integer entry, an entry < 1, or an entry larger than ``k``.
     """
     if text is None:
-        return default_ks(k)
+        return tuple(sorted({j for j in (1, 4, k) if j <= k}))
     items = [s.strip() for s in text.split(",") if s.strip()] if isinstance(text, str) else list(text)
     out = []
     for item in items:
@@ -58,21 +62,11 @@ def parse_ks(text: str | Sequence[int] | None, k: int) -> tuple[int, ...]:
 
 @dataclass
 class EvalSettings:
-    """How to sample and score.
-
-    Args:
-        k: samples per problem (>= 1); mean@k, best@k and maj@k use all of them.
-        ks: the pass@j values to report, each in [1, k] (``None``: ``(1, 4, k)`` up to ``k``).
-        temperature: sampling temperature >= 0 (0: greedy; the authors evaluate at 1.0).
-        max_new_tokens: generation budget per sample (``None``: the model's ``generation_config.max_new_tokens``,
-            else 1024).
-        batch_size: prompts per generate call (``batch_size * k`` sequences).
-        seed: sampling seed (``None``: unseeded).
-        n_bootstrap: resamples of best@k (the authors: 1000).
-        backend: one of :data:`BACKENDS`.
-        precision: how the transformers backend samples on a CPU (:mod:`bandpo_lab.runtime`): ``auto`` (bf16 where
-            the CPU has native bfloat16 and the model is large enough), ``float32`` or ``bf16``.
-        progress: show a progress bar with ETA.
+    """How to sample and score, as ``bandpo eval``'s flags of the same names say: ``k`` samples per problem (all of
+    them in mean@k, best@k, maj@k), the pass@j values ``ks`` (:func:`parse_ks`), ``temperature`` (0: greedy),
+    ``max_new_tokens`` (``None``: the model's generation config's, else 1024), ``batch_size`` prompts per call,
+    ``seed`` (``None``: unseeded), ``n_bootstrap`` of best@k, ``backend`` (:data:`BACKENDS`), the CPU sampling
+    ``precision`` (:mod:`bandpo_lab.runtime`) and a ``progress`` bar.
     """
 
     k: int = 32
@@ -89,9 +83,7 @@ class EvalSettings:
     def __post_init__(self) -> None:
         self.k = check_int_in("k", self.k, 1, error=EvalError)
         self.ks = parse_ks(self.ks, self.k)
-        t = self.temperature
-        if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
-            raise EvalError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+        check_temperature(self.temperature, EvalError)
         if self.max_new_tokens is not None:
             self.max_new_tokens = check_int_in("max_new_tokens", self.max_new_tokens, 1, error=EvalError)
         self.batch_size = check_int_in("batch_size", self.batch_size, 1, error=EvalError)

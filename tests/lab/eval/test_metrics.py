@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bandpo_lab.eval.metrics import (
-    ProblemResult,
     best_at_k,
     maj_at_k,
     mean_at_k,
@@ -230,7 +229,7 @@ def test_maj_at_k_rejects_bad_input(answers: list, correct: list, k: int, match:
 # ------------------------------------------------------------------------------------------------ summarize
 def test_summarize_flat_dict() -> None:
     results = [
-        ProblemResult(correct=[1, -1, -1, 1], answers=["4", "5", None, "4"]),
+        {"correct": [1, -1, -1, 1], "answers": ["4", "5", None, "4"]},
         {"correct": [0, 0, 0, 1], "answers": ["2", "2", "3", "9"]},
     ]
     out = summarize(results, ks=(1, 2, 4), n_bootstrap=500, seed=0)
@@ -270,7 +269,7 @@ def test_summarize_without_answers_and_with_ragged_problems() -> None:
     [
         ([], {}, "at least one problem"),
         ([{"answers": ["1"]}], {}, r"per_problem_results\[0\] must have a 'correct' entry"),
-        ([[1, 0]], {}, r"per_problem_results\[0\] must be a ProblemResult or a mapping"),
+        ([[1, 0]], {}, r"per_problem_results\[0\] must be a mapping with 'correct'"),
         ([{"correct": [1, 0], "answers": ["1", "2"]}, {"correct": [1, 0]}], {}, "every problem or for none"),
         ([{"correct": [1, 0]}], {"ks": (1, 4)}, r"ks must not exceed the number of samples .*\(2\), got k=4"),
         ([{"correct": [1, 0]}], {"maj_ks": 1}, "needs answers"),

@@ -9,11 +9,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from bandpo_lab.eval.sampling import evaluate_pass_rates, generate_samples, sample_completions
-from bandpo_lab.tasks.countdown import countdown_reward
+from bandpo_lab.eval.sampling import generate_samples
 from bandpo_lab.tasks.tiny_model import WarmStartConfig, build_model, build_tokenizer
 
 PROMPTS = ["3,7,2:23=", "1,5,2:9=", "9,9,9:81=", "4,2:6="]  # different lengths: left padding matters
+
+
+def sample_completions(model, tok, prompts, **kwargs) -> list[list[str]]:
+    return generate_samples(model, tok, prompts, **kwargs).completions
 
 
 @pytest.fixture(scope="module")
@@ -97,44 +100,6 @@ def test_entropy_matches_teacher_forced_recomputation(model, tok, temperature: f
     assert samples.entropy == pytest.approx(total / count, rel=1e-4)
 
 
-def test_evaluate_pass_rates_structure(model, tok) -> None:
-    problems = [{"prompt": p} for p in PROMPTS]
-    result = evaluate_pass_rates(model, tok, problems, countdown_reward, k=8, batch_size=2, max_new_tokens=6)
-    assert result["n"] == [8] * len(PROMPTS)
-    assert all(0 <= c <= 8 for c in result["c"])
-    assert [len(r) for r in result["rewards"]] == [8] * len(PROMPTS)
-    assert result["accuracy"] == pytest.approx(result["pass@1"])
-    assert result["pass@1"] <= result["pass@2"] <= result["pass@4"] <= result["pass@8"]
-    assert result["entropy"] > 0 and 1 <= result["mean_length"] <= 6
-    assert 0 <= result["truncated_frac"] <= 1
-
-    def always(prompt: str, completion: str) -> float:
-        return 1.0
-
-    def every_other(prompt: str, completion: str, _calls: list[int] = [0]) -> float:  # noqa: B006
-        _calls[0] += 1
-        return float(_calls[0] % 2)
-
-    all_right = evaluate_pass_rates(model, tok, PROMPTS, always, k=3, max_new_tokens=2)
-    assert (
-        all_right["c"] == [3] * len(PROMPTS) and all_right["pass@3"] == 1.0 and all_right["accuracy"] == 1.0
-    )
-    half = evaluate_pass_rates(model, tok, PROMPTS, every_other, k=2, max_new_tokens=2)
-    assert half["c"] == [1] * len(PROMPTS)
-    assert half["pass@1"] == pytest.approx(0.5) and half["pass@2"] == 1.0
-
-
-def test_evaluate_pass_rates_takes_a_numpy_integer_k(model, tok) -> None:
-    """``k`` from a numpy array (np.int64 has no bit_length: it raised after all the sampling)."""
-    import numpy as np
-
-    result = evaluate_pass_rates(model, tok, PROMPTS, countdown_reward, k=np.int64(4), max_new_tokens=2)
-    assert type(result["k"]) is int and result["k"] == 4
-    assert [j for j in result if j.startswith("pass@")] == ["pass@1", "pass@2", "pass@4"]
-    with pytest.raises(ValueError, match=r"^k must be an integer >= 1, got 0$"):
-        evaluate_pass_rates(model, tok, PROMPTS, countdown_reward, k=0)
-
-
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -150,10 +115,3 @@ def test_argument_errors(model, tok, kwargs: dict, message: str) -> None:
     args = {"prompts": PROMPTS} | kwargs
     with pytest.raises(ValueError, match=message):
         generate_samples(model, tok, **args)
-
-
-def test_evaluate_rejects_bad_problems(model, tok) -> None:
-    with pytest.raises(ValueError, match="non-empty sequence of problems"):
-        evaluate_pass_rates(model, tok, [], countdown_reward)
-    with pytest.raises(ValueError, match=r"problems\[1\] must be a prompt string or a mapping"):
-        evaluate_pass_rates(model, tok, ["3,7,2:23=", {"question": "x"}], countdown_reward)
