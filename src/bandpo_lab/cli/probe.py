@@ -220,7 +220,8 @@ def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] 
     from bandpo_lab.eval.datasets import prompt_texts, raw_prompt_text
     from bandpo_lab.eval.models import load_model, loaded_attention, resolve_model_dir
     from bandpo_lab.eval.scorers import get_scorer
-    from bandpo_lab.experiments.llm_probe import figure, markdown, run_probe
+    from bandpo_lab.experiments.llm_probe import run_probe
+    from bandpo_lab.experiments.llm_probe_report import figure, markdown
     from bandpo_lab.provenance import code_changed, provenance
     from bandpo_lab.runtime import precision_for
 

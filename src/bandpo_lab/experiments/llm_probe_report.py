@@ -17,6 +17,7 @@ __all__ = [
     "figure",
     "fmt_ci",
     "markdown",
+    "pool",
     "summarize_probe",
 ]
 
@@ -67,28 +68,63 @@ def summarize_probe(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) 
     }
 
 
+def pool(updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The counts of ``updates`` (the probe's per-update records) summed, then divided: the clip shares, overall, by
+    side and by ``p_old`` bin, the tail share, and per side the tokens let through beyond GRPO's interval."""
+
+    def total(key: str) -> Any:
+        return sum(u[key] for u in updates)
+
+    def binned(key: str) -> list[int]:
+        return [sum(u[key][i] for u in updates) for i in range(len(BIN_NAMES))]
+
+    live, clipped, mass = total("n_live"), total("n_clipped"), total("grad_mass")
+    clip_bins = binned("clipped_by_bin")
+    out: dict[str, Any] = {}
+    for side in ("up", "down"):
+        n = total(f"n_{side}_through")
+        out[f"{side}_through_frac"] = n / live if live else 0.0
+        out[f"{side}_through_grad_share"] = total(f"grad_mass_{side}_through") / mass if mass else 0.0
+        out[f"n_{side}_through"] = n
+        out[f"{side}_through_by_bin"] = binned(f"{side}_through_by_bin")
+    out.update(
+        {
+            "clip_frac": clipped / live if live else 0.0,
+            "clip_frac_up": total("n_up") / live if live else 0.0,
+            "clip_frac_down": total("n_down") / live if live else 0.0,
+            "tail_share": sum(clip_bins[:3]) / clipped if clipped else None,  # p_old < 0.2
+            "n_clipped": clipped,
+        }
+    )
+    for name, n_live, n_clip in zip(BIN_NAMES, binned("live_by_bin"), clip_bins):
+        out[f"clip_frac[{name}]"] = n_clip / n_live if n_live else None
+    return out
+
+
+_BY_UPDATE_KEYS = (
+    "n_up_through",
+    "n_down_through",
+    "clip_frac",
+    "tail_share",
+    "up_through_frac",
+    "down_through_frac",
+)
+
+
 def by_update(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """Per update index ``k`` (1..K), pooled over batches (counts summed, then divided): the tokens with a non-zero
-    advantage, the clipped share, the tail share of clipping (``p_old < 0.2``), and the per-side tokens let through
-    beyond GRPO's interval as shares of those tokens. ``runs``: each batch's ``per_update`` list of one rule."""
+    """Per update index ``k`` (1..K), pooled over batches (:func:`pool`): the tokens with a non-zero advantage, the
+    clipped share, the tail share of clipping (``p_old < 0.2``), and the per-side tokens let through beyond GRPO's
+    interval as shares of those tokens. ``runs``: each batch's ``per_update`` list of one rule."""
     out = []
-    for k in range(len(runs[0]) if runs else 0):
-        us = [r[k] for r in runs]
-        live, clipped = sum(u["n_live"] for u in us), sum(u["n_clipped"] for u in us)
-        tail = sum(sum(u["clipped_by_bin"][:3]) for u in us)
-        up, down = sum(u["n_up_through"] for u in us), sum(u["n_down_through"] for u in us)
+    for us in zip(*runs):
+        p = pool(us)
         out.append(
             {
                 "update": us[0]["update"],
-                "n_live": live,
-                "n_clipped": clipped,
-                "n_tail_clipped": tail,
-                "n_up_through": up,
-                "n_down_through": down,
-                "clip_frac": clipped / live if live else 0.0,
-                "tail_share": tail / clipped if clipped else None,
-                "up_through_frac": up / live if live else 0.0,
-                "down_through_frac": down / live if live else 0.0,
+                "n_live": sum(u["n_live"] for u in us),
+                "n_clipped": p["n_clipped"],
+                "n_tail_clipped": sum(sum(u["clipped_by_bin"][:3]) for u in us),
+                **{k: p[k] for k in _BY_UPDATE_KEYS},
             }
         )
     return out
