@@ -11,7 +11,7 @@ import copy
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,25 +33,9 @@ DEFAULT_RULES = ("grpo", "band", "band_upper", "band_lower")
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    """What the probe samples and how it updates.
-
-    Args:
-        rules: registered clip rules, each at its defaults.
-        batches: independent batches (seeds ``seed .. seed + batches - 1``), >= 2 for intervals.
-        prompts: prompts per batch; group_size: completions per prompt (GRPO groups).
-        max_new_tokens, temperature: sampling.
-        updates: ``K`` optimizer steps on each batch per rule, >= 2 (update 1 never clips).
-        minibatches: the batch's completions are split into this many mini-batches (a seeded shuffle, then
-            nearly equal parts) and update ``k`` (from 0) takes mini-batch ``k mod minibatches``: with ``updates =
-            minibatches`` each completion is used once (the paper's scripts: 4 mini-batches per rollout), with
-            ``updates = 2 * minibatches`` twice (Study 4: 8 mini-batches of 8, 16 updates). 1 (the default): every
-            update takes the whole batch.
-        learning_rate: AdamW learning rate.
-        seed: first batch's seed (prompt choice and sampling).
-        split: the task split prompts come from.
-        precision: ``auto``, ``float32`` or ``bf16`` (:mod:`bandpo_lab.runtime`): bf16 samples and back-propagates
-            in bfloat16; the log-probs the ratios and the metrics come from are float32 either way.
-    """
+    """What the probe samples and how it updates: ``bandpo probe``'s flags (``updates`` is ``K``; batch ``b`` has
+    seed ``seed + b``; update ``k`` from 0 takes mini-batch ``k mod minibatches`` of a seeded split of the batch's
+    completions); every rule at its registered defaults."""
 
     rules: tuple[str, ...] = DEFAULT_RULES
     batches: int = 3
@@ -65,7 +49,6 @@ class ProbeConfig:
     seed: int = 0
     split: str = "train"
     precision: str = "auto"
-    rule_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_int_in("batches", self.batches, 1)
@@ -86,9 +69,7 @@ class ProbeConfig:
         if not self.rules:
             raise ValueError("rules must name at least one clip rule")
         for rule in self.rules:
-            make_clip_rule(
-                rule, **self.rule_params.get(rule, {})
-            )  # unknown names raise, listing the valid ones
+            make_clip_rule(rule)  # an unknown name raises, listing the valid ones
 
 
 # ------------------------------------------------------------------------------------------------ one batch
@@ -126,10 +107,6 @@ def _log_probs(
     picked = logp_all.gather(-1, ids[:, 1:][resp][:, None]).squeeze(-1)  # (M,)
     logp = torch.zeros(resp.shape, dtype=picked.dtype).masked_scatter(resp, picked)  # (N, L-1)
     return logp, (logp_all if full else None)
-
-
-def _bin_index(p: Tensor) -> Tensor:
-    return torch.bucketize(p, torch.tensor(P_OLD_BINS[1:-1], dtype=p.dtype), right=True)
 
 
 def probe_batch(
@@ -177,7 +154,7 @@ def probe_batch(
         "p_old_values": [float(f"{float(v):.4g}") for v in p_old],  # 4 significant digits: the tail stays
         "rules": {},
     }
-    bins = _bin_index(p_old)
+    bins = torch.bucketize(p_old, torch.tensor(P_OLD_BINS[1:-1], dtype=p_old.dtype), right=True)
     bins_at = torch.zeros(m.shape, dtype=torch.long).masked_scatter(
         m, bins
     )  # (N, L - 1): each position's bin
@@ -209,7 +186,7 @@ def probe_batch(
     # optimizer state (copied: AdamW updates its state in place).
     first: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
     for name in config.rules:
-        rule = make_clip_rule(name, **config.rule_params.get(name, {}))
+        rule = make_clip_rule(name)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
         if first is None or not share_first_update:
             model.load_state_dict(initial)
@@ -225,9 +202,7 @@ def probe_batch(
             new_logp, new_all_r = _log_probs(model, ids, attn, resp, full=True)
         assert new_all_r is not None
         p_new = new_logp[m].exp()
-        kl = (old_all_r.exp() * (old_all_r - new_all_r)).sum(
-            -1
-        )  # (M,) exact KL(old || new) over the vocabulary
+        kl = (old_all_r.exp() * (old_all_r - new_all_r)).sum(-1)  # (M,) exact KL(old || new) over the vocab
         gained = p_new - p_old
         low = (adv_tok > 0) & (p_old < 0.2)
         rare = (adv_tok > 0) & (p_old < 0.01)

@@ -14,7 +14,7 @@ from bandpo_lab.experiments.report.provenance import Call
 from bandpo_lab.experiments.report.runs import TAIL_BIN
 from bandpo_lab.provenance import UNKNOWN
 
-__all__ = ["Figure", "report_markdown", "results_markdown"]
+__all__ = ["Figure", "markdown_table", "report_markdown", "results_markdown"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def _bullets(items: Sequence[str]) -> str:
     return "\n".join(f"- {item}" for item in items)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def markdown_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
     """A pipe table, ``|`` in a cell escaped."""
     lines = ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in [header, *rows]]
     return "\n".join([lines[0], "|" + "|".join("---" for _ in header) + "|", *lines[1:]])
@@ -105,7 +105,7 @@ def _results_table(data: ReportData) -> str:
         m = data.per_method[label]
         stats = [_fmt_stat(m.get(c.key), c.percent, c.digits) for c in data.columns]
         rows.append([label, str(len(data.done_groups[label])), *stats])
-    return _table(["method", "seeds", *[c.title for c in data.columns]], rows)
+    return markdown_table(["method", "seeds", *[c.title for c in data.columns]], rows)
 
 
 def _runs_table(data: ReportData) -> str:
@@ -120,7 +120,7 @@ def _runs_table(data: ReportData) -> str:
         ]
         for r in data.finished
     ]
-    return _table(["method", "seed", *[c.title for c in data.columns]], rows)
+    return markdown_table(["method", "seed", *[c.title for c in data.columns]], rows)
 
 
 def _setup(data: ReportData) -> str:

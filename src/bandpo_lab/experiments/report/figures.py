@@ -1,20 +1,5 @@
-"""The report's figures (matplotlib, via :func:`bandpo._optional.pyplot`): drawn from
-:class:`~bandpo_lab.experiments.report.data.ReportData` into ``<report>/figures/``.
-
-| file                  | what                                                                        |
-|-----------------------|-----------------------------------------------------------------------------|
-| heldout.png           | held-out accuracy during training, else the start and end points           |
-| reward.png            | training reward                                                              |
-| entropy.png           | policy entropy during training                                               |
-| clip_fraction.png     | clip fraction up and down                                                    |
-| tail_share.png        | share of the clipped tokens that are tail tokens                             |
-| band_bounds.png       | mean per-token ratio bounds                                                  |
-| clip_by_prob_bin.png  | clipping by old-probability bin (methods that log no bins are left out)      |
-| bounds.png            | the methods' ratio bounds against p_old (clip rules only, not TRL methods)   |
-
-And one run's curves (:func:`draw_run`; ``bandpo demo``'s ``training.png``): reward, policy entropy and the clip
-fraction over its logged steps.
-"""
+"""The report's figures (matplotlib) drawn from :class:`~bandpo_lab.experiments.report.data.ReportData` into
+``<report>/figures/`` (the list: docs/trl.md), and one run's curves (:func:`draw_run`, ``bandpo demo``'s)."""
 
 from __future__ import annotations
 

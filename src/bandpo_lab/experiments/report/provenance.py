@@ -1,9 +1,8 @@
 """The code a comparison ran, collected from its files for the report (numbers only; ``document`` words them).
 
-Every record is a :func:`bandpo_lab.provenance.provenance` dict. A run has up to three kinds: the training calls'
-(``run_info.json``: ``provenance``, and ``provenance_earlier`` when it was resumed) and its evaluation's
-(``results.json``: ``provenance``); the plan (``compare_plan.json``) has one per call that queued runs (``calls``).
-Files written before bandpo recorded provenance have none: those runs and calls count as not recorded.
+Every record is a :func:`bandpo_lab.provenance.provenance` dict: a run's training calls' (``run_info.json``) and
+its evaluation's (``results.json``), and the plan's calls (``compare_plan.json``); files without any count as not
+recorded.
 """
 
 from __future__ import annotations
