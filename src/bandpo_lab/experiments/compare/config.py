@@ -36,7 +36,13 @@ class CompareError(ValueError):
     """A problem with the compare config or its output directory, found before training."""
 
 
-# --------------------------------------------------------------------------------------------------- config
+def _check_seeds(name: str, entries: str, seeds: Any) -> None:
+    if not isinstance(seeds, list) or not seeds:
+        raise CompareError(f"{name} must be a non-empty list of integers >= 0, got {seeds!r}")
+    for seed in seeds:
+        check_int_in(entries, seed, 0, error=CompareError)
+
+
 @dataclass
 class MethodSpec:
     """One method with its parameters, under a label (unique, letters / digits / ``_.+-``: its directory name).
@@ -70,12 +76,7 @@ class MethodSpec:
             raise CompareError(f"{self._name('.params')} must be a mapping, got {self.params!r}")
         self.params = dict(self.params)
         if self.seeds is not None:
-            if not isinstance(self.seeds, list) or not self.seeds:
-                raise CompareError(
-                    f"{self._name('.seeds')} must be a non-empty list of integers >= 0, got {self.seeds!r}"
-                )
-            for seed in self.seeds:
-                check_int_in(self._name(".seeds entries"), seed, 0, error=CompareError)
+            _check_seeds(self._name(".seeds"), self._name(".seeds entries"), self.seeds)
         if self.method is None and self.clip_rule is None:
             raise CompareError(
                 f"{name} needs method (a method name: {', '.join(METHODS.names())}) or clip_rule"
@@ -239,10 +240,7 @@ class CompareConfig:
         duplicates = sorted({x for x in labels if labels.count(x) > 1})
         if duplicates:
             raise CompareError(f"methods: labels must be unique, got {', '.join(duplicates)} more than once")
-        if not isinstance(self.seeds, list) or not self.seeds:
-            raise CompareError(f"seeds must be a non-empty list of integers >= 0, got {self.seeds!r}")
-        for seed in self.seeds:
-            check_int_in("seeds entries", seed, 0, error=CompareError)
+        _check_seeds("seeds", "seeds entries", self.seeds)
         if len(set(self.seeds)) != len(self.seeds):
             raise CompareError(f"seeds must be distinct, got {self.seeds}")
         if self.reference is None:

@@ -160,12 +160,7 @@ def _code(code: tuple[str, str, bool | str]) -> str:
     version, commit, dirty = code
     if commit == UNKNOWN:
         return f"bandpo {version}, commit unknown (not run from a git checkout)"
-    if dirty is True:
-        state = "with uncommitted changes"
-    elif dirty is False:
-        state = "clean"
-    else:
-        state = "dirty flag unknown"
+    state = {True: "with uncommitted changes", False: "clean"}.get(dirty, "dirty flag unknown")
     return f"bandpo {version} at commit {commit[:10]} ({state})"
 
 
