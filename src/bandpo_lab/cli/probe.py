@@ -1,10 +1,5 @@
-"""``bandpo probe``: the clip rules on a real model's own tokens, from one sampled batch at a time.
-
-Samples batches from a local causal LM (a directory, or a built-in model such as ``smollm2-135m``) on a task, and
-from each batch takes ``K`` updates under every clip rule (same weights, batch and optimizer); reports the sampled
-tokens' ``p_old`` distribution and, per rule, what it clipped, where, and what the updates did
-(``bandpo_lab.experiments.llm_probe``). Writes ``results.json``, ``results.md`` and ``probe.png``.
-"""
+"""``bandpo probe``: the clip rules on a real model's own tokens (:mod:`bandpo_lab.experiments.llm_probe`); writes
+``results.json``, ``results.md`` and ``probe.png``."""
 
 from __future__ import annotations
 

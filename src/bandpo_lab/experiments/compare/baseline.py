@@ -1,5 +1,4 @@
-"""The starting policy's evaluation, once per comparison (``<output_dir>/baseline/results.json``, with the provenance
-of the code that evaluated it)."""
+"""The starting policy's evaluation, once per comparison (``<output_dir>/baseline/results.json``)."""
 
 from __future__ import annotations
 
@@ -93,8 +92,7 @@ def evaluate_baseline(config: CompareConfig, progress: bool = True) -> dict[str,
 
 @contextlib.contextmanager
 def _torch_threads(n: int | None) -> Iterator[None]:
-    """Use ``n`` torch threads inside the block (the runs get ``OMP_NUM_THREADS``; this process needs the same on a
-    busy machine: sampling with oversubscribed threads measured 15x slower here)."""
+    """Use ``n`` torch threads inside the block, as the runs do (``num_threads``)."""
     import torch
 
     if n is None:

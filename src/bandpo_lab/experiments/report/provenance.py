@@ -14,11 +14,10 @@ from typing import Any
 from bandpo_lab.experiments.report.runs import RunData
 from bandpo_lab.provenance import DEFAULT_PACKAGES, UNKNOWN
 
-__all__ = ["CODE_KEYS", "Call", "CodeProvenance", "code_of", "collect_provenance", "run_records"]
+__all__ = ["Call", "CodeProvenance", "code_of", "collect_provenance", "run_records"]
 
-CODE_KEYS = ("bandpo", "commit", "dirty")
-"""The keys of a record that name the code itself (the rest are the libraries' and Python's versions)."""
-_NOT_LIBRARIES = {*CODE_KEYS, "dirty_count", "dirty_files", "started"}
+_NOT_LIBRARIES = {"bandpo", "commit", "dirty", "dirty_count", "dirty_files", "started"}
+"""The keys of a record that are not a library's (or Python's) version."""
 
 
 def code_of(record: Mapping[str, Any]) -> tuple[str, str, bool | str]:
