@@ -1,8 +1,5 @@
-"""``bandpo compare --config configs/compare-tiny.yaml [KEY=VALUE ...] [--report-only] [--redo] [--dry-run]``.
-
-Trains the same task with several methods (clip rules and TRL-native methods) over several seeds (in sequence, resumable), evaluates every final
-policy and the starting policy, and writes a report directory (``bandpo_lab.experiments.compare``, ``bandpo_lab.experiments.report``).
-"""
+"""``bandpo compare --config configs/compare-tiny.yaml [KEY=VALUE ...]``: several methods over several seeds, trained,
+evaluated and reported (:mod:`bandpo_lab.experiments.compare`)."""
 
 from __future__ import annotations
 

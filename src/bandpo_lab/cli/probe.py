@@ -1,10 +1,5 @@
-"""``bandpo probe``: the clip rules on a real model's own tokens, from one sampled batch at a time.
-
-Samples batches from a local causal LM (a directory, or a built-in model such as ``smollm2-135m``) on a task, and
-from each batch takes ``K`` updates under every clip rule (same weights, batch and optimizer); reports the sampled
-tokens' ``p_old`` distribution and, per rule, what it clipped, where, and what the updates did
-(``bandpo_lab.experiments.llm_probe``). Writes ``results.json``, ``results.md`` and ``probe.png``.
-"""
+"""``bandpo probe``: the clip rules on a real model's own tokens (:mod:`bandpo_lab.experiments.llm_probe`); writes
+``results.json``, ``results.md`` and ``probe.png``."""
 
 from __future__ import annotations
 
@@ -220,7 +215,8 @@ def _run(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] 
     from bandpo_lab.eval.datasets import prompt_texts, raw_prompt_text
     from bandpo_lab.eval.models import load_model, loaded_attention, resolve_model_dir
     from bandpo_lab.eval.scorers import get_scorer
-    from bandpo_lab.experiments.llm_probe import figure, markdown, run_probe
+    from bandpo_lab.experiments.llm_probe import run_probe
+    from bandpo_lab.experiments.llm_probe_report import figure, markdown
     from bandpo_lab.provenance import code_changed, provenance
     from bandpo_lab.runtime import precision_for
 

@@ -1,36 +1,8 @@
 """The mechanism on a real model's own tokens: do the clip rules' bounds bind, and where, for *this* model?
 
-``run_probe`` samples batches from any local causal LM (or a built-in one) on a task, then, from each batch, takes
-``K`` updates with every clip rule (same batch, same starting weights, same optimizer) and measures:
-
-* the batch: the distribution of the sampled tokens' old probability ``p_old`` (shares below 0.2, 0.01, 1e-3;
-  also among tokens with a positive advantage) and the per-token entropy of the sampling policy;
-* per rule, over updates ``2..K`` (update 1 has ratio exactly 1, where no rule binds): the share of tokens whose
-  gradient the rule removes ("clipped": the loss's gradient with respect to the token's log-probability is 0
-  although its advantage is not), split by the sign of the advantage (up: ``A > 0``, the ratio rose past the upper
-  bound; down: ``A < 0``) and by ``p_old`` bin, and the tail share (clipped tokens with ``p_old < 0.2``);
-* per rule, the per-side counts against GRPO's fixed interval ``[0.8, 1.2]``: the tokens the rule lets through where
-  GRPO would clip them ("through": ``A > 0`` and ``r > 1.2``, the upper side; ``A < 0`` and ``r < 0.8``, the lower
-  side; each with a non-zero gradient), by ``p_old`` bin, and their gradient mass (their share of ``sum |dL/d log
-  pi|`` over the batch's tokens);
-* the entropy change attributed to each side of Band: the one-sided rules ``band_upper`` (Band's upper bound,
-  GRPO's lower) and ``band_lower`` (the converse) start from the same weights on the same batch as ``grpo`` and
-  ``band``, so ``H(band_upper) - H(grpo)`` is what the upper side alone does to the entropy after ``K`` updates,
-  ``H(band_lower) - H(grpo)`` the lower side alone, and ``H(band) - H(band_upper) - H(band_lower) + H(grpo)`` their
-  interaction (:func:`attribution`);
-* per rule, after the ``K`` updates: the probability gained by low-probability positive-advantage tokens
-  (``mean(p_new - p_old)`` over tokens with ``A > 0`` and ``p_old < 0.2``, resp. ``< 0.01``), the policy's mean
-  entropy at the batch's positions and the exact ``KL(pi_old || pi_new)`` over the whole vocabulary there.
-
-Batches are seeded (``seed + b``) and shared by all rules, so rules differ only by their bounds. Each metric is
-reported per batch and as a mean with a 95% t-interval over batches.
-
-The objective is :func:`bandpo.policy_loss` with each rule at its registered defaults (``band`` is Band-KL,
-delta 0.05, cap 10), ``seq-mean-token-mean``, dual clip ``c = 10`` for the clipped rules, no KL or entropy term.
-The optimizer is AdamW (betas 0.9/0.999, no weight decay) with gradient clipping at 1.0, fresh for every rule and
-batch.
-
-The summary over batches, the attribution, the tables and the figure: :mod:`bandpo_lab.experiments.llm_probe_report`.
+:func:`run_probe` samples batches from a causal LM and, from each, takes ``K`` updates under every clip rule from
+the same weights (:func:`probe_batch`); what it measures: docs/smollm2.md, "The mechanism on the model's own
+tokens". The summary, the tables and the figure: :mod:`bandpo_lab.experiments.llm_probe_report`.
 """
 
 from __future__ import annotations
@@ -39,7 +11,7 @@ import copy
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,59 +21,21 @@ from bandpo.losses.clip_rules import make_clip_rule
 from bandpo.losses.diagnostics import FIXED_INTERVAL
 from bandpo.losses.policy_loss import group_advantages, policy_loss
 from bandpo.validation import check_int_in, check_positive_number
-from bandpo_lab.experiments.llm_probe_report import (
-    BIN_NAMES,
-    P_OLD_BINS,
-    attribution,
-    by_update,
-    figure,
-    markdown,
-    summarize_probe,
-)
+from bandpo_lab.experiments.llm_probe_report import BIN_NAMES, P_OLD_BINS, pool, summarize_probe
 from bandpo_lab.runtime import FLOAT32, Precision, check_precision, precision_for
 
-__all__ = [
-    "BIN_NAMES",
-    "P_OLD_BINS",
-    "ProbeConfig",
-    "attribution",
-    "by_update",
-    "figure",
-    "markdown",
-    "probe_batch",
-    "run_probe",
-    "summarize_probe",
-]
+__all__ = ["DEFAULT_RULES", "ProbeConfig", "probe_batch", "run_probe"]
 
 DEFAULT_RULES = ("grpo", "band", "band_upper", "band_lower")
 """The rules ``bandpo probe`` compares unless told others: GRPO, Band and Band's two sides alone, which
-:func:`attribution` needs. ``clip_higher`` (a default before Study 5) is one ``--rules`` entry away. Not ``dppo_kl``: at the defaults its bounds are Band-KL's
-without Band's cap of 10 on the upper bound, no ratio reaches 10 (nor DPPO's truncation at 20) within 3 updates
-at lr 1e-5, and its rows equalled ``band``'s in every number (docs/smollm2.md) for a quarter of the probe's time.
-``--rules grpo,clip_higher,band,dppo_kl`` adds it."""
+:func:`attribution` needs (why not ``dppo_kl``: docs/smollm2.md)."""
 
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    """What the probe samples and how it updates.
-
-    Args:
-        rules: registered clip rules, each at its defaults.
-        batches: independent batches (seeds ``seed .. seed + batches - 1``), >= 2 for intervals.
-        prompts: prompts per batch; group_size: completions per prompt (GRPO groups).
-        max_new_tokens, temperature: sampling.
-        updates: ``K`` optimizer steps on each batch per rule, >= 2 (update 1 never clips).
-        minibatches: the batch's completions are split into this many mini-batches (a seeded shuffle, then
-            nearly equal parts) and update ``k`` (from 0) takes mini-batch ``k mod minibatches``: with ``updates =
-            minibatches`` each completion is used once (the paper's scripts: 4 mini-batches per rollout), with
-            ``updates = 2 * minibatches`` twice (Study 4: 8 mini-batches of 8, 16 updates). 1 (the default): every
-            update takes the whole batch.
-        learning_rate: AdamW learning rate.
-        seed: first batch's seed (prompt choice and sampling).
-        split: the task split prompts come from.
-        precision: ``auto``, ``float32`` or ``bf16`` (:mod:`bandpo_lab.runtime`): bf16 samples and back-propagates
-            in bfloat16; the log-probs the ratios and the metrics come from are float32 either way.
-    """
+    """What the probe samples and how it updates: ``bandpo probe``'s flags (``updates`` is ``K``; batch ``b`` has
+    seed ``seed + b``; update ``k`` from 0 takes mini-batch ``k mod minibatches`` of a seeded split of the batch's
+    completions); every rule at its registered defaults."""
 
     rules: tuple[str, ...] = DEFAULT_RULES
     batches: int = 3
@@ -115,7 +49,6 @@ class ProbeConfig:
     seed: int = 0
     split: str = "train"
     precision: str = "auto"
-    rule_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_int_in("batches", self.batches, 1)
@@ -136,9 +69,7 @@ class ProbeConfig:
         if not self.rules:
             raise ValueError("rules must name at least one clip rule")
         for rule in self.rules:
-            make_clip_rule(
-                rule, **self.rule_params.get(rule, {})
-            )  # unknown names raise, listing the valid ones
+            make_clip_rule(rule)  # an unknown name raises, listing the valid ones
 
 
 # ------------------------------------------------------------------------------------------------ one batch
@@ -176,10 +107,6 @@ def _log_probs(
     picked = logp_all.gather(-1, ids[:, 1:][resp][:, None]).squeeze(-1)  # (M,)
     logp = torch.zeros(resp.shape, dtype=picked.dtype).masked_scatter(resp, picked)  # (N, L-1)
     return logp, (logp_all if full else None)
-
-
-def _bin_index(p: Tensor) -> Tensor:
-    return torch.bucketize(p, torch.tensor(P_OLD_BINS[1:-1], dtype=p.dtype), right=True)
 
 
 def probe_batch(
@@ -227,7 +154,7 @@ def probe_batch(
         "p_old_values": [float(f"{float(v):.4g}") for v in p_old],  # 4 significant digits: the tail stays
         "rules": {},
     }
-    bins = _bin_index(p_old)
+    bins = torch.bucketize(p_old, torch.tensor(P_OLD_BINS[1:-1], dtype=p_old.dtype), right=True)
     bins_at = torch.zeros(m.shape, dtype=torch.long).masked_scatter(
         m, bins
     )  # (N, L - 1): each position's bin
@@ -259,7 +186,7 @@ def probe_batch(
     # optimizer state (copied: AdamW updates its state in place).
     first: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
     for name in config.rules:
-        rule = make_clip_rule(name, **config.rule_params.get(name, {}))
+        rule = make_clip_rule(name)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
         if first is None or not share_first_update:
             model.load_state_dict(initial)
@@ -275,14 +202,12 @@ def probe_batch(
             new_logp, new_all_r = _log_probs(model, ids, attn, resp, full=True)
         assert new_all_r is not None
         p_new = new_logp[m].exp()
-        kl = (old_all_r.exp() * (old_all_r - new_all_r)).sum(
-            -1
-        )  # (M,) exact KL(old || new) over the vocabulary
+        kl = (old_all_r.exp() * (old_all_r - new_all_r)).sum(-1)  # (M,) exact KL(old || new) over the vocab
         gained = p_new - p_old
         low = (adv_tok > 0) & (p_old < 0.2)
         rare = (adv_tok > 0) & (p_old < 0.01)
         later = [u for u in per_update if u["update"] >= 2]
-        result = _pool(later)
+        result = pool(later)
         result.update(
             {
                 "gain_pos_adv_p_below_0.2": float(gained[low].mean()) if low.any() else None,
@@ -345,38 +270,6 @@ def _clip_counts(grad: Tensor, adv: Tensor, bins: Tensor, ratio: Tensor, k: int)
     }
 
 
-def _pool(updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Clip shares pooled over updates ``2..K`` (counts summed, then divided)."""
-    live = sum(u["n_live"] for u in updates)
-    clipped = sum(u["n_clipped"] for u in updates)
-    live_bins = [sum(u["live_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))]
-    clip_bins = [sum(u["clipped_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))]
-    tail = sum(clip_bins[:3])  # p_old < 0.2
-    mass = sum(u["grad_mass"] for u in updates)
-    sides: dict[str, Any] = {}
-    for side in ("up", "down"):
-        n = sum(u[f"n_{side}_through"] for u in updates)
-        sides[f"{side}_through_frac"] = n / live if live else 0.0
-        sides[f"{side}_through_grad_share"] = (
-            sum(u[f"grad_mass_{side}_through"] for u in updates) / mass if mass else 0.0
-        )
-        sides[f"n_{side}_through"] = n
-        sides[f"{side}_through_by_bin"] = [
-            sum(u[f"{side}_through_by_bin"][i] for u in updates) for i in range(len(BIN_NAMES))
-        ]
-    out: dict[str, Any] = {
-        **sides,
-        "clip_frac": clipped / live if live else 0.0,
-        "clip_frac_up": sum(u["n_up"] for u in updates) / live if live else 0.0,
-        "clip_frac_down": sum(u["n_down"] for u in updates) / live if live else 0.0,
-        "tail_share": tail / clipped if clipped else None,
-        "n_clipped": clipped,
-    }
-    for name, n_live, n_clip in zip(BIN_NAMES, live_bins, clip_bins):
-        out[f"clip_frac[{name}]"] = n_clip / n_live if n_live else None
-    return out
-
-
 # ------------------------------------------------------------------------------------------------- the run
 def run_probe(
     model: Any,
@@ -395,12 +288,14 @@ def run_probe(
         problems: the task's problems (for ``score``); prompts: their formatted prompt texts, aligned.
         score: ``score(problem_index, completion) -> reward``.
     """
+    from tqdm.auto import tqdm
+
     from bandpo_lab.eval.sampling import generate_samples
 
     start = time.perf_counter()
     precision = precision_for(config.precision, model)
     n_steps = config.batches * (1 + len(config.rules) * (config.updates - 1))  # update 1 shared by the rules
-    bar = _bar(n_steps, progress)
+    bar = tqdm(total=n_steps, desc="probe updates", unit="update", disable=not progress)
     chat = bool(getattr(tokenizer, "chat_template", None))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     results = []
@@ -427,13 +322,10 @@ def run_probe(
                 completion_ids.append(toks)
         adv = group_advantages(torch.tensor(rewards, dtype=torch.float32), config.group_size)
         ids, attn, resp = _sequences(prompt_ids, completion_ids, pad_id)
-        result = probe_batch(
-            model, ids, attn, resp, adv, config, progress=bar.update if bar else None, precision=precision
-        )
+        result = probe_batch(model, ids, attn, resp, adv, config, progress=bar.update, precision=precision)
         result.update({"batch": b, "seed": config.seed + b, "reward_mean": sum(rewards) / len(rewards)})
         results.append(result)
-    if bar:
-        bar.close()
+    bar.close()
     return {
         "config": dataclasses.asdict(config),
         "batches": results,
@@ -441,20 +333,3 @@ def run_probe(
         "precision": precision.record(),
         "wall_time_s": round(time.perf_counter() - start, 1),
     }
-
-
-class _Bar:
-    def __init__(self, total: int) -> None:
-        from tqdm.auto import tqdm
-
-        self._bar = tqdm(total=total, desc="probe updates", unit="update")
-
-    def update(self) -> None:
-        self._bar.update(1)
-
-    def close(self) -> None:
-        self._bar.close()
-
-
-def _bar(total: int, on: bool) -> _Bar | None:
-    return _Bar(total) if on else None

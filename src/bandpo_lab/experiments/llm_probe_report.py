@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bandpo_lab.experiments.report.document import markdown_table
+
 __all__ = [
     "BIN_NAMES",
     "P_OLD_BINS",
@@ -17,6 +19,7 @@ __all__ = [
     "figure",
     "fmt_ci",
     "markdown",
+    "pool",
     "summarize_probe",
 ]
 
@@ -67,28 +70,63 @@ def summarize_probe(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) 
     }
 
 
+def pool(updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The counts of ``updates`` (the probe's per-update records) summed, then divided: the clip shares, overall, by
+    side and by ``p_old`` bin, the tail share, and per side the tokens let through beyond GRPO's interval."""
+
+    def total(key: str) -> Any:
+        return sum(u[key] for u in updates)
+
+    def binned(key: str) -> list[int]:
+        return [sum(u[key][i] for u in updates) for i in range(len(BIN_NAMES))]
+
+    live, clipped, mass = total("n_live"), total("n_clipped"), total("grad_mass")
+    clip_bins = binned("clipped_by_bin")
+    out: dict[str, Any] = {}
+    for side in ("up", "down"):
+        n = total(f"n_{side}_through")
+        out[f"{side}_through_frac"] = n / live if live else 0.0
+        out[f"{side}_through_grad_share"] = total(f"grad_mass_{side}_through") / mass if mass else 0.0
+        out[f"n_{side}_through"] = n
+        out[f"{side}_through_by_bin"] = binned(f"{side}_through_by_bin")
+    out.update(
+        {
+            "clip_frac": clipped / live if live else 0.0,
+            "clip_frac_up": total("n_up") / live if live else 0.0,
+            "clip_frac_down": total("n_down") / live if live else 0.0,
+            "tail_share": sum(clip_bins[:3]) / clipped if clipped else None,  # p_old < 0.2
+            "n_clipped": clipped,
+        }
+    )
+    for name, n_live, n_clip in zip(BIN_NAMES, binned("live_by_bin"), clip_bins):
+        out[f"clip_frac[{name}]"] = n_clip / n_live if n_live else None
+    return out
+
+
+_BY_UPDATE_KEYS = (
+    "n_up_through",
+    "n_down_through",
+    "clip_frac",
+    "tail_share",
+    "up_through_frac",
+    "down_through_frac",
+)
+
+
 def by_update(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """Per update index ``k`` (1..K), pooled over batches (counts summed, then divided): the tokens with a non-zero
-    advantage, the clipped share, the tail share of clipping (``p_old < 0.2``), and the per-side tokens let through
-    beyond GRPO's interval as shares of those tokens. ``runs``: each batch's ``per_update`` list of one rule."""
+    """Per update index ``k`` (1..K), pooled over batches (:func:`pool`): the tokens with a non-zero advantage, the
+    clipped share, the tail share of clipping (``p_old < 0.2``), and the per-side tokens let through beyond GRPO's
+    interval as shares of those tokens. ``runs``: each batch's ``per_update`` list of one rule."""
     out = []
-    for k in range(len(runs[0]) if runs else 0):
-        us = [r[k] for r in runs]
-        live, clipped = sum(u["n_live"] for u in us), sum(u["n_clipped"] for u in us)
-        tail = sum(sum(u["clipped_by_bin"][:3]) for u in us)
-        up, down = sum(u["n_up_through"] for u in us), sum(u["n_down_through"] for u in us)
+    for us in zip(*runs):
+        p = pool(us)
         out.append(
             {
                 "update": us[0]["update"],
-                "n_live": live,
-                "n_clipped": clipped,
-                "n_tail_clipped": tail,
-                "n_up_through": up,
-                "n_down_through": down,
-                "clip_frac": clipped / live if live else 0.0,
-                "tail_share": tail / clipped if clipped else None,
-                "up_through_frac": up / live if live else 0.0,
-                "down_through_frac": down / live if live else 0.0,
+                "n_live": sum(u["n_live"] for u in us),
+                "n_clipped": p["n_clipped"],
+                "n_tail_clipped": sum(sum(u["clipped_by_bin"][:3]) for u in us),
+                **{k: p[k] for k in _BY_UPDATE_KEYS},
             }
         )
     return out
@@ -111,12 +149,8 @@ def attribution(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> d
     for b in batches:
         h = {r: b["rules"][r]["entropy_after"] for r in ATTRIBUTION_RULES}
         upper, lower, both = (h[r] - h["grpo"] for r in ("band_upper", "band_lower", "band"))
-        for key, value in (
-            ("upper", upper),
-            ("lower", lower),
-            ("both", both),
-            ("interaction", both - upper - lower),
-        ):
+        parts = {"upper": upper, "lower": lower, "both": both, "interaction": both - upper - lower}
+        for key, value in parts.items():
             out[key].append(value)
     return out
 
@@ -132,59 +166,58 @@ def fmt_ci(stat: Mapping[str, Any], scale: float = 1.0, digits: int = 3) -> str:
 
 
 def markdown(result: Mapping[str, Any], title: str) -> str:
-    """The probe's tables: the batch's token distribution, then one row per rule."""
+    """The probe's tables: the batch's token distribution, then per rule its clipping, what it lets through beyond
+    GRPO's interval, its clipping by update index and (with Band's sides) the entropy attribution."""
     summary = result["summary"]
-    lines = [f"# {title}", "", "Mean ± 95% t-interval over batches (n = batches with a value).", ""]
-    lines += ["## The sampled tokens", "", "| metric | value |", "|---|---|"]
-    for key in BATCH_METRICS:
-        lines.append(f"| {key} | {fmt_ci(summary['batch'][key])} |")
-    lines += ["", "## Per rule, updates 2..K (clip shares pooled over updates) and after K updates", ""]
-    cols = SUMMARY_METRICS
-    lines.append("| rule | " + " | ".join(cols) + " |")
-    lines.append("|---|" + "---|" * len(cols))
-    for rule, stats in summary["rules"].items():
-        lines.append(f"| {rule} | " + " | ".join(fmt_ci(stats[c]) for c in cols) + " |")
-    lines += [
-        "",
-        "## Per side: tokens with a gradient where GRPO's [0.8, 1.2] would clip them (updates 2..K, all batches)",
-        "",
-    ]
-    lines.append("| rule | side | tokens | " + " | ".join(BIN_NAMES) + " | share of the gradient mass |")
-    lines.append("|---|---|---|" + "---|" * len(BIN_NAMES) + "---|")
-    for rule in summary["rules"]:
+    rules = summary["rules"]
+    through = []
+    for rule in rules:
         for side, name in (("up", "upper (A > 0, r > 1.2)"), ("down", "lower (A < 0, r < 0.8)")):
             per_batch = [b["rules"][rule] for b in result["batches"]]
             by_bin = [sum(r[f"{side}_through_by_bin"][i] for r in per_batch) for i in range(len(BIN_NAMES))]
-            share = fmt_ci(summary["rules"][rule][f"{side}_through_grad_share"])
-            lines.append(
-                f"| {rule} | {name} | {sum(by_bin)} | " + " | ".join(map(str, by_bin)) + f" | {share} |"
-            )
-    lines += ["", "## By update index (all batches pooled; counts of tokens with a non-zero advantage)", ""]
-    lines.append("| rule | update | tokens | clipped | tail share of clipping | up through | down through |")
-    lines.append("|---|---|---|---|---|---|---|")
+            share = fmt_ci(rules[rule][f"{side}_through_grad_share"])
+            through.append([rule, name, sum(by_bin), *by_bin, share])
+    updates = []
     for rule, rows in summary.get("by_update", {}).items():
         for u in rows:
+            clipped = f"{u['n_clipped']} ({100 * u['clip_frac']:.2f}%)"
             tail = "-" if u["tail_share"] is None else f"{100 * u['tail_share']:.0f}%"
-            lines.append(
-                f"| {rule} | {u['update']} | {u['n_live']} | {u['n_clipped']} ({100 * u['clip_frac']:.2f}%) | {tail} "
-                f"| {u['n_up_through']} | {u['n_down_through']} |"
+            updates.append(
+                [rule, u["update"], u["n_live"], clipped, tail, u["n_up_through"], u["n_down_through"]]
             )
+    blocks = [
+        f"# {title}",
+        "Mean ± 95% t-interval over batches (n = batches with a value).",
+        "## The sampled tokens",
+        markdown_table(["metric", "value"], [[k, fmt_ci(summary["batch"][k])] for k in BATCH_METRICS]),
+        "## Per rule, updates 2..K (clip shares pooled over updates) and after K updates",
+        markdown_table(
+            ["rule", *SUMMARY_METRICS],
+            [[rule, *(fmt_ci(stats[c]) for c in SUMMARY_METRICS)] for rule, stats in rules.items()],
+        ),
+        "## Per side: tokens with a gradient where GRPO's [0.8, 1.2] would clip them (updates 2..K, all batches)",
+        markdown_table(["rule", "side", "tokens", *BIN_NAMES, "share of the gradient mass"], through),
+        "## By update index (all batches pooled; counts of tokens with a non-zero advantage)",
+        markdown_table(
+            ["rule", "update", "tokens", "clipped", "tail share of clipping", "up through", "down through"],
+            updates,
+        ),
+    ]
     if summary.get("attribution"):
-        lines += [
-            "",
-            "## Entropy after K updates, attributed to Band's sides (nats, paired over batches)",
-            "",
-        ]
-        lines += ["| part | definition | change |", "|---|---|---|"]
         words = {
             "upper": "H(band_upper) - H(grpo)",
             "lower": "H(band_lower) - H(grpo)",
             "both": "H(band) - H(grpo)",
             "interaction": "both - upper - lower",
         }
-        for key, definition in words.items():
-            lines.append(f"| {key} | {definition} | {fmt_ci(summary['attribution'][key])} |")
-    return "\n".join(lines) + "\n"
+        blocks += [
+            "## Entropy after K updates, attributed to Band's sides (nats, paired over batches)",
+            markdown_table(
+                ["part", "definition", "change"],
+                [[key, words[key], fmt_ci(summary["attribution"][key])] for key in words],
+            ),
+        ]
+    return "\n\n".join(blocks) + "\n"
 
 
 def figure(result: Mapping[str, Any], path: Path) -> Path:

@@ -12,14 +12,13 @@ import torch
 pytest.importorskip("transformers")
 
 from bandpo_lab.experiments.llm_probe import (
-    BIN_NAMES,
     DEFAULT_RULES,
     ProbeConfig,
     _clip_counts,
     _sequences,
-    attribution,
     probe_batch,
 )
+from bandpo_lab.experiments.llm_probe_report import BIN_NAMES, attribution
 
 
 def test_clipped_detection_equals_the_bounds_for_grpo() -> None:
@@ -161,7 +160,7 @@ def test_probe_batch_with_minibatches_uses_each_completion_once_per_pass(warm_mo
     8 updates (each completion twice) every mini-batch comes back; update 1 still never clips."""
     from transformers import AutoModelForCausalLM
 
-    from bandpo_lab.experiments.llm_probe import by_update
+    from bandpo_lab.experiments.llm_probe_report import by_update
 
     model = AutoModelForCausalLM.from_pretrained(str(warm_model_dir))
     g = torch.Generator().manual_seed(4)

@@ -1,5 +1,4 @@
-"""The starting policy's evaluation, once per comparison (``<output_dir>/baseline/results.json``, with the provenance
-of the code that evaluated it)."""
+"""The starting policy's evaluation, once per comparison (``<output_dir>/baseline/results.json``)."""
 
 from __future__ import annotations
 
@@ -10,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bandpo_lab._files import write_json
+from bandpo_lab._files import read_json_object, write_json
 from bandpo_lab.experiments.compare.config import CompareConfig
 from bandpo_lab.experiments.compare.layout import BASELINE_DIR, RESULTS_FILE, fingerprint
 from bandpo_lab.experiments.compare.plan import base_train_config
-from bandpo_lab.experiments.compare.worker import eval_dataset, eval_settings
+from bandpo_lab.experiments.compare.worker import eval_dataset
 from bandpo_lab.provenance import code_changed, provenance
 
 
@@ -40,6 +39,8 @@ def _starting_model(train_config: Any) -> Path:
 def evaluate_baseline(config: CompareConfig, progress: bool = True) -> dict[str, Any] | None:
     """Evaluate the starting policy once (``<output_dir>/baseline/results.json``, reused when its fingerprint
     matches). Returns the results, or ``None`` for a Hugging Face id that is not a local directory."""
+    from bandpo_lab.eval.evaluate import evaluate_model_dir
+    from bandpo_lab.eval.models import attention_of_config
 
     base = base_train_config(config)
     model = _starting_model(base)
@@ -47,8 +48,6 @@ def evaluate_baseline(config: CompareConfig, progress: bool = True) -> dict[str,
         return None
     spec = dataclasses.asdict(config.eval)
     train_dict = json.loads(json.dumps(base.to_dict(), default=str))
-    from bandpo_lab.eval.models import attention_of_config
-
     attention = attention_of_config(train_dict)  # the runs train (and evaluate) the starting model with it
     stamp = fingerprint(
         {
@@ -58,21 +57,42 @@ def evaluate_baseline(config: CompareConfig, progress: bool = True) -> dict[str,
             **({"attn_implementation": attention} if attention else {}),  # since 2026-12-05
         }
     )
-    out_dir = Path(config.output_dir) / BASELINE_DIR
-    path = out_dir / RESULTS_FILE
-    if path.is_file():
-        old = json.loads(path.read_text())
-        if old.get("fingerprint") == stamp:
-            return old
-    out_dir.mkdir(parents=True, exist_ok=True)
+    path = Path(config.output_dir) / BASELINE_DIR / RESULTS_FILE
+    old = read_json_object(path)
+    if old.get("fingerprint") == stamp:
+        return old
+    path.parent.mkdir(parents=True, exist_ok=True)
+    code = provenance()  # the code that evaluates, recorded before it runs
     with _torch_threads(config.num_threads):
-        return _evaluate_baseline(config, model, spec, train_dict, stamp, path, progress, attention)
+        data = eval_dataset(config.eval, train_dict, config.eval.max_problems)
+        settings = config.eval.settings(progress=progress)
+        result = evaluate_model_dir(model, [data], settings, attn_implementation=attention)
+        out = {
+            "label": "baseline",
+            "model": str(model),
+            "fingerprint": stamp,
+            "dataset": data.name,
+            "settings": result["settings"],
+            "metrics": result["overall"],
+            "eval_wall_s": result["wall_time_s"],
+            "provenance": code,
+        }
+        if config.curves.every:
+            curve = evaluate_model_dir(
+                model,
+                [eval_dataset(config.eval, train_dict, config.curves.max_problems)],
+                config.eval.settings(k=config.curves.k),
+                attn_implementation=attention,
+            )
+            out["curve_metrics"] = curve["overall"]
+    out["checkout_changed_during_run"] = code_changed(code, provenance())
+    write_json(path, out)
+    return out
 
 
 @contextlib.contextmanager
 def _torch_threads(n: int | None) -> Iterator[None]:
-    """Use ``n`` torch threads inside the block (the runs get ``OMP_NUM_THREADS``; this process needs the same on a
-    busy machine: sampling with oversubscribed threads measured 15x slower here)."""
+    """Use ``n`` torch threads inside the block, as the runs do (``num_threads``)."""
     import torch
 
     if n is None:
@@ -84,43 +104,3 @@ def _torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def _evaluate_baseline(
-    config: CompareConfig,
-    model: Path,
-    spec: dict[str, Any],
-    train_dict: dict[str, Any],
-    fingerprint: str,
-    path: Path,
-    progress: bool,
-    attention: str | None,
-) -> dict[str, Any]:
-    from bandpo_lab.eval.evaluate import evaluate_model_dir
-
-    code = provenance()  # the code that evaluates, recorded before it runs
-    data = eval_dataset(spec, train_dict, config.eval.max_problems)
-    result = evaluate_model_dir(
-        model, [data], eval_settings(spec, progress=progress), attn_implementation=attention
-    )
-    out = {
-        "label": "baseline",
-        "model": str(model),
-        "fingerprint": fingerprint,
-        "dataset": data.name,
-        "settings": result["settings"],
-        "metrics": result["overall"],
-        "eval_wall_s": result["wall_time_s"],
-        "provenance": code,
-    }
-    if config.curves.every:
-        curve = evaluate_model_dir(
-            model,
-            [eval_dataset(spec, train_dict, config.curves.max_problems)],
-            eval_settings(spec, k=config.curves.k),
-            attn_implementation=attention,
-        )
-        out["curve_metrics"] = curve["overall"]
-    out["checkout_changed_during_run"] = code_changed(code, provenance())
-    write_json(path, out)
-    return out

@@ -1,4 +1,4 @@
-"""The compare config: methods, seeds, evaluation, held-out curves (the file layout is in the package docstring)."""
+"""The compare config: methods, seeds, evaluation, held-out curves (its keys: docs/trl.md)."""
 
 from __future__ import annotations
 
@@ -36,24 +36,21 @@ class CompareError(ValueError):
     """A problem with the compare config or its output directory, found before training."""
 
 
-# --------------------------------------------------------------------------------------------------- config
+def _check_seeds(name: str, entries: str, seeds: Any) -> None:
+    if not isinstance(seeds, list) or not seeds:
+        raise CompareError(f"{name} must be a non-empty list of integers >= 0, got {seeds!r}")
+    for seed in seeds:
+        check_int_in(entries, seed, 0, error=CompareError)
+
+
 @dataclass
 class MethodSpec:
-    """One method with its parameters, under a label (also its directory name).
+    """One method with its parameters, under a label (unique, letters / digits / ``_.+-``: its directory name).
 
-    Args:
-        label: unique name in the report, letters / digits / ``_.+-``.
-        clip_rule: a clip rule of :data:`bandpo.losses.CLIP_RULES` (grpo, clip_higher, dcpo, band, band_upper,
-            ...); the same as ``method`` for a clip rule. After construction: the rule, or ``None`` for a
-            TRL-native method.
-        params: a clip rule's parameters (``make_clip_rule(clip_rule, **params)``) and, for a rule with a radius,
-            its schedule (``delta_schedule``, ``delta_end``, ``delta_hold_frac``); or the ``GRPOConfig`` fields a
-            TRL-native method takes (``{epsilon_high: 5.0}`` for cispo); empty: its defaults.
-        method: any name of :data:`bandpo_lab.training.methods.METHODS`: a clip rule or a TRL-native method (cispo,
-            sapo, gspo). After construction: the method's name, whichever key named it.
-        seeds: this method's seeds, when it runs on fewer than the others (``None``: the config's ``seeds``); it
-            runs on those of them that are also in the config's ``seeds`` (:meth:`CompareConfig.seeds_of`).
-        where: where the entry was written (``in FILE:LINE``), named by its errors; not part of the method.
+    ``method`` (any name of :data:`bandpo_lab.training.methods.METHODS`) or ``clip_rule`` names it; after
+    construction ``method`` is its name and ``clip_rule`` the same, or ``None`` for a TRL-native method. ``params``:
+    the rule's parameters and radius schedule, or the ``GRPOConfig`` fields a TRL-native method takes. ``seeds``:
+    its own seeds (``None``: the config's). ``where`` (``in FILE:LINE``) is named by its errors.
     """
 
     label: str
@@ -79,12 +76,7 @@ class MethodSpec:
             raise CompareError(f"{self._name('.params')} must be a mapping, got {self.params!r}")
         self.params = dict(self.params)
         if self.seeds is not None:
-            if not isinstance(self.seeds, list) or not self.seeds:
-                raise CompareError(
-                    f"{self._name('.seeds')} must be a non-empty list of integers >= 0, got {self.seeds!r}"
-                )
-            for seed in self.seeds:
-                check_int_in(self._name(".seeds entries"), seed, 0, error=CompareError)
+            _check_seeds(self._name(".seeds"), self._name(".seeds entries"), self.seeds)
         if self.method is None and self.clip_rule is None:
             raise CompareError(
                 f"{name} needs method (a method name: {', '.join(METHODS.names())}) or clip_rule"
@@ -149,27 +141,14 @@ DEFAULT_METHODS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("band-chi2", "band", {"divergence": "chi2", "delta": 0.05}),
     ("adaptive_band", "adaptive_band", {"divergence": "kl", "delta": 0.05}),
 )
-"""``(label, clip_rule, params)`` of the methods compared when the config lists none: GRPO, Clip-Higher, DCPO,
-Band with KL / TV / Pearson chi2 (delta 0.05) and entropy-adaptive Band-KL."""
+"""``(label, clip_rule, params)`` of the methods compared when the config lists none."""
 
 
 @dataclass
 class EvalSpec:
-    """``eval:``: the final evaluation of every run (and of the starting policy).
-
-    Args:
-        k: samples per problem; ks: pass@j values (each <= k; default 1, 4, k); temperature: sampling temperature.
-        dataset: a task name or a file / directory (default: the training task, on ``split``).
-        split: the split of ``dataset`` (default ``test``).
-        max_problems: first N problems (``None``: all). verifier, prompt_column, answer_column: for files.
-        batch_size: prompts per generate call. seed: sampling seed. max_new_tokens: ``None``: the model's default.
-        precision: how a CPU samples (:mod:`bandpo_lab.runtime`): ``auto``, ``float32`` or ``bf16``; a study pins
-            it so that machines with and without native bf16 sample alike.
-        at_steps: optimizer steps (each below the last) at which each run's policy is also evaluated, during its
-            training, with these same settings; the report's main metric is then the late mean: the mean of
-            these evaluations and the final one (``late/mean@k``), less sensitive to where a trajectory happens
-            to be at its last step. Empty: the final evaluation alone.
-    """
+    """``eval:``: the final evaluation of every run (and of the starting policy), as ``bandpo eval``'s settings;
+    ``dataset`` defaults to the training task (on ``split``), ``max_problems`` to all; ``at_steps``: optimizer steps
+    (each below the last) at which each run is also evaluated during training (docs/trl.md: the late mean)."""
 
     k: int = 16
     ks: list[int] | None = None
@@ -203,13 +182,15 @@ class EvalSpec:
         if self.at_steps != sorted(set(self.at_steps)):
             raise CompareError(f"eval.at_steps must be increasing and distinct, got {self.at_steps}")
 
-    def settings(self, progress: bool = False) -> Any:
-        """The :class:`bandpo_lab.eval.settings.EvalSettings`."""
+    def settings(self, k: int | None = None, progress: bool = False) -> Any:
+        """The :class:`bandpo_lab.eval.settings.EvalSettings`; with ``k``, these for ``k`` samples (pass@1 and
+        pass@k: the held-out curves)."""
         from bandpo_lab.eval.settings import EvalSettings
 
+        ks = self.ks if k is None else sorted({1, k})
         return EvalSettings(
-            k=self.k,
-            ks=tuple(self.ks) if self.ks else None,
+            k=self.k if k is None else k,
+            ks=tuple(ks) if ks else None,
             temperature=self.temperature,
             max_new_tokens=self.max_new_tokens,
             batch_size=self.batch_size,
@@ -237,7 +218,7 @@ class CurveSpec:
 
 @dataclass
 class CompareConfig:
-    """A compare config (module docstring). ``source`` is the YAML file, if any."""
+    """A compare config (docs/trl.md). ``source`` is the YAML file, if any."""
 
     output_dir: str = "runs/compare"
     train_config: str = "configs/tiny.yaml"
@@ -259,10 +240,7 @@ class CompareConfig:
         duplicates = sorted({x for x in labels if labels.count(x) > 1})
         if duplicates:
             raise CompareError(f"methods: labels must be unique, got {', '.join(duplicates)} more than once")
-        if not isinstance(self.seeds, list) or not self.seeds:
-            raise CompareError(f"seeds must be a non-empty list of integers >= 0, got {self.seeds!r}")
-        for seed in self.seeds:
-            check_int_in("seeds entries", seed, 0, error=CompareError)
+        _check_seeds("seeds", "seeds entries", self.seeds)
         if len(set(self.seeds)) != len(self.seeds):
             raise CompareError(f"seeds must be distinct, got {self.seeds}")
         if self.reference is None:
@@ -358,10 +336,8 @@ _OVERRIDES_PREFIX = "train.overrides."
 def _read(
     path: str | Path | None, overrides: Iterable[str] | Mapping[str, Any]
 ) -> tuple[dict[str, Any], Any, dict[str, str]]:
-    """The file and the overrides (values read as YAML) merged by :mod:`bandpo_lab.config`, top-level keys checked, the
-    sections built, and where each key was set (``methods.0``: the first entry of ``methods``).
-    ``train.overrides.KEY=VALUE`` sets one training key (dots kept: ``train.overrides.model.path``) on top of the
-    file's ``train.overrides``."""
+    """The file and the overrides merged (:mod:`bandpo_lab.config`), top-level keys checked, the sections built, and
+    where each key was set. ``train.overrides.KEY=VALUE`` sets one training key, dots kept (``model.path``)."""
     items = (
         list(overrides.items())
         if isinstance(overrides, Mapping)
@@ -411,9 +387,7 @@ def _read(
 def _check_no_method_overrides(
     overrides: Mapping[str, Any], origins: Mapping[str, str], read: Mapping[str, Any]
 ) -> None:
-    """``train.overrides`` may not set the method (``clip_rule``, ``method``) or its settings (``clip_rule_kwargs``,
-    ``band_*``): every run takes them from its ``methods[]`` entry and drops the recipe's, so they would be
-    silently without effect. ``ConfigError`` naming the key, where it was set and where it belongs."""
+    """``ConfigError`` for a method key in ``train.overrides`` (every run takes its method from ``methods[]``)."""
     from bandpo.integrations.trl_spec import TRL_NAMES
     from bandpo_lab.training.methods import CLIP_RULE_KEYS, METHOD_KEY
 
@@ -437,12 +411,8 @@ def _check_no_method_overrides(
 def load_compare_config(
     path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()
 ) -> CompareConfig:
-    """Read a compare config (module docstring; ``path`` may name a built-in recipe: ``compare-tiny``; a study's
-    config is named by its path, ``studies/study4/config.yaml``) and apply ``key=value`` overrides.
-
-    ``train.config`` is resolved relative to the file (``configs/tiny.yaml`` from ``configs/compare-tiny.yaml``
-    is written ``tiny.yaml``); without a file, relative to the working directory, or a built-in recipe's name
-    (default ``tiny``); ``output_dir`` relative to the working directory.
+    """Read a compare config (a file, or a built-in recipe's name: ``compare-tiny``) and apply ``key=value``
+    overrides; ``train.config`` is resolved as docs/trl.md says.
 
     Raises:
         CompareError: unreadable file, unknown key (with the closest valid key), bad value, unknown clip rule or

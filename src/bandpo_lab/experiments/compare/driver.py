@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,13 +25,6 @@ from bandpo_lab.experiments.compare.plan import (
     write_plan,
 )
 from bandpo_lab.experiments.compare.worker import headline
-
-
-def _discard(run_dir: Path) -> None:
-    import shutil
-
-    if run_dir.is_dir():
-        shutil.rmtree(run_dir)
 
 
 def _child_env(config: CompareConfig) -> dict[str, str]:
@@ -72,19 +66,9 @@ def run_compare(
     progress: bool = True,
     log: Any = None,
 ) -> Path:
-    """Run every (method, seed) not finished yet, evaluate the baseline, and build the report.
-
-    Args:
-        config: from :func:`load_compare_config`.
-        redo: retrain runs (finished or started) whose config differs from ``config``, and started runs that
-            cannot resume with it, from scratch (otherwise they are refused).
-        report_only: train nothing; build the report from the runs that exist.
-        progress: progress bar over runs (with ETA) and over the baseline evaluation.
-        log: a file for the one-line messages (default ``sys.stdout``).
-
-    Returns:
-        The report directory. Runs that failed are listed in the report and on ``log``; training logs are in each
-        run's ``train.log``.
+    """Run every (method, seed) not finished yet, each in its own process, evaluate the baseline, build the report
+    and return its directory (``bandpo compare``'s options; ``log``: the file of the one-line messages, default
+    ``sys.stdout``). Runs that failed are listed in the report and on ``log``.
 
     Raises:
         CompareError: bad config (the training settings of every run, the eval dataset and split: all checked
@@ -128,7 +112,7 @@ def run_compare(
             for plan in todo:
                 bar.set_postfix_str(f"{plan.method.label} seed {plan.seed}")
                 if plan.status == "stale":
-                    _discard(plan.run_dir)
+                    shutil.rmtree(plan.run_dir, ignore_errors=True)
                 plan.run_dir.mkdir(parents=True, exist_ok=True)
                 write_json(plan.run_dir / RUN_SPEC_FILE, plan.spec(config))
                 log_path = plan.run_dir / LOG_FILE

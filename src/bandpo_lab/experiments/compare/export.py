@@ -18,20 +18,11 @@ from bandpo_lab.experiments.compare.layout import (
 
 
 def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
-    """Copy the compact results of a comparison into ``dest``: what the report needs, not the models.
-
-    Writes, in the layout of ``output_dir``: the plan (with every call that queued runs and its provenance), the
-    baseline evaluation, for every started run its spec, training config, run info (the training code's
-    provenance), final evaluation (the evaluating code's), held-out curve and the training log ``metrics.jsonl``
-    gzipped (``metrics.jsonl.gz``, byte-for-byte reproducible), and the report directory if there is one (but its
-    ``report.html``, which embeds the figures again). A report
-    rebuilt from ``dest`` (``bandpo compare --config ... output_dir=DEST --report-only``) equals one built
-    from ``output_dir``. Exporting again into ``dest`` updates it: of a run's files there, those the run no longer
-    has are removed (a run being redone loses the results of its earlier config); a run directory whose run is
-    gone from ``output_dir`` is left as it is.
-
-    Returns:
-        The files written.
+    """Copy the compact results of a comparison into ``dest``, in the layout of ``output_dir``: the plan, the
+    baseline, every started run's spec, configs, evaluations and training log (gzipped, byte-for-byte
+    reproducible), and the report but its ``report.html``; no models. A report rebuilt from ``dest`` equals one
+    built from ``output_dir``. Exporting again updates ``dest``: a run's files there that the run no longer has go
+    (a run being redone); a run gone from ``output_dir`` is left as it is. Returns the files written.
 
     Raises:
         CompareError: ``output_dir`` holds no runs, or ``dest`` is inside it or the same directory.

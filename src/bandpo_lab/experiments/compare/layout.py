@@ -1,8 +1,5 @@
-"""The files of a comparison's output directory, and the one way they are written.
-
-A run directory (``<output_dir>/runs/<label>/seed<seed>/``) is a training run's output directory
-(its files are named in :mod:`bandpo_lab.training.layout`) plus the files below.
-"""
+"""The files of a comparison's output directory; a run directory is a training run's
+(:mod:`bandpo_lab.training.layout`) plus the files below."""
 
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ RUN_DIR_FILES = (RUN_SPEC_FILE, LOG_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT
 
 LATER_SETTINGS = {"precision": ("float32", "auto"), "at_steps": ([],)}
 """Settings added after runs were exported, by key (at any depth), with the values that reproduce what those runs
-did: left out of the fingerprint at these values, so exports made before the setting existed still match (every
-run before ``precision`` computed in float32, and ``auto`` is float32 for the task model; a study that ran a
-large model before it existed pins ``float32``; before ``eval.at_steps``, no evaluation during training)."""
+did (float32; no evaluation during training): left out of the fingerprint at these values, so exports made before
+the setting existed still match."""
 
 
 def without_later_settings(payload: Any) -> Any:

@@ -82,9 +82,8 @@ def base_train_config(config: CompareConfig) -> Any:
 
 
 def plan_runs(config: CompareConfig) -> list[RunPlan]:
-    """Every (method, seed) run with its training config, in order (methods outer, seeds inner), and its status
-    (``done``: finished with this config; ``stale``: finished or started with another config; ``partial``:
-    started with this config, resumed; ``new``).
+    """Every (method, seed) run with its training config, methods outer, and its status (``done``: finished with
+    this config; ``stale``: finished or started with another config; ``partial``: started with this one; ``new``).
 
     Raises:
         CompareError: a training config the trainer refuses (checked for every run without loading a model).
@@ -175,14 +174,10 @@ def check_plans(config: CompareConfig, plans: Sequence[RunPlan], redo: bool = Fa
 
 
 def validate_with_trainer(plans: Sequence[RunPlan], locked_ok: bool = False, redo: bool = False) -> None:
-    """Every unfinished run's config through ``prepare`` (batch arithmetic, the method's TRL config, reward, data;
-    no model loaded). ``locked_ok``: a run whose directory another live process holds (a comparison in progress)
-    is skipped instead of refused (for ``--dry-run``).
-
-    A run made (or started) with another config (``stale``) is checked as the fresh run ``--redo`` makes of it
-    (the driver discards it first), so with ``redo`` a change of training settings is no reason to refuse it. A
-    run that resumes must resume with its config: when only its earlier start stands in the way, it is refused
-    naming ``--redo``, unless ``redo``, which then retrains it from scratch too (its status becomes ``stale``).
+    """Every unfinished run's config through ``prepare`` (no model loaded); ``locked_ok``: skip a run whose
+    directory another live process holds (``--dry-run``). With ``redo``, a ``stale`` run is checked as the fresh
+    run it becomes, and a run that cannot resume with its config becomes ``stale``; without, the latter is refused
+    naming ``--redo``.
 
     Raises:
         CompareError: the first run the trainer refuses, naming its method and seed.
@@ -225,8 +220,7 @@ def _starts_afresh(train_config: Any) -> bool:
 
 
 def _resume_problem(plan: RunPlan, train_config: Any, err: Exception) -> str:
-    """Why the run in ``plan.run_dir`` cannot resume: the training settings that changed since it started (keys,
-    before and now), else the trainer's words."""
+    """Why the run cannot resume: the training settings that changed since it started, else the trainer's words."""
     from bandpo_lab.training.layout import CONFIG_FILE
     from bandpo_lab.training.resume import ConfigChanges, config_changes
 
@@ -241,12 +235,8 @@ def _resume_problem(plan: RunPlan, train_config: Any, err: Exception) -> str:
 
 
 def check_eval_data(config: CompareConfig, plans: Sequence[RunPlan]) -> None:
-    """The evaluation data loads: ``eval.dataset`` and ``eval.split`` read as the runs and the baseline read them
-    (:func:`bandpo_lab.experiments.compare.worker.eval_dataset`), once per training task and its options, before
-    anything trains (it is read after training otherwise).
-
-    Also ``eval.precision: bf16`` where a run will be evaluated on a CPU without native bf16 (one line,
-    :func:`bandpo_lab.runtime.bf16_problem`).
+    """Before anything trains: the evaluation data loads (as the runs read it, once per task and options), and
+    ``eval.precision`` suits the machine (:func:`bandpo_lab.runtime.bf16_problem`).
 
     Raises:
         CompareError: an unknown dataset or split, a missing file or column (``eval: ...``); bf16 on such a CPU.
@@ -260,22 +250,19 @@ def check_eval_data(config: CompareConfig, plans: Sequence[RunPlan]) -> None:
         problem = bf16_problem(config.eval.precision, "eval.precision", on_gpu=torch.cuda.is_available())
         if problem is not None:
             raise CompareError(problem)
-    spec = dataclasses.asdict(config.eval)
     seen = set()
     for plan in plans:
         data = plan.train_config.get("data") or {}
         key = json.dumps([data.get("task"), data.get("task_options")], sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)
-            eval_dataset(spec, plan.train_config, config.eval.max_problems)
+            eval_dataset(config.eval, plan.train_config, config.eval.max_problems)
 
 
 # ------------------------------------------------------------------------------------------------ the driver
 def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
-    """``<output_dir>/compare_plan.json``: the config of this call (``config``, ``source``), the study's methods,
-    seeds, reference and runs over every call that queued runs here (the report reads method order, planned seeds
-    and reference from them; :func:`_over_calls`), and ``calls``: each of those calls, oldest first, with its own
-    config (:func:`queue_call`); also ``compare_config.yaml`` (this call's)."""
+    """Write ``compare_config.yaml`` (this call's config) and ``compare_plan.json`` (this call's ``config`` and
+    ``source``; the study's methods, seeds, reference and runs over every call, :func:`_over_calls`; ``calls``)."""
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / COMPARE_CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
@@ -303,12 +290,10 @@ def write_plan(config: CompareConfig, plans: Sequence[RunPlan]) -> Path:
 
 
 def _over_calls(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
-    """``methods``, ``seeds``, ``runs`` and ``reference`` of the plan ``earlier`` (the file) and this call's (``now``)
-    together: a call on some of the methods or seeds (``--methods``, ``seeds=[...]``) adds to the study rather than
-    replacing it. Seeds and methods in the order they were first planned; a method's entry and a run's are the
-    latest call's (a method keeps ``seeds`` when it is planned on fewer than all: the union of its calls'). The
-    reference is this call's, unless the earlier one is a method this call does not run (a call on other methods
-    names one of its own). A plan without methods (none yet, or older than them) adds nothing."""
+    """``methods``, ``seeds``, ``runs`` and ``reference`` of the plan ``earlier`` and this call's (``now``) together,
+    in the order first planned; a method's and a run's entry are the latest call's (a method's ``seeds``: the
+    union of its calls', kept when fewer than all). The reference is this call's, unless the earlier one is a
+    method this call does not run."""
     methods_before = [m for m in earlier.get("methods") or [] if isinstance(m, dict) and "label" in m]
     if not methods_before:
         return {k: now[k] for k in ("methods", "seeds", "runs", "reference")}
@@ -333,8 +318,7 @@ def _over_calls(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str,
 
 
 def queue_call(config: CompareConfig, plans: Sequence[RunPlan]) -> dict[str, Any]:
-    """The record of this call: ``time``, ``argv``, ``provenance`` (:func:`bandpo_lab.provenance.provenance`), the
-    ``config`` and ``queued``, the runs it trains or resumes (``"<label> seed <seed>"``; the others are done)."""
+    """This call's ``time``, ``argv``, ``provenance``, ``config`` and ``queued`` runs (``"<label> seed <seed>"``)."""
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": list(sys.argv),
@@ -345,8 +329,8 @@ def queue_call(config: CompareConfig, plans: Sequence[RunPlan]) -> dict[str, Any
 
 
 def earlier_calls(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ``calls`` of an existing plan; a plan written before calls were kept counts as one call whose time and
-    provenance were not recorded (``None``), with its config. ``[]`` for no plan."""
+    """The ``calls`` of an existing plan (``[]`` for none); one written before calls were kept counts as one call
+    with its config, nothing else recorded."""
     calls = plan.get("calls")
     if isinstance(calls, list):
         return [c for c in calls if isinstance(c, dict)]

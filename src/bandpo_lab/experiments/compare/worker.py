@@ -1,8 +1,5 @@
-"""One run of a comparison, in its own process: train (resuming), evaluate, write ``results.json`` (with the
-provenance of the code that evaluated it; the training's is in the run's ``run_info.json``).
-
-Started by the driver as ``python -m bandpo_lab.experiments.compare.worker RUN_SPEC.json``.
-"""
+"""One run of a comparison, in its own process (``python -m bandpo_lab.experiments.compare.worker RUN_SPEC.json``):
+train (resuming), evaluate, write ``results.json``."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo_lab._files import write_json
-from bandpo_lab.experiments.compare.config import CompareError
+from bandpo_lab.experiments.compare.config import CompareError, EvalSpec
 from bandpo_lab.experiments.compare.layout import (
     AT_STEPS_FILE,
     HELDOUT_FILE,
@@ -27,50 +24,31 @@ from bandpo_lab.provenance import code_changed, provenance
 from bandpo_lab.training.layout import MODEL_CONFIG_FILE
 
 
-def eval_dataset(spec: Mapping[str, Any], train_config: Mapping[str, Any], max_problems: int | None) -> Any:
-    """The eval dataset of ``spec`` (an ``EvalSpec`` dict): its ``dataset``, or the training task's ``split``."""
+def eval_dataset(evals: EvalSpec, train_config: Mapping[str, Any], max_problems: int | None) -> Any:
+    """The eval dataset of ``evals``: its ``dataset``, or the training task's ``split``."""
     from bandpo_lab.eval.datasets import load_eval_dataset
     from bandpo_lab.eval.errors import EvalError
 
     data = train_config.get("data") or {}
-    dataset = spec.get("dataset")
-    task_options = None
+    dataset = evals.dataset
     if dataset is None:
         if not data.get("task"):
             raise CompareError(
                 "eval.dataset is required when training on files (data.path): name a task or an eval file"
             )
         dataset = data["task"]
-    if dataset == data.get("task"):
-        task_options = data.get("task_options") or {}
     try:
         return load_eval_dataset(
             dataset,
-            split=spec.get("split", "test"),
-            verifier=spec.get("verifier"),
-            prompt_column=spec.get("prompt_column", "prompt"),
-            answer_column=spec.get("answer_column", "answer"),
-            task_options=task_options,
+            split=evals.split,
+            verifier=evals.verifier,
+            prompt_column=evals.prompt_column,
+            answer_column=evals.answer_column,
+            task_options=(data.get("task_options") or {}) if dataset == data.get("task") else None,
             max_problems=max_problems,
         )
     except EvalError as err:
         raise CompareError(f"eval: {err}") from err
-
-
-def eval_settings(spec: Mapping[str, Any], k: int | None = None, progress: bool = False) -> Any:
-    from bandpo_lab.eval.settings import EvalSettings
-
-    ks = spec.get("ks") if k is None else sorted({1, k})
-    return EvalSettings(
-        k=spec["k"] if k is None else k,
-        ks=tuple(ks) if ks else None,
-        temperature=spec["temperature"],
-        max_new_tokens=spec.get("max_new_tokens"),
-        batch_size=spec.get("batch_size", 64),
-        seed=spec.get("seed", 0),
-        precision=spec.get("precision", "auto"),
-        progress=progress,
-    )
 
 
 # ------------------------------------------------------------------------------------------- held-out curve
@@ -82,15 +60,10 @@ def _heldout_callback(
     steps: Sequence[int] = (),
     ends: bool = True,
 ) -> Any:
-    """A ``TrainerCallback`` that evaluates the policy being trained at the optimizer steps in ``steps``, every
-    ``every`` steps and (``ends``) at step 0 and the last step, appending ``{"step", **overall metrics}`` rows to
-    ``path`` (rows after the step a resumed run restarts from are dropped first). Sampling forks the RNG, so the
-    training that follows is the same with or without these evaluations.
-
-    At a step that also saves a checkpoint, the evaluation runs after the save (``on_save``), so a run stopped
-    during it resumes from that checkpoint rather than the one before; a run resumed at a step that is due and has
-    no row yet evaluates it first (the stop came between the save and the row). Not at the last step: a run whose
-    last checkpoint exists is complete and resumes no training, so that evaluation runs before the final save."""
+    """A ``TrainerCallback`` that evaluates the policy at the optimizer steps in ``steps``, every ``every`` steps and
+    (``ends``) at step 0 and the last step, appending ``{"step", **overall metrics}`` rows to ``path`` (rows after
+    the step a resumed run restarts from dropped first). Sampling forks the RNG: training is the same without it.
+    At a step that saves a checkpoint (but the last) it runs after the save (docs/trl.md)."""
     from transformers import TrainerCallback
 
     from bandpo_lab.eval.evaluate import evaluate_model
@@ -179,10 +152,8 @@ def late_metrics(
 
 # ------------------------------------------------------------------------------------------- one run (child)
 def run_one(spec_path: str | Path) -> int:
-    """Train one run and evaluate its final policy (the child process of :func:`run_compare`).
-
-    Reads ``run_spec.json``; trains into its directory (resuming from the last checkpoint, skipped when
-    ``train_done.json`` says training finished), then writes ``results.json`` (atomically, last)."""
+    """Train the run of ``run_spec.json`` in its directory (resuming; skipped once ``train_done.json`` is there),
+    evaluate its final policy and write ``results.json`` (atomically, last)."""
     import torch
 
     from bandpo_lab.eval.evaluate import evaluate_model_dir
@@ -196,33 +167,29 @@ def run_one(spec_path: str | Path) -> int:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     config = TrainConfig.from_dict(spec["train_config"], source=spec.get("train_source"))
     curves = spec["curves"]
-    at_steps = [int(step) for step in spec["eval"].get("at_steps") or []]
+    evals = EvalSpec(**spec["eval"])
+    at_steps = evals.at_steps
     start = time.time()
     done_marker = run_dir / TRAIN_DONE_FILE
     if not (done_marker.is_file() and (run_dir / MODEL_CONFIG_FILE).is_file()):
         callbacks = []
         if curves.get("every", 0):
-            data = eval_dataset(spec["eval"], spec["train_config"], curves.get("max_problems"))
-            settings = eval_settings(spec["eval"], k=curves["k"])
-            callbacks.append(
-                _heldout_callback(run_dir / HELDOUT_FILE, data, settings, every=curves.get("every", 0))
-            )
+            data = eval_dataset(evals, spec["train_config"], curves.get("max_problems"))
+            settings = evals.settings(k=curves["k"])
+            callbacks.append(_heldout_callback(run_dir / HELDOUT_FILE, data, settings, every=curves["every"]))
         if at_steps:  # the final evaluation's settings, during training
-            data = eval_dataset(spec["eval"], spec["train_config"], spec["eval"].get("max_problems"))
+            data = eval_dataset(evals, spec["train_config"], evals.max_problems)
             callbacks.append(
-                _heldout_callback(
-                    run_dir / AT_STEPS_FILE, data, eval_settings(spec["eval"]), steps=at_steps, ends=False
-                )
+                _heldout_callback(run_dir / AT_STEPS_FILE, data, evals.settings(), steps=at_steps, ends=False)
             )
         train(config, resume=True, callbacks=callbacks, caller_files=RUN_DIR_FILES)
         write_json(done_marker, {"wall_time_s": round(time.time() - start, 2), "finished": time.time()})
     train_info = json.loads(done_marker.read_text())
     eval_start = time.time()
     code = provenance()  # the code that evaluates, recorded before it runs
-    data = eval_dataset(spec["eval"], spec["train_config"], spec["eval"].get("max_problems"))
-    # the attention the run trained (and evaluated during training) with, from its train_config.yaml: a saved
-    # model does not record it (bandpo_lab.eval.models.ATTENTION_AUTO)
-    result = evaluate_model_dir(run_dir, [data], eval_settings(spec["eval"], progress=True))
+    data = eval_dataset(evals, spec["train_config"], evals.max_problems)
+    # with the attention the run trained with, from its train_config.yaml (bandpo_lab.eval.models.ATTENTION_AUTO)
+    result = evaluate_model_dir(run_dir, [data], evals.settings(progress=True))
     metrics = result["overall"]
     extra: dict[str, Any] = {}
     if at_steps:
@@ -250,7 +217,7 @@ def run_one(spec_path: str | Path) -> int:
         },
     )
     print(
-        f"bandpo compare: {spec['label']} seed {spec['seed']}: {headline(metrics, spec['eval']['k'])}",
+        f"bandpo compare: {spec['label']} seed {spec['seed']}: {headline(metrics, evals.k)}",
         flush=True,
     )
     return 0

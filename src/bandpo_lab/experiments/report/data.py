@@ -1,12 +1,5 @@
-"""The numbers of a report, computed once from the files of a compare output directory.
-
-``runs.load_runs`` reads the run directories, ``runs.run_summary`` reduces one run to its numbers, and
-:meth:`ReportData.load` builds everything the views (figures, Markdown, HTML, CSV) show: per-method statistics,
-the comparisons against the reference, the outcome, the curves and the clip-by-bin bars. The views format and
-draw; they compute nothing.
-
-The per-run numbers are :func:`bandpo_lab.experiments.report.runs.run_summary`'s.
-"""
+"""The numbers of a report, computed once from the files of a compare output directory (:class:`ReportData`): the
+views (figures, Markdown, HTML, CSV) format and draw, they compute nothing."""
 
 from __future__ import annotations
 

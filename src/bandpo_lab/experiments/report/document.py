@@ -1,5 +1,5 @@
-"""The report as a document: a list of blocks (headings, paragraphs, lists, tables, figures) made from
-:class:`~bandpo_lab.experiments.report.data.ReportData`, rendered by ``markdown.py`` and ``html.py`` alike. Numbers are
+"""The report as Markdown (``report.md``, ``results.md``), made from
+:class:`~bandpo_lab.experiments.report.data.ReportData`; ``html.py`` renders the same text as a page. Numbers are
 formatted here, never computed."""
 
 from __future__ import annotations
@@ -14,48 +14,7 @@ from bandpo_lab.experiments.report.provenance import Call
 from bandpo_lab.experiments.report.runs import TAIL_BIN
 from bandpo_lab.provenance import UNKNOWN
 
-__all__ = [
-    "Block",
-    "Bullets",
-    "Figure",
-    "Heading",
-    "Image",
-    "Paragraph",
-    "Table",
-    "report_blocks",
-    "results_table",
-]
-
-
-@dataclass(frozen=True)
-class Heading:
-    level: int  # 1, 2 or 3
-    text: str
-
-
-@dataclass(frozen=True)
-class Paragraph:
-    text: str
-
-
-@dataclass(frozen=True)
-class Bullets:
-    items: list[str]
-
-
-@dataclass(frozen=True)
-class Table:
-    header: list[str]
-    rows: list[list[str]]
-
-
-@dataclass(frozen=True)
-class Image:
-    path: str  # relative to the report directory
-    caption: str
-
-
-Block = Heading | Paragraph | Bullets | Table | Image
+__all__ = ["Figure", "markdown_table", "report_markdown", "results_markdown"]
 
 
 @dataclass(frozen=True)
@@ -67,54 +26,73 @@ class Figure:
     caption: str
 
 
-def report_blocks(data: ReportData, figures: Sequence[Figure]) -> list[Block]:
+def _bullets(items: Sequence[str]) -> str:
+    return "\n".join(f"- {item}" for item in items)
+
+
+def markdown_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str:
+    """A pipe table, ``|`` in a cell escaped."""
+    lines = ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in [header, *rows]]
+    return "\n".join([lines[0], "|" + "|".join("---" for _ in header) + "|", *lines[1:]])
+
+
+def _figure(f: Figure) -> str:
+    return f"![{f.caption}](figures/{f.file})\n\n*{f.caption}*" if f.file else f.caption
+
+
+def report_markdown(data: ReportData, figures: Sequence[Figure]) -> str:
     """The whole report: setup, provenance, outcome, results, clipping and entropy, ``figures``, per-run results,
-    missing runs, definitions."""
-    blocks: list[Block] = [Heading(1, data.title), Heading(2, "Setup"), Paragraph(_setup(data))]
-    blocks += [Heading(2, "Provenance"), Bullets(_provenance(data))]
-    blocks += [Heading(2, "Outcome"), Bullets(_outcome(data)), *map(Paragraph, _outcome_summary(data))]
+    missing runs, definitions; blocks separated by blank lines."""
+    blocks = [f"# {data.title}", "## Setup", _setup(data), "## Provenance", _bullets(_provenance(data))]
+    blocks += ["## Outcome", _bullets(_outcome(data)), *_outcome_summary(data)]
     start = _starting_policy(data)
     if start:
-        blocks.append(Paragraph(start))
+        blocks.append(start)
     k = data.k
     blocks += [
-        Heading(2, "Results"),
-        Paragraph(
-            f"Final evaluation in % ({data.main_key}, pass@j: unbiased estimator, best@{k}: the authors' bootstrap, "
-            f"maj@{k}: majority vote); entropy in nats per token; training clip fractions in % of response tokens. "
-            "Mean ± 95% t-interval half-width over seeds (no interval with one seed)."
-            + (
-                f" Late mean@{k}: mean@{k} averaged over the evaluations at steps "
-                f"{', '.join(map(str, data.late_steps))} and the final one (same settings)."
-                if data.late_steps
-                else ""
-            )
-        ),
-        results_table(data),
+        "## Results",
+        f"Final evaluation in % ({data.main_key}, pass@j: unbiased estimator, best@{k}: the authors' bootstrap, "
+        f"maj@{k}: majority vote); entropy in nats per token; training clip fractions in % of response tokens. "
+        "Mean ± 95% t-interval half-width over seeds (no interval with one seed)."
+        + _late_note(data, " (same settings)"),
+        _results_table(data),
     ]
     if data.outcome.other:
         other = [
             f"{c['method']} vs {data.reference}: {_fmt_diff(c, c['percent'], c['metric'])}; {_verdict(data, c)}"
             for c in data.outcome.other
         ]
-        blocks += [Heading(3, "Other comparisons"), Bullets(other)]
+        blocks += ["### Other comparisons", _bullets(other)]
     dynamics = _dynamics(data)
     if dynamics:
-        blocks += [Heading(2, "Clipping and entropy"), Bullets(dynamics)]
-    blocks.append(Heading(2, "Figures"))
-    blocks += [Image(f"figures/{f.file}", f.caption) if f.file else Paragraph(f.caption) for f in figures]
-    blocks += [Heading(2, "Per-run results"), _runs_table(data)]
+        blocks += ["## Clipping and entropy", _bullets(dynamics)]
+    blocks += ["## Figures", *map(_figure, figures), "## Per-run results", _runs_table(data)]
     if data.missing:
         blocks += [
-            Heading(2, "Missing runs"),
-            Paragraph(
-                "Not finished (no results.json; see each run's train.log): " + ", ".join(data.missing) + "."
-            ),
+            "## Missing runs",
+            "Not finished (no results.json; see each run's train.log): " + ", ".join(data.missing) + ".",
         ]
-    return [*blocks, Heading(2, "Definitions"), Bullets(_definitions(k))]
+    return "\n\n".join([*blocks, "## Definitions", _bullets(_definitions(k))]) + "\n"
 
 
-def results_table(data: ReportData) -> Table:
+def results_markdown(data: ReportData) -> str:
+    """``results.md``: one line saying what the numbers are, then the results table."""
+    return (
+        f"Final evaluation: {data.main_key} etc. in % on the held-out set (k={data.k} samples per problem); mean ± "
+        f"95% t-interval half-width over seeds.{_late_note(data, '')}\n\n{_results_table(data)}\n"
+    )
+
+
+def _late_note(data: ReportData, settings: str) -> str:
+    if not data.late_steps:
+        return ""
+    return (
+        f" Late mean@{data.k}: mean@{data.k} averaged over the evaluations at steps "
+        f"{', '.join(map(str, data.late_steps))} and the final one{settings}."
+    )
+
+
+def _results_table(data: ReportData) -> str:
     """Per method (after the starting policy when there is a baseline): the seeds and each column's mean ± 95%
     half-width."""
     rows = []
@@ -127,10 +105,10 @@ def results_table(data: ReportData) -> Table:
         m = data.per_method[label]
         stats = [_fmt_stat(m.get(c.key), c.percent, c.digits) for c in data.columns]
         rows.append([label, str(len(data.done_groups[label])), *stats])
-    return Table(["method", "seeds", *[c.title for c in data.columns]], rows)
+    return markdown_table(["method", "seeds", *[c.title for c in data.columns]], rows)
 
 
-def _runs_table(data: ReportData) -> Table:
+def _runs_table(data: ReportData) -> str:
     rows = [
         [
             r.label,
@@ -142,7 +120,7 @@ def _runs_table(data: ReportData) -> Table:
         ]
         for r in data.finished
     ]
-    return Table(["method", "seed", *[c.title for c in data.columns]], rows)
+    return markdown_table(["method", "seed", *[c.title for c in data.columns]], rows)
 
 
 def _setup(data: ReportData) -> str:
@@ -182,12 +160,7 @@ def _code(code: tuple[str, str, bool | str]) -> str:
     version, commit, dirty = code
     if commit == UNKNOWN:
         return f"bandpo {version}, commit unknown (not run from a git checkout)"
-    if dirty is True:
-        state = "with uncommitted changes"
-    elif dirty is False:
-        state = "clean"
-    else:
-        state = "dirty flag unknown"
+    state = {True: "with uncommitted changes", False: "clean"}.get(dirty, "dirty flag unknown")
     return f"bandpo {version} at commit {commit[:10]} ({state})"
 
 

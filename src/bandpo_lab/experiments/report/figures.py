@@ -1,20 +1,5 @@
-"""The report's figures (matplotlib, via :func:`bandpo._optional.pyplot`): drawn from
-:class:`~bandpo_lab.experiments.report.data.ReportData` into ``<report>/figures/``.
-
-| file                  | what                                                                        |
-|-----------------------|-----------------------------------------------------------------------------|
-| heldout.png           | held-out accuracy during training, else the start and end points           |
-| reward.png            | training reward                                                              |
-| entropy.png           | policy entropy during training                                               |
-| clip_fraction.png     | clip fraction up and down                                                    |
-| tail_share.png        | share of the clipped tokens that are tail tokens                             |
-| band_bounds.png       | mean per-token ratio bounds                                                  |
-| clip_by_prob_bin.png  | clipping by old-probability bin (methods that log no bins are left out)      |
-| bounds.png            | the methods' ratio bounds against p_old (clip rules only, not TRL methods)   |
-
-And one run's curves (:func:`draw_run`; ``bandpo demo``'s ``training.png``): reward, policy entropy and the clip
-fraction over its logged steps.
-"""
+"""The report's figures (matplotlib) drawn from :class:`~bandpo_lab.experiments.report.data.ReportData` into
+``<report>/figures/`` (the list: docs/trl.md), and one run's curves (:func:`draw_run`, ``bandpo demo``'s)."""
 
 from __future__ import annotations
 
@@ -23,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bandpo._optional import pyplot
 from bandpo_lab.experiments.report.data import ReportData
 from bandpo_lab.experiments.report.document import Figure
 
@@ -114,7 +100,7 @@ def draw_run(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> bool:
     curves = run_curves(rows)
     if not any(steps for steps, _ in curves):
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(_RUN_PANELS), figsize=(5.2 * len(_RUN_PANELS), 3.8), squeeze=False)
     for ax, (panel, _, ylabel, _), (steps, values) in zip(axes[0], _RUN_PANELS, curves):
         ax.plot(steps, values, lw=1.4)
@@ -162,12 +148,6 @@ def _bounds(data: ReportData, fig_dir: Path) -> Figure | None:
     )
 
 
-def _pyplot() -> Any:
-    from bandpo._optional import pyplot
-
-    return pyplot()
-
-
 def _save(plt: Any, fig: Any, path: Path) -> None:
     """Write ``fig`` to ``path`` (parents created) and release it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +173,7 @@ def _plot_curves(
                 curves[(key, label)] = c
     if not curves:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
     for ax, (title, key, ylabel) in zip(axes[0], panels):
         for label in data.labels:
@@ -226,7 +206,7 @@ def _plot_points(path: Path, data: ReportData, ylabel: str, title: str) -> bool:
     """Held-out accuracy when no curve was logged: the starting point and each run's final point."""
     if not any(data.final_points.values()):
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.4))
     for label, pts in data.final_points.items():
         if not pts:
@@ -248,7 +228,7 @@ def _plot_bins(path: Path, data: ReportData) -> bool:
     bars = data.clip_bins()
     if bars is None:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.2))
     width = 0.8 / max(1, len(bars.labels))
     panels = (

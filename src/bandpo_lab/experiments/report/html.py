@@ -1,13 +1,15 @@
-"""The report in HTML: one self-contained page (``report.html``), figures embedded as base64 PNG."""
+"""The report in HTML: ``report.md`` as one self-contained page (``report.html``), figures embedded as base64 PNG.
+
+It reads only the Markdown :mod:`~bandpo_lab.experiments.report.document` writes: blocks separated by blank lines,
+each a heading, a bullet list, a pipe table, an image (followed by its caption in italics) or a paragraph; text is
+shown as written (no inline markup)."""
 
 from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Sequence
+import re
 from pathlib import Path
-
-from bandpo_lab.experiments.report.document import Block, Bullets, Heading, Image, Paragraph, Table
 
 __all__ = ["render_html"]
 
@@ -24,30 +26,35 @@ pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
 """
 
 
-def _block(block: Block, base_dir: Path) -> str:
+def _block(block: str, base_dir: Path) -> str:
     esc = html.escape
-    if isinstance(block, Heading):
-        return f"<h{block.level}>{esc(block.text)}</h{block.level}>"
-    if isinstance(block, Paragraph):
-        return f"<p>{esc(block.text)}</p>"
-    if isinstance(block, Bullets):
-        return "<ul>" + "".join(f"<li>{esc(str(i))}</li>" for i in block.items) + "</ul>"
-    if isinstance(block, Table):
-        head = "".join(f"<th>{esc(str(h))}</th>" for h in block.header)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in block.rows
-        )
+    if block.startswith("#"):
+        marks, _, text = block.partition(" ")
+        return f"<h{len(marks)}>{esc(text)}</h{len(marks)}>"
+    if block.startswith("- "):
+        return "<ul>" + "".join(f"<li>{esc(line[2:])}</li>" for line in block.split("\n")) + "</ul>"
+    if block.startswith("| "):
+        header, _, *rows = [
+            [esc(c.strip().replace("\\|", "|")) for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            for line in block.split("\n")
+        ]
+        head = "".join(f"<th>{c}</th>" for c in header)
+        body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-    if isinstance(block, Image):
-        data = base64.b64encode((base_dir / block.path).read_bytes()).decode("ascii")
+    image = re.fullmatch(r"!\[(.*)\]\((.*)\)\n\n\*.*\*", block)
+    if image:
+        caption, path = image.groups()
+        data = base64.b64encode((base_dir / path).read_bytes()).decode("ascii")
         return (
-            f"<figure><img alt='{esc(block.caption)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{esc(block.caption)}</figcaption></figure>"
+            f"<figure><img alt='{esc(caption)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{esc(caption)}</figcaption></figure>"
         )
-    raise TypeError(f"block must be a Heading, Paragraph, Bullets, Table or Image, got {block!r}")
+    return f"<p>{esc(block)}</p>"
 
 
-def render_html(blocks: Sequence[Block], base_dir: Path, title: str) -> str:
-    """``blocks`` as an HTML page titled ``title``; images are read from ``base_dir`` (the report directory)."""
+def render_html(markdown: str, base_dir: Path, title: str) -> str:
+    """``markdown`` (the report's) as an HTML page titled ``title``; images are read from ``base_dir`` (the report
+    directory)."""
     head = f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{_CSS}</style>"
+    blocks = re.split(r"\n\n(?!\*)", markdown.rstrip("\n"))  # an image keeps the caption below it
     return "\n".join([head, "</head><body>", *(_block(b, base_dir) for b in blocks), "</body></html>\n"])

@@ -1,9 +1,8 @@
 """The code a comparison ran, collected from its files for the report (numbers only; ``document`` words them).
 
-Every record is a :func:`bandpo_lab.provenance.provenance` dict. A run has up to three kinds: the training calls'
-(``run_info.json``: ``provenance``, and ``provenance_earlier`` when it was resumed) and its evaluation's
-(``results.json``: ``provenance``); the plan (``compare_plan.json``) has one per call that queued runs (``calls``).
-Files written before bandpo recorded provenance have none: those runs and calls count as not recorded.
+Every record is a :func:`bandpo_lab.provenance.provenance` dict: a run's training calls' (``run_info.json``) and
+its evaluation's (``results.json``), and the plan's calls (``compare_plan.json``); files without any count as not
+recorded.
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ from typing import Any
 from bandpo_lab.experiments.report.runs import RunData
 from bandpo_lab.provenance import DEFAULT_PACKAGES, UNKNOWN
 
-__all__ = ["CODE_KEYS", "Call", "CodeProvenance", "code_of", "collect_provenance", "run_records"]
+__all__ = ["Call", "CodeProvenance", "code_of", "collect_provenance", "run_records"]
 
-CODE_KEYS = ("bandpo", "commit", "dirty")
-"""The keys of a record that name the code itself (the rest are the libraries' and Python's versions)."""
-_NOT_LIBRARIES = {*CODE_KEYS, "dirty_count", "dirty_files", "started"}
+_NOT_LIBRARIES = {"bandpo", "commit", "dirty", "dirty_count", "dirty_files", "started"}
+"""The keys of a record that are not a library's (or Python's) version."""
 
 
 def code_of(record: Mapping[str, Any]) -> tuple[str, str, bool | str]:

@@ -1,19 +1,5 @@
-"""One run of a comparison: its files read (:func:`load_runs`) and reduced to numbers (:func:`run_summary`).
-
-Per-run training numbers, from ``metrics.jsonl`` rows (a row counts for a key when it has a non-null value):
-
-* ``train/entropy_last``: the last logged ``policy/entropy``;
-* ``train/clip_frac``, ``train/clip_frac_up``, ``train/clip_frac_down``: the mean over logged steps of ``clip/frac``,
-  ``clip/frac_up``, ``clip/frac_down``;
-* ``train/tail_up_rate``: the mean of ``clip/frac_up/p0.0-0.2`` (share of tail tokens clipped at the upper bound);
-* ``train/tail_share``: the share of all clipped tokens with ``p_old < 0.2``, pooled over steps with each step
-  weighted equally: ``sum(clip/frac/p0.0-0.2 * tokens/share/p0.0-0.2) / sum(clip/frac)`` (the mean of
-  ``clip/tail_share`` when the bin keys are absent); ``None`` (not measured) for a run that clipped no token.
-  Weighting each step by its ``tokens/count`` (Study 4's
-  registered clip fraction and tail share, ``studies/study4/analysis.py``) gives somewhat other numbers;
-* ``train/hi_mean``, ``train/lo_mean``: the mean of ``band/hi_mean``, ``band/lo_mean``;
-* ``train/reward_last``: the last logged ``reward``; ``train/steps``: the last logged step.
-"""
+"""One run of a comparison: its files read (:func:`load_runs`) and reduced to numbers (:func:`run_summary`; the
+training numbers are defined in docs/trl.md, "The compare config and the output directory")."""
 
 from __future__ import annotations
 
@@ -42,7 +28,7 @@ LATE = "late/"
 
 @dataclass
 class RunData:
-    """One run's files (see :mod:`bandpo_lab.experiments.report`)."""
+    """One run's files."""
 
     label: str
     clip_rule: str
@@ -65,8 +51,7 @@ def run_folder_seed(run_dir: Path) -> int | None:
 
 def load_runs(output_dir: str | Path) -> list[RunData]:
     """Every ``runs/<label>/seed<seed>/`` with a ``run_spec.json``, with its metrics, held-out rows, results
-    (``None`` when ``results.json`` is missing, torn or empty: the run is unfinished) and run info. Folders with
-    another name (a copy such as ``seed410.bak``) are not runs.
+    (``None``: missing, torn or empty, the run is unfinished) and run info; other folder names are not runs.
 
     Raises:
         ValueError: a run folder whose ``run_spec.json`` names another label or seed than the folder.
@@ -119,10 +104,8 @@ def _mean(xs: Sequence[float]) -> float | None:
 
 
 def run_summary(run: RunData) -> dict[str, Any]:
-    """One run's numbers: the final evaluation's metrics (``results.json``), its late means (``late/<metric>``, when
-    the run evaluated at ``eval.at_steps``) and the training numbers of the module
-    docstring (``train/...``), plus per-bin clip rates ``bins/up/<bin>``, ``bins/down/<bin>``, ``bins/share/<bin>``
-    (the mean over logged steps of ``clip/frac_up/<bin>``, ``clip/frac_down/<bin>``, ``tokens/share/<bin>``)."""
+    """One run's numbers: the final evaluation's metrics, its late means (``late/<metric>``), the training numbers
+    (``train/...``) and per-bin clip rates (``bins/up|down|share/<bin>``)."""
     out: dict[str, Any] = {}
     if run.results:
         for key, value in (run.results.get("metrics") or {}).items():

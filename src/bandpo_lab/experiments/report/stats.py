@@ -1,6 +1,4 @@
-"""The statistics of the report: Student-t quantiles, mean with a 95% interval over seeds, the difference of two
-methods with its interval. Pure functions of numbers (no files), on scipy.stats (the one statistics stack of the
-lab and the scripts; imported on first use, about 1.5 s)."""
+"""The statistics of the report, pure functions of numbers on scipy.stats (imported on first use, about 1.5 s)."""
 
 from __future__ import annotations
 
