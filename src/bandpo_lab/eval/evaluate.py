@@ -19,8 +19,6 @@ from bandpo_lab.eval.models import ATTENTION_AUTO, check_model_dir, load_model, 
 from bandpo_lab.eval.scorers import get_scorer
 from bandpo_lab.eval.settings import EvalSettings
 
-__all__ = ["evaluate_model", "evaluate_model_dir", "format_table"]
-
 
 @dataclass
 class _Scored:

@@ -12,22 +12,6 @@ from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.training.checkpoints import checkpoint_dirs, weights_problem
 from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
 
-__all__ = [
-    "ATTENTION_AUTO",
-    "TOKENIZER_FILES",
-    "WEIGHT_FILES",
-    "attention_of_config",
-    "attention_of_run",
-    "check_device",
-    "check_model_dir",
-    "holds_model",
-    "load_model",
-    "load_tokenizer",
-    "loaded_attention",
-    "resolve_model_dir",
-    "run_config_of",
-]
-
 ATTENTION_AUTO = "auto"
 """``load_model``'s default attention: the training run's (:func:`attention_of_run`; a saved model does not record
 it), else transformers' default."""

@@ -11,18 +11,6 @@ from typing import Any
 
 from bandpo_lab.experiments.report.document import markdown_table
 
-__all__ = [
-    "BIN_NAMES",
-    "P_OLD_BINS",
-    "attribution",
-    "by_update",
-    "figure",
-    "fmt_ci",
-    "markdown",
-    "pool",
-    "summarize_probe",
-]
-
 P_OLD_BINS = (0.0, 1e-3, 1e-2, 0.2, 1.0 + 1e-9)
 """Edges of the ``p_old`` bins the probe reports (half-open ``[a, b)``; the last bin includes p = 1)."""
 BIN_NAMES = ("p<1e-3", "1e-3<=p<0.01", "0.01<=p<0.2", "p>=0.2")

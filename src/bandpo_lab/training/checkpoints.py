@@ -17,17 +17,6 @@ from pathlib import Path
 
 from bandpo_lab.training.layout import TRAINER_STATE
 
-__all__ = [
-    "CHECKPOINT_PATTERN",
-    "CheckpointScan",
-    "checkpoint_dirs",
-    "checkpoint_problem",
-    "copy_model_files",
-    "safetensors_problem",
-    "scan_checkpoints",
-    "weights_problem",
-]
-
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 """Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
 

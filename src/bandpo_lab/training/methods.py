@@ -18,20 +18,6 @@ from typing import Any
 from bandpo.integrations.trl_spec import TRL_NAMES
 from bandpo.registry import Registry, did_you_mean
 
-__all__ = [
-    "CLIP_RULE_KEYS",
-    "METHODS",
-    "RULE_PARAM_KEYS",
-    "SCHEDULE_PARAMS",
-    "TRL_METHODS",
-    "ClipRuleMethod",
-    "MethodParam",
-    "TrainingMethods",
-    "TrlNativeMethod",
-    "split_schedule",
-    "switch_keys",
-]
-
 RULE_PARAM_KEYS = tuple(k for k, v in TRL_NAMES.items() if v not in ("rule", "total_steps", "diagnostics"))
 """Trainer keys that parametrise the clip rule or its radius schedule (``clip_rule_kwargs``, ``band_*``)."""
 

@@ -20,19 +20,6 @@ from bandpo_lab.training.layout import MODEL_CONFIG_FILE
 from bandpo_lab.training.resume import trainer_default
 from bandpo_lab.training.tasks import TASKS, default_cache_dir
 
-__all__ = [
-    "attention_problem",
-    "cache_dir",
-    "check_batch",
-    "check_libraries",
-    "check_model",
-    "check_precision_here",
-    "is_main_rank",
-    "load_tokenizer",
-    "trainer_value",
-    "world_size",
-]
-
 
 def world_size() -> int:
     """``WORLD_SIZE`` under accelerate / torchrun, else 1."""

@@ -12,18 +12,6 @@ from typing import Any
 from bandpo.validation import is_int_in
 from bandpo_lab.training.config import ConfigError
 
-__all__ = [
-    "MAX_STEPS",
-    "MULTI_OBJECTIVE_AGGREGATIONS",
-    "SCALE_REWARDS",
-    "SEED_MAX",
-    "VALUE_RULES",
-    "check_report_to",
-    "check_trainer_components",
-    "check_trainer_values",
-    "check_training_length",
-]
-
 Predicate = Callable[[Any], bool]
 
 
