@@ -185,7 +185,7 @@ def evaluate_model_dir(
     if settings.backend == "vllm":  # vLLM loads the weights itself: the tokenizer and generation config here
         from transformers import GenerationConfig
 
-        from bandpo_lab.eval.models import load_tokenizer
+        from bandpo_lab.training.preflight import load_tokenizer
 
         model, tokenizer = None, load_tokenizer(tokenizer_dir)
         try:

@@ -165,6 +165,8 @@ def load_model(
     import torch
     from transformers import AutoModelForCausalLM
 
+    from bandpo_lab.training.preflight import load_tokenizer
+
     model_dir, tokenizer_dir = check_model_dir(path)
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise EvalError(f"dtype must be one of auto, float32, bfloat16, float16, got {dtype!r}")
@@ -191,16 +193,6 @@ def load_model(
     model.to(device)
     model.eval()
     return model, load_tokenizer(tokenizer_dir)
-
-
-def load_tokenizer(tokenizer_dir: Path) -> Any:
-    """The tokenizer in ``tokenizer_dir``, padding with its eos where it has no pad token."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 @overload

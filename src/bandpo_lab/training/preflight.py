@@ -204,11 +204,11 @@ def cache_dir(config: TrainConfig) -> Path:
     return Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
 
 
-def load_tokenizer(path: str) -> Any:
+def load_tokenizer(path: str | Path) -> Any:
     """The tokenizer of the model at ``path``, its pad token the EOS token where it has none."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
