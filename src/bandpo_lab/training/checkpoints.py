@@ -122,13 +122,9 @@ def _sharded_state(checkpoint: Path) -> bool:
     )
 
 
-def checkpoint_problem(checkpoint: str | Path) -> str | None:
-    """``None`` if ``checkpoint`` can be resumed from; otherwise the first thing missing or unreadable in it."""
-    return _inspect(Path(checkpoint))[0]
-
-
 def _inspect(checkpoint: Path) -> tuple[str | None, int | None]:
-    """``(problem, global_step)``: :func:`checkpoint_problem`'s answer and the step ``trainer_state.json`` records."""
+    """``(problem, global_step)``: ``None`` if ``checkpoint`` can be resumed from, else the first thing missing or
+    unreadable in it; and the step ``trainer_state.json`` records."""
     state = checkpoint / TRAINER_STATE
     if not state.is_file():
         return f"no {TRAINER_STATE} (written last: the save did not finish)", None
