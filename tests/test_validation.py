@@ -15,6 +15,7 @@ from bandpo.validation import (
     check_number_above,
     check_number_in,
     check_positive_number,
+    is_finite_real,
     is_int_in,
 )
 
@@ -109,3 +110,23 @@ def test_is_int_in_is_the_test_behind_check_int_in(
     else:
         with pytest.raises(ValueError, match="x must be an integer"):
             check_int_in("x", value, low, high)
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (0, True),
+        (-2.5, True),
+        *([(np.float32(0.5), True), (np.int64(3), True)] if np else []),  # numpy reals pass (numbers.Real)
+        (math.inf, False),
+        (math.nan, False),
+        (True, False),
+        ("1", False),
+        (None, False),
+    ],
+)
+def test_is_finite_real_is_the_test_behind_the_number_checks(value: object, want: bool) -> None:
+    assert is_finite_real(value) is want
+    if not want:
+        with pytest.raises(ValueError, match="x must be a finite number"):
+            check_number_in("x", value, -10, 10)

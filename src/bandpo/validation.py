@@ -10,17 +10,25 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
-__all__ = ["check_int_in", "check_number_above", "check_number_in", "check_positive_number", "is_int_in"]
+__all__ = [
+    "check_int_in",
+    "check_number_above",
+    "check_number_in",
+    "check_positive_number",
+    "is_finite_real",
+    "is_int_in",
+]
 
 
-def _finite_real(value: object) -> bool:
-    """A real number (not a bool) with a finite float value."""
+def is_finite_real(value: object) -> bool:
+    """Whether ``value`` is a real number (Python or numpy, not a bool) with a finite value: the test behind the
+    number checks below, for tables of predicates that phrase their own message."""
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
 
 
 def check_positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
     """``value`` must be a finite real number > 0 (>= 0 with ``allow_zero``)."""
-    ok = _finite_real(value)
+    ok = is_finite_real(value)
     if ok:
         ok = float(value) >= 0 if allow_zero else float(value) > 0  # type: ignore[arg-type]
     if not ok:
@@ -31,14 +39,14 @@ def check_positive_number(name: str, value: object, *, allow_zero: bool = False)
 
 def check_number_in(name: str, value: object, low: float, high: float) -> float:
     """``value`` must be a finite real number in [low, high]."""
-    if not _finite_real(value) or not (low <= float(value) <= high):  # type: ignore[arg-type]
+    if not is_finite_real(value) or not (low <= float(value) <= high):  # type: ignore[arg-type]
         raise ValueError(f"{name} must be a finite number in [{low}, {high}], got {value!r}")
     return float(value)  # type: ignore[arg-type]
 
 
 def check_number_above(name: str, value: object, low: float) -> float:
     """``value`` must be a finite real number strictly greater than ``low``."""
-    if not _finite_real(value) or not float(value) > low:  # type: ignore[arg-type]
+    if not is_finite_real(value) or not float(value) > low:  # type: ignore[arg-type]
         raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
     return float(value)  # type: ignore[arg-type]
 

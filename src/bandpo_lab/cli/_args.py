@@ -30,8 +30,8 @@ LONG_WORK = ("train", "eval", "compare", "demo", "probe")
 ``--no-progress``."""
 
 
-def add_dry_run(parser: argparse.ArgumentParser, checks: str, work: str) -> None:
-    """Add ``--dry-run``: "check ``checks``, print the plan and exit without ``work``"."""
+def add_dry_run(parser: argparse._ActionsContainer, checks: str, work: str) -> None:
+    """Add ``--dry-run`` (to a parser or group): "check ``checks``, print the plan and exit without ``work``"."""
     parser.add_argument(
         "--dry-run", action="store_true", help=f"check {checks}, print the plan and exit without {work}"
     )

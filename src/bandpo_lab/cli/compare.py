@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bandpo_lab.cli._args import add_list_option
+from bandpo_lab.cli._args import add_dry_run, add_list_option
 
 EPILOG = """\
 compare config keys (YAML; KEY=VALUE overrides with dotted keys):
@@ -62,11 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--report-only", action="store_true", help="train nothing; rebuild the report from the runs"
     )
-    mode.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="check the config and every run's training settings (as the trainer builds them, no model loaded) "
-        "and print the plan; run nothing",
+    add_dry_run(
+        mode,
+        "the config and every run's training settings (as the trainer builds them, no model loaded)",
+        "running anything",
     )
     mode.add_argument(
         "--export",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo_lab._files import RECIPES
-from bandpo_lab.cli._args import print_plan
+from bandpo_lab.cli._args import add_dry_run, print_plan
 
 DEFAULT_CONFIG = RECIPES / "tiny.yaml"
 LLM_CONFIG = RECIPES / "smollm2-arith.yaml"
@@ -57,11 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no progress bars (the evaluations, the training bar, building the model)",
     )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="check the recipe, the overrides and the run (as bandpo train --dry-run does), print the plan and exit "
-        "without building a model, evaluating or training",
+    add_dry_run(
+        parser,
+        "the recipe, the overrides and the run (as bandpo train --dry-run does)",
+        "building a model, evaluating or training",
     )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="training config overrides")
 

@@ -7,7 +7,6 @@ line naming the last complete checkpoint and the command that resumes).
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -120,9 +119,10 @@ def resume_command(args: argparse.Namespace) -> str:
 
 
 def _interrupted(args: argparse.Namespace, output_dir: Path | None) -> int:
+    from bandpo_lab.training.preflight import is_main_rank
     from bandpo_lab.training.run import last_checkpoint
 
-    if os.environ.get("RANK", "0") == "0":  # one line, from the main process
+    if is_main_rank():  # one line, from the main process
         last = last_checkpoint(output_dir) if output_dir is not None else None
         where = (
             f"last complete checkpoint {last}"

@@ -5,7 +5,7 @@ dotted ``key=value`` overrides, each key's origin (``in FILE:LINE``) kept for th
 :mod:`bandpo_lab.experiments.compare.config`).
 """
 
-from bandpo_lab.config.coerce import build_dataclass, coerce_value, dataclass_types, field_value, type_words
+from bandpo_lab.config.coerce import build_dataclass, coerce_value, dataclass_types, field_value
 from bandpo_lab.config.documents import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
@@ -45,7 +45,6 @@ __all__ = [
     "recipe_note",
     "shown_path",
     "split_override",
-    "type_words",
     "unknown_key",
     "where",
     "yaml_error_line",

@@ -306,12 +306,9 @@ def split_override(text: object, example: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def override_layer(overrides: Iterable[str] | Mapping[str, Any], example: str = "") -> Layer:
-    """The layer of ``key=value`` overrides (or a mapping of dotted keys): nested values, text kept as text.
-
-    ``example`` shows the syntax in the message of a malformed override (default: dotted keys for sections).
-    """
-    example = example or "dotted keys for sections, e.g. model.path=/models/x"
+def override_layer(overrides: Iterable[str] | Mapping[str, Any]) -> Layer:
+    """The layer of ``key=value`` overrides (or a mapping of dotted keys): nested values, text kept as text."""
+    example = "dotted keys for sections, e.g. model.path=/models/x"  # for a malformed override
     items = (
         list(overrides.items())
         if isinstance(overrides, Mapping)

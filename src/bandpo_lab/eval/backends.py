@@ -16,8 +16,6 @@ from bandpo_lab.runtime import Precision, precision_for, weight_dtypes
 if TYPE_CHECKING:
     from bandpo_lab.eval.settings import EvalSettings
 
-__all__ = ["Chunk", "TransformersSampler", "VLLMSampler", "max_new_tokens_of"]
-
 
 @dataclass
 class Chunk:

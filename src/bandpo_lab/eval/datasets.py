@@ -15,17 +15,6 @@ from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.eval.models import run_config_of
 from bandpo_lab.eval.scorers import TASK_SCORERS, get_scorer
 
-__all__ = [
-    "EvalDataset",
-    "check_eval_specs",
-    "load_eval_dataset",
-    "prompt_texts",
-    "raw_prompt_text",
-    "resolve_eval_datasets",
-    "task_answer_length",
-    "task_options_of_run",
-]
-
 
 @dataclass
 class EvalDataset:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["EvalError"]
-
 
 class EvalError(ValueError):
     """Bad evaluation input (model directory, dataset, columns, settings), found before sampling."""

@@ -19,8 +19,6 @@ from bandpo_lab.eval.models import ATTENTION_AUTO, check_model_dir, load_model, 
 from bandpo_lab.eval.scorers import get_scorer
 from bandpo_lab.eval.settings import EvalSettings
 
-__all__ = ["evaluate_model", "evaluate_model_dir", "format_table"]
-
 
 @dataclass
 class _Scored:
@@ -187,7 +185,7 @@ def evaluate_model_dir(
     if settings.backend == "vllm":  # vLLM loads the weights itself: the tokenizer and generation config here
         from transformers import GenerationConfig
 
-        from bandpo_lab.eval.models import load_tokenizer
+        from bandpo_lab.training.preflight import load_tokenizer
 
         model, tokenizer = None, load_tokenizer(tokenizer_dir)
         try:

@@ -13,15 +13,6 @@ from numpy.typing import ArrayLike, NDArray
 
 from bandpo.validation import check_int_in
 
-__all__ = [
-    "best_at_k",
-    "maj_at_k",
-    "mean_at_k",
-    "pass_at_k",
-    "summarize",
-    "to_correct",
-]
-
 
 # ------------------------------------------------------------------------------------------------ validation
 def _int_array(name: str, value: ArrayLike) -> NDArray[np.int64]:

@@ -12,22 +12,6 @@ from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.training.checkpoints import checkpoint_dirs, weights_problem
 from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
 
-__all__ = [
-    "ATTENTION_AUTO",
-    "TOKENIZER_FILES",
-    "WEIGHT_FILES",
-    "attention_of_config",
-    "attention_of_run",
-    "check_device",
-    "check_model_dir",
-    "holds_model",
-    "load_model",
-    "load_tokenizer",
-    "loaded_attention",
-    "resolve_model_dir",
-    "run_config_of",
-]
-
 ATTENTION_AUTO = "auto"
 """``load_model``'s default attention: the training run's (:func:`attention_of_run`; a saved model does not record
 it), else transformers' default."""
@@ -181,6 +165,8 @@ def load_model(
     import torch
     from transformers import AutoModelForCausalLM
 
+    from bandpo_lab.training.preflight import load_tokenizer
+
     model_dir, tokenizer_dir = check_model_dir(path)
     if dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise EvalError(f"dtype must be one of auto, float32, bfloat16, float16, got {dtype!r}")
@@ -207,16 +193,6 @@ def load_model(
     model.to(device)
     model.eval()
     return model, load_tokenizer(tokenizer_dir)
-
-
-def load_tokenizer(tokenizer_dir: Path) -> Any:
-    """The tokenizer in ``tokenizer_dir``, padding with its eos where it has no pad token."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 @overload

@@ -11,8 +11,6 @@ from pathlib import Path
 from bandpo_lab._files import expand_path, output_file_problem, read_json_object, same_or_inside
 from bandpo_lab.eval.models import holds_model
 
-__all__ = ["DEFAULT_RESULTS", "is_eval_output", "outputs_problem"]
-
 DEFAULT_RESULTS = "eval_results.json"  # in the model's folder: the one output a model folder takes
 RESULT_KEYS = frozenset({"model", "settings", "datasets", "overall"})  # of a results JSON
 SAMPLE_KEYS = frozenset({"dataset", "index", "completions", "correct"})  # of every row of a samples JSONL

@@ -18,8 +18,6 @@ from bandpo_lab.decode import sample
 from bandpo_lab.eval.settings import check_temperature
 from bandpo_lab.runtime import Precision
 
-__all__ = ["Samples", "generate_samples"]
-
 
 @dataclass(frozen=True)
 class Samples:

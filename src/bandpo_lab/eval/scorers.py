@@ -12,8 +12,6 @@ from typing import Any
 
 from bandpo_lab.eval.errors import EvalError
 
-__all__ = ["TASK_SCORERS", "Scorer", "get_scorer", "verifier_names"]
-
 Scorer = Callable[[str, str, Any], "tuple[bool, str | None]"]
 """``score(raw_prompt, completion, ground_truth) -> (correct, extracted answer or None)``."""
 

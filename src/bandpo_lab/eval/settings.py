@@ -10,8 +10,6 @@ from bandpo.validation import check_int_in
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.runtime import check_precision
 
-__all__ = ["BACKENDS", "EvalSettings", "check_temperature", "parse_ks"]
-
 BACKENDS = ("transformers", "vllm")  # vLLM: pip install vllm
 
 

@@ -24,8 +24,6 @@ from bandpo.validation import check_int_in, check_positive_number
 from bandpo_lab.experiments.llm_probe_report import BIN_NAMES, P_OLD_BINS, pool, summarize_probe
 from bandpo_lab.runtime import FLOAT32, Precision, check_precision, precision_for
 
-__all__ = ["DEFAULT_RULES", "ProbeConfig", "probe_batch", "run_probe"]
-
 DEFAULT_RULES = ("grpo", "band", "band_upper", "band_lower")
 """The rules ``bandpo probe`` compares unless told others: GRPO, Band and Band's two sides alone, which
 :func:`attribution` needs (why not ``dppo_kl``: docs/smollm2.md)."""

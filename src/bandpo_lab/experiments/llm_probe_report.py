@@ -11,18 +11,6 @@ from typing import Any
 
 from bandpo_lab.experiments.report.document import markdown_table
 
-__all__ = [
-    "BIN_NAMES",
-    "P_OLD_BINS",
-    "attribution",
-    "by_update",
-    "figure",
-    "fmt_ci",
-    "markdown",
-    "pool",
-    "summarize_probe",
-]
-
 P_OLD_BINS = (0.0, 1e-3, 1e-2, 0.2, 1.0 + 1e-9)
 """Edges of the ``p_old`` bins the probe reports (half-open ``[a, b)``; the last bin includes p = 1)."""
 BIN_NAMES = ("p<1e-3", "1e-3<=p<0.01", "0.01<=p<0.2", "p>=0.2")
@@ -155,14 +143,13 @@ def attribution(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> d
     return out
 
 
-def fmt_ci(stat: Mapping[str, Any], scale: float = 1.0, digits: int = 3) -> str:
-    """``mean ± ci95 (n=..)`` with ``n`` always printed; ``-`` when there is no value."""
+def fmt_ci(stat: Mapping[str, Any]) -> str:
+    """``mean ± ci95 (n=..)`` to 3 significant digits, with ``n`` always printed; ``-`` when there is no value."""
     if stat["mean"] is None:
         return f"- (n={stat['n']})"
-    mean = stat["mean"] * scale
     if stat["ci95"] is None:
-        return f"{mean:.{digits}g} (n={stat['n']})"
-    return f"{mean:.{digits}g} ± {stat['ci95'] * scale:.{digits}g} (n={stat['n']})"
+        return f"{stat['mean']:.3g} (n={stat['n']})"
+    return f"{stat['mean']:.3g} ± {stat['ci95']:.3g} (n={stat['n']})"
 
 
 def markdown(result: Mapping[str, Any], title: str) -> str:

@@ -10,15 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from bandpo_lab.models import smollm2 as _smollm2  # registers smollm2-135m
-from bandpo_lab.models.base import MODELS, BuiltinModel, ModelUnavailableError, register_model
+from bandpo_lab.models.base import MODELS, ModelUnavailableError
 
 __all__ = [
     "MODELS",
-    "BuiltinModel",
     "ModelUnavailableError",
     "builtin_model_dir",
     "is_builtin_model",
-    "register_model",
 ]
 del _smollm2
 

@@ -12,7 +12,7 @@ The package namespace is the public API: import from ``bandpo_lab.rewards``.
 from __future__ import annotations
 
 from bandpo_lab.rewards.answers import completion_text, extract_answer, last_boxed, normalize_answer
-from bandpo_lab.rewards.functions import RewardFunc, VerifierReward
+from bandpo_lab.rewards.functions import VerifierReward
 from bandpo_lab.rewards.registry import (
     REWARDS,
     VERIFIERS,
@@ -26,7 +26,6 @@ from bandpo_lab.rewards.registry import (
 )
 from bandpo_lab.rewards.safe import SafeRewardFunc, safe_reward_func
 from bandpo_lab.rewards.verifiers import (
-    Verifier,
     VerifyResult,
     math_verify_available,
     verify_boxed,
@@ -36,9 +35,7 @@ from bandpo_lab.rewards.verifiers import (
 __all__ = [
     "REWARDS",
     "VERIFIERS",
-    "RewardFunc",
     "SafeRewardFunc",
-    "Verifier",
     "VerifierReward",
     "VerifyResult",
     "boxed_reward",

@@ -8,14 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bandpo_lab.tasks.countdown import (
-    CountdownConfig,
-    count_puzzles,
-    countdown_reward,
-    countdown_reward_func,
-    make_splits,
-    solutions,
-)
+from bandpo_lab.tasks.countdown import CountdownConfig, countdown_reward_func, make_splits
 
 if TYPE_CHECKING:
     from bandpo_lab.tasks.tiny_model import WarmStartConfig, build_model, build_tokenizer, warm_start
@@ -27,11 +20,8 @@ __all__ = [
     "WarmStartConfig",
     "build_model",
     "build_tokenizer",
-    "count_puzzles",
-    "countdown_reward",
     "countdown_reward_func",
     "make_splits",
-    "solutions",
     "warm_start",
 ]
 

@@ -121,11 +121,6 @@ def arith_answer(a: int, op: str, b: int) -> int:
     return _APPLY[op](a, b)
 
 
-def format_question(a: int, op: str, b: int) -> str:
-    """The prompt text: ``What is 23 + 45?``."""
-    return f"What is {a} {op} {b}?"
-
-
 def make_arith_splits(config: ArithConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(train, test)``: problems as dicts with ``prompt`` (one user message), ``answer`` (the result as text),
     ``question`` (the prompt text); disjoint, test drawn first (module docstring)."""
@@ -146,7 +141,7 @@ def make_arith_splits(config: ArithConfig) -> tuple[list[dict[str, Any]], list[d
             drawn.append(key)
 
     def row(a: int, op: str, b: int) -> dict[str, Any]:
-        text = format_question(a, op, b)
+        text = f"What is {a} {op} {b}?"
         return {
             "prompt": [{"role": "user", "content": text}],
             "answer": str(arith_answer(a, op, b)),

@@ -11,11 +11,8 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from bandpo.integrations.trl_progress import PROGRESS_KEYS, CompactProgressCallback
 from bandpo_lab._files import read_jsonl
 from bandpo_lab.training.layout import METRICS_FILE
-
-__all__ = ["METRICS_FILE", "PROGRESS_KEYS", "CompactProgressCallback", "MetricsJSONLCallback", "read_metrics"]
 
 
 def _json_value(value: Any) -> Any:

@@ -17,17 +17,6 @@ from pathlib import Path
 
 from bandpo_lab.training.layout import TRAINER_STATE
 
-__all__ = [
-    "CHECKPOINT_PATTERN",
-    "CheckpointScan",
-    "checkpoint_dirs",
-    "checkpoint_problem",
-    "copy_model_files",
-    "safetensors_problem",
-    "scan_checkpoints",
-    "weights_problem",
-]
-
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 """Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
 
@@ -133,13 +122,9 @@ def _sharded_state(checkpoint: Path) -> bool:
     )
 
 
-def checkpoint_problem(checkpoint: str | Path) -> str | None:
-    """``None`` if ``checkpoint`` can be resumed from; otherwise the first thing missing or unreadable in it."""
-    return _inspect(Path(checkpoint))[0]
-
-
 def _inspect(checkpoint: Path) -> tuple[str | None, int | None]:
-    """``(problem, global_step)``: :func:`checkpoint_problem`'s answer and the step ``trainer_state.json`` records."""
+    """``(problem, global_step)``: ``None`` if ``checkpoint`` can be resumed from, else the first thing missing or
+    unreadable in it; and the step ``trainer_state.json`` records."""
     state = checkpoint / TRAINER_STATE
     if not state.is_file():
         return f"no {TRAINER_STATE} (written last: the save did not finish)", None

@@ -23,7 +23,6 @@ from bandpo_lab._files import COMPARE_KEYS, expand_path, output_dir_problem, rec
 from bandpo_lab.config import (
     NULL_TEXTS,
     ConfigError,
-    ConfigWarning,
     build_dataclass,
     config_file,
     dataclass_types,
@@ -40,19 +39,6 @@ from bandpo_lab.training.config_method import DEFAULT_CLIP_RULE, check_clip_rule
 from bandpo_lab.training.methods import METHOD_KEY, METHODS, TRL_METHODS
 from bandpo_lab.training.sections import SECTIONS, DataConfig, ModelConfig, RewardConfig
 from bandpo_lab.training.trl_fields import RENAMED_FIELDS, trainer_field_types
-
-__all__ = [
-    "SECTIONS",
-    "ConfigError",
-    "ConfigWarning",
-    "DataConfig",
-    "ModelConfig",
-    "RewardConfig",
-    "TrainConfig",
-    "dataclass_types",
-    "load_train_config",
-    "trainer_field_types",
-]
 
 REFUSED_TRAINER_KEYS = {
     "resume_from_checkpoint": "use `bandpo train --resume` (or train(config, resume=True)), which resumes from the "

@@ -15,8 +15,6 @@ from bandpo_lab.training.config_method import DEFAULT_CLIP_RULE
 from bandpo_lab.training.methods import METHOD_KEY, METHODS, switch_keys
 from bandpo_lab.training.trl_fields import RENAMED_FIELDS
 
-__all__ = ["check_renamed", "merge_layer", "merge_overrides"]
-
 _CONFIG_MODULES = ("bandpo_lab.training.config", __name__)
 """The modules a :class:`ConfigWarning` is not attributed to: it names the first caller outside them."""
 

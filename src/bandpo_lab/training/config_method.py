@@ -16,8 +16,6 @@ from bandpo.integrations.trl_spec import (
 from bandpo_lab.config import ConfigError
 from bandpo_lab.training.methods import METHOD_KEY, METHODS, TRL_METHODS
 
-__all__ = ["DEFAULT_CLIP_RULE", "check_clip_rule_fields", "select_clip_rule"]
-
 DEFAULT_CLIP_RULE = "band"
 """The clip rule of a config that selects no method: ``BandPOConfig``'s default."""
 

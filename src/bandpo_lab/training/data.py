@@ -14,16 +14,6 @@ from typing import Any
 from bandpo_lab._files import expand_path, read_utf8
 from bandpo_lab.training.config import ConfigError, DataConfig
 
-__all__ = [
-    "MISSING",
-    "build_prompt_dataset",
-    "has_chat_template",
-    "load_problems",
-    "lookup_column",
-    "read_records",
-    "resolve_data_files",
-]
-
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
 MISSING = object()  # what lookup_column returns for an absent column
 

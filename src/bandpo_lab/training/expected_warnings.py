@@ -15,8 +15,6 @@ from typing import Any
 
 from bandpo.integrations.trl_spec import silence_old_checkpointing_names
 
-__all__ = ["TiedKeysFilter", "silence_expected_warnings", "tied_weight_keys"]
-
 _MISSING_KEYS = re.compile(r"There were missing keys in the checkpoint model loaded: (\[.*\])\.?")
 _TRAINER_LOGGER = "transformers.trainer"
 

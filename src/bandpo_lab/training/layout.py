@@ -2,16 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = [
-    "CONFIG_FILE",
-    "LOCK_FILE",
-    "METRICS_FILE",
-    "MODEL_CONFIG_FILE",
-    "RUN_FILES",
-    "RUN_INFO_FILE",
-    "TRAINER_STATE",
-]
-
 CONFIG_FILE = "train_config.yaml"
 """The config as run (``bandpo train --config`` takes it back; ``--resume`` compares against it)."""
 

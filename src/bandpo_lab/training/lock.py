@@ -18,8 +18,6 @@ from bandpo_lab._files import HAS_FLOCK, flock, read_json_object
 from bandpo_lab.training.config import ConfigError
 from bandpo_lab.training.layout import LOCK_FILE
 
-__all__ = ["LOCK_FILE", "OutputDirLock", "OutputDirLockedError", "check_unlocked", "lock_holder"]
-
 
 class OutputDirLockedError(ConfigError):
     """Another live process trains into the same ``output_dir``."""

@@ -10,27 +10,13 @@ trainer or config class is asked for.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bandpo.integrations.trl_spec import TRL_NAMES
 from bandpo.registry import Registry, did_you_mean
-
-__all__ = [
-    "CLIP_RULE_KEYS",
-    "METHODS",
-    "RULE_PARAM_KEYS",
-    "SCHEDULE_PARAMS",
-    "TRL_METHODS",
-    "ClipRuleMethod",
-    "MethodParam",
-    "TrainingMethods",
-    "TrlNativeMethod",
-    "split_schedule",
-    "switch_keys",
-]
+from bandpo.validation import is_finite_real
 
 RULE_PARAM_KEYS = tuple(k for k, v in TRL_NAMES.items() if v not in ("rule", "total_steps", "diagnostics"))
 """Trainer keys that parametrise the clip rule or its radius schedule (``clip_rule_kwargs``, ``band_*``)."""
@@ -54,10 +40,6 @@ CLIP_RULE_KEYS = ("clip_rule", *RULE_PARAM_KEYS)
 
 METHOD_KEY = "method"
 """The config key that selects a method by name (``method: cispo``)."""
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -226,7 +208,7 @@ register_trl_method(
             MethodParam(
                 "epsilon_high",
                 5.0,
-                lambda v: _finite(v) and v >= 1,
+                lambda v: is_finite_real(v) and v >= 1,
                 "a finite number >= 1",
                 "the cap on the detached importance weight sg(min(r, epsilon_high)); below 1 it would shrink "
                 "on-policy tokens too",
@@ -244,14 +226,14 @@ register_trl_method(
             MethodParam(
                 "sapo_temperature_pos",
                 1.0,
-                lambda v: _finite(v) and v > 0,
+                lambda v: is_finite_real(v) and v > 0,
                 _TEMPERATURE,
                 "the gate's temperature for tokens with A > 0",
             ),
             MethodParam(
                 "sapo_temperature_neg",
                 1.05,
-                lambda v: _finite(v) and v > 0,
+                lambda v: is_finite_real(v) and v > 0,
                 _TEMPERATURE,
                 "the gate's temperature for tokens with A <= 0",
             ),
@@ -268,14 +250,14 @@ register_trl_method(
             MethodParam(
                 "epsilon",
                 3e-4,
-                lambda v: _finite(v) and 0 < v < 1,
+                lambda v: is_finite_real(v) and 0 < v < 1,
                 "a finite number in (0, 1)",
                 "the sequence ratio's lower clip 1 - epsilon",
             ),
             MethodParam(
                 "epsilon_high",
                 4e-4,
-                lambda v: _finite(v) and v > 0,
+                lambda v: is_finite_real(v) and v > 0,
                 "a finite number > 0",
                 "the sequence ratio's upper clip 1 + epsilon_high",
             ),

@@ -20,19 +20,6 @@ from bandpo_lab.training.layout import MODEL_CONFIG_FILE
 from bandpo_lab.training.resume import trainer_default
 from bandpo_lab.training.tasks import TASKS, default_cache_dir
 
-__all__ = [
-    "attention_problem",
-    "cache_dir",
-    "check_batch",
-    "check_libraries",
-    "check_model",
-    "check_precision_here",
-    "is_main_rank",
-    "load_tokenizer",
-    "trainer_value",
-    "world_size",
-]
-
 
 def world_size() -> int:
     """``WORLD_SIZE`` under accelerate / torchrun, else 1."""
@@ -217,11 +204,11 @@ def cache_dir(config: TrainConfig) -> Path:
     return Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
 
 
-def load_tokenizer(path: str) -> Any:
+def load_tokenizer(path: str | Path) -> Any:
     """The tokenizer of the model at ``path``, its pad token the EOS token where it has none."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

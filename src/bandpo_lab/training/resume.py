@@ -19,19 +19,6 @@ from bandpo_lab.training.checkpoints import CheckpointScan, scan_checkpoints
 from bandpo_lab.training.config import ConfigError, TrainConfig
 from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE, RUN_INFO_FILE
 
-__all__ = [
-    "CONFIG_FILE",
-    "HARMLESS_KEYS",
-    "LENGTH_KEYS",
-    "RUN_INFO_FILE",
-    "ConfigChanges",
-    "ResumePlan",
-    "config_changes",
-    "plan_resume",
-    "trainer_default",
-]
-
-
 HARMLESS_KEYS = frozenset(
     {
         "output_dir",

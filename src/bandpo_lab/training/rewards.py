@@ -12,8 +12,6 @@ from bandpo_lab.rewards.registry import reward_display_name
 from bandpo_lab.training.config import ConfigError, TrainConfig
 from bandpo_lab.training.tasks import TASKS
 
-__all__ = ["answer_columns", "build_rewards", "check_rewards_on", "reward_list"]
-
 
 def reward_list(config: TrainConfig) -> list[str]:
     """The reward names of ``config`` (the task's default without ``reward.name``); ``ConfigError`` for none with

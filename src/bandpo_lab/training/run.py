@@ -39,7 +39,7 @@ from bandpo_lab.training.checkpoints import checkpoint_dirs, copy_model_files, s
 from bandpo_lab.training.config import ConfigError, TrainConfig
 from bandpo_lab.training.data import build_prompt_dataset, load_problems
 from bandpo_lab.training.expected_warnings import silence_expected_warnings, tied_weight_keys
-from bandpo_lab.training.layout import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_FILES, RUN_INFO_FILE
+from bandpo_lab.training.layout import LOCK_FILE, METRICS_FILE, RUN_FILES, RUN_INFO_FILE
 from bandpo_lab.training.lock import OutputDirLock, check_unlocked
 from bandpo_lab.training.resume import ConfigChanges, ResumePlan, plan_resume
 from bandpo_lab.training.rewards import answer_columns, build_rewards, check_rewards_on
@@ -50,16 +50,6 @@ from bandpo_lab.training.trainer_checks import (
     check_trainer_values,
     check_training_length,
 )
-
-__all__ = [
-    "CONFIG_FILE",
-    "RUN_INFO_FILE",
-    "PreparedRun",
-    "gpu_precision_reason",
-    "last_checkpoint",
-    "prepare",
-    "train",
-]
 
 
 @dataclass

@@ -16,8 +16,6 @@ from bandpo_lab.provenance import code_changed, provenance
 from bandpo_lab.training.config import TrainConfig
 from bandpo_lab.training.layout import CONFIG_FILE, RUN_INFO_FILE
 
-__all__ = ["mark_finished", "record_run_info", "start_run_info"]
-
 
 def _earlier_provenance(output_dir: Path) -> list[dict[str, Any]]:
     """The code records of the earlier calls that trained this run, oldest first, each with its start time."""

@@ -11,17 +11,6 @@ from bandpo.validation import check_int_in
 from bandpo_lab.config import ConfigError
 from bandpo_lab.runtime import check_precision
 
-__all__ = [
-    "CHAT_TEMPLATE_MODES",
-    "DATA_FORMATS",
-    "DTYPES",
-    "SECTIONS",
-    "DataConfig",
-    "ModelConfig",
-    "RewardConfig",
-    "prompt_template_problem",
-]
-
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 """Allowed ``model.dtype`` values (as TRL's ``model_init_kwargs["dtype"]``)."""
 

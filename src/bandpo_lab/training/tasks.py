@@ -20,8 +20,6 @@ from bandpo_lab.rewards import REWARDS, register_reward
 from bandpo_lab.tasks.arith import ArithConfig, make_arith_splits
 from bandpo_lab.tasks.countdown import CountdownConfig, countdown_reward_func, make_splits
 
-__all__ = ["TASKS", "TaskSpec", "build_task_model", "default_cache_dir", "register_task"]
-
 CACHE_ENV = "BANDPO_CACHE_DIR"
 
 

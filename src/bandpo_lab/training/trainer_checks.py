@@ -5,30 +5,13 @@ scheduler and generation config built without a model, and a run that would trai
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-from bandpo.validation import is_int_in
+from bandpo.validation import is_finite_real, is_int_in
 from bandpo_lab.training.config import ConfigError
 
-__all__ = [
-    "MAX_STEPS",
-    "MULTI_OBJECTIVE_AGGREGATIONS",
-    "SCALE_REWARDS",
-    "SEED_MAX",
-    "VALUE_RULES",
-    "check_report_to",
-    "check_trainer_components",
-    "check_trainer_values",
-    "check_training_length",
-]
-
 Predicate = Callable[[Any], bool]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _integer(low: int) -> Predicate:
@@ -36,7 +19,7 @@ def _integer(low: int) -> Predicate:
 
 
 def _number(ok: Callable[[float], bool]) -> Predicate:
-    return lambda v: _is_number(v) and ok(v)
+    return lambda v: is_finite_real(v) and ok(v)
 
 
 def _or_null(ok: Predicate) -> Predicate:
@@ -56,7 +39,7 @@ MAX_STEPS = 10**9
 
 def _interval(v: Any) -> bool:
     """A fraction of the run in (0, 1), or a whole number of steps in [1, :data:`MAX_STEPS`]."""
-    return _is_number(v) and (0 < v < 1 or (v == int(v) and 1 <= v <= MAX_STEPS))
+    return is_finite_real(v) and (0 < v < 1 or (v == int(v) and 1 <= v <= MAX_STEPS))
 
 
 _INTERVAL = f"a number of steps: an integer in [1, {MAX_STEPS}], or in (0, 1) a fraction of the run"

@@ -14,8 +14,6 @@ from typing import Any
 
 from bandpo_lab.config import dataclass_types
 
-__all__ = ["RENAMED_FIELDS", "RenamedField", "config_field_types", "trainer_field_types", "yaml_type"]
-
 
 @functools.cache
 def trainer_field_types() -> dict[str, Any]:

@@ -29,10 +29,9 @@ pytest.importorskip("trl")
 
 from bandpo.losses import CLIP_RULES
 from bandpo_lab.cli.main import main
-from bandpo_lab.config import shown_path
+from bandpo_lab.config import ConfigWarning, shown_path
 from bandpo_lab.training.callbacks import read_metrics
 from bandpo_lab.training.checkpoints import scan_checkpoints
-from bandpo_lab.training.config import ConfigWarning
 from bandpo_lab.training.lock import LOCK_FILE
 
 TINY = CONFIGS / "tiny.yaml"

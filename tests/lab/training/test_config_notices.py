@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bandpo_lab.config import shown_path
-from bandpo_lab.training.config import ConfigError, ConfigWarning, TrainConfig, load_train_config
+from bandpo_lab.config import ConfigWarning, shown_path
+from bandpo_lab.training.config import ConfigError, TrainConfig, load_train_config
 from bandpo_lab.training.trl_fields import RENAMED_FIELDS
 from helpers import CONFIGS
 

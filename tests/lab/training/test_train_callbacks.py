@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from bandpo_lab.training.callbacks import CompactProgressCallback, MetricsJSONLCallback, read_metrics
+from bandpo.integrations.trl_progress import CompactProgressCallback
+from bandpo_lab.training.callbacks import MetricsJSONLCallback, read_metrics
 
 
 def state(step: int, main: bool = True) -> TrainerState:

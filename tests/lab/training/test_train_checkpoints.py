@@ -18,7 +18,7 @@ from helpers import CONFIGS
 
 pytest.importorskip("trl")
 
-from bandpo_lab.training.checkpoints import checkpoint_problem, safetensors_problem, scan_checkpoints
+from bandpo_lab.training.checkpoints import safetensors_problem, scan_checkpoints
 from bandpo_lab.training.config import load_train_config
 from bandpo_lab.training.run import last_checkpoint, prepare
 
@@ -44,7 +44,8 @@ BREAKS: dict[str, tuple[Callable[[Path], None], str]] = {
 
 def test_a_complete_checkpoint_passes(tmp_path: Path) -> None:
     path = fake_checkpoint(tmp_path, 4)
-    assert checkpoint_problem(path) is None
+    scan = scan_checkpoints(tmp_path)
+    assert (scan.latest, scan.step, scan.skipped) == (path, 4, [])
     assert safetensors_problem(path / "model.safetensors") is None
 
 

@@ -18,7 +18,8 @@ from bandpo_lab.rewards import REWARDS, register_reward
 from bandpo_lab.tasks.countdown import CountdownConfig, make_splits
 from bandpo_lab.training.callbacks import read_metrics
 from bandpo_lab.training.config import load_train_config
-from bandpo_lab.training.run import CONFIG_FILE, RUN_INFO_FILE, train
+from bandpo_lab.training.layout import CONFIG_FILE, RUN_INFO_FILE
+from bandpo_lab.training.run import train
 
 TINY = CONFIGS / "tiny.yaml"
 

@@ -8,29 +8,20 @@ status), ``worker`` (one run, in its own process), ``baseline`` (the starting po
 
 from bandpo_lab.experiments.compare.config import (
     DEFAULT_METHODS,
-    CompareConfig,
     CompareError,
-    CurveSpec,
-    EvalSpec,
     MethodSpec,
     load_compare_config,
 )
 from bandpo_lab.experiments.compare.driver import run_compare
 from bandpo_lab.experiments.compare.export import export_results
-from bandpo_lab.experiments.compare.layout import PLAN_FILE, RESULTS_FILE, RUN_SPEC_FILE
-from bandpo_lab.experiments.compare.plan import RunPlan, check_eval_data, plan_runs, validate_with_trainer
+from bandpo_lab.experiments.compare.layout import RESULTS_FILE
+from bandpo_lab.experiments.compare.plan import check_eval_data, plan_runs, validate_with_trainer
 
 __all__ = [
     "DEFAULT_METHODS",
-    "PLAN_FILE",
     "RESULTS_FILE",
-    "RUN_SPEC_FILE",
-    "CompareConfig",
     "CompareError",
-    "CurveSpec",
-    "EvalSpec",
     "MethodSpec",
-    "RunPlan",
     "check_eval_data",
     "export_results",
     "load_compare_config",

@@ -18,16 +18,12 @@ from bandpo_lab.experiments.report.data import ReportData
 from bandpo_lab.experiments.report.document import report_markdown, results_markdown
 from bandpo_lab.experiments.report.figures import draw_figures
 from bandpo_lab.experiments.report.html import render_html
-from bandpo_lab.experiments.report.outcome import BAND_RULES
-from bandpo_lab.experiments.report.runs import TAIL_BIN, RunData, load_runs, run_summary
+from bandpo_lab.experiments.report.runs import load_runs, run_summary
 from bandpo_lab.experiments.report.stats import compare_methods, mean_ci, t_quantile
 from bandpo_lab.experiments.report.tables import write_tables
 
 __all__ = [
-    "BAND_RULES",
-    "TAIL_BIN",
     "ReportData",
-    "RunData",
     "build_report",
     "compare_methods",
     "load_runs",

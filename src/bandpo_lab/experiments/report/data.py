@@ -22,8 +22,6 @@ from bandpo_lab.experiments.report.runs import LATE, RunData, load_runs, run_sum
 from bandpo_lab.experiments.report.series import BinBars, Curve, clip_bin_bars, curve
 from bandpo_lab.experiments.report.stats import compare_methods, mean_ci
 
-__all__ = ["Column", "ReportData"]
-
 _PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
 )  # fmt: skip

@@ -14,8 +14,6 @@ from bandpo_lab.experiments.report.provenance import Call
 from bandpo_lab.experiments.report.runs import TAIL_BIN
 from bandpo_lab.provenance import UNKNOWN
 
-__all__ = ["Figure", "markdown_table", "report_markdown", "results_markdown"]
-
 
 @dataclass(frozen=True)
 class Figure:

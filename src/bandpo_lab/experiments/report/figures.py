@@ -12,8 +12,6 @@ from bandpo._optional import pyplot
 from bandpo_lab.experiments.report.data import ReportData
 from bandpo_lab.experiments.report.document import Figure
 
-__all__ = ["draw_figures", "draw_run", "run_curves"]
-
 Panel = tuple[str, str, str]  # (title, metrics key, y label)
 
 _CURVES: tuple[tuple[str, list[Panel], str], ...] = (

@@ -11,8 +11,6 @@ import html
 import re
 from pathlib import Path
 
-__all__ = ["render_html"]
-
 _CSS = """
 body { font-family: -apple-system, Segoe UI, Helvetica, Arial, sans-serif; max-width: 1100px; margin: 2em auto;
        padding: 0 1em; color: #222; line-height: 1.45; }

@@ -6,8 +6,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BAND_RULES", "Outcome", "outcome_of"]
-
 BAND_RULES = ("band", "adaptive_band")
 """Clip rules that are BandPO (the outcome statement singles them out)."""
 

@@ -14,8 +14,6 @@ from typing import Any
 from bandpo_lab.experiments.report.runs import RunData
 from bandpo_lab.provenance import DEFAULT_PACKAGES, UNKNOWN
 
-__all__ = ["Call", "CodeProvenance", "code_of", "collect_provenance", "run_records"]
-
 _NOT_LIBRARIES = {"bandpo", "commit", "dirty", "dirty_count", "dirty_files", "started"}
 """The keys of a record that are not a library's (or Python's) version."""
 

@@ -17,8 +17,6 @@ from bandpo_lab.experiments.compare.layout import HELDOUT_FILE, RESULTS_FILE, RU
 from bandpo_lab.experiments.report.series import bin_names
 from bandpo_lab.training.layout import METRICS_FILE, RUN_INFO_FILE
 
-__all__ = ["LATE", "TAIL_BIN", "RunData", "load_runs", "run_summary"]
-
 TAIL_BIN = "p0.0-0.2"
 
 LATE = "late/"

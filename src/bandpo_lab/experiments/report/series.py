@@ -7,8 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BinBars", "Curve", "bin_names", "clip_bin_bars", "curve"]
-
 Curve = tuple[list[float], list[float], list[float], list[float]]
 """``(steps, mean, min, max)``: per optimizer step, over the seeds that logged it."""
 

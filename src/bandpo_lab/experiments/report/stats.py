@@ -11,8 +11,6 @@ from typing import Any
 
 from bandpo._optional import require
 
-__all__ = ["compare_methods", "mean_ci", "t_quantile"]
-
 
 def _stats() -> Any:
     return require("scipy.stats", "report statistics", "lab")

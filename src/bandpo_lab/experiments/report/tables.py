@@ -12,8 +12,6 @@ from typing import Any
 
 from bandpo_lab.experiments.report.data import ReportData
 
-__all__ = ["write_tables"]
-
 
 def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Floats as ``repr`` (every digit), ``None`` as an empty cell."""
