@@ -47,10 +47,15 @@ $(BARE_VENV)/.installed: pyproject.toml setup.py
 	$(PY) -m venv $(BARE_VENV)
 	$(BARE_VENV)/bin/python -m pip install -q --upgrade pip
 	$(BARE_VENV)/bin/python -m pip install -q $(TORCH_CPU) pytest hypothesis
-	$(BARE_VENV)/bin/python -m pip install -q .
 	touch $@
 
-test-bare: $(BARE_VENV)/.installed
+# The library itself, installed again whenever a file of it changed (else the tests would run a stale copy).
+$(BARE_VENV)/.package: $(BARE_VENV)/.installed $(shell find src/bandpo -name '*.py')
+	$(BARE_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
+	$(BARE_VENV)/bin/python -m pip check
+	touch $@
+
+test-bare: $(BARE_VENV)/.package
 	HF_HUB_OFFLINE=1 $(BARE_VENV)/bin/python -m pytest -q -p no:cacheprovider $(LIBRARY_TESTS)
 
 # SkyRL 0.4.0 needs Python >= 3.12, so its tests run in their own environment, .venv-skyrl: pinned SkyRL, the
