@@ -168,9 +168,10 @@ def prepare(
 def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dict[str, Any]:
     """The first problem with its prompt formatted as training will, before the model is built (a task's model
     has no chat template; a built-in model's entry says whether it has one)."""
-    if config.data.chat_template == "always" and not is_builtin_model(config.model.path):
+    builtin = is_builtin_model(config.model.path)
+    if config.data.chat_template == "always" and not builtin:
         return problems[0]  # refused with the task's tokenizer, when the model is built
-    chat = is_builtin_model(config.model.path) and MODELS.get(str(config.model.path)).chat_template
+    chat = builtin and MODELS.get(str(config.model.path)).chat_template
     return dict(build_prompt_dataset(problems[:1], config.data, None, chat_template=chat)[0])
 
 
