@@ -27,7 +27,7 @@ class SafeRewardFunc:
     Attributes:
         fn: the wrapped reward function.
         failure_reward: reward given to a completion whose scoring failed.
-        n_calls, n_completions, n_failures: cumulative counts (batches, completions scored, failed ones).
+        n_completions, n_failures: cumulative counts (completions scored, failed ones).
         last_error: ``repr`` of the most recent exception, or ``None``.
     """
 
@@ -46,12 +46,9 @@ class SafeRewardFunc:
         while isinstance(target, functools.partial):
             target = target.func
         self.__name__: str = getattr(target, "__name__", type(target).__name__)
-        self.n_calls = 0
         self.n_completions = 0
         self.n_failures = 0
         self.last_error: str | None = None
-        self._window_completions = 0
-        self._window_failures = 0
 
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
@@ -69,11 +66,8 @@ class SafeRewardFunc:
                     f"configuration error (e.g. a missing dataset column) rather than bad completions; "
                     f"last error: {self.last_error}"
                 ) from err
-        self.n_calls += 1
         self.n_completions += n
         self.n_failures += failed
-        self._window_completions += n
-        self._window_failures += failed
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and n:
             log_metric(f"rewards/{self.__name__}/failure_frac", failed / n)
@@ -138,19 +132,6 @@ class SafeRewardFunc:
                 exc_info=err,
             )
 
-    def metrics(self, reset: bool = True) -> dict[str, float]:
-        """Failure counts since the last reset, for the trainer to log: ``rewards/<name>/failures`` and
-        ``rewards/<name>/failure_frac``."""
-        frac = self._window_failures / self._window_completions if self._window_completions else 0.0
-        out = {
-            f"rewards/{self.__name__}/failures": float(self._window_failures),
-            f"rewards/{self.__name__}/failure_frac": frac,
-        }
-        if reset:
-            self._window_completions = 0
-            self._window_failures = 0
-        return out
-
     def __repr__(self) -> str:
         return (
             f"SafeRewardFunc({self.fn!r}, failure_reward={self.failure_reward}, n_failures={self.n_failures})"
@@ -168,13 +149,7 @@ def safe_reward_func(
     fn: RewardFunc, failure_reward: float = 0.0, *, max_logged: int = 3, raise_if_all_fail: bool = True
 ) -> SafeRewardFunc:
     """Wrap a TRL reward function so an exception while scoring a completion gives it ``failure_reward``
-    instead of ending the run.
-
-    The whole batch is scored in one call; if that raises (or returns a wrong count or a non-finite value), each
-    completion is scored alone with its slice of every per-completion column, and those that still fail get
-    ``failure_reward`` (``None`` rewards pass through). Failures are counted (``n_failures``,
-    :meth:`SafeRewardFunc.metrics`, ``rewards/<name>/failure_frac`` through TRL's ``log_metric``) and the first
-    ``max_logged`` logged with their traceback. With ``raise_if_all_fail``, a batch of two or more completions
-    that all fail raises ``RuntimeError``: a configuration error (a missing column), not bad completions.
-    """
+    instead of ending the run (docs/trl.md, "Rewards and answer checking"): failures are counted (``n_failures``),
+    the first ``max_logged`` logged with their traceback; with ``raise_if_all_fail``, a batch of two or more
+    completions that all fail raises ``RuntimeError``."""
     return SafeRewardFunc(fn, failure_reward, max_logged, raise_if_all_fail)
