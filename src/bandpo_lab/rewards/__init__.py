@@ -1,12 +1,6 @@
-"""Rule-based rewards for math data, a registry of reward names, and a failure-tolerant wrapper.
-
-Verifiers score one completion against one ground truth and return a :class:`VerifyResult` (``correct``, and the
-normalised extracted ``answer``, ``None`` when nothing could be parsed): ``dapo`` (:func:`verify_dapo`, the last
-``Answer:`` line, docs/method.md#recipe), ``boxed`` (:func:`verify_boxed`, the last ``\\boxed{...}``, symbolic with
-``math-verify``) and ``last_number``. Reward functions follow TRL's signature ``fn(prompts, completions, **kwargs)
--> list[float | None]``; :data:`REWARDS` maps names to them (:func:`get_reward_func`, :func:`register_reward`), and
-:func:`safe_reward_func` gives a completion whose scoring raises a fixed failure reward instead of ending the run.
-The package namespace is the public API: import from ``bandpo_lab.rewards``.
+"""Rule-based rewards for math data: verifiers (``dapo``, ``boxed``, ``last_number``), the registry of reward names
+(:data:`REWARDS`) and a failure-tolerant wrapper (:func:`safe_reward_func`); docs/trl.md, "Rewards and answer
+checking". The package namespace is the public API: import from ``bandpo_lab.rewards``.
 """
 
 from __future__ import annotations

@@ -185,27 +185,9 @@ _NUMBER = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?")
 
 
 def normalize_answer(answer: object) -> str:
-    """Normalise an answer string for exact matching (DAPO-style, cheap and deterministic).
-
-    Steps, in order:
-
-    1. Unicode minus signs become ``-`` (:func:`ascii_minus`: ``−5`` -> ``-5``); ``\\$`` (a dollar sign) is
-       dropped; with two or more ``$``, the first ``$...$`` (or ``$$...$$``) span is kept (``"$5$ dollars"``
-       -> ``5``), else lone ``$`` are removed.
-    2. ``\\dfrac``/``\\tfrac`` -> ``\\frac``; ``\\left``, ``\\right``, ``\\displaystyle``, spacing (``\\,``,
-       ``\\!``, ``\\;``, ``~``), ``\\(``/``\\)``/``\\[``/``\\]``, degrees (``^\\circ``) and percent signs are
-       removed.
-    3. Wrappers are unwrapped: ``\\boxed{X}``, ``\\fbox{X}``, ``\\text{X}``, ``\\textbf{X}``, ``\\mathrm{X}``, ...
-    4. All whitespace is removed, trailing periods are stripped, and only the part after the last ``=`` is
-       kept (``x=5`` -> ``5``; ``<=``, ``>=``, ``!=`` are not split).
-    5. ``\\sqrt2`` -> ``\\sqrt{2}``; ``\\frac{a}{b}``, ``\\frac ab`` -> ``a/b`` (non-atomic parts in
-       parentheses: ``\\frac{1+x}{2}`` -> ``(1+x)/2``); braces around the whole answer are removed.
-    6. Numbers are canonical: thousands separators removed (``1,000`` and ``1{,}000`` -> ``1000``), leading
-       ``+``, leading zeros and trailing decimal zeros dropped (``05.50`` -> ``5.5``, ``3.0`` -> ``3``).
-
-    Fractions are not reduced and decimals are not compared with fractions (``0.5`` != ``1/2``): the
-    recipe is exact match. Returns ``""`` when nothing is left.
-    """
+    """``answer`` normalised for exact matching (DAPO-style, cheap and deterministic: ``"$\\frac{1}{2}$."`` ->
+    ``"1/2"``, ``"x = 1{,}000"`` -> ``"1000"``; the steps: docs/trl.md, "Rewards and answer checking"); ``""``
+    when nothing is left."""
     s = ascii_minus(str(answer)).strip().replace("\\$", "")
     if s.count("$") >= 2:
         m = re.search(r"\$+(.*?)\$+", s, flags=re.DOTALL)
@@ -276,16 +258,9 @@ _ANSWER = re.compile(r"(?<![A-Za-z])answer\s*\**\s*:\**", flags=re.IGNORECASE)
 
 
 def extract_answer(completion: str | Sequence[Mapping[str, Any]], *, normalize: bool = True) -> str | None:
-    """The DAPO answer of a completion: the rest of the line after the last ``Answer:``.
-
-    The match is case-insensitive and may follow other words (``Final Answer: 42``); the answer may start on
-    the line after ``Answer:`` (DAPO's ``Answer\\s*:\\s*``). Markdown emphasis around the label is allowed
-    (``**Answer**: 42``, ``**Answer:** 42``, ``*Answer*: 42``) and bold (``**``) in the answer is removed. With
-    ``normalize`` (default) the result goes through :func:`normalize_answer`.
-
-    Returns:
-        The (normalised) answer, or ``None`` when there is no ``Answer:`` or nothing follows it.
-    """
+    """The DAPO answer of a completion: the rest of the line after the last ``Answer:`` (case-insensitive, after
+    other words, on the next line, with Markdown emphasis: docs/trl.md, "Rewards and answer checking"), through
+    :func:`normalize_answer` with ``normalize``; ``None`` when there is no ``Answer:`` or nothing follows it."""
     text = completion_text(completion)
     matches = list(_ANSWER.finditer(text))
     if not matches:

@@ -1,12 +1,5 @@
-"""Verifiers: score one completion against one ground truth.
-
-* ``"dapo"`` (:func:`verify_dapo`): the DAPO / BandPO recipe (docs/method.md#recipe): the last ``Answer:`` line,
-  normalised, exact match.
-* ``"boxed"`` (:func:`verify_boxed`): the last ``\\boxed{...}``; compared symbolically with the optional
-  ``math-verify`` package (extra ``bandpo[math]``), else by the normalised exact match.
-* ``"last_number"`` (:func:`verify_last_number`): the last number in the reply, compared as a number (the
-  "flexible extract" of GSM8K evaluations); for instruct models that answer in prose.
-"""
+"""Verifiers: score one completion against one ground truth (``dapo``, ``boxed``, ``last_number``: docs/trl.md,
+"Rewards and answer checking")."""
 
 from __future__ import annotations
 
@@ -97,14 +90,9 @@ def verify_boxed(
     *,
     use_math_verify: bool | None = None,
 ) -> VerifyResult:
-    """``\\boxed{}`` verifier: the last ``\\boxed{...}`` of the completion against the ground truth.
-
-    Correct when the normalised strings match (:func:`normalize_answer`) or, with ``math-verify`` installed (or
-    ``use_math_verify=True``), ``math_verify.verify(parse(gold), parse("\\boxed{answer}"))`` holds (``0.5``
-    matches ``\\frac12``; gold without ``$`` or ``\\boxed`` is parsed as ``$gold$``; its 5-second timeouts apply
-    in the main thread only). ``ground_truth`` is a string or number, or a list of accepted answers; one holding
-    ``\\boxed{}`` is reduced to its last boxed content. ``answer`` is the normalised boxed content (``None``
-    without one).
+    """``\\boxed{}`` verifier: the last ``\\boxed{...}`` of the completion, normalised, against the ground truth
+    (a string or number, or a list of accepted answers); also symbolically with ``math-verify`` when installed (or
+    ``use_math_verify=True``). Details: docs/trl.md, "Rewards and answer checking".
 
     Raises:
         ImportError: ``use_math_verify=True`` without the package.
