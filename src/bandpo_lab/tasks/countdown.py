@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -140,8 +140,17 @@ def evaluate_expression(numbers: Sequence[int], ops: Sequence[str]) -> int:
     return total + sign * term
 
 
-def _join(numbers: Sequence[int], ops: Sequence[str]) -> str:
+def join_expression(numbers: Sequence[int], ops: Sequence[str]) -> str:
+    """``join_expression([3, 7, 2], ["*", "+"]) == "3*7+2"``."""
     return "".join(f"{n}{o}" for n, o in zip(numbers, ops)) + str(numbers[-1])
+
+
+def _expressions(digits: Sequence[int]) -> Iterator[tuple[str, int]]:
+    """Every expression over ``digits`` (each once, distinct orders sorted, ``+ - *``) with its value."""
+    op_choices = list(itertools.product(OPERATORS, repeat=len(digits) - 1))
+    for order in sorted(set(itertools.permutations(digits))):
+        for ops in op_choices:
+            yield join_expression(order, ops), evaluate_expression(order, ops)
 
 
 @lru_cache(maxsize=8)
@@ -150,13 +159,10 @@ def _enumerate(
 ) -> dict[tuple[tuple[int, ...], int], tuple[str, ...]]:
     """All puzzles ``(sorted digits, target) -> all solution strings``, in a fixed (sorted) order."""
     table: dict[tuple[tuple[int, ...], int], list[str]] = {}
-    op_choices = list(itertools.product(OPERATORS, repeat=n_numbers - 1))
     for multiset in itertools.combinations_with_replacement(range(min_digit, max_digit + 1), n_numbers):
-        for order in sorted(set(itertools.permutations(multiset))):
-            for ops in op_choices:
-                value = evaluate_expression(order, ops)
-                if min_target <= value <= max_target:
-                    table.setdefault((multiset, value), []).append(_join(order, ops))
+        for text, value in _expressions(multiset):
+            if min_target <= value <= max_target:
+                table.setdefault((multiset, value), []).append(text)
     return {key: tuple(table[key]) for key in sorted(table)}
 
 
@@ -174,13 +180,7 @@ def solutions(digits: Sequence[int], target: int) -> list[str]:
 
     Exhaustive: ``len(digits)! * 3**(len(digits)-1)`` evaluations, so meant for a handful of digits.
     """
-    found: list[str] = []
-    op_choices = list(itertools.product(OPERATORS, repeat=len(digits) - 1))
-    for order in sorted(set(itertools.permutations(digits))):
-        for ops in op_choices:
-            if evaluate_expression(order, ops) == target:
-                found.append(_join(order, ops))
-    return found
+    return [text for text, value in _expressions(digits) if value == target]
 
 
 def format_prompt(digits: Sequence[int], target: int) -> str:

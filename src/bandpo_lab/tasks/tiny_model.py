@@ -34,7 +34,7 @@ from transformers import (
 )
 
 from bandpo.validation import check_int_in, check_number_in
-from bandpo_lab.tasks.countdown import OPERATORS, CountdownConfig, make_splits, solutions
+from bandpo_lab.tasks.countdown import OPERATORS, CountdownConfig, join_expression, make_splits, solutions
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"
@@ -193,7 +193,7 @@ def make_demonstrations(
         else:
             rng.shuffle(digits)
             ops = [rng.choice(OPERATORS) for _ in digits[1:]]
-            completion = "".join(f"{d}{o}" for d, o in zip(digits, ops)) + str(digits[-1])
+            completion = join_expression(digits, ops)
         demos.append((problem["prompt"], completion))
     return demos
 
