@@ -193,13 +193,8 @@ class TrlNativeMethod:
 TRL_METHODS: Registry[TrlNativeMethod] = Registry("TRL-native method")
 """The TRL-native methods by name."""
 
-
-def register_trl_method(method: TrlNativeMethod) -> TrlNativeMethod:
-    return TRL_METHODS.register(method.name, method)
-
-
 _TEMPERATURE = "a finite number > 0 (TRL divides by it)"
-register_trl_method(
+for _method in (
     TrlNativeMethod(
         name="cispo",
         title="CISPO (MiniMax-M1)",
@@ -215,9 +210,7 @@ register_trl_method(
             ),
         ),
         ignored=("epsilon", "delta", "sapo_temperature_pos", "sapo_temperature_neg"),
-    )
-)
-register_trl_method(
+    ),
     TrlNativeMethod(
         name="sapo",
         title="SAPO (Soft Adaptive Policy Optimization)",
@@ -239,9 +232,7 @@ register_trl_method(
             ),
         ),
         ignored=("epsilon", "epsilon_high", "delta"),
-    )
-)
-register_trl_method(
+    ),
     TrlNativeMethod(
         name="gspo",
         title="GSPO (Group Sequence Policy Optimization)",
@@ -263,8 +254,9 @@ register_trl_method(
             ),
         ),
         ignored=("sapo_temperature_pos", "sapo_temperature_neg"),
-    )
-)
+    ),
+):
+    TRL_METHODS.register(_method.name, _method)
 
 
 class TrainingMethods:
