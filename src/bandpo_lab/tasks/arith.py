@@ -1,11 +1,5 @@
-"""Arith: one- and two-digit arithmetic questions for instruct models, answered in prose, scored by the last number.
-
-A problem is ``a op b`` with ``op`` among ``+ - *`` and operands of the configured digit counts; the prompt is one
-chat message ``What is 23 + 45?`` and the ground truth the integer result, scored by the ``last_number`` verifier
-(:func:`bandpo_lab.rewards.verify_last_number`), so a model that answers in sentences is scored on its answer, not
-on a format. Each operand draws a digit count, then a value with that many digits (``1``: 0-9, ``2``: 10-99).
-Splits are seeded and disjoint (``3 + 4`` and ``4 + 3`` are two problems), the test split drawn first so that it
-does not depend on ``n_train``. Base accuracy of SmolLM2-135M-Instruct: docs/smollm2.md.
+"""Arith: one- and two-digit arithmetic questions for instruct models (``What is 23 + 45?``), answered in prose,
+scored by the last number (docs/smollm2.md, "The task: arith"). ``3 + 4`` and ``4 + 3`` are two problems.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Countdown: a synthetic arithmetic puzzle with a verifiable 0/1 reward (docs/tiny-task.md).
-
-A puzzle gives ``n_numbers`` digits and a target; the answer is an expression that uses every digit exactly once
-(in any order) with the binary operators ``+ - *`` (usual precedence; no parentheses, unary minus or concatenated
-digits): prompt ``"3,7,2:23="``, answer ``"3*7+2"``. The puzzles of a configuration are enumerated exhaustively,
-so each is solvable and :class:`CountdownConfig` knows how many exist. A puzzle is its digit multiset and target;
-train and test never share one. The verifier parses the expression itself; it never calls ``eval``.
+"""Countdown: a synthetic arithmetic puzzle with a verifiable 0/1 reward (docs/tiny-task.md): prompt ``"3,7,2:23="``,
+answer ``"3*7+2"``, each digit once with ``+ - *`` (usual precedence; no parentheses, unary minus or concatenated
+digits). The puzzles (digit multiset and target) are enumerated exhaustively, so each is solvable; train and test
+never share one. The verifier parses the expression itself; it never calls ``eval``.
 """
 
 from __future__ import annotations
