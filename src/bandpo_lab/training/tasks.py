@@ -35,7 +35,7 @@ class TaskSpec:
 
     Attributes:
         options_type: the dataclass of ``data.task_options``.
-        build_split: ``(options, split)`` -> the problems, dicts with at least ``prompt`` and ``answer``.
+        make_splits: ``options`` -> the problems of each of ``splits``, dicts with at least ``prompt`` and ``answer``.
         default_reward: the reward of a config without ``reward.name``.
         build_model: ``(options, model.warm_start, cache_dir, progress)`` -> the task model's directory;
             ``cached_model`` returns it when already built (else ``None``), ``check_model_options`` checks
@@ -46,31 +46,25 @@ class TaskSpec:
 
     name: str
     options_type: type
-    build_split: Callable[[Any, str], list[dict[str, Any]]]
+    make_splits: Callable[[Any], tuple[list[dict[str, Any]], ...]]
     default_reward: str
     splits: tuple[str, ...] = ("train", "test")
     build_model: Callable[[Any, Mapping[str, Any], Path, bool], Path] | None = None
     cached_model: Callable[[Any, Mapping[str, Any], Path], Path | None] | None = None
     check_model_options: Callable[[Mapping[str, Any]], None] | None = None
-    description: str = ""
     max_new_tokens: int | None = None
 
     def options(self, options: Mapping[str, Any], name: str = "data.task_options") -> Any:
         """The task's options object (``ValueError`` on a bad key or value, naming the key under ``name``)."""
         return build_dataclass(self.options_type, options, name)
 
+    def build_split(self, options: Any, split: str) -> list[dict[str, Any]]:
+        """The problems of ``split`` for the options object ``options``."""
+        return dict(zip(self.splits, self.make_splits(options)))[split]
+
 
 TASKS: Registry[TaskSpec] = Registry("task")
 """Task name -> :class:`TaskSpec`; ``data.task`` selects one."""
-
-
-def register_task(spec: TaskSpec) -> TaskSpec:
-    return TASKS.register(spec.name, spec)
-
-
-def _countdown_split(options: CountdownConfig, split: str) -> list[dict[str, Any]]:
-    train, test = make_splits(options)
-    return {"train": train, "test": test}[split]
 
 
 def _warm_start_config(options: CountdownConfig, model_options: Mapping[str, Any]) -> Any:
@@ -99,57 +93,37 @@ def _check_countdown_model_options(model_options: Mapping[str, Any]) -> None:
     _warm_start_config(CountdownConfig(), model_options)
 
 
-if "countdown" not in REWARDS:  # the task module may register it itself one day
+if "countdown" not in REWARDS:  # run as __main__, the module executes twice (see _main)
     register_reward("countdown", countdown_reward_func)
-
-register_task(
-    TaskSpec(
-        name="countdown",
-        options_type=CountdownConfig,
-        build_split=_countdown_split,
-        default_reward="countdown",
-        build_model=_countdown_model,
-        cached_model=_countdown_cached,
-        check_model_options=_check_countdown_model_options,
-        description="countdown puzzles ('3,7,2:23=' -> '3*7+2') and the warm-started tiny character-level Qwen2",
-    )
-)
-
 
 ARITH_ANSWER_TOKENS = 16
 """arith's answer length: a short sentence ending in the number."""
 
-
-def _arith_split(options: ArithConfig, split: str) -> list[dict[str, Any]]:
-    train, test = make_arith_splits(options)
-    return {"train": train, "test": test}[split]
-
-
-register_task(
+for _spec in (
+    TaskSpec(
+        name="countdown",
+        options_type=CountdownConfig,
+        make_splits=make_splits,
+        default_reward="countdown",
+        build_model=_countdown_model,
+        cached_model=_countdown_cached,
+        check_model_options=_check_countdown_model_options,
+    ),
     TaskSpec(
         name="arith",
         options_type=ArithConfig,
-        build_split=_arith_split,
+        make_splits=make_arith_splits,
         default_reward="last_number",
         max_new_tokens=ARITH_ANSWER_TOKENS,
-        description="arithmetic questions for instruct models ('What is 23 + 45?'), scored by the last number in "
-        "the reply; model.path must name a chat model (e.g. smollm2-135m)",
-    )
-)
+    ),
+):
+    TASKS.register(_spec.name, _spec)
 
 
-_DISTRIBUTED_ENV = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-    "ROLE_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID",
-)
+_DISTRIBUTED_ENV = {
+    *("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE"),
+    *("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"),
+}
 
 
 def build_task_model(
