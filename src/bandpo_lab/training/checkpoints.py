@@ -1,9 +1,6 @@
-"""Which ``checkpoint-<step>`` directories of a run can be resumed from.
-
-Transformers writes a checkpoint in place (the model, the optimizer, the scheduler, the RNG states, last
-``trainer_state.json``), so a kill can leave one that ``Trainer.train(resume_from_checkpoint=...)`` fails on. The
-checks read only headers and listings: a ``.safetensors`` file as long as its header says, a ``torch.save`` zip
-archive with its central directory (written last), a ``trainer_state.json`` that parses.
+"""Which ``checkpoint-<step>`` directories of a run can be resumed from (docs/trl.md, "Troubleshooting runs"),
+from headers and listings only: a ``.safetensors`` file as long as its header says, a ``torch.save`` zip archive
+with its central directory (written last), a ``trainer_state.json`` that parses.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """One training run per ``output_dir``: an OS file lock (:func:`bandpo_lab._files.flock`) on
 ``<output_dir>/.bandpo-train.lock``, which records the holder (pid, host, start, command) for the message a second
-run gets. The OS drops it when its process ends, so a file a killed run left does not block a restart.
-"""
+run gets (docs/trl.md, "Troubleshooting runs")."""
 
 from __future__ import annotations
 

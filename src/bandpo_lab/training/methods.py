@@ -1,11 +1,7 @@
-"""Training methods: the one list of method names that ``bandpo train`` and ``bandpo compare`` accept.
-
-A method is a **clip rule** (every name of ``bandpo.losses.CLIP_RULES``, read at each lookup), trained by
-``BandPOTrainer``, or a **TRL-native method** (:data:`TRL_METHODS`: ``cispo``, ``sapo``, ``gspo``), a loss TRL
-ships whose region is no per-token ratio interval, trained by plain ``GRPOTrainer`` with the ``GRPOConfig`` fields
-it sets; :data:`METHODS` dispatches on the kind, never on the name. The TRL-native methods, their regions,
-parameters and defaults: docs/trl.md, "TRL-native baselines". This module imports neither torch nor TRL until a
-trainer or config class is asked for.
+"""Training methods: the one list of method names that ``bandpo train`` and ``bandpo compare`` accept, a clip rule
+of ``bandpo.losses.CLIP_RULES`` (``BandPOTrainer``) or a TRL-native method (:data:`TRL_METHODS`, plain
+``GRPOTrainer``: docs/trl.md, "TRL-native baselines"); :data:`METHODS` dispatches on the kind, never on the name.
+Imports neither torch nor TRL until a trainer or config class is asked for.
 """
 
 from __future__ import annotations

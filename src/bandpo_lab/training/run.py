@@ -1,13 +1,6 @@
-"""Run a training config: :func:`prepare` checks everything without loading a model, :func:`train` trains.
-
-::
-
-    config = load_train_config("configs/tiny.yaml", ["max_steps=50", "output_dir=runs/try"])
-    out = train(config)            # -> Path("runs/try"): final model, metrics.jsonl, checkpoints
-    train(config, resume=True)     # continue from the last complete checkpoint-* in output_dir
-
-What a run writes, resuming and the lock: docs/trl.md (``bandpo train``). Under ``accelerate launch`` every
-process runs :func:`train`; the main process builds a task model first and writes the files.
+"""Run a training config: :func:`prepare` checks everything without loading a model, :func:`train` trains (what
+a run writes, resuming and the lock: docs/trl.md, ``bandpo train``). Under ``accelerate launch`` every process
+runs :func:`train`; the main process builds a task model first and writes the files.
 """
 
 from __future__ import annotations
