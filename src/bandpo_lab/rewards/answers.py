@@ -22,12 +22,9 @@ def ascii_minus(text: str) -> str:
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> str:
-    """The text of a completion as TRL passes it: a string, or a chat message list.
-
-    For messages, the contents of all ``"assistant"`` messages are joined with newlines (all messages when
-    none has that role), so the last ``Answer:`` line or ``\\boxed{}`` of a multi-message completion is found.
-    Content may be a string, ``None``, or a list of parts ``{"type": "text", "text": ...}`` (other parts are
-    skipped).
+    """The text of a completion as TRL passes it: a string, or a chat message list whose ``"assistant"`` messages'
+    contents (all messages' when none has that role) are joined with newlines. Content may be a string, ``None``,
+    or a list of parts ``{"type": "text", "text": ...}`` (other parts are skipped).
 
     Raises:
         TypeError: anything else.

@@ -19,12 +19,8 @@ VERIFIERS: Registry[Verifier] = Registry("verifier")
 
 
 def register_reward(name: str, fn: RewardFunc, aliases: tuple[str, ...] = ()) -> RewardFunc:
-    """Register a TRL-style reward function ``fn(prompts, completions, **kwargs) -> list[float | None]``
-    under ``name`` (e.g. ``register_reward("countdown", countdown_reward)``). Names must be new.
-
-    Options given to :func:`get_reward_func` are bound to ``fn``'s keyword-only parameters (or passed to its
-    ``with_options`` method when it has one). Returns ``fn``.
-    """
+    """Register a TRL-style reward function ``fn(prompts, completions, **kwargs) -> list[float | None]`` under a
+    new ``name`` (its options: :func:`get_reward_func`); returns ``fn``."""
     if not callable(fn):
         raise ValueError(
             f"reward {name!r} must be callable as fn(prompts, completions, **kwargs), got {fn!r}"
@@ -61,7 +57,7 @@ def get_verifier(name: str) -> Verifier:
 
 
 def _import_reward(path: str) -> RewardFunc:
-    """The reward function at import path ``module:attribute`` (module docstring of :func:`get_reward_func`)."""
+    """The reward function at import path ``module:attribute`` (:func:`get_reward_func`)."""
     import importlib
 
     module_name, _, attr = path.partition(":")
@@ -115,15 +111,10 @@ def reward_display_name(name: str) -> str:
 
 
 def get_reward_func(name: str, **options: Any) -> RewardFunc:
-    """The reward function registered as ``name`` (or at the import path ``module:attribute``), with ``options``
-    applied.
-
-    An import path names a TRL reward function ``fn(prompts, completions, **kwargs) -> list[float | None]``, or
-    a verifier ``verify(completion, ground_truth)`` returning a :class:`VerifyResult` or a bool (two positional
-    parameters, no ``**kwargs``), which is wrapped in a :class:`VerifierReward` (+1 / -1, ground truth in column
-    ``answer``). Options are validated now, before any model is loaded: a :class:`VerifierReward` takes ``answer_key``,
-    ``correct_reward``, ``incorrect_reward``, ``unparsed_reward``; another function takes its keyword-only
-    parameters (bound with ``functools.partial``, which TRL names after the wrapped function).
+    """The reward function registered as ``name`` (or at the import path ``module:attribute``: a TRL reward
+    function, or a verifier, :func:`_is_verifier`, wrapped in a :class:`VerifierReward`), with ``options`` checked
+    now and applied: a :class:`VerifierReward`'s own, or another function's keyword-only parameters (bound with
+    ``functools.partial``, which TRL names after the wrapped function).
 
     Raises:
         ValueError: unknown name (the message lists the valid names) or unknown option.

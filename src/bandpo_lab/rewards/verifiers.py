@@ -23,13 +23,8 @@ from bandpo_lab.rewards.answers import (
 
 
 class VerifyResult(NamedTuple):
-    """Outcome of checking one completion.
-
-    Attributes:
-        correct: the answer matches the ground truth.
-        answer: the normalised extracted answer; ``None`` when no answer could be parsed (then ``correct`` is
-            False).
-    """
+    """Outcome of checking one completion: whether the answer matches the ground truth, and the normalised
+    extracted answer (``None`` when none could be parsed; then ``correct`` is False)."""
 
     correct: bool
     answer: str | None
@@ -40,9 +35,8 @@ Verifier = Callable[[Any, Any], VerifyResult]
 
 
 def verify_dapo(completion: str | Sequence[Mapping[str, Any]], ground_truth: object) -> VerifyResult:
-    """DAPO verifier: the last ``Answer:`` line (:func:`extract_answer`), normalised, exact match.
-
-    ``ground_truth`` is a string or number, or a list of accepted answers (any may match).
+    """DAPO verifier: the last ``Answer:`` line (:func:`extract_answer`), normalised, exact match against
+    ``ground_truth`` (a string or number, or a list of accepted answers).
 
     Raises:
         ValueError: a ground truth that is not a string/number (list) or normalises to ``""``.
@@ -129,9 +123,8 @@ def last_number(text: str) -> str | None:
 
 
 def verify_last_number(completion: str | Sequence[Mapping[str, Any]], ground_truth: object) -> VerifyResult:
-    """The last number in the reply (:func:`last_number`) equals the ground truth as a number (``"7.0"`` = ``7``).
-
-    ``ground_truth`` is a number or a numeric string, or a list of them (any may match).
+    """The last number in the reply (:func:`last_number`) equals the ground truth (a number or a numeric string, or
+    a list of them) as a number (``"7.0"`` = ``7``).
 
     Raises:
         ValueError: a ground truth that is not a number.

@@ -1,9 +1,5 @@
-"""A tiny character-level Qwen2 for the countdown task, built locally and warm-started by supervised training.
-
-Nothing is downloaded: the tokenizer is a character vocabulary built with ``tokenizers`` and the model a freshly
-initialized ``Qwen2ForCausalLM`` (0.86M parameters), trained on demonstrations right ``demo_accuracy`` of the time so
-that the policy starts with rare-but-right answers for RL to find (docs/tiny-task.md). :func:`warm_start` caches the
-result in ``cache_dir/countdown-warm-<hash of the config>``, a directory ``from_pretrained`` loads.
+"""A tiny character-level Qwen2 for the countdown task, built locally (nothing is downloaded) and warm-started on
+demonstrations right ``demo_accuracy`` of the time, so that RL finds rare-but-right answers (docs/tiny-task.md).
 """
 
 from __future__ import annotations
