@@ -120,10 +120,18 @@ for _spec in (
     TASKS.register(_spec.name, _spec)
 
 
-_DISTRIBUTED_ENV = {
-    *("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE"),
-    *("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"),
-}
+_DISTRIBUTED_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 def build_task_model(
