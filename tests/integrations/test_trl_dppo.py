@@ -69,7 +69,7 @@ def test_compare_accepts_dppo_methods() -> None:
     from bandpo_lab.experiments.compare import CompareError, MethodSpec
 
     spec = MethodSpec(label="dppo-kl", clip_rule="dppo_kl", params={"truncation_c": 10.0})
-    assert spec.rule() == DPPOKLClip(truncation_c=10.0)
+    assert make_clip_rule(spec.clip_rule, **spec.params) == DPPOKLClip(truncation_c=10.0)
     with pytest.raises(
         CompareError, match=r"methods\[bad\]: truncation_c must be a finite number > 1, got 0\.5"
     ):

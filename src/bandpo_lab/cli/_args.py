@@ -1,6 +1,5 @@
 """What every ``bandpo`` subcommand's parser shares (docs/architecture.md#the-command-line): the help formatter,
-list options (:func:`add_list_option`), each command's output option (:data:`OUTPUTS`), ``--dry-run`` for long
-work (:data:`LONG_WORK`) and the deprecated spellings of renamed flags.
+list options (:func:`add_list_option`), ``--dry-run`` for long work and the deprecated spellings of renamed flags.
 """
 
 from __future__ import annotations
@@ -10,24 +9,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-
-OUTPUT_FILE, OUTPUT_DIR, OUTPUT_KEY = "--output", "--output-dir", "output_dir="
-
-OUTPUTS: dict[str, str | None] = {
-    "bounds": None,
-    "plot-bounds": OUTPUT_FILE,
-    "eval": OUTPUT_FILE,
-    "probe": OUTPUT_DIR,
-    "demo": OUTPUT_DIR,
-    "train": OUTPUT_KEY,
-    "compare": OUTPUT_KEY,
-}
-"""Each command's output option (``-o`` is its short form; ``None``: it prints only)."""
-
-
-LONG_WORK = ("train", "eval", "compare", "demo", "probe")
-"""The commands whose work takes minutes: each takes ``--dry-run`` (:func:`add_dry_run`, :func:`print_plan`) and
-``--no-progress``."""
 
 
 def add_dry_run(parser: argparse._ActionsContainer, checks: str, work: str) -> None:

@@ -135,21 +135,27 @@ def field_value(value: Any, tp: Any, dotted: str, origins: Mapping[str, str] | N
 
 def build_dataclass(
     cls: type,
-    values: Mapping[str, Any],
+    values: Mapping[str, Any] | None,
     name: str,
     origins: Mapping[str, str] | None = None,
     what: str = "config",
     suggest: Iterable[str] | None = None,
     **fixed: Any,
 ) -> Any:
-    """``cls(**values, **fixed)`` for the section ``name`` of a config, each key checked and each value converted
-    to its field's type first.
+    """``cls(**values, **fixed)`` for the section ``name`` of a config (``values`` null: the defaults), each key
+    checked and each value converted to its field's type first.
 
     Raises:
-        ConfigError: an unknown key (the closest of ``suggest``, default the section's dotted keys; the section's
-            keys), a value of the wrong type (where it was set, from ``origins``). Errors of ``cls`` propagate.
+        ConfigError: ``values`` not a mapping, an unknown key (the closest of ``suggest``, default the section's
+            dotted keys; the section's keys), a value of the wrong type (where it was set, from ``origins``).
+            Errors of ``cls`` propagate.
     """
     types_ = {k: tp for k, tp in dataclass_types(cls).items() if k not in fixed}
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        at = where(origins, name) if origins else None
+        raise ConfigError(f"{located(name, at)} must be a mapping of {', '.join(types_)}, got {values!r}")
     kwargs = {}
     for key, value in values.items():
         dotted = f"{name}.{key}"

@@ -179,13 +179,6 @@ class TrainConfig:
                     )
                 method = value
             elif key in SECTIONS:
-                if value is None:
-                    value = {}
-                if not isinstance(value, Mapping):
-                    raise ConfigError(
-                        f"{key} ({here}) must be a mapping of {', '.join(dataclass_types(SECTIONS[key]))}, "
-                        f"got {value!r}"
-                    )
                 try:
                     sections[key] = build_dataclass(SECTIONS[key], value, key, origins, suggest=_valid_keys())
                 except ConfigError:
@@ -203,10 +196,8 @@ class TrainConfig:
                 )
                 raise unknown_key(key, _valid_keys(), at=here, known=known)
         check_renamed(trainer, origins)
-        if "model" not in sections:
-            sections["model"] = ModelConfig()
-        if "reward" not in sections:
-            sections["reward"] = RewardConfig()
+        sections.setdefault("model", ModelConfig())
+        sections.setdefault("reward", RewardConfig())
         if "data" not in sections:
             raise ConfigError(
                 "the config has no data section: set data.task (a built-in task) or data.path (local files)"

@@ -13,6 +13,22 @@ import pytest
 
 from bandpo_lab.cli.main import COMMANDS, build_parser, main
 
+OUTPUT_FILE, OUTPUT_DIR, OUTPUT_KEY = "--output", "--output-dir", "output_dir="
+
+OUTPUTS: dict[str, str | None] = {
+    "bounds": None,
+    "plot-bounds": OUTPUT_FILE,
+    "eval": OUTPUT_FILE,
+    "probe": OUTPUT_DIR,
+    "demo": OUTPUT_DIR,
+    "train": OUTPUT_KEY,
+    "compare": OUTPUT_KEY,
+}
+"""Each command's output option (``-o`` is its short form; ``None``: it prints only)."""
+
+LONG_WORK = ("train", "eval", "compare", "demo", "probe")
+"""The commands whose work takes minutes: each takes ``--dry-run`` and ``--no-progress``."""
+
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
     parser = build_parser()
@@ -92,11 +108,11 @@ def test_old_output_spellings_still_work(
 
 
 def test_every_command_names_its_output_one_way() -> None:
-    """Each command's output is the one option ``cli/_args.py``'s ``OUTPUTS`` gives it, with ``-o`` as its short
+    """Each command's output is the one option ``OUTPUTS`` gives it, with ``-o`` as its short
     form: ``-o/--output FILE`` where it writes a file, ``-o/--output-dir DIR`` where it writes a folder, the config
     key ``output_dir=`` for train and compare (no option), none for bounds; the other output spellings
     (``--out``, ``--json``, ``--output`` of a folder) are hidden aliases of it."""
-    from bandpo_lab.cli._args import OUTPUT_KEY, OUTPUTS, _DeprecatedSpelling
+    from bandpo_lab.cli._args import _DeprecatedSpelling
     from bandpo_lab.cli.main import parse_args
 
     subparsers = _subparsers()
@@ -126,7 +142,6 @@ def test_every_command_names_its_output_one_way() -> None:
 @pytest.mark.parametrize("command", ["plot-bounds", "eval", "probe", "demo"])
 def test_dash_o_names_the_output(command: str) -> None:
     """``bandpo probe -o runs/p`` is ``--output-dir runs/p``, ``bandpo plot-bounds -o b.svg`` ``--output b.svg``."""
-    from bandpo_lab.cli._args import OUTPUTS
     from bandpo_lab.cli.main import parse_args
 
     base = ["--model", "m"] if command in ("probe", "eval") else []
@@ -310,10 +325,8 @@ def test_bandpo_version_and_bandpo_help_work(capsys: pytest.CaptureFixture[str])
 
 def test_every_command_whose_work_is_long_has_dry_run_and_no_progress() -> None:
     """``train``, ``compare`` and ``demo`` had ``--dry-run``, ``eval`` and ``probe`` none: every command of
-    ``cli/_args.py``'s ``LONG_WORK`` takes both ``--dry-run`` and ``--no-progress``; the
+    ``LONG_WORK`` takes both ``--dry-run`` and ``--no-progress``; the
     others (``bounds``, ``plot-bounds``) print in a second."""
-    from bandpo_lab.cli._args import LONG_WORK
-
     subparsers = _subparsers()
     assert set(subparsers) - set(LONG_WORK) == {"bounds", "plot-bounds"}
     missing = [

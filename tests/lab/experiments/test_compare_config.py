@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from synthetic_runs import CONFIGS
 
+from bandpo.losses import make_clip_rule
 from bandpo_lab.experiments.compare import (
     DEFAULT_METHODS,
     CompareError,
@@ -33,7 +34,7 @@ def test_presets_load_and_default_methods() -> None:
     default = load_compare_config(None, {"output_dir": "x"})
     assert [m.label for m in default.methods] == [label for label, _, _ in DEFAULT_METHODS]
     for m in default.methods:
-        m.rule()  # every default rule builds
+        make_clip_rule(m.clip_rule, **m.params)  # every default rule builds
 
 
 def test_a_built_in_recipe_is_named_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,17 +310,12 @@ def test_a_method_on_fewer_seeds_plans_only_those_the_config_also_lists() -> Non
         "methods=[{label: grpo, clip_rule: grpo}, {label: ch, clip_rule: clip_higher, seeds: [1, 2, 9]}]"
     )
     config = load_compare_config(CONFIGS / "compare-tiny.yaml", [methods, "seeds=[0, 1, 2]"])
-    assert config.seeds_of(config.method("ch")) == [1, 2] and config.seeds_of(config.method("grpo")) == [
-        0,
-        1,
-        2,
-    ]
+    grpo, ch = config.methods
+    assert config.seeds_of(ch) == [1, 2] and config.seeds_of(grpo) == [0, 1, 2]
     assert [(p.method.label, p.seed) for p in plan_runs(config)] == [
         ("grpo", 0), ("grpo", 1), ("grpo", 2), ("ch", 1), ("ch", 2),
     ]  # fmt: skip
-    assert (
-        config.method("ch").to_dict()["seeds"] == [1, 2, 9] and "seeds" not in config.method("grpo").to_dict()
-    )
+    assert ch.to_dict()["seeds"] == [1, 2, 9] and "seeds" not in grpo.to_dict()
     narrowed = load_compare_config(CONFIGS / "compare-tiny.yaml", [methods, "seeds=[0]"])
     assert [(p.method.label, p.seed) for p in plan_runs(narrowed)] == [("grpo", 0)]
 
@@ -365,7 +361,7 @@ def test_a_method_takes_its_radius_schedule_in_its_params(tmp_path: Path) -> Non
         "hold_then_linear", 0.02, 0.5
     )  # fmt: skip
     assert not any(key.startswith("band_") for key in grpo)
-    assert cfg.methods[1].rule().delta == 0.2
+    assert make_clip_rule("band", **band["clip_rule_kwargs"]).delta == 0.2
     for params, message in (
         ("{delta_schedule: linear}", "delta_end must be set"),
         ("{delta_schedule: lin, delta_end: 0.02}", "unknown radius schedule 'lin' (did you mean 'linear'?)"),

@@ -17,7 +17,6 @@ from bandpo_lab.config import (
     ConfigError,
     build_dataclass,
     config_file,
-    dataclass_types,
     located,
     merge,
     override_layer,
@@ -112,18 +111,6 @@ class MethodSpec:
         from bandpo_lab.training.methods import METHODS
 
         return METHODS.get(self.method)  # type: ignore[arg-type]
-
-    def rule(self) -> Any:
-        """The ``ClipRule`` object of a clip-rule method (``CompareError`` for a TRL-native method, which has none)."""
-        from bandpo.losses import make_clip_rule
-
-        if self.clip_rule is None:
-            raise CompareError(
-                f"methods[{self.label}]: method {self.method!r} is TRL-native and has no clip rule"
-            )
-        from bandpo_lab.training.methods import split_schedule
-
-        return make_clip_rule(self.clip_rule, **split_schedule(copy.deepcopy(self.params))[0])
 
     def to_dict(self) -> dict[str, Any]:
         """``{label, clip_rule | method, params}`` as a compare config lists it (``clip_rule`` for a clip rule)."""
@@ -264,14 +251,6 @@ class CompareConfig:
         """The seeds ``method`` runs on: the config's ``seeds``, or those of them in the method's own ``seeds``."""
         return [s for s in self.seeds if method.seeds is None or s in method.seeds]
 
-    def method(self, label: str) -> MethodSpec:
-        for m in self.methods:
-            if m.label == label:
-                return m
-        raise CompareError(
-            f"no method labelled {label!r}; labels: {', '.join(m.label for m in self.methods)}"
-        )
-
     def to_dict(self) -> dict[str, Any]:
         """The config as YAML-ready nested dict (the file layout)."""
         return {
@@ -369,12 +348,7 @@ def _read(
             at = where(origins, key)
             raise unknown_key(key, _TOP_KEYS, "compare config", at, known=f"; keys: {', '.join(_TOP_KEYS)}")
         if key in _SECTIONS:
-            fields = ", ".join(dataclass_types(_SECTIONS[key]))
-            if value is not None and not isinstance(value, dict):
-                raise ConfigError(
-                    f"{key} ({where(origins, key)}) must be a mapping of {fields}, got {value!r}"
-                )
-            values[key] = build_dataclass(_SECTIONS[key], value or {}, key, origins, "compare config")
+            values[key] = build_dataclass(_SECTIONS[key], value, key, origins, "compare config")
     sections = {name: values.get(name) or cls() for name, cls in _SECTIONS.items()}
     train = sections["train"]
     train.overrides.update(
