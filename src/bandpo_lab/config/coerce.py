@@ -1,19 +1,11 @@
 """Config values converted to the type of the dataclass field they set, with a message that names the key.
 
-:func:`coerce_value` validates with pydantic's ``TypeAdapter`` in lax mode (``"7"`` -> ``7`` for an ``int``, ``"1e-5"``
--> ``1e-05`` for a ``float``, ``"yes"`` -> ``True`` for a ``bool``, a union tries its members, numbers become
-strings for a ``str``), on these readings of a string value, first success wins:
-
-* a null text (``null``, ``~``, ``None``) is ``None`` where the type admits it (no other text is: an empty
-  value or a YAML comment is not ``None``);
-* the text itself, so a string field keeps what was written (``run_name=1.50`` stays ``"1.50"``);
-* the text read as YAML (``[0.2, 0.28]`` a list, ``{a: 1}`` a mapping, ``1e3`` a number), tried first when the
-  text starts with ``[`` or ``{``.
-
-Two rules pydantic does not have: ``true`` / ``false`` never become numbers nor numbers ``true`` / ``false``
-(lax pydantic turns ``True`` into ``1``), and enum members come back as their values (TRL converts its
-strings itself). A value no reading fits raises :class:`ConfigError` ``"KEY (WHERE) must be TYPE, got VALUE"``,
-the type in words (``an integer or null``).
+:func:`coerce_value` validates with pydantic's ``TypeAdapter`` in lax mode (``"7"`` -> ``7``, ``"yes"`` -> ``True``,
+numbers to a ``str``, enum members as their values), trying a string value as a null text (``null``, ``~``,
+``None``: nothing else is ``None``), as the text itself (``run_name=1.50`` stays ``"1.50"``), then read as YAML
+(first where it starts with ``[`` or ``{``). Unlike pydantic, ``true`` / ``false`` never become numbers nor
+numbers ``true`` / ``false``. A value no reading fits raises :class:`ConfigError` ``"KEY (WHERE) must be TYPE, got
+VALUE"``, the type in words (``an integer or null``).
 """
 
 from __future__ import annotations
@@ -48,11 +40,10 @@ def dataclass_types(cls: type) -> dict[str, Any]:
 @functools.cache
 def _adapter(tp: Any) -> Any:
     pydantic = require("pydantic", "config checks", "lab")
-    config = pydantic.ConfigDict(coerce_numbers_to_str=True, arbitrary_types_allowed=True)
-    try:
-        return pydantic.TypeAdapter(tp, config=config)
-    except pydantic.PydanticUserError:  # a dataclass or model field type takes no config
-        return pydantic.TypeAdapter(tp)
+    config = pydantic.ConfigDict(
+        coerce_numbers_to_str=True, arbitrary_types_allowed=True, use_enum_values=True
+    )
+    return pydantic.TypeAdapter(tp, config=config)
 
 
 def _readings(value: Any, name: str) -> Iterator[Any]:
@@ -80,17 +71,6 @@ def _kinds_agree(before: Any, after: Any) -> bool:
     return isinstance(before, bool) == isinstance(after, bool)
 
 
-def _plain(value: Any) -> Any:
-    """Enum members as their values, inside lists and dicts too."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
 def coerce_value(value: Any, tp: Any, key: str, where: str | None = None) -> Any:
     """``value`` converted to type ``tp`` (a field annotation; module docstring), or :class:`ConfigError`
     ``"{key} ({where}) must be {type in words}, got {value!r}"``."""
@@ -105,7 +85,7 @@ def coerce_value(value: Any, tp: Any, key: str, where: str | None = None) -> Any
         except ValidationError:
             continue
         if _kinds_agree(reading, result):
-            return _plain(result)
+            return result
     raise ConfigError(f"{located(key, where)} must be {type_words(tp)}, got {value!r}")
 
 

@@ -297,18 +297,7 @@ _SECTIONS: dict[str, type] = {
     "curves": CurveSpec,
     "report": _ReportSection,
 }
-_TOP_KEYS = (
-    "output_dir",
-    "train",
-    "methods",
-    "seeds",
-    "reference",
-    "eval",
-    "curves",
-    "baseline",
-    "num_threads",
-    "report",
-)
+_TOP_KEYS = ("output_dir", "methods", "seeds", "reference", "baseline", "num_threads", *_SECTIONS)
 _OVERRIDES_PREFIX = "train.overrides."
 
 
@@ -343,19 +332,18 @@ def _read(
         override_layer({k: v for k, v in read.items() if not k.startswith(_OVERRIDES_PREFIX)}),
     ]:
         merge(values, origins, layer)
-    for key, value in values.items():
+    for key in values:
         if key not in _TOP_KEYS:
             at = where(origins, key)
             raise unknown_key(key, _TOP_KEYS, "compare config", at, known=f"; keys: {', '.join(_TOP_KEYS)}")
-        if key in _SECTIONS:
-            values[key] = build_dataclass(_SECTIONS[key], value, key, origins, "compare config")
-    sections = {name: values.get(name) or cls() for name, cls in _SECTIONS.items()}
-    train = sections["train"]
+    for name, cls in _SECTIONS.items():
+        values[name] = build_dataclass(cls, values.get(name), name, origins, "compare config")
+    train = values["train"]
     train.overrides.update(
         {k[len(_OVERRIDES_PREFIX) :]: v for k, v in read.items() if k.startswith(_OVERRIDES_PREFIX)}
     )
     _check_no_method_overrides(train.overrides, origins, read)
-    return {**values, **sections}, train, origins
+    return values, train, origins
 
 
 def _check_no_method_overrides(
@@ -452,22 +440,18 @@ def load_compare_config(
             )
         )
 
-    seeds = data.get("seeds", [0])
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        seeds = [seeds]
+    top = {key: value for key, value in data.items() if key not in (*_SECTIONS, "methods")}  # as written
+    if isinstance(top.get("seeds"), int) and not isinstance(top["seeds"], bool):
+        top["seeds"] = [top["seeds"]]
     return CompareConfig(
-        output_dir=data.get("output_dir", "runs/compare"),
         train_config=str(resolved),
         train_overrides=dict(train.overrides),
         methods=methods,
-        seeds=seeds,
-        reference=data.get("reference"),
         eval=data["eval"],
         curves=data["curves"],
-        baseline=data.get("baseline", True),
-        num_threads=data.get("num_threads"),
         smooth=data["report"].smooth,
         source=None if path is None else str(path),
+        **top,
     )
 
 
