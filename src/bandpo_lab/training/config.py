@@ -35,7 +35,7 @@ from bandpo_lab.config import (
     where,
 )
 from bandpo_lab.training.config_layers import check_renamed, merge_layer, merge_overrides
-from bandpo_lab.training.config_method import DEFAULT_CLIP_RULE, check_clip_rule_fields, select_clip_rule
+from bandpo_lab.training.config_method import DEFAULT_CLIP_RULE, check_clip_rule_fields
 from bandpo_lab.training.methods import METHOD_KEY, METHODS, TRL_METHODS
 from bandpo_lab.training.sections import SECTIONS, DataConfig, ModelConfig, RewardConfig
 from bandpo_lab.training.trl_fields import RENAMED_FIELDS, trainer_field_types
@@ -96,8 +96,14 @@ class TrainConfig:
                 method = METHODS.get(self.method)
             except ValueError as err:
                 raise ConfigError(f"method{at(METHOD_KEY)}: {err}") from err
-            if method.name not in TRL_METHODS:  # a clip rule: ``clip_rule`` holds it
-                select_clip_rule(self.trainer, method.name, at)
+            if method.name not in TRL_METHODS:  # a clip rule: the same as ``clip_rule: NAME``
+                existing = self.trainer.get("clip_rule")
+                if existing not in (None, method.name):
+                    raise ConfigError(
+                        f"method={method.name!r}{at(METHOD_KEY)} and clip_rule={existing!r}{at('clip_rule')} select "
+                        "different methods: set one of them"
+                    )
+                self.trainer["clip_rule"] = method.name
                 self.method = None
         if self.method is not None:
             try:
@@ -179,12 +185,7 @@ class TrainConfig:
                     )
                 method = value
             elif key in SECTIONS:
-                try:
-                    sections[key] = build_dataclass(SECTIONS[key], value, key, origins, suggest=_valid_keys())
-                except ConfigError:
-                    raise
-                except (TypeError, ValueError) as err:
-                    raise ConfigError(f"{key}: {err}") from err
+                sections[key] = build_dataclass(SECTIONS[key], value, key, origins, suggest=_valid_keys())
             elif key in REFUSED_TRAINER_KEYS:
                 raise ConfigError(f"{key} ({here}) cannot be set in a config: {REFUSED_TRAINER_KEYS[key]}")
             elif key in field_types:
@@ -307,14 +308,9 @@ def _installed_spelling(kwargs: dict[str, Any], config_class: Any) -> dict[str, 
 
 
 def _accelerator_available() -> bool:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return False
-    if torch.cuda.is_available():
-        return True
-    xpu = getattr(torch, "xpu", None)
-    return bool(xpu is not None and xpu.is_available())
+    import torch
+
+    return torch.cuda.is_available() or torch.xpu.is_available()
 
 
 def load_train_config(

@@ -14,21 +14,10 @@ from bandpo.integrations.trl_spec import (
     loss_type_problem,
 )
 from bandpo_lab.config import ConfigError
-from bandpo_lab.training.methods import METHOD_KEY, METHODS, TRL_METHODS
+from bandpo_lab.training.methods import METHODS, TRL_METHODS
 
 DEFAULT_CLIP_RULE = "band"
 """The clip rule of a config that selects no method: ``BandPOConfig``'s default."""
-
-
-def select_clip_rule(trainer: dict[str, Any], name: str, where: Any) -> None:
-    """``method: NAME`` for a clip rule: the same as ``clip_rule: NAME``; both set to different rules is refused."""
-    existing = trainer.get("clip_rule")
-    if existing is not None and existing != name:
-        raise ConfigError(
-            f"method={name!r}{where(METHOD_KEY)} and clip_rule={existing!r}{where('clip_rule')} select different "
-            "methods: set one of them"
-        )
-    trainer["clip_rule"] = name
 
 
 def check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
