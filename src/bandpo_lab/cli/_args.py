@@ -209,13 +209,11 @@ def yaml_mapping(flag: str, text: str, example: str) -> dict[str, Any]:
     mapping like 'EXAMPLE', got 'TEXT'`` (and the parser's reason)."""
     import yaml
 
-    from bandpo_lab.config.documents import load_value
+    from bandpo_lab.config.documents import load_value, yaml_error_line
 
     try:
         value = load_value(text)  # aliases bounded as in a config file
     except yaml.YAMLError as err:
-        from bandpo_lab.config import yaml_error_line
-
         reason = yaml_error_line(err)  # the YAML parser's message spans several lines
         raise ValueError(f"{flag} must be a YAML mapping like '{example}', got {text!r}: {reason}") from None
     if not isinstance(value, dict):

@@ -1,11 +1,7 @@
-"""Config documents: YAML files with their ``base:`` chain, ``key=value`` overrides, merging, where a key was set.
-
-A config is built from *layers*, lowest first: the files of a ``base:`` chain (each path relative to the file that
-names it), then the file, then the command line's overrides. Each :class:`Layer` holds its values and, for every
-dotted key it sets, where it was set (``in FILE:LINE``, or :data:`OVERRIDES_LABEL`); :func:`merge` keeps those
-origins, so an error found later names the file and line of the value. Files are read with PyYAML's safe loader
-as configs expect it (:class:`_Loader`); nothing is interpolated (``${...}`` is text). Override values stay the
-text the user wrote until :func:`bandpo_lab.config.coerce.coerce_value` converts them to their field's type.
+"""Config documents: YAML files with their ``base:`` chain (:func:`read_layers`), ``key=value`` overrides
+(:func:`override_layer`), merged layer by layer (:func:`merge`) with where each dotted key was set (``in
+FILE:LINE``, :data:`OVERRIDES_LABEL`), so that an error found later names the file and line of the value. Override
+values stay text until :func:`bandpo_lab.config.coerce.coerce_value` converts them to their field's type.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from typing import Any
 import yaml
 
 from bandpo.registry import did_you_mean
-from bandpo_lab._files import read_utf8, recipe_name, recipe_names, resolve_config
+from bandpo_lab._files import RECIPES, read_utf8, recipe_name, recipe_names, resolve_config, same_or_inside
 
 
 class ConfigError(ValueError):
@@ -239,8 +235,6 @@ def config_file(path: str | Path, beside: Path | None = None, what: str = "confi
 
 def recipe_note(path: str | Path) -> str:
     """What a config file is, for a dry run: ``the built-in recipe 'tiny' (PATH)`` or ``the file PATH``."""
-    from bandpo_lab._files import RECIPES, same_or_inside
-
     if same_or_inside(path, RECIPES):
         name = Path(path).resolve().relative_to(RECIPES.resolve()).with_suffix("").as_posix()
         return f"the built-in recipe {name!r} ({shown_path(Path(path).resolve())})"
