@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from bandpo.validation import check_int_in, is_finite_real
 
 # GenerationConfig fields -> the values :func:`sample` implements; ``None`` stands for unset everywhere.
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
@@ -128,6 +129,13 @@ def model_problem(model: Any) -> str | None:
     return f"its cache has {', '.join(sorted(kinds))} layers" if kinds else None
 
 
+def check_temperature(value: object, error: type[ValueError] = ValueError) -> float:
+    """``value`` as a sampling temperature: a finite Python number >= 0 (0: greedy), else ``error``."""
+    if not (isinstance(value, (int, float)) and is_finite_real(value) and value >= 0):
+        raise error(f"temperature must be a finite number >= 0 (0: greedy), got {value!r}")
+    return value
+
+
 def _ids(value: Any) -> list[int]:
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
 
@@ -200,10 +208,8 @@ def sample(
             f"input_ids and attention_mask must be (B, T) of one shape, got {tuple(input_ids.shape)} and "
             f"{tuple(attention_mask.shape)}"
         )
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    check_temperature(temperature)
+    check_int_in("max_new_tokens", max_new_tokens, 1)
     if model_problem(model) is not None:
         return _sample_by_generate(
             model,

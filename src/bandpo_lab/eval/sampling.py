@@ -14,8 +14,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from bandpo.validation import check_int_in
-from bandpo_lab.decode import sample
-from bandpo_lab.eval.settings import check_temperature
+from bandpo_lab.decode import check_temperature, sample
 from bandpo_lab.runtime import Precision
 
 

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bandpo.validation import check_int_in
+from bandpo_lab.decode import check_temperature
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.runtime import check_precision
 
 BACKENDS = ("transformers", "vllm")  # vLLM: pip install vllm
-
-
-def check_temperature(value: object, error: type[ValueError] = ValueError) -> float:
-    """``value`` as a sampling temperature: a finite number >= 0 (0: greedy), else ``error``."""
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise error(f"temperature must be a finite number >= 0 (0: greedy), got {value!r}")
-    return value
 
 
 def parse_ks(text: str | Sequence[int] | None, k: int) -> tuple[int, ...]:
