@@ -54,7 +54,6 @@ def load_eval_dataset(
     prompt_template: str | None = None,
     system_prompt: str | None = None,
     chat_template: str = "auto",
-    name: str | None = None,
 ) -> EvalDataset:
     """Load the problems of a built-in task split or of local JSONL / JSON / parquet files.
 
@@ -68,7 +67,6 @@ def load_eval_dataset(
         task_options: the task's options (they must match the training run's for its test split).
         max_problems: keep the first ``max_problems`` problems (``None``: all).
         prompt_template, system_prompt, chat_template, data_format: as in the training config's ``data:``.
-        name: display name (default: ``<task>/<split>`` or the file / directory stem).
 
     Raises:
         EvalError: unknown verifier, missing file or column (naming the columns there), a row without a prompt,
@@ -92,7 +90,7 @@ def load_eval_dataset(
         rows = task.build_split(options, split)
         problems = [{"prompt": r["prompt"], "answer": r.get("answer")} for r in rows]
         source = f"task {spec!r} split {split!r}"
-        display = name or f"{spec}/{split}"
+        display = f"{spec}/{split}"
     else:
         if task_options:
             raise EvalError(
@@ -134,7 +132,7 @@ def load_eval_dataset(
                 answer = lookup_column(row, answer_column)
                 problems.append({"prompt": prompt, "answer": None if answer is MISSING else answer})
         source = ", ".join(str(p) for p, _ in sources)
-        display = name or Path(spec.rstrip("/")).stem
+        display = Path(spec.rstrip("/")).stem
     get_scorer(verifier)  # unknown names raise now, before any model loads
     if max_problems is not None:
         problems = problems[:max_problems]
