@@ -43,8 +43,7 @@ def _summary(parts: Sequence[_Scored], settings: EvalSettings) -> dict[str, Any]
             summarize(
                 problems,
                 ks=settings.ks or (1,),
-                best_ks=[settings.k],
-                maj_ks=[settings.k],
+                k=settings.k,
                 n_bootstrap=settings.n_bootstrap,
                 seed=settings.seed or 0,
             )

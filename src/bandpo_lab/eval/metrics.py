@@ -218,20 +218,19 @@ def summarize(
     per_problem_results: Sequence[Mapping[str, Any]],
     ks: int | Sequence[int] = (1,),
     *,
-    best_ks: int | Sequence[int] | None = None,
-    maj_ks: int | Sequence[int] | None = None,
+    k: int | None = None,
     n_bootstrap: int = 1000,
     seed: int = 0,
 ) -> dict[str, float | int]:
     """All metrics in one flat dict: ``n_problems``, ``n_samples`` (total), ``mean@n`` (plain ``mean`` when problems
-    have different sample counts), ``pass@k``, ``best@k``, ``maj@k`` per requested k, and ``n_unparsed`` (samples
-    whose answer is ``None``) when answers are given.
+    have different sample counts), ``pass@j`` per j of ``ks``, ``best@k``, and with answers ``maj@k`` and
+    ``n_unparsed`` (samples whose answer is ``None``).
 
     Args:
         per_problem_results: per problem a mapping with ``"correct"``, its (n,) sample values, and optional
             ``"answers"``, its (n,) extracted answers (``None``: unparsed); every problem has answers or none has.
-        ks: the k of ``pass@k``, each <= every problem's sample count.
-        best_ks, maj_ks: the k of ``best@k`` and ``maj@k``; default ``max(ks)`` (maj@k only with answers).
+        ks: the j of ``pass@j``, each <= every problem's sample count.
+        k: the k of ``best@k`` and ``maj@k`` (default ``max(ks)``), <= every problem's sample count.
         n_bootstrap, seed: of :func:`best_at_k`.
     """
     if isinstance(per_problem_results, (str, bytes, Mapping)) or not isinstance(
@@ -261,15 +260,12 @@ def summarize(
     )
 
     ks_list = _check_ks("ks", ks)
-    best_list = _check_ks("best_ks", best_ks) if best_ks is not None else [ks_list[-1]]
-    if maj_ks is not None and answers is None:
-        raise ValueError(f"maj_ks={maj_ks!r} needs answers in per_problem_results, but none were given")
-    maj_list = _check_ks("maj_ks", maj_ks) if maj_ks is not None else ([ks_list[-1]] if answers else [])
+    k = ks_list[-1] if k is None else check_int_in("k", k, 1)
     n_min = min(x.size for x in problems)
-    for name, values in (("ks", ks_list), ("best_ks", best_list), ("maj_ks", maj_list)):
-        if values and values[-1] > n_min:
+    for name, largest in (("ks", ks_list[-1]), ("k", k)):
+        if largest > n_min:
             raise ValueError(
-                f"{name} must not exceed the number of samples of any problem ({n_min}), got k={values[-1]}"
+                f"{name} must not exceed the number of samples of any problem ({n_min}), got k={largest}"
             )
 
     sizes = {x.size for x in problems}
@@ -281,12 +277,10 @@ def summarize(
     out[mean_key] = mean_at_k(problems)
     n_arr = np.array([x.size for x in problems])
     c_arr = np.array([int(x.sum()) for x in problems])
-    for k in ks_list:
-        out[f"pass@{k}"] = float(np.mean(pass_at_k(n_arr, c_arr, k)))
-    for k in best_list:
-        out[f"best@{k}"] = best_at_k(problems, k, n_bootstrap=n_bootstrap, seed=seed)
+    for j in ks_list:
+        out[f"pass@{j}"] = float(np.mean(pass_at_k(n_arr, c_arr, j)))
+    out[f"best@{k}"] = best_at_k(problems, k, n_bootstrap=n_bootstrap, seed=seed)
     if answers is not None:
-        for k in maj_list:
-            out[f"maj@{k}"] = maj_at_k(answers, problems, k)
+        out[f"maj@{k}"] = maj_at_k(answers, problems, k)
         out["n_unparsed"] = int(sum(a is None for ans in answers for a in ans))
     return out

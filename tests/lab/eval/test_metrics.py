@@ -256,11 +256,11 @@ def test_summarize_flat_dict() -> None:
 
 
 def test_summarize_without_answers_and_with_ragged_problems() -> None:
-    out = summarize([{"correct": [1, 0, 0]}, {"correct": [1, 1]}], ks=2, best_ks=(1, 2))
+    out = summarize([{"correct": [1, 0, 0]}, {"correct": [1, 1]}], ks=2, k=1)
     assert "mean" in out
-    assert "maj@2" not in out
+    assert "maj@1" not in out
     assert "n_unparsed" not in out
-    assert set(out) >= {"pass@2", "best@1", "best@2"}
+    assert set(out) >= {"pass@2", "best@1"}
     assert out["mean"] == pytest.approx((1 / 3 + 1) / 2)
 
 
@@ -272,7 +272,7 @@ def test_summarize_without_answers_and_with_ragged_problems() -> None:
         ([[1, 0]], {}, r"per_problem_results\[0\] must be a mapping with 'correct'"),
         ([{"correct": [1, 0], "answers": ["1", "2"]}, {"correct": [1, 0]}], {}, "every problem or for none"),
         ([{"correct": [1, 0]}], {"ks": (1, 4)}, r"ks must not exceed the number of samples .*\(2\), got k=4"),
-        ([{"correct": [1, 0]}], {"maj_ks": 1}, "needs answers"),
+        ([{"correct": [1, 0]}], {"k": 3}, r"k must not exceed the number of samples .*\(2\), got k=3"),
         ([{"correct": [1, 0]}], {"ks": ()}, "at least one k"),
         ([{"correct": [1, 0]}], {"ks": (0,)}, r"ks entries must be an integer >= 1, got 0"),
     ],
