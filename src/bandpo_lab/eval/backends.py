@@ -1,12 +1,12 @@
 """Sampling backends, transformers or vLLM: ``settings.k`` completions of up to :func:`max_new_tokens_of` tokens for
-each prompt of a batch. A sampler is any callable ``sampler(prompts, add_special_tokens, seed) -> Chunk``:
-``prompts`` the formatted prompts of one batch, ``add_special_tokens`` False after a chat template, ``seed`` the
-batch's sampling seed (``None``: unseeded).
+each prompt of a batch. A sampler is any callable ``sampler(prompts, add_special_tokens, seed) -> Samples``
+(:class:`bandpo_lab.eval.sampling.Samples`; ``entropy`` ``None``: unknown): ``prompts`` the formatted prompts of
+one batch, ``add_special_tokens`` False after a chat template, ``seed`` the batch's sampling seed (``None``:
+unseeded).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,19 +14,8 @@ from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.runtime import Precision, precision_for, weight_dtypes
 
 if TYPE_CHECKING:
+    from bandpo_lab.eval.sampling import Samples
     from bandpo_lab.eval.settings import EvalSettings
-
-
-@dataclass
-class Chunk:
-    """What a sampler returns for ``P`` prompts: ``[P][k]`` ``completions``, ``lengths`` (tokens) and ``finished``
-    (ended by EOS), the mean sampling ``entropy`` (nats per token; ``None``: unknown) and its weight ``n_tokens``."""
-
-    completions: list[list[str]]
-    lengths: list[list[int]]
-    finished: list[list[bool]]
-    entropy: float | None
-    n_tokens: int
 
 
 class TransformersSampler:
@@ -36,7 +25,7 @@ class TransformersSampler:
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
         self.precision: Precision | None = None  # resolved at the first call
 
-    def __call__(self, prompts: list[str], add_special_tokens: bool, seed: int | None) -> Chunk:
+    def __call__(self, prompts: list[str], add_special_tokens: bool, seed: int | None) -> Samples:
         from bandpo_lab.eval.sampling import generate_samples
 
         if self.precision is None:
@@ -46,7 +35,7 @@ class TransformersSampler:
                 self.model,
                 gpu_reason=f"no autocast: sampling in the weights' {dtypes}",
             )
-        s = generate_samples(
+        return generate_samples(
             self.model,
             self.tokenizer,
             prompts,
@@ -58,7 +47,6 @@ class TransformersSampler:
             add_special_tokens=add_special_tokens,
             precision=self.precision,
         )
-        return Chunk(s.completions, s.lengths, s.finished, s.entropy, sum(map(sum, s.lengths)))
 
 
 class VLLMSampler:
@@ -88,8 +76,10 @@ class VLLMSampler:
             seed=settings.seed or 0,
         )
 
-    def __call__(self, prompts: list[str], add_special_tokens: bool, seed: int | None) -> Chunk:
+    def __call__(self, prompts: list[str], add_special_tokens: bool, seed: int | None) -> Samples:
         from vllm import SamplingParams
+
+        from bandpo_lab.eval.sampling import Samples
 
         params = SamplingParams(
             n=self.settings.k,
@@ -101,9 +91,10 @@ class VLLMSampler:
         ids = self.tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"]
         outputs = self.llm.generate([{"prompt_token_ids": x} for x in ids], params, use_tqdm=False)
         completions = [[o.text for o in out.outputs] for out in outputs]
-        lengths = [[len(o.token_ids) for o in out.outputs] for out in outputs]
+        token_ids = [[list(o.token_ids) for o in out.outputs] for out in outputs]
+        lengths = [[len(ids) for ids in row] for row in token_ids]
         finished = [[o.finish_reason == "stop" for o in out.outputs] for out in outputs]
-        return Chunk(completions, lengths, finished, None, sum(map(sum, lengths)))
+        return Samples(completions, token_ids, lengths, finished, None)
 
 
 def max_new_tokens_of(settings: EvalSettings, generation_config: Any = None) -> int:

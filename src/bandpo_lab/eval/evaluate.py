@@ -138,8 +138,9 @@ def evaluate_model(
                     scored.lengths.extend(out.lengths[j])
                     scored.n_truncated += sum(not f for f in out.finished[j])
                 if out.entropy is not None:
-                    scored.entropy_sum += out.entropy * out.n_tokens
-                    scored.entropy_tokens += out.n_tokens
+                    n_tokens = sum(map(sum, out.lengths))
+                    scored.entropy_sum += out.entropy * n_tokens
+                    scored.entropy_tokens += n_tokens
                 bar.update(len(idx) * settings.k)
             results[d.name] = scored
 

@@ -12,11 +12,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bandpo_lab.eval.backends import Chunk
 from bandpo_lab.eval.datasets import EvalDataset, load_eval_dataset
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.eval.evaluate import evaluate_model, evaluate_model_dir, format_table
 from bandpo_lab.eval.metrics import pass_at_k
+from bandpo_lab.eval.sampling import Samples
 from bandpo_lab.eval.settings import EvalSettings
 
 
@@ -36,9 +36,8 @@ class ScriptedSampler:
         self.calls.append((prompts, add_special_tokens, seed))
         completions = [self.script[p] for p in prompts]
         lengths = [[len(c) + 1 for c in cs] for cs in completions]
-        return Chunk(
-            completions, lengths, [[True] * len(cs) for cs in completions], 0.5, sum(map(sum, lengths))
-        )
+        token_ids = [[[0] * n for n in row] for row in lengths]
+        return Samples(completions, token_ids, lengths, [[True] * len(cs) for cs in completions], 0.5)
 
 
 # -------------------------------------------------------------------------------------- scripted evaluation
