@@ -1,12 +1,6 @@
-"""Linear layers whose forward is float32 and whose backward products are bfloat16 (``precision: bf16``).
-
-Inside :func:`bf16_backward_linears`, every ``torch.nn.Linear`` layer whose forward records a graph on float32
-tensors goes through :class:`LinearBf16Backward`: the same float32 ``F.linear`` forward (the ratio's log-probs bit
-for bit those of a float32 forward), and a backward that computes ``dL/dx = g W`` and ``dL/dW = g^T x`` as
-bfloat16 products of ``g`` and of ``x``, ``W`` saved in bfloat16 (``dL/db`` from the float32 ``g``), cast back to
-float32: autocast's backward with a float32 forward. Why not oneDNN's ``fp32_precision = "bf16"``, and the
-measurements: docs/smollm2.md, "The backward in bfloat16 products".
-"""
+"""Linear layers whose forward is float32 and whose backward products are bfloat16 (``precision: bf16``): autocast's
+backward with a float32 forward. Why not oneDNN's ``fp32_precision = "bf16"``, and the measurements:
+docs/smollm2.md, "The backward in bfloat16 products"."""
 
 from __future__ import annotations
 
@@ -19,11 +13,10 @@ import torch.nn.functional as F
 
 
 class LinearBf16Backward(torch.autograd.Function):
-    """``F.linear(x, weight, bias)`` with a float32 forward and bfloat16 backward products (module docstring).
-
-    ``x``: (..., in) float32; ``weight``: (out, in) float32; ``bias``: (out,) float32 or None.
-    Returns (..., out) float32, equal bit for bit to ``F.linear(x, weight, bias)``.
-    """
+    """``F.linear(x, weight, bias)``, equal bit for bit, whose backward computes ``dL/dx = g W`` and ``dL/dW = g^T x``
+    as bfloat16 products of ``g`` and of the bfloat16 copies of ``x``, ``W`` the forward saved (``dL/db`` from the
+    float32 ``g``), cast back to float32. ``x``: (..., in) float32; ``weight``: (out, in) float32; ``bias``: (out,)
+    float32 or None; returns (..., out) float32."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -1,14 +1,6 @@
-"""Sampling completions from a causal LM, with one prefill per distinct prompt (docs/smollm2.md, "One prefill per
-distinct prompt").
-
-:func:`sample` encodes each distinct prompt once, copies its key/value cache to the rows that share it, and decodes
-all rows together, drawing each token by inverse-CDF sampling (:func:`draw`). The distribution is ``generate``'s:
-``softmax(logits / temperature)`` of the float32 logits (the argmax for ``temperature == 0``), a row stops after
-its first eos token and is padded afterwards; only the random numbers differ. :func:`sampling_generate` installs it
-as a model's ``generate`` for the configs it covers (:func:`generation_problem`, read after
-:func:`effective_generation_config`); a model whose cache cannot be copied between rows (:func:`model_problem`)
-is left to ``generate``.
-"""
+"""Sampling completions from a causal LM with one prefill per distinct prompt (:func:`sample`), installed as a
+model's ``generate`` for the configs it covers (:func:`sampling_generate`); docs/smollm2.md, "One prefill per
+distinct prompt"."""
 
 from __future__ import annotations
 
@@ -183,7 +175,10 @@ def sample(
     temperature: float = 1.0,
     on_scores: Callable[[Any], None] | None = None,
 ) -> Any:
-    """Sample up to ``max_new_tokens`` tokens after each row of ``input_ids`` (module docstring).
+    """Sample up to ``max_new_tokens`` tokens after each row of ``input_ids``: each distinct prompt encoded once, its
+    key/value cache copied to the rows that share it, every token drawn by :func:`draw` from ``generate``'s
+    distribution, ``softmax(logits / temperature)`` of the float32 logits (the argmax for 0); a row is padded after
+    its first eos. A model :func:`model_problem` refuses is left to ``generate``.
 
     Args:
         model: a causal LM of transformers (``model(input_ids, attention_mask, position_ids, past_key_values,

@@ -23,8 +23,7 @@ _RETURNED = (
 )
 """The settings outside the training's block (:func:`freed_memory_kept`'s end, :func:`freed_memory_returned`):
 where glibc's dynamic mmap threshold settles in a process that frees large blocks (32 MiB, the trim threshold at
-twice it), fixed, since glibc never adjusts a threshold ``mallopt`` has set (restoring the starting 128 KiB made an
-evaluation 2.4x slower, ``benchmarks/eval_allocator_speed.py``)."""
+twice it), fixed: glibc never adjusts a threshold ``mallopt`` has set (docs/smollm2.md, "No waste in the step")."""
 
 
 def _libc() -> ctypes.CDLL | None:

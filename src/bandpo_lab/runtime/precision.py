@@ -1,13 +1,7 @@
-"""How a real-model RL step computes on a CPU: the ``precision`` setting (``auto``, ``float32``, ``bf16``).
-
-``precision`` is ``model.precision`` in a training config (also an override of ``bandpo demo``), ``--precision`` on
-``eval`` and ``probe``, ``eval.precision`` in a compare config. ``bf16`` samples under bfloat16 autocast and runs the
-backward products in bfloat16 (:mod:`bandpo_lab.bf16_backward`), while the forward passes of the ratio's log-probs,
-the weights, the optimizer, the loss and its bounds stay float32; it needs native bfloat16 instructions
-(:data:`NATIVE_BF16_FLAGS`) and is refused elsewhere (:func:`bf16_problem`). ``auto`` is ``bf16`` where it pays,
-``float32`` elsewhere. On a GPU the framework's own mixed precision applies. Why, and the measurements:
-docs/smollm2.md, "Precision and speed".
-"""
+"""How a real-model RL step computes on a CPU: the ``precision`` setting (``auto``, ``float32``, ``bf16``) of
+``model.precision``, ``--precision`` and ``eval.precision``. What each computes in (``bf16``: sampling under
+bfloat16 autocast, bfloat16 backward products, all else float32), where, and why: docs/smollm2.md, "Precision and
+speed"."""
 
 from __future__ import annotations
 
@@ -60,13 +54,9 @@ def cpu_bf16_flags(cpuinfo: str | None = None) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Precision:
-    """A resolved precision.
-
-    Attributes:
-        requested: what the config asked for (one of :data:`PRECISIONS`).
-        name: what runs: ``float32`` or ``bf16`` on a CPU; ``framework`` on a GPU (its own mixed precision).
-        reason: one line saying why (the CPU flags found, or the GPU).
-    """
+    """A resolved precision: what the config ``requested`` (one of :data:`PRECISIONS`), the ``name`` of what runs
+    (``float32`` or ``bf16`` on a CPU; ``framework`` on a GPU, its own mixed precision) and the ``reason``, one line
+    (the CPU flags found, or the GPU)."""
 
     requested: str
     name: str
@@ -74,7 +64,7 @@ class Precision:
 
     @property
     def bf16(self) -> bool:
-        """Whether sampling and the backward pass use bfloat16 (module docstring)."""
+        """Whether sampling and the backward pass use bfloat16."""
         return self.name == "bf16"
 
     def describe(self) -> str:
