@@ -331,9 +331,7 @@ def _run(args: argparse.Namespace) -> int:
     if samples is not None:
         path = Path(args.save_samples)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as f:
-            for row in samples:
-                f.write(json.dumps(row) + "\n")
+        path.write_text("".join(json.dumps(row) + "\n" for row in samples))
     print(f"model {results['model']}")
     resolved = results.get("settings", {}).get("precision_resolved")
     if resolved:

@@ -226,20 +226,17 @@ def resolve_model_dir(
             :func:`check_model_dir` rejects.
     """
     from bandpo_lab.models import ModelUnavailableError, builtin_model_dir, is_builtin_model
+    from bandpo_lab.training.tasks import TASKS, build_task_model, default_cache_dir
 
     if is_builtin_model(str(model)):
         if not build:
             return None
-        from bandpo_lab.training.tasks import default_cache_dir
-
         try:
             path = builtin_model_dir(str(model), default_cache_dir())
         except ModelUnavailableError as err:
             raise EvalError(f"--model {model}: {err}") from err
         return check_model_dir(path)[0]
     if model == "tiny":
-        from bandpo_lab.training.tasks import TASKS, build_task_model, default_cache_dir
-
         with_model = [name for name in TASKS.names() if TASKS.get(name).build_model is not None]
         task = next((d for d in datasets if d in with_model), None)
         if task is None:

@@ -4,6 +4,7 @@ work by :func:`outputs_problem` by the rule ``bandpo eval --help`` states (outpu
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,14 +60,12 @@ def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | P
         problem = output_file_problem(path, flag)
         if problem is not None:
             return problem
-    flags = list(given)
-    for i, flag in enumerate(flags):
-        for other in flags[i + 1 :]:
-            if same_or_inside(given[flag], given[other]) or same_or_inside(given[other], given[flag]):
-                return (
-                    f"{other} {str(given[other])!r} and {flag} {str(given[flag])!r} are the same file: each "
-                    "output needs a file of its own"
-                )
+    for flag, other in itertools.combinations(given, 2):
+        if same_or_inside(given[flag], given[other]) or same_or_inside(given[other], given[flag]):
+            return (
+                f"{other} {str(given[other])!r} and {flag} {str(given[flag])!r} are the same file: each output "
+                "needs a file of its own"
+            )
     model = None if model_dir is None else expand_path(model_dir)
     for flag, raw in given.items():
         path = expand_path(raw)
