@@ -144,18 +144,15 @@ def evaluate_model(
                 bar.update(len(idx) * settings.k)
             results[d.name] = scored
 
+    recorded = {k: v for k, v in asdict(settings).items() if k != "progress"}
+    recorded["ks"] = list(settings.ks or ())
+    if getattr(sample, "precision", None) is not None:
+        recorded["precision_resolved"] = sample.precision.record()
     attention = loaded_attention(model)  # None without a transformers model (the vLLM backend)
+    if attention is not None:
+        recorded["attn_implementation"] = attention
     report: dict[str, Any] = {
-        "settings": {
-            **{k: v for k, v in asdict(settings).items() if k != "progress"},
-            "ks": list(settings.ks or ()),
-            **(
-                {"precision_resolved": sample.precision.record()}
-                if getattr(sample, "precision", None) is not None
-                else {}
-            ),
-            **({"attn_implementation": attention} if attention is not None else {}),
-        },
+        "settings": recorded,
         "datasets": {
             d.name: {"source": d.source, "verifier": d.verifier, **_summary([results[d.name]], settings)}
             for d in datasets

@@ -44,11 +44,8 @@ def cpu_bf16_flags(cpuinfo: str | None = None) -> tuple[str, ...]:
             cpuinfo = _CPUINFO.read_text()
         except OSError:
             return ()
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-            break
+    first = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
+    flags = first.partition(":")[2].split()
     return tuple(f for f in NATIVE_BF16_FLAGS if f in flags)
 
 
