@@ -4,7 +4,7 @@ views (figures, Markdown, HTML, CSV) format and draw, they compute nothing."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,6 @@ from bandpo_lab.experiments.report.provenance import CodeProvenance, collect_pro
 from bandpo_lab.experiments.report.runs import LATE, RunData, load_runs, run_summary
 from bandpo_lab.experiments.report.series import BinBars, Curve, clip_bin_bars, curve
 from bandpo_lab.experiments.report.stats import compare_methods, mean_ci
-
-_PALETTE = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- report
@@ -92,7 +88,7 @@ class ReportData:
     comparisons: list[dict[str, Any]]
     outcome: Outcome
     missing: list[str]  # "<label> seed <seed>" of the planned runs without results (of every planned method)
-    colors: dict[str, str]
+    colors: dict[str, str]  # label -> its matplotlib color ("C0", "C1", ...)
     heldout_key: str | None  # the mean@k logged in heldout.jsonl, if any
     # held-out main_key per method: at step 0 (the baseline) and the mean final point of its runs
     final_points: dict[str, list[tuple[float, float]]]
@@ -158,7 +154,8 @@ class ReportData:
         baseline = read_json_object(output_dir / BASELINE_DIR / RESULTS_FILE) or None
         settings = next((r.results.get("settings") for r in finished if r.results.get("settings")), None)
         settings = settings or (baseline or {}).get("settings") or {}
-        k = int(settings.get("k") or _guess_k(summaries))
+        guessed_k = (_first_mean_key(summaries.values()) or "mean@1").removeprefix("mean@")
+        k = int(settings.get("k") or guessed_k)
         ks = list(settings.get("ks") or [1, k])
         late_steps = next(
             ([int(row["step"]) for row in r.results["at_steps"]] for r in finished if r.results.get("late")),
@@ -223,8 +220,8 @@ class ReportData:
                 for seed in planned[label]
                 if not any(r.seed == seed for r in done_groups.get(label, []))
             ],
-            colors={label: _PALETTE[i % len(_PALETTE)] for i, label in enumerate(labels)},
-            heldout_key=_heldout_key(runs),
+            colors={label: f"C{i}" for i, label in enumerate(labels)},  # matplotlib's color cycle, wrapping
+            heldout_key=_first_mean_key(row for r in runs for row in r.heldout),
             final_points=_final_points(groups, baseline, final_key),
             max_steps=max((s for s in steps if s is not None), default=None),
             dataset=first.get("dataset"),
@@ -285,21 +282,9 @@ def _by_seed(
     return {seed: value for seed, value in pairs if value is not None}
 
 
-def _guess_k(summaries: Mapping[Any, Mapping[str, Any]]) -> int:
-    for s in summaries.values():
-        for key in s:
-            if key.startswith("mean@"):
-                return int(key.split("@")[1])
-    return 1
-
-
-def _heldout_key(runs: Sequence[RunData]) -> str | None:
-    for r in runs:
-        for row in r.heldout:
-            for key in row:
-                if key.startswith("mean@"):
-                    return key
-    return None
+def _first_mean_key(rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """The first ``mean@<k>`` key of ``rows`` (``None``: none has one)."""
+    return next((key for row in rows for key in row if key.startswith("mean@")), None)
 
 
 def _final_points(

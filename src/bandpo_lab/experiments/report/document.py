@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bandpo_lab.experiments.compare.layout import PLAN_FILE
-from bandpo_lab.experiments.report.data import ReportData
+from bandpo_lab.experiments.report.data import Column, ReportData
 from bandpo_lab.experiments.report.provenance import Call
 from bandpo_lab.experiments.report.runs import TAIL_BIN
 from bandpo_lab.provenance import UNKNOWN
@@ -96,13 +96,11 @@ def _results_table(data: ReportData) -> str:
     rows = []
     if data.baseline and data.baseline.get("metrics"):
         b = data.baseline["metrics"]
-        rows.append(
-            ["starting policy", "-", *[_fmt_value(b.get(c.key), c.percent, c.digits) for c in data.columns]]
-        )
+        rows.append(["starting policy", "-", *[_fmt_value(b.get(c.key), c) for c in data.columns]])
     for label in data.labels:
-        m = data.per_method[label]
-        stats = [_fmt_stat(m.get(c.key), c.percent, c.digits) for c in data.columns]
-        rows.append([label, str(len(data.done_groups[label])), *stats])
+        stats = [(c, data.per_method[label].get(c.key) or {}) for c in data.columns]
+        cells = [_fmt_value(s.get("mean"), c, s.get("ci95")) for c, s in stats]
+        rows.append([label, str(len(data.done_groups[label])), *cells])
     return markdown_table(["method", "seeds", *[c.title for c in data.columns]], rows)
 
 
@@ -111,10 +109,7 @@ def _runs_table(data: ReportData) -> str:
         [
             r.label,
             str(r.seed),
-            *[
-                _fmt_value(data.summaries[(r.label, r.seed)].get(c.key), c.percent, c.digits)
-                for c in data.columns
-            ],
+            *[_fmt_value(data.summaries[(r.label, r.seed)].get(c.key), c) for c in data.columns],
         ]
         for r in data.finished
     ]
@@ -233,16 +228,13 @@ def _provenance(data: ReportData) -> list[str]:
 
 
 def _starting_policy(data: ReportData) -> str | None:
-    start, ref_mean, ref = (
-        data.baseline_metric(data.main_key),
-        data.method_mean(data.reference, data.main_key),
-        data.reference,
-    )
+    start, ref = data.baseline_metric(data.main_key), data.reference
     if start is None:
         return None
     text = f"Starting policy: {data.main_key} = {_pct(start)}%."
     gain = data.reference_gain()
     if gain is not None:
+        ref_mean = data.method_mean(ref, data.main_key)
         text += f" After training, {ref} reaches {_pct(ref_mean)}% ({100 * gain:+.1f} points)."
         if gain <= 0:
             text += (
@@ -269,12 +261,10 @@ def _outcome_summary(data: ReportData) -> list[str]:
     if not o.valid:
         return []
     out = []
-    if o.better:
-        listed = ", ".join(f"{c['method']} ({100 * c['diff']:+.1f})" for c in o.better)
-        out.append(f"Significantly better than {ref} on {key}: {listed}.")
-    if o.worse:
-        listed = ", ".join(f"{c['method']} ({100 * c['diff']:+.1f})" for c in o.worse)
-        out.append(f"Significantly worse than {ref} on {key}: {listed}.")
+    for word, significant in (("better", o.better), ("worse", o.worse)):
+        if significant:
+            listed = ", ".join(f"{c['method']} ({100 * c['diff']:+.1f})" for c in significant)
+            out.append(f"Significantly {word} than {ref} on {key}: {listed}.")
     if not o.better and not o.worse:
         if o.single_seed:
             out.append(f"With one seed per method no difference on {key} can be called significant.")
@@ -353,20 +343,13 @@ def _pct(x: Any, digits: int = 1) -> str:
     return "-" if x is None else f"{100 * x:.{digits}f}"
 
 
-def _fmt_stat(stat: Mapping[str, Any] | None, percent: bool, digits: int) -> str:
-    if not stat or stat.get("mean") is None:
-        return "-"
-    scale = 100.0 if percent else 1.0
-    text = f"{scale * stat['mean']:.{digits}f}"
-    if stat.get("ci95") is not None:
-        text += f" ± {scale * stat['ci95']:.{digits}f}"
-    return text
-
-
-def _fmt_value(x: Any, percent: bool, digits: int) -> str:
+def _fmt_value(x: Any, c: Column, ci95: float | None = None) -> str:
+    """``x`` (with `` ± ci95`` when given) in column ``c``'s unit and digits; ``-`` for ``None``."""
     if x is None:
         return "-"
-    return f"{(100.0 if percent else 1.0) * float(x):.{digits}f}"
+    scale = 100.0 if c.percent else 1.0
+    text = f"{scale * float(x):.{c.digits}f}"
+    return text if ci95 is None else f"{text} ± {scale * ci95:.{c.digits}f}"
 
 
 def _fmt_diff(c: Mapping[str, Any], percent: bool, metric: str) -> str:

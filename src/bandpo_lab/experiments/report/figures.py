@@ -186,12 +186,10 @@ def _plot_curves(
                 )
         ax.set(title=title, xlabel="optimizer step", ylabel=ylabel)
         ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    if not handles:
-        for ax in axes[0][1:]:
-            handles, labels = ax.get_legend_handles_labels()
-            if handles:
-                break
+    legends = [ax.get_legend_handles_labels() for ax in axes[0]]
+    handles, labels = next(
+        (legend for legend in legends if legend[0]), legends[0]
+    )  # the first panel with lines
     fig.legend(
         handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8, frameon=False
     )

@@ -106,12 +106,10 @@ def run_summary(run: RunData) -> dict[str, Any]:
     (``train/...``) and per-bin clip rates (``bins/up|down|share/<bin>``)."""
     out: dict[str, Any] = {}
     if run.results:
-        for key, value in (run.results.get("metrics") or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[key] = value
-        for key, value in (run.results.get("late") or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out[f"{LATE}{key}"] = value
+        for part, prefix in (("metrics", ""), ("late", LATE)):
+            for key, value in (run.results.get(part) or {}).items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[f"{prefix}{key}"] = value
         for key in ("train_wall_s", "eval_wall_s"):
             if run.results.get(key) is not None:
                 out[key] = run.results[key]
