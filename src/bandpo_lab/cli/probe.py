@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -109,33 +110,22 @@ def run(args: argparse.Namespace) -> int:
     from bandpo_lab.eval.errors import EvalError
     from bandpo_lab.experiments.llm_probe import ProbeConfig
 
-    rules = tuple(args.rules)
-    fields: dict[str, tuple[str, Any]] = {  # ProbeConfig's field: the flag that sets it, and its value
-        "rules": ("--rules", rules),
-        "batches": ("--batches", args.batches),
-        "prompts": ("--prompts", args.prompts),
-        "group_size": ("--group-size", args.group_size),
-        "max_new_tokens": ("--max-new-tokens", args.max_new_tokens),
-        "temperature": ("--temperature", args.temperature),
-        "updates": ("--updates", args.updates),
-        "minibatches": ("--minibatches", args.minibatches),
-        "learning_rate": ("--lr", args.lr),
-        "seed": ("--seed", args.seed),
-        "split": ("--split", args.split),
-        "precision": ("--precision", args.precision),
-    }
+    # ProbeConfig's field -> the flag that sets it: its name with dashes, but --lr
+    flags = {f.name: "--" + f.name.replace("_", "-") for f in dataclasses.fields(ProbeConfig)}
+    flags["learning_rate"] = "--lr"
     try:
         text = args.task_options
         if text is None and args.dataset == "arith":
             text = ARITH_DEFAULT
         options = yaml_mapping("--task-options", text, "{digits: [1]}") if text else None
-        if not rules:
+        if not args.rules:
             raise ValueError(f"--rules must name at least one clip rule, got {args.rules.text!r}")
+        values = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in flags.items()}
         try:
-            config = ProbeConfig(**{name: value for name, (_, value) in fields.items()})
+            config = ProbeConfig(**{**values, "rules": tuple(args.rules)})
         except ValueError as err:  # "<field> must be ...", or a clip rule's own "unknown clip rule ..."
             name, _, rest = str(err).partition(" ")
-            raise ValueError(f"{fields[name][0]} {rest}" if name in fields else f"--rules: {err}") from None
+            raise ValueError(f"{flags[name]} {rest}" if name in flags else f"--rules: {err}") from None
         # before the work, which writes only at its end
         problem = output_dir_problem(args.output_dir, "--output-dir")
         if problem is None:  # the model loads on the GPU where there is one
