@@ -9,7 +9,6 @@ report as Markdown and HTML), ``figures`` and ``tables`` (CSV, JSON).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,44 +32,16 @@ __all__ = [
 ]
 
 
-def build_report(
-    output_dir: str | Path,
-    *,
-    reference: str | None = None,
-    smooth: int = 1,
-    methods: Sequence[str] | None = None,
-    seeds: Sequence[int] | None = None,
-    method_seeds: Mapping[str, Sequence[int]] | None = None,
-    rules: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
-    figures: bool = True,
-) -> Path:
+def build_report(output_dir: str | Path, *, figures: bool = True, **options: Any) -> Path:
     """Write the report of the compare directory ``output_dir`` into ``<output_dir>/report`` and return that.
 
-    Args:
-        reference: the method the others are compared against (default: ``compare_plan.json``'s, else ``grpo`` if
-            present, else the first method). A planned reference without runs is named in the report, and the
-            others are compared against the first method with runs instead.
-        smooth: rolling-mean window (in logged points) of the training curves.
-        methods: method labels in display order (default: the plan's, else the run specs' ``method_index``); a
-            method here without any run is reported missing on its seeds.
-        seeds: the planned seeds (runs of these seeds that are missing are reported as missing).
-        method_seeds: ``label -> seeds`` of the methods planned on other seeds than ``seeds`` (default: the
-            plan's, for methods that name their own seeds).
-        rules: ``label -> (clip_rule, params)`` for the bounds figure (default: from the run specs).
-        figures: draw the PNGs (``False``: tables and text only, e.g. for a quick look).
+    ``options`` are :meth:`ReportData.load`'s (the reference method, the curves' smoothing, the planned methods and
+    seeds); ``figures``: draw the PNGs (``False``: tables and text only, e.g. for a quick look).
 
     Raises:
         ValueError: no run directory in ``output_dir``; a ``reference`` that is no method of it.
     """
-    data = ReportData.load(
-        output_dir,
-        reference=reference,
-        smooth=smooth,
-        methods=methods,
-        seeds=seeds,
-        method_seeds=method_seeds,
-        rules=rules,
-    )
+    data = ReportData.load(output_dir, **options)
     report_dir = data.output_dir / REPORT_DIR
     fig_dir = report_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)

@@ -114,7 +114,19 @@ class ReportData:
         method_seeds: Mapping[str, Sequence[int]] | None = None,
         rules: Mapping[str, tuple[str, Mapping[str, Any]]] | None = None,
     ) -> ReportData:
-        """Read ``output_dir`` (arguments as :func:`bandpo_lab.experiments.report.build_report`'s).
+        """Read ``output_dir``.
+
+        Args:
+            reference: the method the others are compared against (default: ``compare_plan.json``'s, else ``grpo``
+                if present, else the first method). A planned reference without runs is named in the report, and
+                the others are compared against the first method with runs instead.
+            smooth: rolling-mean window (in logged points) of the training curves.
+            methods: method labels in display order (default: the plan's, else the run specs' ``method_index``); a
+                method here without any run is reported missing on its seeds.
+            seeds: the planned seeds (runs of these seeds that are missing are reported as missing).
+            method_seeds: ``label -> seeds`` of the methods planned on other seeds than ``seeds`` (default: the
+                plan's, for methods that name their own seeds).
+            rules: ``label -> (clip_rule, params)`` for the bounds figure (default: from the run specs).
 
         Raises:
             ValueError: no run directory in ``output_dir``; a ``reference`` that is no method of it (planned or with
