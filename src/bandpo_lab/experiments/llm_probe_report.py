@@ -122,24 +122,27 @@ def by_update(runs: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any
 
 ATTRIBUTION_RULES = ("grpo", "band", "band_upper", "band_lower")
 """The rules :func:`attribution` needs, all four on the same batches."""
+ATTRIBUTION_PARTS = {
+    "upper": "H(band_upper) - H(grpo)",  # Band's upper side alone
+    "lower": "H(band_lower) - H(grpo)",  # its lower side alone
+    "both": "H(band) - H(grpo)",
+    "interaction": "both - upper - lower",
+}
+"""The parts :func:`attribution` splits the entropy change into, with their definitions (H: ``entropy_after``)."""
 
 
 def attribution(batches: Sequence[Mapping[str, Any]], rules: Sequence[str]) -> dict[str, list[float]]:
-    """The entropy change after ``K`` updates attributed to each side of Band, per batch (paired: every rule starts
-    from the same weights on the same batch), in nats, from each rule's ``entropy_after``:
-
-    ``upper = H(band_upper) - H(grpo)`` (Band's upper side alone), ``lower = H(band_lower) - H(grpo)`` (its lower
-    side alone), ``both = H(band) - H(grpo)`` and ``interaction = both - upper - lower``. ``{}`` unless all of
+    """The entropy change after ``K`` updates attributed to each side of Band (:data:`ATTRIBUTION_PARTS`), per batch
+    (paired: every rule starts from the same weights on the same batch), in nats. ``{}`` unless all of
     :data:`ATTRIBUTION_RULES` ran."""
     if not set(ATTRIBUTION_RULES) <= set(rules):
         return {}
-    out: dict[str, list[float]] = {"upper": [], "lower": [], "both": [], "interaction": []}
+    out: dict[str, list[float]] = {part: [] for part in ATTRIBUTION_PARTS}
     for b in batches:
         h = {r: b["rules"][r]["entropy_after"] for r in ATTRIBUTION_RULES}
         upper, lower, both = (h[r] - h["grpo"] for r in ("band_upper", "band_lower", "band"))
-        parts = {"upper": upper, "lower": lower, "both": both, "interaction": both - upper - lower}
-        for key, value in parts.items():
-            out[key].append(value)
+        for part, value in zip(out, (upper, lower, both, both - upper - lower)):
+            out[part].append(value)
     return out
 
 
@@ -191,17 +194,14 @@ def markdown(result: Mapping[str, Any], title: str) -> str:
         ),
     ]
     if summary.get("attribution"):
-        words = {
-            "upper": "H(band_upper) - H(grpo)",
-            "lower": "H(band_lower) - H(grpo)",
-            "both": "H(band) - H(grpo)",
-            "interaction": "both - upper - lower",
-        }
         blocks += [
             "## Entropy after K updates, attributed to Band's sides (nats, paired over batches)",
             markdown_table(
                 ["part", "definition", "change"],
-                [[key, words[key], fmt_ci(summary["attribution"][key])] for key in words],
+                [
+                    [part, words, fmt_ci(summary["attribution"][part])]
+                    for part, words in ATTRIBUTION_PARTS.items()
+                ],
             ),
         ]
     return "\n\n".join(blocks) + "\n"
