@@ -6,14 +6,13 @@ from pathlib import Path
 
 from bandpo_lab.experiments.compare.config import CompareError
 from bandpo_lab.experiments.compare.layout import (
-    AT_STEPS_FILE,
     BASELINE_DIR,
-    HELDOUT_FILE,
+    LOG_FILE,
     PLAN_FILE,
     REPORT_DIR,
     RESULTS_FILE,
+    RUN_DIR_FILES,
     RUN_SPEC_FILE,
-    TRAIN_DONE_FILE,
 )
 
 
@@ -32,16 +31,9 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
 
     from bandpo_lab.training.layout import CONFIG_FILE, METRICS_FILE, RUN_INFO_FILE
 
-    # what is kept of a run directory besides its training log (no weights, no checkpoints)
-    run_files = (
-        RUN_SPEC_FILE,
-        RESULTS_FILE,
-        TRAIN_DONE_FILE,
-        HELDOUT_FILE,
-        AT_STEPS_FILE,
-        CONFIG_FILE,
-        RUN_INFO_FILE,
-    )
+    # what is copied of a run directory (its metrics.jsonl is gzipped below; no weights, no checkpoints): the
+    # comparison's files but train.log, the training config and the run info
+    run_files = (*(name for name in RUN_DIR_FILES if name != LOG_FILE), CONFIG_FILE, RUN_INFO_FILE)
     src, out = Path(output_dir).resolve(), Path(dest).resolve()
     if out == src or src in out.parents:
         raise CompareError(

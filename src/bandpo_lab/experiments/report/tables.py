@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,12 +14,12 @@ from bandpo_lab.experiments.report.data import ReportData
 
 def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Floats as ``repr`` (every digit), ``None`` as an empty cell."""
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(header)
-    for row in rows:
-        writer.writerow(["" if v is None else (repr(v) if isinstance(v, float) else v) for v in row])
-    path.write_text(buf.getvalue())
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(
+            ["" if v is None else (repr(v) if isinstance(v, float) else v) for v in row] for row in rows
+        )
 
 
 def write_tables(data: ReportData, report_dir: Path) -> None:
