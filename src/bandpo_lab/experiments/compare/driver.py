@@ -108,31 +108,22 @@ def run_compare(
         bar = tqdm(
             total=len(todo), unit="run", desc="compare", disable=not progress, dynamic_ncols=True, file=log
         )
-        try:
+        with bar:
             for plan in todo:
-                bar.set_postfix_str(f"{plan.method.label} seed {plan.seed}")
+                run = f"{plan.method.label} seed {plan.seed}"
+                bar.set_postfix_str(run)
                 if plan.status == "stale":
                     shutil.rmtree(plan.run_dir, ignore_errors=True)
                 plan.run_dir.mkdir(parents=True, exist_ok=True)
-                write_json(plan.run_dir / RUN_SPEC_FILE, plan.spec(config))
+                spec_path = plan.run_dir / RUN_SPEC_FILE
+                write_json(spec_path, plan.spec(config))
                 log_path = plan.run_dir / LOG_FILE
                 start = time.time()
                 with log_path.open("a") as out:
-                    out.write(
-                        f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {plan.method.label} seed {plan.seed}\n"
-                    )
+                    out.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {run}\n")
                     out.flush()
-                    proc = subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "bandpo_lab.experiments.compare.worker",
-                            str(plan.run_dir / RUN_SPEC_FILE),
-                        ],
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                    )
+                    worker = [sys.executable, "-m", "bandpo_lab.experiments.compare.worker", str(spec_path)]
+                    proc = subprocess.Popen(worker, stdout=out, stderr=subprocess.STDOUT, env=env)
                     try:
                         rc = proc.wait()
                     except KeyboardInterrupt:
@@ -142,17 +133,11 @@ def run_compare(
                 elapsed = time.time() - start
                 if rc == 0 and (plan.run_dir / RESULTS_FILE).is_file():
                     metrics = json.loads((plan.run_dir / RESULTS_FILE).read_text())["metrics"]
-                    bar.write(
-                        f"  {plan.method.label} seed {plan.seed}: {headline(metrics, config.eval.k)} ({elapsed:.0f} s)"
-                    )
+                    bar.write(f"  {run}: {headline(metrics, config.eval.k)} ({elapsed:.0f} s)")
                 else:
-                    failures.append(f"{plan.method.label} seed {plan.seed}")
-                    bar.write(
-                        f"  {plan.method.label} seed {plan.seed}: FAILED (exit code {rc}); log {log_path}:\n{_tail(log_path)}"
-                    )
+                    failures.append(run)
+                    bar.write(f"  {run}: FAILED (exit code {rc}); log {log_path}:\n{_tail(log_path)}")
                 bar.update(1)
-        finally:
-            bar.close()
     report_dir = build_report(
         config.output_dir,
         reference=config.reference,
