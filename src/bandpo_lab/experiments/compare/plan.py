@@ -144,11 +144,7 @@ def _status(plan: RunPlan) -> str:
         return "done" if done.get("fingerprint") == plan.fingerprint else "stale"
     spec = plan.run_dir / RUN_SPEC_FILE
     if spec.is_file():  # started: with this config (resume it) or another one (its checkpoints do not fit)
-        try:
-            same = json.loads(spec.read_text()).get("fingerprint") == plan.fingerprint
-        except json.JSONDecodeError:
-            same = False
-        return "partial" if same else "stale"
+        return "partial" if read_json_object(spec).get("fingerprint") == plan.fingerprint else "stale"
     return "partial" if plan.run_dir.exists() else "new"
 
 

@@ -257,10 +257,6 @@ class ReportData:
         """The mean training wall time of a finished run in seconds (of those that recorded one)."""
         return statistics.fmean(self.train_walls)
 
-    @property
-    def train_wall_total(self) -> float:
-        return sum(self.train_walls)
-
     def reference_gain(self) -> float | None:
         """The reference method's mean ``main_key`` minus the starting policy's (``None`` without either)."""
         start, end = self.baseline_metric(self.main_key), self.method_mean(self.reference, self.main_key)

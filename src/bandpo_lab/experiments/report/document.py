@@ -144,7 +144,7 @@ def _setup(data: ReportData) -> str:
     if walls:
         text += (
             f" Training wall time per run: {data.train_wall_mean / 60:.1f} min on average "
-            f"({data.train_wall_total / 60:.0f} min over {len(walls)} runs)."
+            f"({sum(walls) / 60:.0f} min over {len(walls)} runs)."
         )
     return text
 
