@@ -153,9 +153,7 @@ def probe_batch(
         "rules": {},
     }
     bins = torch.bucketize(p_old, torch.tensor(P_OLD_BINS[1:-1], dtype=p_old.dtype), right=True)
-    bins_at = torch.zeros(m.shape, dtype=torch.long).masked_scatter(
-        m, bins
-    )  # (N, L - 1): each position's bin
+    bins_at = torch.zeros(m.shape, dtype=torch.long).masked_scatter(m, bins)  # (N, L - 1): position's bin
     chunks = _minibatches(ids.shape[0], config.minibatches, config.seed)
 
     def update(rule: Any, optimizer: Any, k: int) -> dict[str, Any]:

@@ -53,12 +53,7 @@ def eval_dataset(evals: EvalSpec, train_config: Mapping[str, Any], max_problems:
 
 # ------------------------------------------------------------------------------------------- held-out curve
 def _heldout_callback(
-    path: Path,
-    dataset: Any,
-    settings: Any,
-    every: int = 0,
-    steps: Sequence[int] = (),
-    ends: bool = True,
+    path: Path, dataset: Any, settings: Any, every: int = 0, steps: Sequence[int] = (), ends: bool = True
 ) -> Any:
     """A ``TrainerCallback`` that evaluates the policy at the optimizer steps in ``steps``, every ``every`` steps and
     (``ends``) at step 0 and the last step, appending ``{"step", **overall metrics}`` rows to ``path`` (rows after
@@ -216,10 +211,7 @@ def run_one(spec_path: str | Path) -> int:
             "checkout_changed_during_run": code_changed(code, provenance()),
         },
     )
-    print(
-        f"bandpo compare: {spec['label']} seed {spec['seed']}: {headline(metrics, evals.k)}",
-        flush=True,
-    )
+    print(f"bandpo compare: {spec['label']} seed {spec['seed']}: {headline(metrics, evals.k)}", flush=True)
     return 0
 
 

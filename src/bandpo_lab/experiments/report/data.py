@@ -10,12 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo_lab._files import read_json_object
-from bandpo_lab.experiments.compare.layout import (
-    BASELINE_DIR,
-    PLAN_FILE,
-    RESULTS_FILE,
-    RUN_SPEC_FILE,
-)
+from bandpo_lab.experiments.compare.layout import BASELINE_DIR, PLAN_FILE, RESULTS_FILE, RUN_SPEC_FILE
 from bandpo_lab.experiments.report.outcome import Outcome, outcome_of
 from bandpo_lab.experiments.report.provenance import CodeProvenance, collect_provenance
 from bandpo_lab.experiments.report.runs import LATE, RunData, load_runs, run_summary

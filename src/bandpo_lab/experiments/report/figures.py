@@ -186,10 +186,8 @@ def _plot_curves(
                 )
         ax.set(title=title, xlabel="optimizer step", ylabel=ylabel)
         ax.grid(alpha=0.3)
-    legends = [ax.get_legend_handles_labels() for ax in axes[0]]
-    handles, labels = next(
-        (legend for legend in legends if legend[0]), legends[0]
-    )  # the first panel with lines
+    legends = [ax.get_legend_handles_labels() for ax in axes[0]]  # the legend: the first panel's with lines
+    handles, labels = next((legend for legend in legends if legend[0]), legends[0])
     fig.legend(
         handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8, frameon=False
     )
