@@ -92,14 +92,11 @@ def evaluate_baseline(config: CompareConfig, progress: bool = True) -> dict[str,
 
 @contextlib.contextmanager
 def _torch_threads(n: int | None) -> Iterator[None]:
-    """Use ``n`` torch threads inside the block, as the runs do (``num_threads``)."""
+    """Use ``n`` torch threads inside the block, as the runs do (``num_threads``; ``None``: as many as now)."""
     import torch
 
-    if n is None:
-        yield
-        return
     before = torch.get_num_threads()
-    torch.set_num_threads(n)
+    torch.set_num_threads(n or before)
     try:
         yield
     finally:

@@ -154,15 +154,11 @@ def check_plans(config: CompareConfig, plans: Sequence[RunPlan], redo: bool = Fa
     if not stale or redo:
         return
     p = stale[0]
-    differing = ""
-    try:
-        old_spec = json.loads((p.run_dir / RUN_SPEC_FILE).read_text())
-        old = {k: old_spec.get(k) for k in ("train_config", "eval", "curves")}
-        new = {k: v for k, v in p.spec(config).items() if k in old}
-        keys = [k for k in _differences(old, new) if not k.endswith("output_dir")]
-        differing = f" (differs in: {', '.join(keys[:8])})" if keys else ""
-    except (OSError, json.JSONDecodeError):
-        pass
+    old_spec = read_json_object(p.run_dir / RUN_SPEC_FILE)  # {}: missing or torn, no keys to name
+    old = {k: old_spec.get(k) for k in ("train_config", "eval", "curves")}
+    new = {k: v for k, v in p.spec(config).items() if k in old}
+    keys = [k for k in _differences(old, new) if not k.endswith("output_dir")] if old_spec else []
+    differing = f" (differs in: {', '.join(keys[:8])})" if keys else ""
     raise CompareError(
         f"{len(stale)} run(s) in {config.output_dir!r} were made (or started) with another config, e.g. "
         f"{p.method.label} seed {p.seed}{differing}: choose another output_dir, or pass --redo to retrain them"
