@@ -42,7 +42,8 @@ def report_markdown(data: ReportData, figures: Sequence[Figure]) -> str:
     """The whole report: setup, provenance, outcome, results, clipping and entropy, ``figures``, per-run results,
     missing runs, definitions; blocks separated by blank lines."""
     blocks = [f"# {data.title}", "## Setup", _setup(data), "## Provenance", _bullets(_provenance(data))]
-    blocks += ["## Outcome", _bullets(_outcome(data)), *_outcome_summary(data)]
+    comparisons = [_comparison(data, c) for c in data.outcome.main] or ["only one method: nothing to compare"]
+    blocks += ["## Outcome", _bullets(comparisons), *_outcome_summary(data)]
     start = _starting_policy(data)
     if start:
         blocks.append(start)
@@ -56,11 +57,7 @@ def report_markdown(data: ReportData, figures: Sequence[Figure]) -> str:
         _results_table(data),
     ]
     if data.outcome.other:
-        other = [
-            f"{c['method']} vs {data.reference}: {_fmt_diff(c, c['percent'], c['metric'])}; {_verdict(data, c)}"
-            for c in data.outcome.other
-        ]
-        blocks += ["### Other comparisons", _bullets(other)]
+        blocks += ["### Other comparisons", _bullets([_comparison(data, c) for c in data.outcome.other])]
     dynamics = _dynamics(data)
     if dynamics:
         blocks += ["## Clipping and entropy", _bullets(dynamics)]
@@ -244,16 +241,13 @@ def _starting_policy(data: ReportData) -> str | None:
     return text
 
 
-def _outcome(data: ReportData) -> list[str]:
-    items = []
-    for c in data.outcome.main:
-        if c["diff"] is None:
-            items.append(f"{c['method']} vs {data.reference}: no finished runs to compare")
-        else:
-            items.append(
-                f"{c['method']} vs {data.reference}: {_fmt_diff(c, True, data.main_key)}; {_verdict(data, c)}"
-            )
-    return items or ["only one method: nothing to compare"]
+def _comparison(data: ReportData, c: Mapping[str, Any]) -> str:
+    """``<method> vs <reference>: <difference>; <verdict>`` of a comparison."""
+    if c["diff"] is None:
+        return f"{c['method']} vs {data.reference}: no finished runs to compare"
+    return (
+        f"{c['method']} vs {data.reference}: {_fmt_diff(c, c['percent'], c['metric'])}; {_verdict(data, c)}"
+    )
 
 
 def _outcome_summary(data: ReportData) -> list[str]:
@@ -364,8 +358,6 @@ def _fmt_diff(c: Mapping[str, Any], percent: bool, metric: str) -> str:
 
 
 def _verdict(data: ReportData, c: Mapping[str, Any]) -> str:
-    if c["diff"] is None:
-        return "no result"
     if c["significant"] is None:
         return "a single seed per method: no confidence interval, not evidence either way"
     if not c["significant"]:
