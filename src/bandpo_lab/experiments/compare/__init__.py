@@ -1,9 +1,7 @@
 """Compare clip rules: train the same task with several methods over several seeds, evaluate, report.
 
 The engine behind ``bandpo compare --config configs/compare-tiny.yaml`` (the config, the output directory and the
-report: docs/trl.md, "The compare config and the output directory"). Modules: ``config``, ``plan`` (runs and their
-status), ``worker`` (one run, in its own process), ``baseline`` (the starting policy), ``driver``
-(:func:`run_compare`), ``export`` (compact results), ``layout`` (file names).
+report: docs/trl.md, "The compare config and the output directory"; the modules: docs/architecture.md).
 """
 
 from bandpo_lab.experiments.compare.config import (

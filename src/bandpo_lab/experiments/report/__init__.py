@@ -1,10 +1,7 @@
 """The report of ``bandpo compare``: tables, figures, and a plain statement of the outcome.
 
 :func:`build_report` reads only the files of a compare output directory (docs/trl.md, "The compare config and the
-output directory", lists them and what it writes), so it can be rebuilt at any time and tested on synthetic run
-directories. Data first, then views: ``stats`` (pure functions), ``runs`` (one run's files and numbers), ``data``
-(:class:`ReportData`: every number shown, with ``series``, ``outcome``, ``provenance``), then ``document`` (the
-report as Markdown and HTML), ``figures`` and ``tables`` (CSV, JSON).
+output directory"), so it can be rebuilt at any time; its modules, data first, then views: docs/architecture.md.
 """
 
 from __future__ import annotations

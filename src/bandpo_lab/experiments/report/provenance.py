@@ -1,9 +1,5 @@
-"""The code a comparison ran, collected from its files for the report (numbers only; ``document`` words them).
-
-Every record is a :func:`bandpo_lab.provenance.provenance` dict: a run's training calls' (``run_info.json``) and
-its evaluation's (``results.json``), and the plan's calls (``compare_plan.json``); files without any count as not
-recorded.
-"""
+"""The code a comparison ran, collected for the report from the :func:`bandpo_lab.provenance.provenance` records in
+its files (numbers only; ``document`` words them)."""
 
 from __future__ import annotations
 
@@ -29,7 +25,8 @@ def code_of(record: Mapping[str, Any]) -> tuple[str, str, bool | str]:
 
 
 def run_records(run: RunData) -> list[dict[str, Any]]:
-    """Every provenance record of ``run``: its training calls' (oldest first), then its evaluation's."""
+    """Every provenance record of ``run``: its training calls' (``run_info.json``, oldest first), then its
+    evaluation's (``results.json``)."""
     info = run.run_info or {}
     out = [r for r in info.get("provenance_earlier") or [] if isinstance(r, dict)]
     for record in (info.get("provenance"), (run.results or {}).get("provenance")):
