@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from bandpo._optional import pyplot
 from bandpo.losses.clip_rules import ClipRule, make_clip_rule
 
 
@@ -22,11 +24,17 @@ def default_rules(divergences: Sequence[str], delta: float, cap: float | None) -
     return rules
 
 
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Write ``fig`` to ``path`` (parents created; the suffix picks the format) and close it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
+
+
 def figure_formats() -> list[str]:
     """The file suffixes (lower case, without the dot) matplotlib can write a figure in, sorted: ``eps``,
     ``jpeg``, ..., ``pdf``, ``png``, ``svg``, ...; the suffix of a figure's path picks its format."""
-    from bandpo._optional import pyplot
-
     pyplot()  # matplotlib is installed (else MissingDependencyError)
     from matplotlib.backend_bases import FigureCanvasBase
 
@@ -37,8 +45,6 @@ def plot_bounds(path: str | Path, rules: dict[str, ClipRule], n_points: int = 40
     """Write a two-panel figure: ratio bounds [lo, hi] against p_old, and the allowed probability change
     ``Delta pi = (hi - 1) p`` (up) / ``(1 - lo) p`` (down), for each rule, with the simplex limit 1/p. The suffix
     of ``path`` picks the format (:func:`figure_formats`; ``.png`` for the PNG)."""
-    from bandpo._optional import pyplot
-
     plt = pyplot()
 
     p = torch.logspace(-3, -1e-4, n_points, dtype=torch.float64)
@@ -66,8 +72,4 @@ def plot_bounds(path: str | Path, rules: dict[str, ClipRule], n_points: int = 40
     handles, labels = ax_r.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, Path(path), dpi=120)

@@ -211,9 +211,9 @@ def figure(result: Mapping[str, Any], path: Path) -> Path:
     """Two panels: the histogram of ``log10 p_old`` of the sampled tokens, and each rule's clipped share by
     ``p_old`` bin (updates 2..K, mean over batches)."""
     from bandpo._optional import pyplot
+    from bandpo_lab.plots import save_figure
 
-    plt = pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax1, ax2) = pyplot().subplots(1, 2, figsize=(11, 4))
     values = [v for b in result["batches"] for v in b["p_old_values"]]
     logs = [math.log10(max(v, 1e-12)) for v in values]
     ax1.hist(logs, bins=40, color="0.4")
@@ -232,6 +232,4 @@ def figure(result: Mapping[str, Any], path: Path) -> Path:
     ax2.set_title("clipped by p_old (updates 2..K)")
     ax2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -11,6 +11,7 @@ from typing import Any
 from bandpo._optional import pyplot
 from bandpo_lab.experiments.report.data import ReportData
 from bandpo_lab.experiments.report.document import Figure
+from bandpo_lab.plots import save_figure
 
 Panel = tuple[str, str, str]  # (title, metrics key, y label)
 
@@ -98,15 +99,14 @@ def draw_run(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> bool:
     curves = run_curves(rows)
     if not any(steps for steps, _ in curves):
         return False
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(_RUN_PANELS), figsize=(5.2 * len(_RUN_PANELS), 3.8), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(_RUN_PANELS), figsize=(5.2 * len(_RUN_PANELS), 3.8), squeeze=False)
     for ax, (panel, _, ylabel, _), (steps, values) in zip(axes[0], _RUN_PANELS, curves):
         ax.plot(steps, values, lw=1.4)
         ax.set(title=panel, xlabel="optimizer step", ylabel=ylabel)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    _save(plt, fig, path)
+    save_figure(fig, path)
     return True
 
 
@@ -146,13 +146,6 @@ def _bounds(data: ReportData, fig_dir: Path) -> Figure | None:
     )
 
 
-def _save(plt: Any, fig: Any, path: Path) -> None:
-    """Write ``fig`` to ``path`` (parents created) and release it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def _plot_curves(
     path: Path,
     panels: Sequence[Panel],
@@ -171,8 +164,7 @@ def _plot_curves(
                 curves[(key, label)] = c
     if not curves:
         return False
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
     for ax, (title, key, ylabel) in zip(axes[0], panels):
         for label in data.labels:
             if (key, label) not in curves:
@@ -192,7 +184,7 @@ def _plot_curves(
         handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8, frameon=False
     )
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    _save(plt, fig, path)
+    save_figure(fig, path)
     return True
 
 
@@ -200,8 +192,7 @@ def _plot_points(path: Path, data: ReportData, ylabel: str, title: str) -> bool:
     """Held-out accuracy when no curve was logged: the starting point and each run's final point."""
     if not any(data.final_points.values()):
         return False
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.4))
+    fig, ax = pyplot().subplots(figsize=(7, 4.4))
     for label, pts in data.final_points.items():
         if not pts:
             continue
@@ -211,7 +202,7 @@ def _plot_points(path: Path, data: ReportData, ylabel: str, title: str) -> bool:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(plt, fig, path)
+    save_figure(fig, path)
     return True
 
 
@@ -222,8 +213,7 @@ def _plot_bins(path: Path, data: ReportData) -> bool:
     bars = data.clip_bins()
     if bars is None:
         return False
-    plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.2))
+    fig, axes = pyplot().subplots(2, 2, figsize=(13, 8.2))
     width = 0.8 / max(1, len(bars.labels))
     panels = (
         (axes[0][0], "up", "rate", "clipped up (r > hi, A > 0): % of the bin's tokens"),
@@ -247,5 +237,5 @@ def _plot_bins(path: Path, data: ReportData) -> bool:
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=min(7, len(names)), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    _save(plt, fig, path)
+    save_figure(fig, path)
     return True
