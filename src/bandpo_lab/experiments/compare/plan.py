@@ -95,6 +95,7 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
     base_dict = base.to_dict()
     base_method = base.training_method().name
     out_root = Path(config.output_dir)
+    evals = {"eval": dataclasses.asdict(config.eval), "curves": dataclasses.asdict(config.curves)}
     plans = []
     for index, method in enumerate(config.methods):
         chosen = method.training_method()
@@ -123,12 +124,9 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
                     f"evaluation is at the end), got {config.eval.at_steps}"
                 )
             train_dict = json.loads(json.dumps(train_config.to_dict(), default=str))
-            payload = {
-                "train": {k: v for k, v in train_dict.items() if k != "output_dir"},
-                "eval": dataclasses.asdict(config.eval),
-                "curves": dataclasses.asdict(config.curves),
-            }
-            plan = RunPlan(method, index, seed, run_dir, train_dict, base.source, fingerprint(payload))
+            train = {k: v for k, v in train_dict.items() if k != "output_dir"}
+            stamp = fingerprint({"train": train, **evals})
+            plan = RunPlan(method, index, seed, run_dir, train_dict, base.source, stamp)
             plan.status = _status(plan)
             plans.append(plan)
     return plans

@@ -156,18 +156,14 @@ def _plot_curves(
 ) -> bool:
     """One PNG with a panel per ``(title, key, ylabel)``: per method the mean over seeds (line) and the min-max
     range (band). Returns False (no file) when no run logged any of the keys."""
-    curves = {}
-    for _, key, _ in panels:
-        for label in data.labels:
-            c = data.curve(label, key, heldout=heldout, smooth=smooth)
-            if c is not None:
-                curves[(key, label)] = c
-    if not curves:
+    pairs = [(key, label) for _, key, _ in panels for label in data.labels]
+    curves = {(key, label): data.curve(label, key, heldout=heldout, smooth=smooth) for key, label in pairs}
+    if not any(curves.values()):
         return False
     fig, axes = pyplot().subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), squeeze=False)
     for ax, (title, key, ylabel) in zip(axes[0], panels):
         for label in data.labels:
-            if (key, label) not in curves:
+            if curves[(key, label)] is None:
                 continue
             steps, mean, lo, hi = curves[(key, label)]
             n, color = len(data.groups[label]), data.colors[label]
