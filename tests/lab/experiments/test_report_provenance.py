@@ -13,7 +13,10 @@ from bandpo_lab.experiments.report import ReportData, build_report
 
 
 def code(commit: str, dirty: bool | str, torch: str = "2.0") -> dict:
-    return {"bandpo": "0.1.0", "commit": commit * 40, "dirty": dirty, "python": "3.11.7", "torch": torch}
+    record = {"bandpo": "0.1.0", "commit": commit * 40, "dirty": dirty, "python": "3.11.7", "torch": torch}
+    if dirty is True:  # what a dirty checkout records beside (no library)
+        record.update(dirty_count=1, dirty_files=[".venv"], dirty_sha256="e3" * 32)
+    return record
 
 
 A, B = code("a", False), code("b", True)

@@ -10,7 +10,7 @@ from typing import Any
 from bandpo_lab.experiments.report.runs import RunData
 from bandpo_lab.provenance import DEFAULT_PACKAGES, UNKNOWN
 
-_NOT_LIBRARIES = {"bandpo", "commit", "dirty", "dirty_count", "dirty_files", "started"}
+_NOT_LIBRARIES = {"bandpo", "commit", "dirty", "dirty_count", "dirty_files", "dirty_sha256", "started"}
 """The keys of a record that are not a library's (or Python's) version."""
 
 
