@@ -17,10 +17,9 @@ the runs' provenance does not list it as a change to the checkout).
 is not an interim look at its outcomes.
 
 ``export`` runs ``bandpo compare --export`` in the worktree, drops the runs that have not finished from the
-export, rebuilds the report with ``--report-only``, runs the checks of Studies 1-3 and the probe (:data:`CHECKS`),
-and prints for each finished
-run the time of its results and its training + final-evaluation wall time (docs/study.md's Progress rows). It
-commits nothing.
+export, rebuilds the report with ``--report-only`` (unless :data:`INTERIM_REPORT` is off), runs the checks of
+Studies 1-3 and the probe (:data:`CHECKS`), and prints for each finished run the time of its results and its
+training + final-evaluation wall time (docs/study.md's Progress rows). It commits nothing.
 """
 
 from __future__ import annotations
@@ -79,6 +78,9 @@ QUEUE = "configs/study/run_study4.sh"  # in the worktree
 CHECKS = ("studies/study1/checks.py", "studies/study3/checks.py", "scripts/probe_checks.py")
 """Run in the main checkout by ``export`` (one script, ``scripts/study_checks.py``, until the studies had folders)."""
 LOG = Path("runs/study/run_study4.out")  # in the worktree; runs/ is ignored
+INTERIM_REPORT = True
+"""Whether ``export`` rebuilds the report of the runs exported so far (Study 5's registration allows no interim
+look: it sets this off)."""
 
 
 def this_machine_kind(cpuinfo: str | None = None) -> str:
@@ -311,18 +313,22 @@ def export(main: Path, worktree: Path) -> int:
     )
     for run in drop_unfinished(main / EXPORT):
         print(f"dropped unfinished {run.relative_to(main)} from the export")
-    _call(
-        [
-            bandpo,
-            "compare",
-            "--config",
-            MAIN_CONFIG,
-            f"output_dir={EXPORT}",
-            "--report-only",
-            "--no-progress",
-        ],
-        main,
-    )
+    if not INTERIM_REPORT:
+        shutil.rmtree(main / EXPORT / "report", ignore_errors=True)  # copied by --export
+        print("no interim report: the report is built once, after the last run")
+    else:
+        _call(
+            [
+                bandpo,
+                "compare",
+                "--config",
+                MAIN_CONFIG,
+                f"output_dir={EXPORT}",
+                "--report-only",
+                "--no-progress",
+            ],
+            main,
+        )
     for check in CHECKS:
         _call([str(main / ".venv" / "bin" / "python"), check], main)
     rows = finished_rows(main / EXPORT)

@@ -2,7 +2,7 @@
 
     .venv/bin/python studies/study5/session.py resume   # the worktree ../study5 at the registration commit, queues
     .venv/bin/python studies/study5/session.py status   # finished runs, and where each unfinished one stands
-    .venv/bin/python studies/study5/session.py export   # finished runs into studies/study5/results, report rebuilt
+    .venv/bin/python studies/study5/session.py export   # finished runs into studies/study5/results, no report
 
 Study 4's bookkeeping (``studies/study4/session.py``) with Study 5's commit, config, folders and queue script, and
 finer machine kinds: ``amx``, ``avx512_bf16`` or ``emulated`` (the registration's "Machines": an unfinished run
@@ -91,6 +91,7 @@ def configure() -> None:
     s4.OUT = Path("runs/study/study5")
     s4.EXPORT = Path("studies/study5/results")
     s4.PLANNED_RUNS = 72
+    s4.INTERIM_REPORT = False  # no interim look (the registration); the report comes after the 72nd run
     s4.QUEUE = "studies/study5/run.sh"
     s4.LOG = Path("runs/study/run_study5.out")
     s4.this_machine_kind = this_machine_kind
