@@ -1,67 +1,19 @@
-"""BandPO in SkyRL: every clip rule as a SkyRL policy loss, selected by ``trainer.algorithm.policy_loss_type``.
+"""BandPO in SkyRL: every clip rule as a SkyRL policy loss, selected by ``trainer.algorithm.policy_loss_type``
+(docs/skyrl.md).
 
-SkyRL (``skyrl`` 0.4.0, NovaSky) dispatches the actor's policy loss by name through its ``PolicyLossRegistry``
-(``skyrl.backends.skyrl_train.utils.ppo_utils``): the worker looks up ``cfg.algorithm.policy_loss_type`` and calls
-``fn(log_probs, old_log_probs, advantages, config, loss_mask, rollout_logprobs) -> (loss, metrics)``. This module
-registers one loss per clip rule of ``bandpo.CLIP_RULES`` (:func:`policy_loss_names`):
+SkyRL (``skyrl`` 0.4.0) dispatches the actor's policy loss by name through its ``PolicyLossRegistry``. This module
+registers one :class:`SkyRLPolicyLoss` per clip rule (:func:`policy_loss_names`: ``bandpo`` and ``bandpo_<rule>``;
+not ``adaptive_band``: SkyRL passes a policy loss no entropy). Per token the loss is ``bandpo.policy_loss``'s
+objective (``per_token_policy_loss``), then SkyRL's own off-policy correction and ``reduce_loss`` (the masked sum:
+the trainer has already divided the advantages by the normaliser of ``loss_reduction``, and the objective is
+positively homogeneous in ``A``, so every reduction works). :class:`BandPOAlgorithmConfig` adds the section
+``trainer.algorithm.bandpo`` (``skyrl_section``), checked when the config is built, before Ray starts.
+``trainer.override_entrypoint=bandpo.integrations.skyrl`` runs :func:`main`: register, parse, validate, start Ray
+(which sends the registry to the workers) and train with :class:`BandPOTrainer`, which sends each step's radius of
+the schedule to the policy workers (``bandpo.step_delta``, SkyRL gives a policy loss no step).
 
-``bandpo``
-    Band bounds (``bandpo.make_clip_rule("band", ...)``: divergence, radius ``delta``, upper bound capped at
-    ``cap``; ``relax=true`` joins SkyRL's fixed interval ``[1 - eps_clip_low, 1 + eps_clip_high]``).
-``bandpo_<rule>``
-    every other registered rule: ``bandpo_grpo``, ``bandpo_clip_higher``, ``bandpo_dcpo`` (their ``eps_low`` /
-    ``eps_high`` are SkyRL's ``eps_clip_low`` / ``eps_clip_high``), ``bandpo_dppo_tv``, ``bandpo_dppo_kl`` (DPPO's
-    truncated objective; thresholds in ``rule_kwargs``). Rules that need the policy's per-token entropy
-    (``adaptive_band``) are not offered: SkyRL does not pass the entropy to policy losses.
-
-Per token, exactly ``bandpo.policy_loss``'s objective (``per_token_policy_loss``, docs/method.md#objective), with
-``r = exp(clamp(logp - logp_old, -20, 20))``, ``[lo, hi]`` from the rule and ``c = trainer.algorithm.clip_ratio_c``:
-
-    L1 = max(-A r, -A clamp(r, lo, hi));   L = min(L1, -A c) if A < 0 (dual_clip=true) else L1
-
-then SkyRL's own off-policy correction (``apply_off_policy_correction``: ``trainer.algorithm.off_policy_correction``)
-and SkyRL's own reduction (``reduce_loss``: the masked *sum*). In SkyRL 0.4.0 the sum is the loss: the trainer
-has already divided the advantages by the normaliser of ``trainer.algorithm.loss_reduction``
-(``apply_loss_reduction_to_advantages_minibatch``), and the objective is positively homogeneous in ``A``, so every
-reduction mode (``token_mean``, ``sequence_mean``, ``seq_mean_token_sum_norm``, ``prompt_mean``,
-``token_mean_legacy``) works unchanged. KL-to-reference and entropy terms stay SkyRL's (``use_kl_loss``,
-``use_entropy_loss``).
-
-Configuration: :class:`BandPOAlgorithmConfig` (a dataclass subclass of SkyRL's ``AlgorithmConfig``) adds the section
-``trainer.algorithm.bandpo`` (:class:`BandPOLossConfig`: ``divergence``, ``delta``, ``cap``, ``relax``, ``method``,
-``dual_clip``, ``anchor``, ``rule_kwargs``, ``diagnostics`` and the radius schedule ``delta_schedule``, ``delta_end``,
-``delta_hold_frac``); it is checked when the config is built, before Ray starts. :data:`SKYRL_NAMES` translates
-SkyRL's settings into bandpo's names (``bandpo.losses.method.ClipMethod``, :func:`clip_method_for`); a setting
-applies to the rules that have that parameter. Run::
-
-    python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=bandpo.integrations.skyrl \\
-        trainer.algorithm.policy_loss_type=bandpo trainer.algorithm.bandpo.delta=0.05 ...
-
-``main_base`` imports this module and calls its :func:`main`, which registers the losses, parses the command line
-with :class:`BandPOSkyRLConfig`, runs SkyRL's ``validate_cfg``, starts Ray and runs SkyRL's experiment with
-:class:`BandPOTrainer`. SkyRL has no entry-point discovery: ``initialize_ray`` sends the registered losses to every
-Ray worker (``sync_registries``), so a custom entrypoint must call :func:`register` before it. Pickled losses are
-:class:`SkyRLPolicyLoss` instances (the class by reference), so every Ray worker needs bandpo installed.
-
-The radius schedule (``bandpo.losses.schedule``): SkyRL gives a policy loss no step, so :class:`BandPOTrainer`
-(SkyRL's ``RayPPOTrainer``) computes ``schedule.value(global_step)`` over ``total_training_steps`` at each training
-step and sends it to the policy workers as ``bandpo.step_delta`` through SkyRL's ``loss_fn_config`` (the workers
-merge it into their algorithm config); the loss then uses the tensor-radius solver (no KL table per radius) and
-logs ``band/delta``. SkyRL restores ``global_step`` from the checkpoint on resume, so the radius after a resume is
-the one the step implies.
-
-Metrics (Python floats, one device->host transfer per call; SkyRL prefixes ``loss_metrics/`` and averages them
-over micro-batches): SkyRL's ``clip_ratio`` (clipped term active, the same definition as SkyRL's ``regular``
-loss), SkyRL's off-policy-correction metrics, every ``bandpo.clip_metrics`` name (``clip/frac_up``,
-``clip/tail_share``, ``band/hi_mean``, ``policy/ppo_kl``, ...) and, for a rule with a radius, ``band/delta``.
-
-Fully async training: SkyRL's fully async trainer accepts a custom loss as one that optimizes against the rollout
-log-probs, yet still recomputes ``old_log_probs`` with its current weights; use ``anchor=rollout`` there (docs/skyrl.md,
-"Known differences and limits").
-
-SkyRL 0.4.0 needs Python >= 3.12. This module imports without SkyRL (``import bandpo`` never imports it); the
-SkyRL-facing names (:data:`SKYRL_API`) are built on first access and raise :class:`SkyRLUnavailableError`, one
-line, where SkyRL cannot be imported.
+SkyRL 0.4.0 needs Python >= 3.12. This module imports without SkyRL; the SkyRL-facing names (:data:`SKYRL_API`) are
+built on first access and raise :class:`SkyRLUnavailableError`, one line, where SkyRL cannot be imported.
 """
 
 from __future__ import annotations

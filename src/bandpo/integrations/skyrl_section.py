@@ -2,7 +2,7 @@
 defaults (``_LossFields``), the checks of the fields that are SkyRL's own, and :data:`SKYRL_NAMES`, the one table
 from SkyRL's spelling to bandpo's names, which :func:`clip_method_for` translates a config with
 (``bandpo.losses.method.clip_method``, as verl's ``VERL_NAMES`` and TRL's ``trl_spec.TRL_NAMES``). ``bandpo.integrations.skyrl``
-re-exports the public names; its module docstring describes the section.
+re-exports the public names; docs/skyrl.md describes the section.
 """
 
 from __future__ import annotations
@@ -154,12 +154,10 @@ def clip_method_for(
     rule: str, algorithm: Any, section: dict[str, Any] | None = None, total_steps: int | None = None
 ) -> ClipMethod:
     """The clip method of clip rule ``rule`` under SkyRL's ``algorithm`` config (``trainer.algorithm``):
-    :data:`SKYRL_NAMES` translates the section ``trainer.algorithm.bandpo`` (its dataclass defaults where the
-    config has no section), SkyRL's ``eps_clip_low`` / ``eps_clip_high`` and the run's length ``total_steps``;
-    a setting applies to the rules that have that parameter, ``rule_kwargs`` adds or replaces any parameter
-    (``bandpo.losses.method.clip_method`` with ``strict=False``). ``cap=None`` means no cap for Band; DCPO keeps
-    its cap 10. ``section``: the section as :func:`_section` reads it, if the caller has it already. Cached per
-    parameter set.
+    :data:`SKYRL_NAMES` translates the section ``trainer.algorithm.bandpo`` (its defaults where the config has
+    none), SkyRL's ``eps_clip_low`` / ``eps_clip_high`` and the run's length ``total_steps``, each applied to the
+    rules that have that parameter (``clip_method`` with ``strict=False``). ``section``: the section as
+    :func:`_section` reads it, if the caller has it already. Cached per parameter set.
 
     Raises:
         ValueError: one line ``invalid trainer.algorithm.bandpo config (clip rule '<rule>'): ...`` naming the
@@ -181,10 +179,8 @@ def _cached_method(rule: str, settings: Any, params: Any) -> ClipMethod:
 
 
 def rule_params(rule: str, algorithm: Any, section: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The parameters of clip rule ``rule`` under SkyRL's ``algorithm`` config (:func:`clip_method_for`'s): a
-    rule's ``divergence`` / ``delta`` / ``cap`` / ``method`` from the section, its ``eps_low`` / ``eps_high`` from
-    SkyRL's ``eps_clip_low`` / ``eps_clip_high``, Band's ``relax`` (when ``relax=true``) SkyRL's fixed interval,
-    and ``rule_kwargs``; parameters not set keep the rule's defaults."""
+    """The parameters of clip rule ``rule`` under SkyRL's ``algorithm`` config (:func:`clip_method_for`'s, as
+    :data:`SKYRL_NAMES` translates them); parameters not set keep the rule's defaults."""
     return dict(clip_method_for(rule, algorithm, section).params)
 
 

@@ -30,38 +30,17 @@ none, and a callback at ``on_pre_optimizer_step`` raises when none was produced 
 is updated from an unbounded loss. With ``use_liger_kernel=True`` TRL 1.16 applies only Liger's layer kernels
 (RMSNorm, RoPE, SwiGLU) and keeps ``_compute_loss``: the bounds apply as without it.
 
-DPPO's rules (``dppo_tv``, ``dppo_kl``, ``truncation_c`` set): their bounds are their trust region in ratio form,
-so TRL's clip zeroes the gradient outside it; their truncated weight ``sg(min(r, c))`` enters through the old
-log-probs the parent reads: a copy of ``inputs`` carries ``old + (1 - s)(logp - sg(logp))``, ``s = min(r, c) / r``,
-with the same values, so TRL's ratio keeps its value and its gradient becomes ``min(r, c) grad logp``. TRL's
-loss value stays its ratio surrogate (verl's DPPO loss is ``-A sg(min(r, c)) log pi``); the gradient is DPPO's.
+DPPO's rules (``truncation_c`` set): their bounds are their trust region in ratio form, so TRL's clip zeroes the
+gradient outside it, and :meth:`BandPOTrainer._install_bounds` puts their truncated weight ``sg(min(r, c))`` into
+the old log-probs TRL reads, as a term of value 0: TRL's loss value stays its ratio surrogate (verl's DPPO loss is
+``-A sg(min(r, c)) log pi``), its gradient is DPPO's.
 
-``BandPOConfig`` (``trl_config.py``) translates its fields into a ``bandpo.losses.method.ClipMethod`` with
-``bandpo.integrations.trl_spec.TRL_NAMES`` (``band_delta`` -> ``delta``, ...; docs/names.md). Settings that cannot work are
-refused in ``BandPOConfig.__post_init__`` (before any model loads):
-``importance_sampling_level="sequence"`` (GSPO: one ratio per sequence, no token probability to build Band on)
-and the loss types whose ``epsilon`` is not a token-ratio clip (``cispo``, ``sapo``, ``vespo``) or which are
-sequence-level objectives (``luspo``); TRL's own ``epsilon`` / ``epsilon_high`` are refused too (the clip rule
-sets the bounds), and so is TRL's own ``delta`` at or below 1, with every rule (``band_delta`` is Band's radius;
-``delta: 10``, an upper clamp of the ratio, stays). When every update is on-policy the ratio is exactly 1 and no clip rule can bind: the trainer
-warns once (``OnPolicyClipWarning``).
-
-The radius schedule (``band_delta_schedule``: ``constant`` by default, ``linear``, ``hold_then_linear``,
-``cosine``; ``bandpo.losses.schedule``): the radius goes from ``band_delta`` (or the rule's ``delta``) to
-``band_delta_end`` over the run. Optimizer update ``k = state.global_step + 1`` (1-based, as verl counts, so the
-last update has ``band_delta_end`` exactly) uses ``schedule.value(k)`` with ``total_steps = state.max_steps``
-(the run's length, known when training starts); both come from the trainer state, so after a resume from a
-checkpoint the radius is the one its step implies. A changing radius uses the tensor-radius solver (no KL table
-per radius: ``rule_at_step``).
-
-Metrics: every loss call appends, next to TRL's, the diagnostics of ``bandpo.losses.clip_metrics`` (the default
-``diagnostics="full"``; ``basic`` and ``none`` log fewer, see ``bandpo.losses.DIAGNOSTICS``)
-(``clip/frac``, ``clip/frac_up``, ``clip/frac_down``, ``clip/frac_out``, per old-probability bin, ``clip/tail_share``,
-``band/{lo,hi}_{mean,min,max}``, ``policy/ppo_kl``, ...), ``tokens/count`` (the loss's tokens behind those
-shares, so that shares pool into counts), ``policy/entropy`` and, for a rule with a radius,
-``band/delta`` (the radius the update used). They are computed on the tokens
-of all processes (padded and gathered with ``accelerator.gather``, as TRL does for its entropy mask), so they are
-exact global values, not means of per-process ratios.
+``BandPOConfig`` (``trl_config.py``) translates its fields into a ``bandpo.losses.method.ClipMethod`` and refuses,
+before any model loads, the settings where per-token bounds cannot work; the radius schedule gives optimizer update
+``k = state.global_step + 1`` its radius (:meth:`BandPOTrainer.step_clip_rule`). Every loss call logs, next to TRL's
+metrics, the diagnostics of ``bandpo.losses.clip_metrics`` at ``args.diagnostics``, ``tokens/count``,
+``policy/entropy`` and ``band/delta``, computed on the tokens of all processes (padded and gathered once), so they
+are exact global values, not means of per-process ratios. Settings, metrics and the schedule: docs/trl.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``BandPOConfig``: TRL's ``GRPOConfig`` plus the clip method (``bandpo.losses.method.ClipMethod``) that replaces GRPO's
 fixed clip, validated before any model loads; and the check of the installed TRL version, which runs on import.
-``bandpo.integrations.trl`` (the trainer) re-exports both; its module docstring describes the settings.
+``bandpo.integrations.trl`` (the trainer) re-exports both; docs/trl.md describes the settings.
 """
 
 from __future__ import annotations
@@ -67,35 +67,15 @@ check_trl_version()
 
 @dataclass
 class BandPOConfig(GRPOConfig):
-    """``GRPOConfig`` plus the clip rule that replaces GRPO's fixed ``[1 - epsilon, 1 + epsilon_high]``.
+    """``GRPOConfig`` plus the clip rule that replaces GRPO's fixed ``[1 - epsilon, 1 + epsilon_high]``, validated
+    in ``__post_init__`` (each field's ``help`` says what it takes; docs/trl.md, docs/names.md).
 
-    The rule is built by name from the registry (``bandpo.CLIP_RULES``) with ``clip_rule_kwargs``; the
-    ``band_*`` fields are shortcuts for the parameters of the Band rules (``band``, ``adaptive_band``) and
-    apply to any rule that has a parameter of that name. Everything is validated in ``__post_init__``.
-
-    Args:
-        clip_rule: a registered clip rule name (``CLIP_RULES.names()``: grpo, clip_higher, dcpo, band,
-            adaptive_band, ...). Default ``"band"``.
-        clip_rule_kwargs: parameters of the rule, a dict or its JSON string (from the command line), e.g.
-            ``{"divergence": "kl", "delta": 0.05}``; unknown names raise with the valid ones.
-        band_divergence: shortcut for ``clip_rule_kwargs["divergence"]`` (kl, tv, chi2, ...).
-        band_delta: shortcut for the trust-region radius ``clip_rule_kwargs["delta"]``. Not TRL's ``delta``,
-            the INTELLECT-2 two-sided clamp of the ratio: that one still works as in TRL when it is a finite
-            number > 1 (``delta: 10``), and is refused at or below 1, where it would be a radius by mistake.
-        band_cap: shortcut for the upper-bound cap ``clip_rule_kwargs["cap"]``. ``None`` keeps the rule's
-            default (10); to remove the cap pass ``clip_rule_kwargs={"cap": None}``.
-        band_relax: shortcut for ``clip_rule_kwargs["relax"]``: ``[eps_low, eps_high]``, union with the fixed
-            interval ``[1 - eps_low, 1 + eps_high]``.
-        band_delta_schedule: how the radius changes over the run (``bandpo.losses.RADIUS_SCHEDULES``):
-            ``constant`` (default), ``linear``, ``hold_then_linear``, ``cosine``; from the rule's ``delta`` at
-            step 0 to ``band_delta_end`` at ``max_steps`` (the authors' ``use_decaying_clip``: 0.2 -> 0.02).
-        band_delta_end: the radius at the end of the run (> 0); required by every schedule but ``constant``.
-        band_delta_hold_frac: ``hold_then_linear``'s share of the run held at the start radius, in [0, 1)
-            (default 0.25, the authors' effective value).
-
-    TRL's ``epsilon`` / ``epsilon_high`` are not used: leave them at their defaults (GRPO's fixed interval is
-    ``clip_rule="grpo"``, ``[0.8, 1.2]``; an asymmetric one ``clip_rule="clip_higher"`` or
-    ``clip_rule_kwargs={"eps_low": 0.2, "eps_high": 0.28}``).
+    The rule is built by name from ``bandpo.CLIP_RULES`` with ``clip_rule_kwargs`` (unknown names raise with the
+    valid ones); the ``band_*`` fields are shortcuts for its entries and apply to any rule with a parameter of that
+    name (``None``: the rule's default; no cap is ``clip_rule_kwargs={"cap": None}``). ``band_delta`` is Band's
+    radius, not TRL's ``delta`` (INTELLECT-2's clamp of the ratio), which still works as in TRL when it is a finite
+    number > 1 and is refused at or below 1. TRL's ``epsilon`` / ``epsilon_high`` must keep their defaults: a
+    fixed interval is ``clip_rule="grpo"`` (or ``"clip_higher"``) with ``clip_rule_kwargs={"eps_low": ...}``.
     """
 
     clip_rule: str = field(
@@ -204,10 +184,6 @@ class BandPOConfig(GRPOConfig):
         settings = {key: getattr(self, key) for key in TRL_NAMES}
         settings["max_steps"] = self.max_steps if self.max_steps > 0 else None
         return clip_method(settings, TRL_NAMES, where="clip rule configuration")
-
-    def clip_rule_params(self) -> dict[str, Any]:
-        """The parameters passed to the clip rule: ``clip_rule_kwargs`` merged with the ``band_*`` shortcuts."""
-        return dict(self.clip_method().params)
 
     def build_clip_rule(self) -> ClipRule:
         """The configured ``ClipRule`` (built through the registry, cached per parameter set)."""

@@ -1,87 +1,16 @@
-"""BandPO in verl: every clip rule as a policy-loss mode, selected by config, without a fork.
+"""BandPO in verl: every clip rule as a policy-loss mode, selected by config, without a fork (docs/verl.md).
 
-verl (>= 0.9) dispatches the actor's policy loss by name through ``verl.trainer.ppo.core_algos``'s registry
-(``register_policy_loss`` / ``get_policy_loss_fn``) with the value of ``actor.policy_loss.loss_mode``. This
-module puts one mode per clip rule into that registry (:data:`LOSS_MODES`), named as in SkyRL
-(``bandpo.losses.method.loss_names``), and keeps ``dcpo``:
-
-``bandpo``
-    Band bounds (``bandpo.make_clip_rule("band", ...)``: any registered divergence, radius ``delta``, upper
-    bound capped at ``cap``; ``relax=True`` takes the union with verl's fixed interval
-    ``[1 - actor.clip_ratio_low, 1 + actor.clip_ratio_high]``).
-``dcpo`` (and its other name ``bandpo_dcpo``)
-    DCPO's dynamic adaptive clipping with ``eps_low = actor.clip_ratio_low``, ``eps_high =
-    actor.clip_ratio_high`` (the authors use 0.16 / 0.20) and the upper bound capped at ``cap``.
-``bandpo_<rule>``
-    every other registered rule: ``bandpo_grpo`` and ``bandpo_clip_higher`` (``eps_low`` / ``eps_high`` are the
-    actor's ``clip_ratio_low`` / ``clip_ratio_high``), ``bandpo_dppo_tv`` and ``bandpo_dppo_kl`` (DPPO's truncated
-    objective; thresholds ``clip_ratio_low`` / ``clip_ratio_high`` and ``c = clip_ratio_c``, as verl's own
-    ``dppo_tv`` / ``dppo_kl``). Rules that need the policy's per-token entropy (``adaptive_band``) are not offered:
-    verl passes a policy loss no entropy.
-
-:data:`VERL_NAMES` translates verl's settings into bandpo's names (``bandpo.losses.method.ClipMethod``); a setting
-applies to the rules that have that parameter.
-
-Per token, exactly as ``bandpo.policy_loss`` (docs/method.md#objective), with ``r = exp(clamp(logp - logp_old, -20,
-20))``, ``[lo, hi]`` from the rule and ``c = actor.clip_ratio_c``:
-
-    L1 = max(-A r, -A clamp(r, lo, hi));   L = min(L1, -A c) if A < 0 else L1;   L *= rollout_is_weights
-
-then aggregated with verl's own ``agg_loss`` and the actor config's ``global_batch_info`` (dp size, global
-token and sequence counts, ``loss_scale_factor``), as verl's built-in ``vanilla`` loss does, so the loss is
-invariant to the data-parallel / micro-batch split and every verl ``loss_agg_mode`` works. The KL-to-reference and entropy terms stay verl's
-(``actor.use_kl_loss``, ``actor.entropy_coeff``).
-
-Configuration: Band's parameters travel in ``actor.policy_loss`` through the dataclass
-:class:`BandPOPolicyLossConfig` (a subclass of verl's ``PolicyLossConfig``), selected with ``_target_``::
-
-    actor_rollout_ref.actor.policy_loss._target_=bandpo.integrations.verl.BandPOPolicyLossConfig
-    actor_rollout_ref.actor.policy_loss.loss_mode=bandpo
-    +actor_rollout_ref.actor.policy_loss.divergence=kl
-    +actor_rollout_ref.actor.policy_loss.delta=0.05
-
-verl builds ``ActorConfig`` with ``omega_conf_to_dataclass`` (hydra ``instantiate``, recursive over
-``_target_``), so the parameters are validated when the config is built, before any model is loaded. Without
-the ``_target_`` override, ``loss_mode=bandpo`` runs with the defaults of :class:`BandPOPolicyLossConfig`.
-
-The radius schedule (``policy_loss.delta_schedule``: ``constant`` by default, ``linear``, ``hold_then_linear``,
-``cosine``; ``bandpo.losses.schedule``, the authors' ``use_decaying_clip``): the radius goes from ``delta`` to
-``delta_end`` over ``delta_total_steps`` (default: ``actor.optim.total_training_steps``, which verl's trainer sets
-to the run's length before the workers start). Update ``k`` (verl's ``global_steps``, 1-based) uses
-``schedule.value(k)``. verl 0.9.1 passes a policy loss neither the step nor the batch (only the actor config), and
-the step reaches an actor worker's process in one place: ``ActorRolloutRefWorker.update_weights(global_steps=N)``,
-which the trainer calls once after loading a checkpoint (``N`` = the resumed step, 0 for a fresh run) and after
-every step's actor update (``N`` = that step). So when a config with a changing radius is built in a process where
-verl's ``engine_workers`` is loaded (the actor worker builds it in ``init_model``, before training starts),
-:func:`record_global_steps` wraps that method to record ``N`` (:func:`set_global_step`; the call goes on
-unchanged), and the loss uses ``k = N + 1``; after a resume, ``N`` is the checkpoint's step, so the radius is the
-one the step implies. The wrapper takes effect because verl's trainers run workers inside its colocated
-``WorkerDict``, which looks a worker's method up by name at each call. A loss with a changing radius and no
-recorded step raises instead of guessing. (Tested with a stand-in worker class carrying verl's own ``register``
-decorator; verl's trainer itself needs GPUs and did not run here.)
-
-Registration in every process (the driver and each Ray worker): ``import verl`` (>= 0.9) loads every entry
-point of the group ``verl.plugins``; bandpo declares ``bandpo = "bandpo.integrations.verl:register"``.
-verl only *loads* the entry point (imports this module and looks ``register`` up; it does not call it and
-logs failures at DEBUG level only), so importing this module registers the modes; :func:`register` is
-idempotent and can be called again. The ``_target_`` above imports this module too, wherever verl builds
-the actor config. For verl 0.6-0.8 (no entry-point discovery) set ``VERL_USE_EXTERNAL_MODULES=
-bandpo.integrations.verl`` in the environment of every process (verl imports the listed modules at
-``import verl``). verl < 0.6 expected a 4-tuple from policy losses and is not supported.
-
-Metrics (returned as Python floats, one device->host transfer per call; verl reduces them across micro-batches
-with a mean): verl's names ``actor/pg_clipfrac`` (clipped term active), ``actor/ppo_kl`` (k1 KL(old || new)),
-``actor/pg_clipfrac_lower`` (dual clip active), plus ``bandpo.clip_metrics`` under ``actor/`` (``actor/clip/
-frac_up``, ``actor/clip/tail_share``, ``actor/band/hi_mean``, ...) and, for a rule with a radius,
-``actor/band/delta`` (the radius the update used). verl adds ``actor/pg_loss`` itself.
-
-One environment for verl, another for TRL. verl 0.9.1's workers import ``AutoModelForCausalLMWithValueHead``
-from ``trl`` whenever TRL is installed (``verl.utils.model.patch_valuehead_model``,
-``verl.models.transformers.monkey_patch``); TRL 1.16, which ``bandpo[trl]`` needs, no longer has it, so the
-actor's ``init_model`` fails with ``ImportError``. :func:`register` detects this (:func:`trl_conflict`) and
-warns with both versions (``TrlConflictWarning``): install ``bandpo[verl]`` in an environment without TRL 1.16.
-
-This module needs verl; ``import bandpo`` does not import it.
+verl (>= 0.9) dispatches the actor's policy loss by ``actor.policy_loss.loss_mode`` through its registry
+(``verl.trainer.ppo.core_algos``). This module puts one mode per clip rule there (:data:`LOSS_MODES`: ``bandpo``,
+``dcpo`` and ``bandpo_<rule>``, named as in SkyRL; not ``adaptive_band``: verl passes a policy loss no entropy);
+importing it registers them, and verl's ``verl.plugins`` entry point imports it in every process. Per token the
+loss is ``bandpo.policy_loss``'s objective (``per_token_policy_loss``), aggregated with verl's own ``agg_loss`` and
+the actor's ``global_batch_info``. :data:`VERL_NAMES` translates ``actor.policy_loss`` (the dataclass
+:class:`BandPOPolicyLossConfig`, selected with ``_target_``) and the actor's clip ratios into a
+``bandpo.losses.method.ClipMethod``. A changing radius needs verl's global step, which reaches an actor worker
+only through ``ActorRolloutRefWorker.update_weights(global_steps=N)``: :func:`record_global_steps` wraps it and
+update ``N + 1`` uses that step's radius (docs/verl.md, "Radius schedule"). Keys, metrics, older verl versions
+and the separate environment that TRL 1.16 forces (:func:`trl_conflict`): docs/verl.md.
 """
 
 from __future__ import annotations
@@ -154,32 +83,13 @@ def _entropy_rule_note(loss_mode: object) -> str:
 
 @dataclass
 class BandPOPolicyLossConfig(PolicyLossConfig):
-    """verl's ``actor.policy_loss`` config with BandPO's parameters (select it with ``_target_``).
+    """verl's ``actor.policy_loss`` config with BandPO's parameters (select it with ``_target_``); every key, its
+    default and the modes that use it: docs/verl.md, "Select BandPO".
 
-    Inherits every field of verl's ``PolicyLossConfig`` (``loss_mode``, ``rollout_correction``, ...).
-
-    Args:
-        loss_mode: verl's registered policy-loss name; bandpo's (:data:`LOSS_MODES`: ``"bandpo"``, the default,
-            ``"dcpo"``, ``"bandpo_<rule>"``) use the fields below, each where the mode's rule has that parameter.
-        divergence: Band's divergence, a registered name (``bandpo.DIVERGENCES.names()``), default KL.
-        delta: Band's trust-region radius, > 0 (the authors' 0.05).
-        cap: maximum of the upper bound (>= 1); the authors' ``upper_bound_max`` = 10. ``None``: Band is capped
-            by ``1/p`` only, DCPO keeps its own cap 10.
-        relax: Band only: union with verl's fixed interval ``[1 - clip_ratio_low, 1 + clip_ratio_high]`` (the
-            authors' ablation: it hurts).
-        method: Band's ``band_bounds`` solver (``"auto"``, ``"closed_form"``, ``"table"``, ``"newton"``,
-            ``"bisection"``).
-        delta_schedule: a mode whose rule has a radius (``bandpo``): the radius schedule
-            (``bandpo.losses.RADIUS_SCHEDULES``: ``constant``, ``linear``, ``hold_then_linear``, ``cosine``), from
-            ``delta`` to ``delta_end``.
-        delta_end: the radius at the end of the run (> 0); required by every schedule but ``constant``.
-        delta_hold_frac: ``hold_then_linear``'s share of the run at ``delta``, in [0, 1) (default 0.25).
-        delta_total_steps: the run's length in verl's global steps (>= 1); ``None``: the actor's
-            ``optim.total_training_steps`` (set by verl's trainer).
-        diagnostics: the clipping diagnostics the loss logs (``bandpo.losses.DIAGNOSTICS``): ``full`` (default:
-            every ``actor/clip/...``, ``actor/band/...``, ``actor/policy/...`` metric), ``basic`` (verl's own three,
-            ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, and the up/down clip fractions)
-            or ``none`` (verl's three, as its ``vanilla`` loss logs them, and ``actor/band/delta`` for Band).
+    Inherits every field of verl's ``PolicyLossConfig``; ``loss_mode`` defaults to ``"bandpo"``. ``cap=None``: Band
+    is capped by ``1/p`` only, DCPO keeps its cap 10. ``delta_total_steps=None``: the actor's
+    ``optim.total_training_steps`` (set by verl's trainer). ``diagnostics``: ``full``, ``basic`` or ``none``
+    (``bandpo.losses.DIAGNOSTICS``; verl's own three metrics are logged at every level).
 
     Raises:
         ValueError: at construction (i.e. when verl builds the actor config) for a ``loss_mode`` that verl's
@@ -290,21 +200,6 @@ _POLICY_LOSS_KEYS = tuple(field.name for field in dataclasses.fields(BandPOPolic
 """The keys an ``actor.policy_loss`` may hold: the fields of :class:`BandPOPolicyLossConfig` (verl's and bandpo's)."""
 
 
-def _check_policy_loss_keys(policy_loss: Any) -> None:
-    """A plain ``actor.policy_loss`` (a dict or ``DictConfig``, not a verl config dataclass, whose fields hydra
-    checked) holds only :data:`_POLICY_LOSS_KEYS`: a misspelled key (``deltaa``) was read as absent, its default
-    used instead. Raises ``ValueError`` naming each unknown key with a "did you mean"."""
-    if policy_loss is None or isinstance(policy_loss, PolicyLossConfig) or not hasattr(policy_loss, "keys"):
-        return
-    unknown = [key for key in policy_loss if key not in _POLICY_LOSS_KEYS]
-    if unknown:
-        named = ", ".join(f"{key!r}{did_you_mean(key, _POLICY_LOSS_KEYS)}" for key in unknown)
-        raise ValueError(
-            f"actor.policy_loss: unknown key(s) {named}; valid: {', '.join(_POLICY_LOSS_KEYS)} (a misspelled key "
-            "would be ignored and its default used)"
-        )
-
-
 _ACTOR_KEYS = ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss", "optim")
 """The keys of verl's actor config that bandpo reads itself (:func:`_settings`); of ``optim``, only
 ``total_training_steps`` (:data:`_OPTIM_KEYS`)."""
@@ -319,36 +214,40 @@ def _misspelled(keys: frozenset[str], owned: tuple[str, ...]) -> tuple[str, ...]
     return tuple(sorted(k for k in keys if k not in owned and did_you_mean(k, owned)))
 
 
-def _check_actor_keys(config: Any) -> None:
-    """A plain actor config (a dict or ``DictConfig``, not verl's ``ActorConfig`` dataclass, whose fields hydra
-    checked) holds no misspelling of a key bandpo reads (:data:`_ACTOR_KEYS`; ``optim``'s :data:`_OPTIM_KEYS`):
-    ``clip_ratio_lo`` was ignored and ``clip_ratio`` used instead. The actor config is verl's and holds verl's
-    own keys too (``ppo_epochs``, ``loss_agg_mode``, ...), which bandpo does not know: only a key close to one
-    of bandpo's (did-you-mean's similarity) is refused; none of verl 0.9's actor or optimizer fields is.
-    Raises ``ValueError`` naming each with a "did you mean"."""
-    for where, section, owned in (
-        ("actor", config, _ACTOR_KEYS),
-        ("actor.optim", _get(config, "optim", None), _OPTIM_KEYS),
-    ):
+def _check_keys(policy_loss: Any, config: Any) -> None:
+    """The plain sections (a dict or ``DictConfig``; hydra checked the fields of verl's config dataclasses) hold no
+    misspelled key, which would be read as absent and its default used: ``actor.policy_loss`` only
+    :data:`_POLICY_LOSS_KEYS`; the actor config and its ``optim``, which hold verl's own keys too (``ppo_epochs``,
+    ...), no key close to one bandpo reads there (:data:`_ACTOR_KEYS`, :data:`_OPTIM_KEYS`; did-you-mean's
+    similarity, which none of verl 0.9's fields meets). Raises ``ValueError`` naming each with a "did you mean"."""
+    sections = [("actor.policy_loss", policy_loss, _POLICY_LOSS_KEYS)]
+    if config is not None:
+        sections += [
+            ("actor", config, _ACTOR_KEYS),
+            ("actor.optim", _get(config, "optim", None), _OPTIM_KEYS),
+        ]
+    for where, section, owned in sections:
         if section is None or dataclasses.is_dataclass(section) or not hasattr(section, "keys"):
             continue
-        unknown = _misspelled(frozenset(k for k in section if isinstance(k, str)), owned)
+        if section is policy_loss:
+            unknown = [key for key in section if key not in owned]
+            allowed = f"valid: {', '.join(owned)}"
+        else:
+            unknown = _misspelled(frozenset(k for k in section if isinstance(k, str)), owned)
+            allowed = f"bandpo reads {', '.join(owned)} there"
         if unknown:
             named = ", ".join(f"{key!r}{did_you_mean(key, owned)}" for key in unknown)
             raise ValueError(
-                f"{where}: unknown key(s) {named}; bandpo reads {', '.join(owned)} there (a misspelled key "
-                "would be ignored and its default used)"
+                f"{where}: unknown key(s) {named}; {allowed} (a misspelled key would be ignored and its default used)"
             )
 
 
 def _settings(policy_loss: Any, config: Any = None) -> dict[str, Any]:
     """verl's settings by :data:`VERL_NAMES`' spelling: the BandPO fields of ``policy_loss`` and, with the actor
     ``config``, its clip ratios and run length (without it, the rules' defaults). A plain dict ``policy_loss``
-    with a key that is no field of :class:`BandPOPolicyLossConfig` raises (:func:`_check_policy_loss_keys`), and
-    a plain dict ``config`` with a misspelling of a key bandpo reads there (:func:`_check_actor_keys`)."""
-    _check_policy_loss_keys(policy_loss)
-    if config is not None:
-        _check_actor_keys(config)
+    with a key that is no field of :class:`BandPOPolicyLossConfig` raises, and a plain dict ``config`` with a
+    misspelling of a key bandpo reads there (:func:`_check_keys`)."""
+    _check_keys(policy_loss, config)
     settings = {f"policy_loss.{key}": _param(policy_loss, key) for key in _POLICY_LOSS_FIELDS}
     relax = settings["policy_loss.relax"]
     settings["policy_loss.relax"] = None
