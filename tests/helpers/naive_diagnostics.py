@@ -10,10 +10,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from bandpo.losses.aggregation import masked_max, masked_mean, masked_min
+from bandpo.losses.aggregation import masked_mean
 from bandpo.losses.diagnostics import FIXED_INTERVAL, PROB_BIN_EDGES, PROB_BINS, TAIL_PROB
 
-__all__ = ["naive_clip_metrics", "naive_side_metrics"]
+__all__ = ["masked_max", "masked_min", "naive_clip_metrics", "naive_side_metrics"]
+
+
+def masked_min(x: Tensor, mask: Tensor) -> Tensor:
+    """Minimum over masked positions; 0 when the mask is empty."""
+    m = mask.bool()
+    val = torch.where(m, x, torch.full_like(x, float("inf"))).amin() if x.numel() else x.new_zeros(())
+    return torch.where(m.any(), val, torch.zeros_like(val))
+
+
+def masked_max(x: Tensor, mask: Tensor) -> Tensor:
+    """Maximum over masked positions; 0 (+0.0) when the mask is empty."""
+    m = mask.bool()
+    val = torch.where(m, x, torch.full_like(x, float("-inf"))).amax() if x.numel() else x.new_zeros(())
+    return torch.where(m.any(), val, torch.zeros_like(val))
 
 
 def naive_clip_metrics(

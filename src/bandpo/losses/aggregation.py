@@ -35,20 +35,6 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return _zero_outside(x, mask).sum() / mask.to(x.dtype).sum().clamp(min=1.0)
 
 
-def masked_min(x: Tensor, mask: Tensor) -> Tensor:
-    """Minimum over masked positions; 0 when the mask is empty."""
-    m = mask.bool()
-    val = torch.where(m, x, torch.full_like(x, float("inf"))).amin() if x.numel() else x.new_zeros(())
-    return torch.where(m.any(), val, torch.zeros_like(val))
-
-
-def masked_max(x: Tensor, mask: Tensor) -> Tensor:
-    """Maximum over masked positions; 0 (+0.0) when the mask is empty."""
-    m = mask.bool()
-    val = torch.where(m, x, torch.full_like(x, float("-inf"))).amax() if x.numel() else x.new_zeros(())
-    return torch.where(m.any(), val, torch.zeros_like(val))
-
-
 def aggregate(loss_mat: Tensor, mask: Tensor, mode: str = "seq-mean-token-mean") -> Tensor:
     """Reduce per-token losses to a scalar.
 

@@ -1,23 +1,12 @@
 """Clip rules: each turns old log-probabilities into per-token ratio bounds ``lo <= 1 <= hi``.
 
 One registry (``CLIP_RULES``) holds every rule; ``make_clip_rule(name, **params)`` builds one and validates its
-parameters at construction. The policy loss, the TRL and verl adapters and the CLI all dispatch through it.
+parameters at construction. The policy loss, the TRL and verl adapters and the CLI all dispatch through it. Each
+rule's bounds are in its class below; all of them side by side: docs/method.md#baselines.
 
 A rule also chooses the per-token objective (``bandpo.losses.policy_loss``): the clipped ratio with the dual clip
 (every rule but DPPO's), or DPPO's truncated importance weight with a trust-region mask (``truncation_c`` not
 None; the mask is ``region_masks``, by default ``r <= hi`` / ``r >= lo``).
-
-| name            | bounds                                                                            |
-|-----------------|-----------------------------------------------------------------------------------|
-| ``grpo``        | fixed ``[1 - eps_low, 1 + eps_high]``, eps 0.2 / 0.2                              |
-| ``clip_higher`` | fixed, eps 0.2 / 0.28 (DAPO)                                                      |
-| ``dcpo``        | ``lo = 0.5 + 0.5 sqrt(max(1 - 4 eps_low / p, 0))``, ``hi = min(0.5 + 0.5 sqrt(1 + 4 eps_high / p), cap)`` |
-| ``band``        | ``bandpo.band_bounds`` (any divergence, delta, cap, relax)                         |
-| ``band_upper``  | Band's upper bound, the fixed lower bound ``1 - eps_low`` (one side of the band)   |
-| ``band_lower``  | Band's lower bound, the fixed upper bound ``1 + eps_high`` (the other side)        |
-| ``adaptive_band`` | Band with a per-token radius driven by the token entropy (``AdaptiveBandClip``) |
-| ``dppo_tv``     | DPPO-Binary-TV: mask where ``p_new - p_old`` leaves ``[-low, high]``; bounds = Band-TV, no cap |
-| ``dppo_kl``     | DPPO-Binary-KL: mask where binary ``KL(p_old || p_new)`` exceeds low/high; bounds = Band-KL, no cap |
 """
 
 from __future__ import annotations
@@ -219,10 +208,7 @@ class BandClip(ClipRule):
 @dataclass(frozen=True)
 class _OneSidedBand(ClipRule):
     """Band on one side of the ratio, GRPO's fixed bound on the other: the rules that tell the two sides of the
-    band apart (Study 5 of docs/study.md). ``band`` moves both bounds away from GRPO's ``[0.8, 1.2]``: below about
-    ``p_old = 0.75`` its lower bound falls under 0.8 (a rare token with ``A < 0`` may be pushed further down), and
-    its upper bound rises above 1.2 for rare tokens (one with ``A > 0`` may grow several-fold). Each subclass keeps
-    exactly one of the two moves."""
+    band apart (docs/method.md#baselines, "One side of the band"; Study 5 of docs/study.md)."""
 
     divergence: str = "kl"
     delta: float = PAPER_DELTA
@@ -459,8 +445,6 @@ def make_clip_rule(name: str | ClipRule = "band", **params: Any) -> ClipRule:
         raise ValueError(
             f"unknown parameter(s) {', '.join(map(repr, unknown))} for clip rule {name!r}; valid: {', '.join(fields)}"
         )
-    if "relax" in params and isinstance(params["relax"], list):
-        params["relax"] = tuple(params["relax"])
     return cls(**params)
 
 

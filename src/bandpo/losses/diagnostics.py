@@ -3,20 +3,14 @@
 Every count the metrics need (clipped up / down / outside the bounds / by the constant ``c``, per old-probability
 bin, padding apart) comes from one count (``bincount`` on the CPU) over a uint8 code per token, instead of one
 masked sum per metric; the bound, ratio and KL statistics are one masked sum per tensor and one ``aminmax`` for a
-minimum and maximum.
-Equivalent to the naive masked means (one per metric, as :mod:`bandpo.losses.aggregation`'s ``masked_mean`` /
-``masked_min`` / ``masked_max`` compute them), which ``tests/losses/test_diagnostics.py`` keeps as its reference
-and matches bit for bit: counts are exact integers, the means the same ``where(mask, x, 0).sum()`` divided by the
-same count, minima and maxima exact.
+minimum and maximum. Equal bit for bit to the naive masked reductions, one per metric, that
+``tests/helpers/naive_diagnostics.py`` keeps as the reference (counts are exact integers, the means the same
+``where(mask, x, 0).sum()`` divided by the same count, minima and maxima exact), and about 2.7x faster
+(docs/method.md#speed).
 
-Three levels, registered in :data:`DIAGNOSTICS` (the ``diagnostics`` argument of ``bandpo.policy_loss`` and of
-the integrations): ``full`` (:func:`clip_metrics`, the default), ``basic`` (:func:`basic_clip_metrics`: the clip
-fractions and KL that verl's and TRL's own losses log, equal bit for bit to ``full``'s values of the same names) and
-``none``.
-
-Cost (``benchmarks/bench.py``, section "diagnostics alone": B = 64, T = 2048, float32, one thread, ragged mask; best of
-30 interleaved calls, two runs on this 2-core machine, measured with ``bandpo bench`` at 5cd1489): 3.9-4.4 ms against
-the naive code's 10.5-12.4 ms. The same command times the loss with its diagnostics against verl's own loss.
+Three levels, registered in :data:`DIAGNOSTICS` (the ``diagnostics`` argument of ``bandpo.policy_loss`` and of the
+integrations): ``full`` (:func:`clip_metrics`, the default), ``basic`` (:func:`basic_clip_metrics`) and ``none``;
+what each logs: docs/method.md#metrics.
 """
 
 from __future__ import annotations
@@ -135,21 +129,17 @@ def clip_metrics(
         log_ratio: (B, T) float, log r if already computed (default ``log(ratio)``).
 
     Returns:
-        ``clip/frac_up``: share of real tokens with r > hi and A > 0 (upper bound binds); ``clip/frac_down``:
-        r < lo and A < 0; ``clip/frac``: their sum (tokens whose clipped term is active: zero gradient);
-        ``clip/frac_out``: r outside [lo, hi] whatever A; ``clip/frac_dual``: the constant c binds (only with
-        ``dual_active``). Per old-probability bin (edges 0.2/0.4/0.6/0.8; names ``clip/frac_up/p0.0-0.2`` ...):
-        the same shares among the bin's tokens (0 for an empty bin), and ``tokens/share/<bin>`` the bin's share of
-        tokens. Bins are half-open ``[a, b)`` (the last one ``[0.8, 1]``): a token at p_old = 0.2 exactly is in
-        ``p0.2-0.4``. ``clip/tail_share``: share of clipped tokens in the tail ``p_old < 0.2`` (the first bin; 0
-        when nothing is clipped), ``clip/tail_share_up`` the same among tokens clipped at the upper bound.
-        ``band/{lo,hi}_{mean,min,max}``; ``policy/ppo_kl`` (k1, verl's name) and ``policy/approx_kl`` (k3) of
-        KL(old || new); ``policy/ratio_{mean,max,min}``; then the per-side counts against GRPO's interval
-        (:func:`side_metrics`, ``side/...``). Every value is a () tensor in ``ratio``'s dtype (float32
-        for a lower precision); means, minima and maxima over an empty mask are 0.
+        The metrics of docs/method.md#metrics, detached () tensors in ``ratio``'s dtype (float32 for a lower
+        precision): the shares of real tokens ``clip/frac_up`` (r > hi and A > 0), ``clip/frac_down`` (r < lo and
+        A < 0), ``clip/frac`` (their sum), ``clip/frac_out`` (r outside [lo, hi]), ``clip/frac_dual`` (only with
+        ``dual_active``); the same per old-probability bin (:data:`PROB_BINS`, half-open ``[a, b)``, the last
+        ``[0.8, 1]``; 0 for an empty bin) with ``tokens/share/<bin>``; ``clip/tail_share`` and
+        ``clip/tail_share_up`` (the first bin's share of the clipped tokens); ``band/{lo,hi}_{mean,min,max}``;
+        ``policy/ppo_kl`` (k1) and ``policy/approx_kl`` (k3) of KL(old || new); ``policy/ratio_{mean,max,min}``;
+        :func:`side_metrics`. Means, minima and maxima over an empty mask are 0.
     """
     with torch.no_grad():
-        m = mask if mask.dtype == torch.bool else mask.bool()
+        m = mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
         adv = advantages.expand_as(ratio)
         above, below = ratio > hi, ratio < lo
@@ -165,7 +155,7 @@ def clip_metrics(
         code.add_(below & (adv < 0), alpha=2)  # clipped down: 2 (A > 0 and A < 0 exclude each other)
         code.add_(above | below, alpha=_OUT)
         if dual_active is not None:
-            code.add_(dual_active if dual_active.dtype == torch.bool else dual_active.bool(), alpha=_DUAL)
+            code.add_(dual_active.bool(), alpha=_DUAL)
         code.add_((~m).view(torch.uint8), alpha=_PADDING)  # padding: past the real codes (a where costs more)
         counts = _count_codes(code)  # int64, exact
         # [bin, dual, out, side]: tokens (the codes' bins run from the last to the first)
@@ -276,7 +266,7 @@ def side_metrics(
     0 over an empty mask or an empty set of tokens.
     """
     with torch.no_grad():
-        m = mask if mask.dtype == torch.bool else mask.bool()
+        m = mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
         tail = torch.exp(old_log_prob.to(f)) < TAIL_PROB
         adv = advantages.expand_as(ratio)
@@ -319,7 +309,7 @@ def _side_metrics(
     shares = counts[1:].to(f) / counts[0].to(f).clamp(min=1.0)
     clipped = clipped_up | clipped_down
     if dual_active is not None:
-        clipped = clipped | (dual_active if dual_active.dtype == torch.bool else dual_active.bool())
+        clipped = clipped | dual_active.bool()
     zero = torch.zeros((), dtype=f, device=ratio.device)
     weight = adv.to(f).abs() * ratio.to(f)
     mass = torch.stack(
@@ -354,14 +344,12 @@ def basic_clip_metrics(
         with no host sync; 0 over an empty mask."""
     del old_log_prob  # the signature of the registry's entries
     with torch.no_grad():
-        m = mask if mask.dtype == torch.bool else mask.bool()
+        m = mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
         adv = advantages.expand_as(ratio)
         counts = [m.sum(), (m & (ratio > hi) & (adv > 0)).sum(), (m & (ratio < lo) & (adv < 0)).sum()]
         if dual_active is not None:
-            counts.append(
-                (m & (dual_active if dual_active.dtype == torch.bool else dual_active.bool())).sum()
-            )
+            counts.append((m & dual_active.bool()).sum())
         n = torch.stack(counts)  # int64, exact: [real, up, down(, dual)]
         n_real = n[0]
         num = torch.cat([(n[1] + n[2]).reshape(1), n[1:]])

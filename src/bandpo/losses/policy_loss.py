@@ -1,13 +1,9 @@
 """The BandPO / GRPO / DPPO policy loss with pluggable clip rules, regularisers and the paper's diagnostics.
 
 :func:`policy_loss` returns the loss and its diagnostics; :func:`per_token_policy_loss` the (B, T) loss matrix before
-aggregation, for an adapter that aggregates it itself (verl). Each checks its inputs once, beside the objective
-(:func:`bandpo.losses.inputs.check_objective_inputs`), then runs :func:`_objective`, the per-token objective with its
-formula, just below. :func:`policy_loss` aggregates it (:mod:`bandpo.losses.aggregation`) and adds the optional KL
-penalty (:mod:`bandpo.losses.kl`) and entropy bonus.
-
-The per-token terms and their dtype live in :mod:`bandpo.losses.terms`, GRPO's advantages in
-:mod:`bandpo.losses.advantages`; this module re-exports the names callers import from here.
+aggregation, for an adapter that aggregates it itself (verl). Each checks its inputs once
+(:func:`bandpo.losses.inputs.check_objective_inputs`), then runs :func:`_objective`, the per-token objective with
+its formula, just below. ``group_advantages`` is re-exported here for its callers.
 """
 
 from __future__ import annotations
@@ -20,20 +16,10 @@ from bandpo.losses.aggregation import aggregate, masked_mean
 from bandpo.losses.clip_rules import ClipRule
 from bandpo.losses.diagnostics import check_diagnostics
 from bandpo.losses.inputs import DEFAULT_CLIP_RATIO_C, ObjectiveInputs, check_objective_inputs
-from bandpo.losses.kl import KL_ESTIMATORS, kl_penalty
-from bandpo.losses.terms import LOG_RATIO_CLAMP, TokenTerms, compute_dtype, framework_metrics
+from bandpo.losses.kl import kl_penalty
+from bandpo.losses.terms import LOG_RATIO_CLAMP, TokenTerms, compute_dtype
 
-__all__ = [
-    "DEFAULT_CLIP_RATIO_C",
-    "KL_ESTIMATORS",
-    "TokenTerms",
-    "compute_dtype",
-    "framework_metrics",
-    "group_advantages",
-    "kl_penalty",
-    "per_token_policy_loss",
-    "policy_loss",
-]
+__all__ = ["group_advantages", "per_token_policy_loss", "policy_loss"]
 
 
 def _objective(x: ObjectiveInputs) -> TokenTerms:
@@ -108,10 +94,8 @@ def per_token_policy_loss(
     """The per-token loss matrix of ``bandpo.policy_loss`` before aggregation (the formula: :func:`_objective`).
 
     :func:`policy_loss` aggregates it (before its regularisers); the verl adapter aggregates it with verl's own
-    ``agg_loss``. Both check their inputs once, with the same checks and messages.
-
-    Computed in :func:`compute_dtype` of the inputs (at least float32); ``log_prob`` of a lower precision is
-    upcast differentiably, so its gradient arrives in its own dtype.
+    ``agg_loss``. Both check their inputs once, with the same checks and messages. Computed in
+    :func:`~bandpo.losses.terms.compute_dtype` of the inputs (at least float32; :func:`_objective`).
 
     Args:
         log_prob: (B, T) float (any of float16/bfloat16/float32/float64), log pi_theta of the sampled tokens

@@ -12,19 +12,14 @@ One formula for every kind (``w`` the kind's weight of ``start``, registered in 
 | ``cosine``         | ``(1 + cos(pi s)) / 2``                                |
 
 ``w(0) = 1`` and ``w(1) = 0``, so ``delta`` goes from ``start`` at step 0 to ``end`` at ``total_steps`` and stays
-there; it is monotone (decreasing for ``start > end``; an increasing schedule, ``start < end``, is allowed).
-These are the authors' ``use_decaying_clip`` schedules (their verl fork, ``decaying_clipbound.py``: ``linear``,
-``hold_linear``, ``cosine``, start 0.2, end 0.02), with the same step convention: ``step`` counts optimizer
-updates from 1 (verl's ``global_steps``: the first update computes ``delta(1)``, the last ``delta(total_steps)
-= end``). ``hold_frac`` defaults to 0.25, the value their loss runs with (their dispatcher
-``apply_decaying_clip`` passes its own default 0.25 to ``decaying_clip_hold_then_linear``, whose default, 0.3,
-is never used from their loss).
+there; it is monotone (an increasing schedule, ``start < end``, is allowed). ``step`` counts optimizer updates from
+1 (verl's ``global_steps``), as the authors' ``use_decaying_clip`` schedules do; their provenance, the default
+``hold_frac`` 0.25 and the cost: docs/trl.md#the-radius-schedule.
 
-A radius that changes every step must not rebuild Band's KL table (one table per scalar radius, built once and
-cached: ``bandpo.core.solvers.cached_table``) at every step. :func:`rule_at_step` therefore gives a scheduled rule
-the solver that ``band_bounds`` picks for a tensor radius (``method="auto"`` resolved with ``scalar_delta=False``:
-closed forms where they exist, Halley's method for KL, Newton's for reverse KL and JS), which needs no table; a
-constant schedule keeps the rule as it is (KL's cached table). ``benchmarks/bench.py`` times the two.
+A radius that changes every step must not rebuild Band's KL table (one per scalar radius, cached) at every step:
+:func:`rule_at_step` gives a scheduled rule the solver that ``band_bounds`` picks for a tensor radius
+(``method="auto"`` resolved with ``scalar_delta=False``), which needs no table; a constant schedule keeps the rule
+as it is (KL's cached table).
 
 Use (every framework adapter does this)::
 
