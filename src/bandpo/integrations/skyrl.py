@@ -44,8 +44,7 @@ from bandpo.integrations.skyrl_section import (
     schedule_for,
 )
 from bandpo.losses.clip_rules import CLIP_RULES
-from bandpo.losses.diagnostics import metrics_to_floats
-from bandpo.losses.method import LOSS_NAME, RULE_PREFIX, loss_names
+from bandpo.losses.method import LOSS_NAME, RULE_PREFIX, entropy_rule, loss_names
 from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.losses.terms import framework_metrics
 from bandpo.registry import closest
@@ -117,10 +116,6 @@ def policy_loss_names() -> dict[str, str]:
     and ``bandpo_<rule>`` -> ``<rule>`` (rules that need the per-token entropy are left out: SkyRL does not pass
     it to policy losses)."""
     return loss_names()
-
-
-def _entropy_rules() -> list[str]:
-    return [rule for rule in CLIP_RULES.names() if CLIP_RULES.get(rule).needs_entropy]
 
 
 def unknown_loss_note(name: object) -> str | None:
@@ -216,12 +211,7 @@ class SkyRLPolicyLoss:
             terms.loss, old_log_probs, rollout_logprobs, mask, config.off_policy_correction
         )
         loss = reduce_loss(loss, mask_after)
-        # SkyRL's clip_ratio at every level
-        metrics, ours = framework_metrics(terms, SKYRL_METRIC_NAMES, method.diagnostics)
-        metrics.update(ours)
-        out = metrics_to_floats(metrics)
-        if hasattr(rule, "delta"):
-            out["band/delta"] = float(rule.delta)  # the radius this step used (the schedule's value)
+        out = framework_metrics(terms, SKYRL_METRIC_NAMES, method.diagnostics, rule)
         out.update({k: float(v) for k, v in off_policy_metrics.items()})
         return loss, out
 
@@ -238,8 +228,8 @@ def _check_loss_type(name: object) -> str | None:
     if not (isinstance(name, str) and name.startswith(LOSS_NAME)):
         return None
     valid = ", ".join(ours)
-    rule = name[len(RULE_PREFIX) :]
-    if rule in _entropy_rules():
+    rule = entropy_rule(name)
+    if rule is not None:
         raise ValueError(
             f"trainer.algorithm.policy_loss_type {name!r}: clip rule {rule!r} needs the per-token entropy of the "
             f"policy, which SkyRL {SKYRL_VERSION} does not pass to policy losses; bandpo's SkyRL losses: {valid}"

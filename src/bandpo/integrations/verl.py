@@ -26,9 +26,9 @@ from torch import Tensor
 
 from bandpo.integrations.verl_env import TrlConflictWarning, trl_conflict
 from bandpo.integrations.verl_steps import record_global_steps, set_global_step, update_step
-from bandpo.losses.clip_rules import CLIP_RULES, PAPER_CAP, PAPER_DELTA, ClipRule, clip_rule_params
-from bandpo.losses.diagnostics import check_diagnostics, metrics_to_floats
-from bandpo.losses.method import RULE_PREFIX, ClipMethod, clip_method, freeze, loss_names
+from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA, ClipRule, clip_rule_params
+from bandpo.losses.diagnostics import check_diagnostics
+from bandpo.losses.method import ClipMethod, clip_method, entropy_rule, freeze, loss_names
 from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule
 from bandpo.losses.terms import TokenTerms, framework_metrics
@@ -71,16 +71,6 @@ VERL_METRIC_NAMES: dict[str, str] = {
 }
 
 
-def _entropy_rule_note(loss_mode: object) -> str:
-    """Why ``bandpo_<rule>`` is not a verl loss where the rule needs the per-token entropy (``adaptive_band``):
-    verl passes a policy loss none. Empty for any other name."""
-    if isinstance(loss_mode, str) and loss_mode.startswith(RULE_PREFIX):
-        rule = loss_mode[len(RULE_PREFIX) :]
-        if rule in CLIP_RULES and CLIP_RULES.get(rule).needs_entropy:
-            return f" ({rule!r} needs the per-token entropy, which verl does not pass to a policy loss)"
-    return ""
-
-
 @dataclass
 class BandPOPolicyLossConfig(PolicyLossConfig):
     """verl's ``actor.policy_loss`` config with BandPO's parameters (select it with ``_target_``); every key, its
@@ -116,9 +106,11 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
             parent()
         if self.loss_mode not in POLICY_LOSS_REGISTRY:
             # verl itself looks the name up only at the first actor update (get_policy_loss_fn).
+            rule = entropy_rule(self.loss_mode)
+            note = f" ({rule!r} needs the per-token entropy, which verl does not pass to a policy loss)"
             raise ValueError(
                 f"policy_loss.loss_mode must be a policy loss registered in verl, got {self.loss_mode!r}"
-                f"{_entropy_rule_note(self.loss_mode)}; valid names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
+                f"{note if rule else ''}; valid names: {', '.join(sorted(POLICY_LOSS_REGISTRY))}"
             )
         # verl's configs are frozen: checked, not replaced by the canonical name
         if not isinstance(self.relax, bool):
@@ -369,14 +361,7 @@ def compute_policy_loss_clip_rule(
     level = check_diagnostics(
         "policy_loss.diagnostics", _DEFAULTS["diagnostics"].default if level is None else level
     )
-    # verl's own three metrics at every level: its trainer logs them for every loss
-    metrics, ours = framework_metrics(terms, VERL_METRIC_NAMES, level)
-    metrics.update({f"actor/{name}": value for name, value in ours.items()})
-    floats = metrics_to_floats(metrics)
-    delta = getattr(clip_rule, "delta", None)
-    if isinstance(delta, (int, float)) and not isinstance(delta, bool):
-        floats["actor/band/delta"] = float(delta)
-    return loss, floats
+    return loss, framework_metrics(terms, VERL_METRIC_NAMES, level, clip_rule, prefix="actor/")
 
 
 def _mode_loss(mode: str, doc: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:

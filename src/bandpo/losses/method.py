@@ -63,6 +63,13 @@ def loss_names() -> dict[str, str]:
     return names
 
 
+def entropy_rule(name: object) -> str | None:
+    """The clip rule of ``name`` = ``bandpo_<rule>`` where that rule needs the per-token entropy (``adaptive_band``),
+    which is why :func:`loss_names` leaves the name out; ``None`` for any other name."""
+    rule = name[len(RULE_PREFIX) :] if isinstance(name, str) and name.startswith(RULE_PREFIX) else None
+    return rule if rule in CLIP_RULES and CLIP_RULES.get(rule).needs_entropy else None
+
+
 _SCHEDULE_FIELDS = {
     "kind": "delta_schedule",
     "start": "delta",

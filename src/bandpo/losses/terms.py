@@ -8,7 +8,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bandpo.losses.diagnostics import DIAGNOSTICS
+from bandpo.losses.clip_rules import ClipRule
+from bandpo.losses.diagnostics import DIAGNOSTICS, metrics_to_floats
 
 LOG_RATIO_CLAMP = 20.0
 """The clamp of the log-ratio: ``r = exp(clamp(logp - logp_old, -20, 20))`` (:attr:`TokenTerms.ratio`)."""
@@ -65,17 +66,23 @@ class TokenTerms(NamedTuple):
 
 
 def framework_metrics(
-    terms: TokenTerms, names: dict[str, str], level: str
-) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """The metrics an integration logs: ``(theirs, ours)``, where ``theirs`` maps the framework's own metric names
-    to bandpo's values (``names``: framework name -> bandpo name, e.g. verl's ``actor/pg_clipfrac`` ->
-    ``clip/frac``), present at every level as the framework's own losses log them, and ``ours`` is
-    ``terms.clip_metrics(level=level)``. Names that ``level`` does not compute come from the ``basic`` level
-    (detached () tensors)."""
+    terms: TokenTerms, names: dict[str, str], level: str, rule: ClipRule, prefix: str = ""
+) -> dict[str, float]:
+    """The metrics a policy-loss adapter (verl, SkyRL) returns, as Python floats with one device->host transfer: the
+    framework's own metric names mapped to bandpo's values (``names``: framework name -> bandpo name, e.g. verl's
+    ``actor/pg_clipfrac`` -> ``clip/frac``), present at every level as the framework's own losses log them (from
+    the ``basic`` level where ``level`` has not computed them); ``terms.clip_metrics(level=level)`` under
+    ``prefix``; and ``<prefix>band/delta``, the radius the loss used, for a ``rule`` with a radius ``delta``."""
     ours = terms.clip_metrics(level=level)
     have = (
         ours
         if all(name in ours for name in names.values())
         else {**terms.clip_metrics(level="basic"), **ours}
     )
-    return {theirs: have[name] for theirs, name in names.items()}, ours
+    metrics = {theirs: have[name] for theirs, name in names.items()}
+    metrics.update({prefix + name: value for name, value in ours.items()})
+    floats = metrics_to_floats(metrics)
+    delta = getattr(rule, "delta", None)
+    if isinstance(delta, (int, float)) and not isinstance(delta, bool):
+        floats[prefix + "band/delta"] = float(delta)
+    return floats
