@@ -462,10 +462,9 @@ def _build_skyrl_api() -> dict[str, Any]:
         name: str, bases: tuple[type, ...], fields: list[tuple[str, type, Any]], doc: str, **ns: Any
     ) -> type:
         # Real types in the fields (not strings): SkyRL's build_nested_dataclass builds nested sections by type.
-        cls = dataclasses.make_dataclass(
+        return dataclasses.make_dataclass(
             name, fields, bases=bases, namespace={"__doc__": doc, **ns}, module=__name__
         )
-        return cls
 
     loss_cls = make(
         "BandPOLossConfig",

@@ -111,15 +111,9 @@ def check_objective_inputs(
     check_values: bool = False,
 ) -> ObjectiveInputs:
     """The one check of the objective's inputs, run once by each entry point (``per_token_policy_loss``,
-    ``policy_loss``); arguments as theirs. Shape, dtype and name checks always run; ``check_values`` adds
-    the checks that sync with the host (a 0/1 mask, finite values at real tokens).
-
-    Raises:
-        TypeError: a ``log_prob``, ``old_log_prob`` or ``advantages``, or a ``rollout_is_weights``, ``entropy`` or
-            ``ref_log_prob`` passed, that is not a floating-point tensor; a ``response_mask`` that is not a tensor
-            of :data:`MASK_DTYPES`; a ``clip_rule`` that is neither a registered name nor a ``ClipRule``.
-        ValueError: every other bad input, naming the argument, its value and what is allowed (tensors on
-            different devices or on the meta device: each argument and its device).
+    ``policy_loss``); arguments and errors as theirs (tensors on different devices or on the meta device: a
+    ``ValueError`` naming each argument and its device). Shape, dtype and name checks always run;
+    ``check_values`` adds the checks that sync with the host (a 0/1 mask, finite values at real tokens).
     """
     for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
         check_float_tensor(name, x)
@@ -232,15 +226,9 @@ def _check_values(
     rollout_is_weights: Tensor | None = None,
     entropy: Tensor | None = None,
 ) -> None:
-    """``policy_loss(check_values=True)``: the values the objective accepts at real tokens (``mask`` true), in
-    one device->host sync. Positions where the mask is 0 are never read, so they may hold anything.
-
-    ``log_prob`` and ``ref_log_prob``: finite log-probabilities, ``<= 0`` (``-inf`` would make the loss or its
-    KL term infinite). ``old_log_prob``: ``[-inf, 0]`` as ``band_bounds`` accepts (``-inf``: the behaviour
-    policy gave the token probability 0; its ratio is clamped at ``e^20``). ``advantages``: finite.
-    ``rollout_is_weights`` (where passed): finite and ``>= 0`` (NaN made the loss NaN, a negative weight flipped
-    the token's sign). ``entropy`` (where passed): finite (NaN made the bonus and an entropy-driven rule's bounds
-    NaN). ``response_mask``: bool, or numbers 0 and 1.
+    """``policy_loss(check_values=True)``: the values the objective accepts at real tokens (``mask`` true; the
+    list, and why: ``policy_loss``'s docstring), in one device->host sync. Positions where the mask is 0 are
+    never read, so they may hold anything; ``response_mask`` itself must be bool, or numbers 0 and 1.
 
     Raises:
         ValueError: naming the first argument that holds another value, how many, and one of them.

@@ -160,13 +160,14 @@ def policy_loss(
     """Policy-gradient loss (:func:`_objective`'s clipped or truncated objective, aggregated) and its diagnostics.
 
     Values accepted at real tokens (``response_mask`` 1), checked with ``check_values=True`` (the default; all in
-    one device->host sync, the only one of the call): ``log_prob`` and ``ref_log_prob`` finite and ``<= 0``;
-    ``old_log_prob`` in ``[-inf, 0]`` (as :func:`bandpo.band_bounds`; ``-inf``, probability 0 under the behaviour
-    policy, gives the ratio its clamp ``e^20``); ``advantages`` finite; ``rollout_is_weights`` finite and ``>= 0``
-    (a NaN weight made the loss NaN, a negative one flipped the token's sign); ``entropy`` finite. With
-    ``check_values=False`` (and in :func:`per_token_policy_loss`, which never syncs) none of these is checked: a
-    NaN there gives a NaN loss. Positions where the mask is 0 are never read: padding may hold anything (NaN, +-inf, positive
-    values), as verl and TRL leave it.
+    one device->host sync, the only one of the call): ``log_prob`` and ``ref_log_prob`` finite and ``<= 0``
+    (``-inf`` made the loss or its KL term infinite); ``old_log_prob`` in ``[-inf, 0]`` (as
+    :func:`bandpo.band_bounds`; ``-inf``, probability 0 under the behaviour policy, gives the ratio its clamp
+    ``e^20``); ``advantages`` finite; ``rollout_is_weights`` finite and ``>= 0`` (a NaN weight made the loss NaN, a
+    negative one flipped the token's sign); ``entropy`` finite (NaN made the bonus and an entropy-driven rule's
+    bounds NaN). With ``check_values=False`` (and in :func:`per_token_policy_loss`, which never syncs) none of
+    these is checked: a NaN there gives a NaN loss. Positions where the mask is 0 are never read: padding may hold
+    anything (NaN, +-inf, positive values), as verl and TRL leave it.
 
     Args:
         log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable), finite and <= 0.
