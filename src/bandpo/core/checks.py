@@ -8,13 +8,12 @@ are in ``bandpo.validation``.
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import torch
 from torch import Tensor
 
 from bandpo.core.divergences import Divergence
-from bandpo.validation import check_number_in, check_positive_number
+from bandpo.validation import check_number_in, check_positive_number, is_finite_real
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -83,8 +82,7 @@ def check_cap(value: object, *, allow_none: bool = True) -> float | None:
     """
     if value is None and allow_none:
         return None
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
-    if not ok or not float(value) >= 1.0:
+    if not is_finite_real(value) or not float(value) >= 1.0:
         alt = NO_CAP_HINT if allow_none else ""
         raise ValueError(f"cap must be a finite number >= 1{alt}, got {value!r}")
     return float(value)
@@ -106,14 +104,12 @@ def check_relax(value: object) -> tuple[float, float] | None:
     )
 
 
-def check_logprobs(name: str, logp: Tensor, mask: Tensor | None = None) -> None:
+def check_logprobs(name: str, logp: Tensor) -> None:
     """Log-probabilities must be <= 0 and not NaN or +inf (``-inf``, probability 0, is allowed).
 
-    Needs a device->host sync; callers make it optional. Positions where ``mask`` is 0 are ignored.
+    Needs a device->host sync; callers make it optional.
     """
     bad = torch.isnan(logp) | (logp > 0)
-    if mask is not None:
-        bad = bad & (mask != 0)
     if bool(bad.any()):
         first = logp[bad].reshape(-1)[0].item()
         n = int(bad.sum())

@@ -1,46 +1,15 @@
 """BandPO for TRL: ``BandPOConfig`` / ``BandPOTrainer``, subclasses of TRL's ``GRPOConfig`` / ``GRPOTrainer``.
 
-The trainer applies a clip rule's per-token ratio bounds ``[lo, hi]`` (``bandpo.losses.clip_rules``) inside
-TRL's *own* loss, so TRL's aggregation (``loss_type``), KL term, vLLM importance-sampling correction, entropy
-masks, entropy bonus, off-policy mask and metrics all keep working; no line of TRL's loss is copied.
-
-How the bounds get into TRL's loss (TRL 1.16.x). ``GRPOTrainer._compute_loss`` clips with
+The trainer applies a clip rule's per-token ratio bounds ``[lo, hi]`` inside TRL's *own* loss (TRL 1.16.x), so
+TRL's aggregation, KL term, vLLM importance correction, entropy masks, bonus and metrics keep working; no line of
+TRL's loss is copied. ``GRPOTrainer._compute_loss`` clips with
 
     coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)
 
-and reads ``self.epsilon_low`` / ``self.epsilon_high`` at call time; ``torch.clamp`` accepts tensor bounds that
-broadcast against ``coef_1`` (B, T). ``BandPOTrainer._compute_loss`` arms a hook and calls the parent. The hook
-wraps ``_get_per_token_logps_and_entropies``, the one forward the parent's loss makes: as soon as it returns the
-current log-probs and entropies, the hook takes the old log-probs exactly as TRL does
-(``inputs["old_per_token_logps"]``, or the current log-probs detached when TRL left it ``None`` because every
-update is on-policy), computes ``lo, hi = rule.bounds(old, entropy)`` and sets the per-token tensors
-``self.epsilon_low = 1 - lo`` and ``self.epsilon_high = hi - 1`` (B, T). The parent then clamps with them, and its
-own ``clip_ratio/*`` metrics count against them too. The scalar values are restored when the parent returns.
-If the hook did not fire exactly once during the parent call (TRL changed its loss path), the step raises
-instead of silently training with TRL's fixed interval; the import also refuses TRL versions outside
-``SUPPORTED_TRL`` (set ``BANDPO_ALLOW_UNSUPPORTED_TRL=1`` to try one anyway, with a warning).
-
-The step guard. That check only runs when the loss goes through ``_compute_loss``. A loss that never gets
-there (an override of ``compute_loss`` or ``training_step`` that calls TRL's loss directly, or a TRL release
-whose ``compute_loss`` dispatches elsewhere, as TRL before 1.16 did for ``use_liger_kernel``, to a fused Liger
-loss) would train with TRL's fixed clip without a word. So the trainer also counts the training-mode losses
-whose bounds were applied: ``training_step`` raises ``BandBoundsNotAppliedError`` when its micro-batch produced
-none, and a callback at ``on_pre_optimizer_step`` raises when none was produced since the last optimizer step
-(it catches a ``training_step`` that bypasses ours). Both fire before ``optimizer.step()``, so no parameter
-is updated from an unbounded loss. With ``use_liger_kernel=True`` TRL 1.16 applies only Liger's layer kernels
-(RMSNorm, RoPE, SwiGLU) and keeps ``_compute_loss``: the bounds apply as without it.
-
-DPPO's rules (``truncation_c`` set): their bounds are their trust region in ratio form, so TRL's clip zeroes the
-gradient outside it, and :meth:`BandPOTrainer._install_bounds` puts their truncated weight ``sg(min(r, c))`` into
-the old log-probs TRL reads, as a term of value 0: TRL's loss value stays its ratio surrogate (verl's DPPO loss is
-``-A sg(min(r, c)) log pi``), its gradient is DPPO's.
-
-``BandPOConfig`` (``trl_config.py``) translates its fields into a ``bandpo.losses.method.ClipMethod`` and refuses,
-before any model loads, the settings where per-token bounds cannot work; the radius schedule gives optimizer update
-``k = state.global_step + 1`` its radius (:meth:`BandPOTrainer.step_clip_rule`). Every loss call logs, next to TRL's
-metrics, the diagnostics of ``bandpo.losses.clip_metrics`` at ``args.diagnostics``, ``tokens/count``,
-``policy/entropy`` and ``band/delta``, computed on the tokens of all processes (padded and gathered once), so they
-are exact global values, not means of per-process ratios. Settings, metrics and the schedule: docs/trl.md.
+reading ``self.epsilon_low`` / ``self.epsilon_high`` at call time: :meth:`BandPOTrainer._install_bounds` sets them
+to the (B, T) tensors ``1 - lo`` / ``hi - 1`` from the forward the parent's loss makes, and the step guard
+(``training_step``, :class:`_StepGuard`) raises ``BandBoundsNotAppliedError`` before an optimizer step whose loss
+went around them. How it works, the step guard, DPPO's truncated weight, settings and metrics: docs/trl.md.
 """
 
 from __future__ import annotations

@@ -358,10 +358,8 @@ class _DPPOClip(ClipRule):
     the KL table's error (``method="auto"``: up to 1e-7 relative in float64, 8e-6 in float32); docs/method.md's
     "Relatives: DPPO" counts each class (``scripts/dppo_vs_band.py``).
 
-    Defaults, each with its source: the thresholds are the DPPO authors' (TV 0.15, KL 0.05: their script
-    ``examples/dppo_trainer/run_qwen30b_dppo.sh`` in verl's repository); ``truncation_c`` 20 is the fallback in
-    verl 0.9.1's code (``config.get("clip_ratio_c", 20.0)``, used only for a config without the key). verl's
-    ``ActorConfig`` would give thresholds 0.2 / 0.2 and ``c = 3``; the authors' script uses ``c = 10000`` (off).
+    Defaults: the DPPO authors' thresholds, ``truncation_c`` 20 (verl 0.9.1's code fallback); the defaults of
+    verl's ``ActorConfig`` and of the authors' script, with their sources: docs/method.md#relatives-dppo.
     """
 
     divergence: ClassVar[str] = "tv"
@@ -388,9 +386,8 @@ class _DPPOClip(ClipRule):
 @dataclass(frozen=True)
 class DPPOTVClip(_DPPOClip):
     """DPPO-Binary-TV: ``up_ok = p_new - p_old <= clip_divergence_high``, ``down_ok = p_new - p_old >=
-    -clip_divergence_low``. Defaults: thresholds 0.15 / 0.15 (the DPPO authors' script), ``truncation_c`` 20 (verl's
-    code fallback; verl's ``ActorConfig`` sets 3, the authors' script 10000). Its ratio bounds are Band-TV's at
-    radius the threshold without cap: ``1 -+ delta / p``, clamped to ``[0, 1/p]``."""
+    -clip_divergence_low``; thresholds 0.15 / 0.15. Its ratio bounds are Band-TV's at radius the threshold without
+    cap: ``1 -+ delta / p``, clamped to ``[0, 1/p]``."""
 
     divergence: ClassVar[str] = "tv"
 
@@ -405,10 +402,9 @@ class DPPOTVClip(_DPPOClip):
 @dataclass(frozen=True)
 class DPPOKLClip(_DPPOClip):
     """DPPO-Binary-KL: ``up_ok = KL_bin(p_old || p_new) <= clip_divergence_high or p_new <= p_old``, ``down_ok =
-    KL_bin <= clip_divergence_low or p_new >= p_old``. Defaults: thresholds 0.05 / 0.05 (the DPPO authors'
-    script), ``truncation_c`` 20 (verl's code fallback; verl's ``ActorConfig`` sets 3, the authors' script 10000).
-    ``KL_bin`` is :func:`_binary_kl` (verl's, with its 1e-8). Its ratio bounds are Band-KL's (``KL(pi_old ||
-    pi_new)``, the same direction) at radius the threshold without cap."""
+    KL_bin <= clip_divergence_low or p_new >= p_old``; thresholds 0.05 / 0.05. ``KL_bin`` is :func:`_binary_kl`
+    (verl's, with its 1e-8). Its ratio bounds are Band-KL's (``KL(pi_old || pi_new)``, the same direction) at radius
+    the threshold without cap."""
 
     divergence: ClassVar[str] = "kl"
 

@@ -94,35 +94,9 @@ def per_token_policy_loss(
     """The per-token loss matrix of ``bandpo.policy_loss`` before aggregation (the formula: :func:`_objective`).
 
     :func:`policy_loss` aggregates it (before its regularisers); the verl adapter aggregates it with verl's own
-    ``agg_loss``. Both check their inputs once, with the same checks and messages. Computed in
-    :func:`~bandpo.losses.terms.compute_dtype` of the inputs (at least float32; :func:`_objective`).
-
-    Args:
-        log_prob: (B, T) float (any of float16/bfloat16/float32/float64), log pi_theta of the sampled tokens
-            (differentiable).
-        old_log_prob: (B, T) float, log pi_old (detached here).
-        advantages: (B,), (B, 1) (TRL's ``adv[:, None]``) or (B, T) float (detached here); (B,) and (B, 1) apply
-            to every token of the row.
-        response_mask: (B, T) bool or 0/1 float/int, real response tokens; padded positions may hold anything.
-            Values are not checked here (no host sync): :func:`policy_loss`'s ``check_values`` lists the ones the
-            objective accepts.
-        clip_rule: a ``ClipRule`` giving the ratio bounds from the old log-probabilities (and, for the truncated
-            objective, the trust-region test ``region_masks``).
-        clip_ratio_c: dual-clip constant > 1 for negative advantages (default 10); ``None`` disables the dual
-            clip. The truncated objective has no dual clip: with it, a ``clip_ratio_c`` other than its ``c`` (or
-            ``None``) raises ``ValueError`` instead of being ignored (its ``c`` is the rule's or ``truncation_c``).
-        truncation_c: > 1: use the truncated objective with this ``c`` whatever the rule; ``None`` (default): the
-            rule's ``truncation_c`` (DPPO's rules: theirs; the others: ``None``, the clipped objective).
-        rollout_is_weights: (B, T) float, rollout importance weights multiplying L (detached here).
-        entropy: (B, T) float, per-token policy entropy, for entropy-driven clip rules (detached here).
-
-    Raises:
-        TypeError: a tensor argument that is not a floating-point tensor (``rollout_is_weights`` and ``entropy``
-            where passed; the mask: not a tensor of bool, integer or float dtype); a ``clip_rule`` that is neither
-            a ``ClipRule`` nor a registered name.
-        ValueError: on shapes that do not match ``log_prob`` (B, T), ``clip_ratio_c <= 1`` or
-            ``truncation_c <= 1``, a ``clip_ratio_c`` passed with the truncated objective that differs from its
-            ``c``, a missing entropy for an entropy-driven rule.
+    ``agg_loss``. Arguments, shapes, dtypes and errors: :func:`policy_loss`'s (the objective's ones), with the same
+    checks and messages, except that no value is checked here (no host sync: a NaN at a real token gives a NaN
+    loss). Computed in :func:`~bandpo.losses.terms.compute_dtype` of the inputs (at least float32).
     """
     x = check_objective_inputs(
         log_prob,
@@ -170,17 +144,21 @@ def policy_loss(
     anything (NaN, +-inf, positive values), as verl and TRL leave it.
 
     Args:
-        log_prob: (B, T) float, log pi_theta of the sampled tokens (differentiable), finite and <= 0.
+        log_prob: (B, T) float (float16, bfloat16, float32 or float64), log pi_theta of the sampled tokens
+            (differentiable; a lower-precision one is upcast, its gradient comes back in its own dtype), finite
+            and <= 0.
         old_log_prob: (B, T) float, log pi_old (the behaviour policy of the update; detached here), in
             [-inf, 0].
         advantages: (B,), (B, 1) or (B, T) float, finite; (B,) and (B, 1) apply to every token of the row.
-        response_mask: (B, T) bool or 0/1, real response tokens. Masked-out positions may hold anything.
-        clip_rule: a ``ClipRule`` or a registered name (built with defaults).
+        response_mask: (B, T) bool or 0/1 float/int, real response tokens. Masked-out positions may hold anything.
+        clip_rule: a ``ClipRule`` (the ratio bounds from the old log-probabilities and, for the truncated
+            objective, the trust-region test ``region_masks``) or a registered name (built with defaults).
         loss_agg_mode: one of ``LOSS_AGG_MODES.names()``.
         clip_ratio_c: dual-clip constant (> 1) for negative advantages (default 10); ``None`` disables dual clip.
             The truncated objective has no dual clip (DPPO's rules carry their own ``truncation_c``, its ``c``):
             with it, any other ``clip_ratio_c`` passed raises ``ValueError`` instead of being ignored.
-        truncation_c: > 1: the truncated objective with this ``c`` for any rule (e.g. Band); ``None``: the rule's.
+        truncation_c: > 1: the truncated objective with this ``c`` for any rule (e.g. Band); ``None``: the rule's
+            (DPPO's rules: theirs; the others: ``None``, the clipped objective).
         rollout_is_weights: (B, T) float, truncated importance weights (e.g. vLLM/trainer mismatch), detached;
             finite and >= 0.
         ref_log_prob: (B, T) float, reference policy log-probs for the KL penalty (needed when kl_coef > 0),
@@ -201,8 +179,9 @@ def policy_loss(
         TypeError: a tensor argument (the optional ones where passed) that is not a floating-point tensor (the
             mask: not a tensor of bool, integer or float dtype); a ``clip_rule`` that is neither a ``ClipRule``
             nor a registered name.
-        ValueError: every other bad argument (shapes, names, constants, values with ``check_values``), naming
-            it, its value and what is allowed.
+        ValueError: every other bad argument (shapes, names, constants, a missing entropy for an entropy-driven
+            rule, a ``clip_ratio_c`` passed with the truncated objective that differs from its ``c``, values with
+            ``check_values``), naming it, its value and what is allowed.
 
     Returns:
         ``(loss, metrics)``: () loss in the compute dtype (float32, float64 for float64 input;

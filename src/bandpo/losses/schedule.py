@@ -1,20 +1,15 @@
 """The radius schedule: Band's trust-region radius ``delta`` as a function of the training step.
 
-One formula for every kind (``w`` the kind's weight of ``start``, registered in :data:`RADIUS_SCHEDULES`)::
+One formula for every kind (``w`` the kind's weight of ``start``, one function per kind below, registered in
+:data:`RADIUS_SCHEDULES`)::
 
     delta(step) = end + (start - end) * w(s),      s = min(step / total_steps, 1)
 
-| kind               | ``w(s)``                                              |
-|--------------------|-------------------------------------------------------|
-| ``constant``       | 1 (``end`` unused: ``delta = start``; the default)    |
-| ``linear``         | ``1 - s``                                             |
-| ``hold_then_linear`` | 1 for ``s <= h``, then ``(1 - s) / (1 - h)`` (``h = hold_frac``) |
-| ``cosine``         | ``(1 + cos(pi s)) / 2``                                |
-
-``w(0) = 1`` and ``w(1) = 0``, so ``delta`` goes from ``start`` at step 0 to ``end`` at ``total_steps`` and stays
-there; it is monotone (an increasing schedule, ``start < end``, is allowed). ``step`` counts optimizer updates from
-1 (verl's ``global_steps``), as the authors' ``use_decaying_clip`` schedules do; their provenance, the default
-``hold_frac`` 0.25 and the cost: docs/trl.md#the-radius-schedule.
+``w(0) = 1`` and ``w(1) = 0`` (``constant``: ``w = 1``, ``end`` unused), so ``delta`` goes from ``start`` at step 0
+to ``end`` at ``total_steps`` and stays there; it is monotone (an increasing schedule, ``start < end``, is
+allowed). ``step`` counts optimizer updates from 1 (verl's ``global_steps``), as the authors' ``use_decaying_clip``
+schedules do; the kinds side by side, their provenance, the default ``hold_frac`` 0.25 and the cost:
+docs/trl.md#the-radius-schedule.
 
 A radius that changes every step must not rebuild Band's KL table (one per scalar radius, cached) at every step:
 :func:`rule_at_step` gives a scheduled rule the solver that ``band_bounds`` picks for a tensor radius
