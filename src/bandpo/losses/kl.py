@@ -40,9 +40,6 @@ def _kl_k3(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
 
 
 def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, estimator: str = "low_var_kl") -> Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from sampled tokens; (B, T) -> (B, T).
-
-    k1 = logp - ref; k2 = (logp - ref)^2 / 2; k3 (low_var_kl) = exp(ref - logp) - (ref - logp) - 1, clamped
-    to [-10, 10] like verl. ``estimator``: one of ``KL_ESTIMATORS`` (names or aliases).
-    """
+    """Per-token estimate of KL(pi || pi_ref) from sampled tokens, (B, T) float -> (B, T) float, by ``estimator``:
+    a name or alias of ``KL_ESTIMATORS`` (each one's formula is on its function above)."""
     return KL_ESTIMATORS.get(estimator)(log_prob, ref_log_prob)
