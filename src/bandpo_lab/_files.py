@@ -73,32 +73,21 @@ def _recipe_of_name(raw: str, folder: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def find_recipe(name: str | Path, folder: Path | None = None, beside: Path | None = None) -> Path | None:
-    """The built-in recipe that ``name`` names (``tiny``, ``tiny.yaml``, ``sub/name``, ``configs/tiny.yaml``), or
-    ``None``. Only a name that could not mean a file of the user's is looked up: not one that exists, with or
-    without ``.yaml``, in ``beside`` (default: the working directory), not an absolute path, nor one that starts
-    with ``./`` or holds ``..``."""
-    folder = RECIPES if folder is None else folder
-    raw = str(name)
-    here = Path() if beside is None else beside
-    if (here / raw).exists() or (here / (raw + ".yaml")).exists():
-        return None
-    return _recipe_of_name(raw, folder)
-
-
 def resolve_config(
     name: str | Path, beside: Path | None = None, folder: Path | None = None
 ) -> tuple[Path, Path | None]:
     """The file a config name means, and the built-in recipe it shadows (or ``None``, for the caller to warn):
     ``name`` relative to ``beside`` (default: the working directory) where that exists, else ``name.yaml`` there,
-    else the built-in recipe of that name (:func:`find_recipe`), else ``name`` there (which does not exist)."""
+    else the built-in recipe of that name (``tiny``, ``tiny.yaml``, ``sub/name``, ``configs/tiny.yaml``; never
+    for an absolute path, nor one that starts with ``./`` or holds ``..``), else ``name`` there (which does not
+    exist)."""
     folder = RECIPES if folder is None else folder
     raw = str(name)
     here = Path() if beside is None else beside
     with_suffix = [] if Path(raw).suffix == ".yaml" else [here / (raw + ".yaml")]
     local = next((p for p in [here / raw, *with_suffix] if p.exists()), None) if raw.strip() else None
     if local is None:
-        return find_recipe(raw, folder, beside) or here / raw, None
+        return _recipe_of_name(raw, folder) or here / raw, None
     recipe = _recipe_of_name(raw, folder)
     return local, recipe if recipe is not None and recipe.resolve() != local.resolve() else None
 

@@ -19,13 +19,13 @@ from bandpo_lab._files import (
     WHEEL_RECIPES,
     expand_path,
     file_lock,
-    find_recipe,
     flock,
     output_dir_problem,
     output_file_problem,
     read_json_object,
     recipe_name,
     recipe_names,
+    resolve_config,
     same_or_inside,
     write_json,
 )
@@ -157,10 +157,14 @@ def test_a_recipe_is_found_by_its_name_and_a_path_that_exists_is_never_replaced(
     ]
     assert recipe_names(tmp_path / "absent") == []
     monkeypatch.chdir(tmp_path)
+
     for name in ("tiny", "tiny.yaml", Path("tiny")):
-        assert find_recipe(name, folder) == folder / "tiny.yaml"
-    assert find_recipe("study/s4", folder) == folder / "study" / "s4.yaml"
-    assert find_recipe("configs/study/s4.yaml", folder) == folder / "study" / "s4.yaml"  # the docs' spelling
+        assert resolve_config(name, folder=folder) == (folder / "tiny.yaml", None)
+    assert resolve_config("study/s4", folder=folder) == (folder / "study" / "s4.yaml", None)
+    assert resolve_config("configs/study/s4.yaml", folder=folder) == (
+        folder / "study" / "s4.yaml",
+        None,
+    )  # the docs'
     for name in (
         "study/notes.txt",
         "study/notes",
@@ -172,15 +176,18 @@ def test_a_recipe_is_found_by_its_name_and_a_path_that_exists_is_never_replaced(
         "./tiny",  # a path relative to here, written as such
         "./tiny.yaml",
         "../recipes/tiny",
-        str(folder / "tiny"),
+        str(tmp_path / "tiny"),
     ):
-        assert find_recipe(name, folder) is None, name
+        assert resolve_config(name, folder=folder) == (Path(name), None), name  # the path, not a recipe
     (tmp_path / "tiny").write_text("mine: 1\n")  # a file of the user's own by that name
-    assert find_recipe("tiny", folder) is None
-    assert find_recipe("tiny.yaml", folder) == folder / "tiny.yaml"
+    assert resolve_config("tiny", folder=folder) == (
+        Path("tiny"),
+        folder / "tiny.yaml",
+    )  # the recipe it shadows
+    assert resolve_config("tiny.yaml", folder=folder) == (folder / "tiny.yaml", None)
     (tmp_path / "tiny").unlink()
     (tmp_path / "tiny.yaml").write_text("mine: 1\n")  # ``tiny`` could mean it: not looked up
-    assert find_recipe("tiny", folder) is None and find_recipe("study/s4", folder) is not None
+    assert resolve_config("tiny", folder=folder) == (Path("tiny.yaml"), folder / "tiny.yaml")
 
 
 def test_a_recipe_name_drops_the_clone_folder_and_the_suffix() -> None:

@@ -23,7 +23,6 @@ from bandpo_lab.config.documents import (
     split_override,
     unknown_key,
     where,
-    yaml_error_line,
 )
 
 __all__ = [
@@ -47,5 +46,4 @@ __all__ = [
     "split_override",
     "unknown_key",
     "where",
-    "yaml_error_line",
 ]

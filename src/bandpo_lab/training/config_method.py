@@ -25,18 +25,10 @@ def check_clip_rule_fields(trainer: Mapping[str, Any], where: Any) -> None:
     can bound (TRL's other values name the TRL-native method that runs them)."""
     rule = trainer.get("clip_rule")
     if rule is not None:
-        if METHODS.is_trl_native(rule):
-            raise ConfigError(
-                f"clip_rule={rule!r}{where('clip_rule')} is TRL's {TRL_METHODS.get(rule).title}, a TRL-native method "
-                f"rather than a clip rule: select it with method: {rule} (plain GRPOTrainer, without clip-rule fields)"
-            )
         try:
-            METHODS.clip_rule(rule)
+            METHODS.clip_rule(rule, where("clip_rule"))
         except ValueError as err:
-            raise ConfigError(
-                f"clip_rule{where('clip_rule')}: {err}; TRL-native methods (method: NAME): "
-                f"{', '.join(METHODS.trl_names())}"
-            ) from err
+            raise ConfigError(str(err)) from err
 
     _check_rule_params(trainer, rule if rule is not None else DEFAULT_CLIP_RULE, where)
 

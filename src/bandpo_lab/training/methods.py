@@ -94,7 +94,7 @@ class ClipRuleMethod:
     def describe(self, args: Any) -> str:
         """One line for the run's header: the rule with its parameters and a changing radius's schedule."""
         rule = args.build_clip_rule()
-        schedule = args.build_radius_schedule(rule)
+        schedule = args.build_radius_schedule()
         radius = "" if schedule.is_constant else f", radius {schedule.describe()}"
         return f"clip rule {rule.describe()}{radius} (BandPOTrainer)"
 
@@ -284,9 +284,21 @@ class TrainingMethods:
     def is_trl_native(self, name: object) -> bool:
         return name in self.trl
 
-    def clip_rule(self, name: str) -> ClipRuleMethod:
-        """The clip rule called ``name`` (``ValueError`` naming the closest rule and every rule otherwise)."""
-        return ClipRuleMethod(self._clip_rules().canonical(name))
+    def clip_rule(self, name: str, where: str = "") -> ClipRuleMethod:
+        """The clip rule called ``name``, written as ``clip_rule`` at ``where``; ``ValueError`` for a TRL-native
+        method's name (saying to select it with ``method:``) or an unknown name (the closest rule, every rule and
+        the TRL-native methods)."""
+        if name in self.trl:
+            raise ValueError(
+                f"clip_rule={name!r}{where} is TRL's {self.trl.get(name).title}, a TRL-native method rather than a "
+                f"clip rule: select it with method: {name} (plain GRPOTrainer, without clip-rule fields)"
+            )
+        try:
+            return ClipRuleMethod(self._clip_rules().canonical(name))
+        except ValueError as err:
+            raise ValueError(
+                f"clip_rule{where}: {err}; TRL-native methods (method: NAME): {', '.join(self.trl_names())}"
+            ) from None
 
     def get(self, name: str) -> ClipRuleMethod | TrlNativeMethod:
         """The method called ``name``.

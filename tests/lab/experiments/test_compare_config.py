@@ -228,7 +228,7 @@ def test_compare_config_takes_trl_native_methods(tmp_path: Path) -> None:
         ("[{method: cipso}]", r"unknown method 'cipso' \(did you mean 'cispo'\?\); clip rules: grpo"),
         (
             "[{clip_rule: cispo}]",
-            r"methods\[cispo\] \(from the overrides\): clip_rule='cispo' is a TRL-native method.*method: cispo",
+            r"methods\[cispo\] \(from the overrides\): clip_rule='cispo' is TRL's CISPO.*a TRL-native method.*method: cispo",
         ),
         (
             "[{clip_rule: bnad}]",

@@ -88,18 +88,8 @@ class MethodSpec:
         try:
             if self.method is not None:
                 method: Any = METHODS.get(self.method)
-            elif METHODS.is_trl_native(self.clip_rule):
-                raise ValueError(
-                    f"clip_rule={self.clip_rule!r} is a TRL-native method, not a clip rule: write method: "
-                    f"{self.clip_rule} (its params are the GRPOConfig fields it takes)"
-                )
             else:
-                try:
-                    method = METHODS.clip_rule(self.clip_rule)  # type: ignore[arg-type]
-                except ValueError as err:
-                    raise ValueError(
-                        f"{err}; TRL-native methods (method: NAME): {', '.join(METHODS.trl_names())}"
-                    ) from None
+                method = METHODS.clip_rule(self.clip_rule)  # type: ignore[arg-type]
             method.check_params(copy.deepcopy(self.params))
         except (TypeError, ValueError) as err:
             raise CompareError(f"{name}: {err}") from err
