@@ -31,8 +31,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, make_clip_rule
-from bandpo.losses.policy_loss import group_advantages, per_token_policy_loss
+from bandpo.losses import CLIP_RULES, ClipRule, group_advantages, make_clip_rule
+from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.registry import Registry
 from bandpo.validation import check_int_in, check_number_in, check_positive_number
 

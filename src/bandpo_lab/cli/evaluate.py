@@ -37,6 +37,7 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bandpo_lab.eval.scorers import verifier_names
+    from bandpo_lab.training.sections import DTYPES
 
     parser.epilog = EPILOG
     parser.add_argument(
@@ -114,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dtype",
         default="auto",
-        choices=("auto", "float32", "bfloat16", "float16"),
+        choices=DTYPES,
         help="dtype the model is loaded in (auto: its config's)",
     )
     parser.add_argument(

@@ -11,6 +11,7 @@ from bandpo_lab._files import expand_path, read_utf8
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.training.checkpoints import checkpoint_dirs, weights_problem
 from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
+from bandpo_lab.training.sections import DTYPES
 
 ATTENTION_AUTO = "auto"
 """``load_model``'s default attention: the training run's (:func:`attention_of_run`; a saved model does not record
@@ -168,8 +169,8 @@ def load_model(
     from bandpo_lab.training.preflight import load_tokenizer
 
     model_dir, tokenizer_dir = check_model_dir(path)
-    if dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise EvalError(f"dtype must be one of auto, float32, bfloat16, float16, got {dtype!r}")
+    if dtype not in DTYPES:
+        raise EvalError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if attn_implementation is not None and (
         not isinstance(attn_implementation, str) or not attn_implementation
     ):

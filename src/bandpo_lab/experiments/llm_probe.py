@@ -17,9 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bandpo.losses.clip_rules import make_clip_rule
+from bandpo.losses import group_advantages, make_clip_rule, policy_loss
 from bandpo.losses.diagnostics import FIXED_INTERVAL
-from bandpo.losses.policy_loss import group_advantages, policy_loss
 from bandpo.validation import check_int_in, check_positive_number
 from bandpo_lab.experiments.llm_probe_report import BIN_NAMES, P_OLD_BINS, pool, summarize_probe
 from bandpo_lab.runtime import FLOAT32, Precision, check_precision, precision_for
