@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -134,18 +135,13 @@ def _check_k(k: object, problems: list[NDArray[np.bool_]]) -> int:
 
 
 def _majority_correct(answers: Sequence[str | None], correct: NDArray[np.bool_]) -> bool:
-    """Whether the majority answer is correct, by the rules of :func:`maj_at_k`."""
-    counts: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for i, answer in enumerate(answers):
-        if answer is None:
-            continue
-        counts[answer] = counts.get(answer, 0) + 1
-        first.setdefault(answer, i)
-    if not counts:
+    """Whether the majority answer is correct, by the rules of :func:`maj_at_k` (``most_common`` breaks a tie by
+    first occurrence)."""
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
         return False
-    winner = max(counts, key=lambda a: (counts[a], -first[a]))
-    return bool(correct[first[winner]])
+    winner = votes.most_common(1)[0][0]
+    return bool(correct[answers.index(winner)])
 
 
 def maj_at_k(
