@@ -294,9 +294,10 @@ def _final_points(
     groups: Mapping[str, Sequence[RunData]], baseline: Mapping[str, Any] | None, key: str
 ) -> dict[str, list[tuple[float, float]]]:
     start = (baseline or {}).get("metrics", {}).get(key)
+    first = [(0.0, float(start))] if start is not None else []
     points: dict[str, list[tuple[float, float]]] = {}
     for label, runs in groups.items():
-        ends = []
+        ends = []  # (last logged step, final value) of each finished run
         for r in runs:
             if not r.results or r.results.get("metrics", {}).get(key) is None:
                 continue
@@ -305,8 +306,6 @@ def _final_points(
         if not ends:
             points[label] = []
             continue
-        step = statistics.fmean(x for x, _ in ends)
-        pts = [(0.0, float(start))] if start is not None else []
-        pts.append((step, statistics.fmean(y for _, y in ends)))
-        points[label] = pts
+        step, value = (statistics.fmean(column) for column in zip(*ends))
+        points[label] = [*first, (step, value)]
     return points
