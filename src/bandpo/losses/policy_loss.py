@@ -3,7 +3,7 @@
 :func:`policy_loss` returns the loss and its diagnostics; :func:`per_token_policy_loss` the (B, T) loss matrix before
 aggregation, for an adapter that aggregates it itself (verl). Each checks its inputs once
 (:func:`bandpo.losses.inputs.check_objective_inputs`), then runs :func:`_objective`, the per-token objective with
-its formula, just below. ``group_advantages`` is re-exported here for its callers.
+its formula, just below.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from bandpo.losses.advantages import group_advantages
 from bandpo.losses.aggregation import aggregate, masked_mean
 from bandpo.losses.clip_rules import ClipRule
 from bandpo.losses.diagnostics import check_diagnostics
@@ -19,7 +18,7 @@ from bandpo.losses.inputs import DEFAULT_CLIP_RATIO_C, ObjectiveInputs, check_ob
 from bandpo.losses.kl import kl_penalty
 from bandpo.losses.terms import LOG_RATIO_CLAMP, TokenTerms, compute_dtype
 
-__all__ = ["group_advantages", "per_token_policy_loss", "policy_loss"]
+__all__ = ["per_token_policy_loss", "policy_loss"]
 
 
 def _objective(x: ObjectiveInputs) -> TokenTerms:
