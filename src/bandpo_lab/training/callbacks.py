@@ -39,6 +39,16 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return read_jsonl(path / METRICS_FILE if path.is_dir() else path)
 
 
+def keep_rows_through(path: Path, step: int) -> list[dict[str, Any]]:
+    """Rewrite the JSONL file ``path`` (atomically) with its rows up to optimizer step ``step``, none at step 0 (a
+    fresh run starts a new file; a resumed one lists every step once); returns them."""
+    keep = [r for r in read_metrics(path) if r.get("step", 0) <= step] if step else []
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    os.replace(tmp, path)
+    return keep
+
+
 class MetricsJSONLCallback(TrainerCallback):
     """Appends one JSON line per ``Trainer.log`` call to ``path`` (main process only): ``{"step", "time",
     "elapsed_s", **logs}``, ``step`` the optimizer step, ``elapsed_s`` the seconds since training began. A fresh
@@ -55,16 +65,7 @@ class MetricsJSONLCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        keep = (
-            []
-            if state.global_step == 0
-            else [r for r in read_metrics(self.path) if r.get("step", 0) <= state.global_step]
-        )
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w") as f:
-            for row in keep:
-                f.write(json.dumps(row) + "\n")
-        os.replace(tmp, self.path)
+        keep_rows_through(self.path, state.global_step)
 
     def on_log(
         self,

@@ -91,18 +91,10 @@ def _heldout_callback(
                 self._evaluate(step, kwargs.get("model"), kwargs.get("processing_class"))
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            from bandpo_lab.training.callbacks import read_metrics
+            from bandpo_lab.training.callbacks import keep_rows_through
 
-            keep = (
-                [r for r in read_metrics(path) if r.get("step", 0) <= state.global_step]
-                if state.global_step
-                else []
-            )
-            self.done = {int(r["step"]) for r in keep}
+            self.done = {int(r["step"]) for r in keep_rows_through(path, state.global_step)}
             self.pending = None
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
-            os.replace(tmp, path)
             if (state.global_step == 0 and ends) or (
                 state.global_step and due(state.global_step, state.max_steps)
             ):
