@@ -73,7 +73,7 @@ def load_eval_dataset(
             invalid ``max_problems`` or ``prompt_template``.
     """
     from bandpo_lab.training.config import ConfigError, DataConfig
-    from bandpo_lab.training.data import MISSING, lookup_column, read_records, resolve_data_files
+    from bandpo_lab.training.data import MISSING, is_messages, lookup_column, read_records, resolve_data_files
     from bandpo_lab.training.sections import prompt_template_problem
     from bandpo_lab.training.tasks import TASKS
 
@@ -118,13 +118,7 @@ def load_eval_dataset(
                     )
             for index, row in enumerate(rows):
                 prompt = lookup_column(row, prompt_column)
-                ok = isinstance(prompt, str) and prompt.strip()
-                ok = ok or (
-                    isinstance(prompt, list)
-                    and prompt
-                    and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in prompt)
-                )
-                if not ok:
+                if not (isinstance(prompt, str) and prompt.strip()) and not is_messages(prompt):
                     raise EvalError(
                         f"row {index} of {str(path)!r}: prompt_column {prompt_column!r} must hold a non-empty "
                         f"string or a list of chat messages with 'role' and 'content', got {prompt!r}"[:400]

@@ -128,7 +128,8 @@ def _describe_columns(row: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _is_messages(value: Any) -> bool:
+def is_messages(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of chat messages (mappings with ``role`` and ``content``)."""
     return (
         isinstance(value, Sequence)
         and not isinstance(value, str)
@@ -190,7 +191,7 @@ def load_problems(
                 raise ConfigError(
                     f"row {index} of {where} has no prompt in column {cfg.prompt_column!r}: {row!r}"
                 )
-            if not isinstance(prompt, str) and not _is_messages(prompt):
+            if not isinstance(prompt, str) and not is_messages(prompt):
                 raise ConfigError(
                     f"row {index} of {where}: the prompt column {cfg.prompt_column!r} must hold a string or a list "
                     f"of chat messages with 'role' and 'content', got {prompt!r}"
