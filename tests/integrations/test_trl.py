@@ -481,6 +481,7 @@ trainer.train()
 if trainer.accelerator.is_main_process:
     with open(f"{out_dir}/result.json", "w") as f:
         json.dump({"num_processes": trainer.accelerator.num_processes, "log_history": trainer.state.log_history}, f)
+torch.distributed.destroy_process_group()  # else Gloo's threads may abort the exit (SIGABRT) on a loaded machine
 '''
 
 

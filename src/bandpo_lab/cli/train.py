@@ -158,12 +158,22 @@ def run(args: argparse.Namespace) -> int:
             )
             return 0
         train(config, resume=args.resume, overwrite=args.overwrite, prepared=prepared)
+        _end_distributed()
     except ConfigError as err:
         print(f"bandpo train: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return _interrupted(args, output_dir)
     return 0
+
+
+def _end_distributed() -> None:
+    """Destroy the process group of ``accelerate launch`` after a run that succeeded: left to the interpreter's exit,
+    Gloo's threads can abort a process (SIGABRT) whose work is done."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _dry_run_plan(prepared: PreparedRun) -> str:
