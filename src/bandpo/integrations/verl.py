@@ -212,16 +212,17 @@ def _check_keys(policy_loss: Any, config: Any) -> None:
     :data:`_POLICY_LOSS_KEYS`; the actor config and its ``optim``, which hold verl's own keys too (``ppo_epochs``,
     ...), no key close to one bandpo reads there (:data:`_ACTOR_KEYS`, :data:`_OPTIM_KEYS`; did-you-mean's
     similarity, which none of verl 0.9's fields meets). Raises ``ValueError`` naming each with a "did you mean"."""
-    sections = [("actor.policy_loss", policy_loss, _POLICY_LOSS_KEYS)]
+    # (where, section, owned keys, whether every other key is unknown there)
+    sections = [("actor.policy_loss", policy_loss, _POLICY_LOSS_KEYS, True)]
     if config is not None:
         sections += [
-            ("actor", config, _ACTOR_KEYS),
-            ("actor.optim", _get(config, "optim", None), _OPTIM_KEYS),
+            ("actor", config, _ACTOR_KEYS, False),
+            ("actor.optim", _get(config, "optim", None), _OPTIM_KEYS, False),
         ]
-    for where, section, owned in sections:
+    for where, section, owned, only_owned in sections:
         if section is None or dataclasses.is_dataclass(section) or not hasattr(section, "keys"):
             continue
-        if section is policy_loss:
+        if only_owned:
             unknown = [key for key in section if key not in owned]
             allowed = f"valid: {', '.join(owned)}"
         else:
