@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import re
+import secrets
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -123,11 +124,13 @@ def same_or_inside(path: str | Path, folder: str | Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON atomically (a temporary file in the same folder, flushed, then
-    ``os.replace``): a kill mid-write leaves the earlier file or none, never a truncated one."""
-    text = json.dumps(data, indent=2, default=str) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file in the same folder, flushed, then ``os.replace``): a
+    kill mid-write leaves the earlier file or none, never a truncated one. The temporary file is created as a plain
+    ``open(path, "w")`` creates a file (``0o666`` less the umask), not with ``mkstemp``'s private ``0o600``; its
+    random name lets concurrent writers of one path each replace it whole."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -137,6 +140,11 @@ def write_json(path: Path, data: Any) -> None:
     finally:
         if os.path.exists(tmp):  # the replace did not happen
             os.unlink(tmp)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON atomically (:func:`write_text`)."""
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 HAS_FLOCK = fcntl is not None

@@ -239,3 +239,21 @@ def test_same_or_inside_reads_paths_as_typed_and_resolved(
     assert not same_or_inside(tmp_path / "m2", tmp_path / "m") and not same_or_inside(
         tmp_path, tmp_path / "m"
     )
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=oct)
+def test_write_json_gives_the_mode_of_a_plain_write(tmp_path: Path, umask: int) -> None:
+    """``mkstemp`` made every atomically written file private (0600) beside the 0644 of a run's other files; the
+    writer now creates its file as ``open(path, "w")`` does, the umask applied, both for a new file and a replaced
+    one."""
+    old = os.umask(umask)
+    try:
+        (tmp_path / "plain.txt").write_text("x")
+        write_json(tmp_path / "results.json", {"a": 1})
+        write_json(tmp_path / "results.json", {"a": 2})
+    finally:
+        os.umask(old)
+    mode = (tmp_path / "plain.txt").stat().st_mode & 0o777
+    assert mode == 0o666 & ~umask
+    assert (tmp_path / "results.json").stat().st_mode & 0o777 == mode
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "results.json"]

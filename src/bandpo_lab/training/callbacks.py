@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from bandpo_lab._files import read_jsonl
+from bandpo_lab._files import read_jsonl, write_text
 from bandpo_lab.training.layout import METRICS_FILE
 
 
@@ -43,9 +42,7 @@ def keep_rows_through(path: Path, step: int) -> list[dict[str, Any]]:
     """Rewrite the JSONL file ``path`` (atomically) with its rows up to optimizer step ``step``, none at step 0 (a
     fresh run starts a new file; a resumed one lists every step once); returns them."""
     keep = [r for r in read_metrics(path) if r.get("step", 0) <= step] if step else []
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
-    os.replace(tmp, path)
+    write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
     return keep
 
 

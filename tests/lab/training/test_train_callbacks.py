@@ -42,6 +42,13 @@ def test_fresh_run_then_resume_keeps_each_step_once(tmp_path: Path) -> None:
     resumed = MetricsJSONLCallback(path)
     resumed.on_train_begin(args, state(4), TrainerControl())
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3, 4]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith("jsonl") or "tmp" in p.name) == [
+        "metrics.jsonl"
+    ]  # rewritten atomically, no temporary file left
+    (tmp_path / "plain.txt").write_text("")
+    assert (
+        path.stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777
+    )  # not mkstemp's 0600
     log_steps(resumed, args, range(5, 8))
     rows = read_metrics(path)
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
