@@ -37,16 +37,16 @@ def check_precision(value: object, name: str = "precision") -> str:
 
 
 def cpu_bf16_flags(cpuinfo: str | None = None) -> tuple[str, ...]:
-    """The native bfloat16 flags (:data:`NATIVE_BF16_FLAGS`) this CPU reports, from ``/proc/cpuinfo`` (or the
-    given text); empty where there are none or the file cannot be read (not Linux)."""
+    """The native bfloat16 flags (:data:`NATIVE_BF16_FLAGS`) that every core of this CPU reports, from
+    ``/proc/cpuinfo`` (or the given text): a process may run on any core, so a flag only some cores list does not
+    count; empty where there are none or the file cannot be read (not Linux)."""
     if cpuinfo is None:
         try:
             cpuinfo = _CPUINFO.read_text()
         except OSError:
             return ()
-    first = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
-    flags = first.partition(":")[2].split()
-    return tuple(f for f in NATIVE_BF16_FLAGS if f in flags)
+    cores = [set(line.partition(":")[2].split()) for line in cpuinfo.splitlines() if line.startswith("flags")]
+    return tuple(f for f in NATIVE_BF16_FLAGS if cores and all(f in flags for flags in cores))
 
 
 @dataclass(frozen=True)

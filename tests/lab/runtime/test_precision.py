@@ -54,6 +54,14 @@ def test_cpu_flags() -> None:
     assert cpu_bf16_flags(AMX) == ("amx_bf16", "avx512_bf16")
     assert cpu_bf16_flags(AVX2) == ()
     assert cpu_bf16_flags("") == ()
+    assert cpu_bf16_flags(AMX + "\n" + AMX.replace("processor : 0", "processor : 1")) == (
+        "amx_bf16",
+        "avx512_bf16",
+    )
+    # cores that differ: only the flags every core lists count (a process may run on any of them)
+    assert cpu_bf16_flags(AMX + "\n" + AVX2.replace("processor : 0", "processor : 1")) == ()
+    mixed = AMX + "\n" + AMX.replace("processor : 0", "processor : 1").replace(" amx_bf16", "")
+    assert cpu_bf16_flags(mixed) == ("avx512_bf16",)
 
 
 def test_auto_picks_bf16_only_with_native_bf16_and_a_large_model() -> None:
