@@ -228,6 +228,15 @@ def test_cap_one_validator_same_message(cap: object) -> None:
             r"unknown parameter\(s\) 'detla' for clip rule 'band'; valid: divergence, delta",
         ),
         ("dcpo", {"cap": 0.9}, "cap must be a finite number >= 1"),
+        *(
+            (
+                rule,
+                {"check_values": value},
+                rf"^check_values must be True or False, got {re.escape(repr(value))}$",
+            )
+            for rule in ("band", "band_upper", "band_lower", "adaptive_band")
+            for value in ("false", None, 0)
+        ),
         ("adaptive_band", {"min_scale": 2.0, "max_scale": 1.0}, "min_scale must be <= max_scale"),
         (
             "nope",

@@ -161,13 +161,16 @@ class DCPOClip(ClipRule):
         return lo.to(old_log_prob.dtype), hi.to(old_log_prob.dtype)
 
 
-def _check_band_params(divergence: object, delta: object, cap: object) -> Divergence:
-    """The parameters every Band rule shares: a registered divergence name, ``delta > 0``, ``cap >= 1`` or None."""
+def _check_band_params(divergence: object, delta: object, cap: object, check_values: object) -> Divergence:
+    """The parameters every Band rule shares: a registered divergence name, ``delta > 0``, ``cap >= 1`` or None,
+    ``check_values`` a bool (a string such as ``"false"`` would be truthy and add a host sync to every call)."""
     if not isinstance(divergence, str):
         raise ValueError(f"divergence must be a registered name, got {divergence!r}")
     div = resolve_divergence(divergence)
     check_delta("delta", delta, div)
     check_cap(cap)
+    if not isinstance(check_values, bool):
+        raise ValueError(f"check_values must be True or False, got {check_values!r}")
     return div
 
 
@@ -188,7 +191,7 @@ class BandClip(ClipRule):
     check_values: bool = False
 
     def __post_init__(self) -> None:
-        div = _check_band_params(self.divergence, self.delta, self.cap)
+        div = _check_band_params(self.divergence, self.delta, self.cap, self.check_values)
         object.__setattr__(self, "divergence", div.name)  # an alias stored as its registered name
         object.__setattr__(self, "relax", check_relax(self.relax))
         resolve_method(div, self.method, scalar_delta=True)
@@ -217,7 +220,7 @@ class _OneSidedBand(ClipRule):
     check_values: bool = False
 
     def __post_init__(self) -> None:
-        div = _check_band_params(self.divergence, self.delta, self.cap)
+        div = _check_band_params(self.divergence, self.delta, self.cap, self.check_values)
         object.__setattr__(self, "divergence", div.name)  # an alias stored as its registered name
         resolve_method(div, self.method, scalar_delta=True)
 
@@ -296,7 +299,7 @@ class AdaptiveBandClip(ClipRule):
     check_values: bool = False
 
     def __post_init__(self) -> None:
-        div = _check_band_params(self.divergence, self.delta, self.cap)
+        div = _check_band_params(self.divergence, self.delta, self.cap, self.check_values)
         object.__setattr__(self, "divergence", div.name)  # an alias stored as its registered name
         check_positive_number("entropy_ref", self.entropy_ref)
         check_positive_number("power", self.power, allow_zero=True)
