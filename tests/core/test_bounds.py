@@ -115,6 +115,14 @@ def test_kl_dense_grid_against_float64_newton(method: str) -> None:
         assert rel_err(hi, ref_hi, 1e-6, 1e-12).max() <= 1
 
 
+@pytest.mark.parametrize("method", ["auto", "newton", "bisection"])
+def test_cap_beyond_the_output_dtype_is_its_largest_number(method: str) -> None:
+    """float16 log-probs with a cap above float16's range (65504): hi is 65504 where the cap binds, not inf."""
+    logp = torch.tensor([-math.inf, -30.0, -1.0], dtype=torch.float16)
+    _, hi = bandpo.band_bounds(logp, 0.05, "kl", cap=1e6, method=method)
+    assert hi[:2].tolist() == [65504.0, 65504.0] and 1.0 < hi[2].item() < 2.0
+
+
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_extremes_are_finite_and_ordered(name: str, dtype: torch.dtype) -> None:

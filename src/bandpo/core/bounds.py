@@ -246,8 +246,8 @@ def band_bounds(
                 f"delta must hold finite numbers {delta_range(div)}, found {delta_t[out].reshape(-1)[0].item()!r}"
             )
     cap = check_cap(cap)
-    if cap is not None:
-        cap = min(cap, torch.finfo(cdt).max)  # a cap beyond the compute dtype's range: its largest number
+    if cap is not None:  # beyond the compute or output dtype's range: its largest number (float16: 65504)
+        cap = min(cap, torch.finfo(cdt).max, torch.finfo(old_logp.dtype).max)
     relax = check_relax(relax)
     if relax is not None:
         eps_low, eps_high = relax
