@@ -160,7 +160,9 @@ def test_radius_schedule_starts_at_the_rules_delta_and_checks_the_rule() -> None
     schedule = radius_schedule(rule, "cosine", end=0.02, total_steps=8)
     assert (schedule.start, schedule.end, schedule.total_steps) == (0.2, 0.02, 8)
     with pytest.raises(
-        ValueError, match=r"kind='linear' sets the radius delta, but clip rule grpo\(.*no delta"
+        ValueError,
+        match=r"kind='linear' sets the radius delta, but clip rule grpo\(.*no delta parameter \(rules with one: "
+        r"band, band_upper, band_lower, adaptive_band\)$",
     ):
         radius_schedule(make_clip_rule("grpo"), "linear", end=0.02)
     assert radius_schedule(make_clip_rule("grpo")).is_constant  # constant: any rule

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import InitVar, dataclass
 
 from bandpo.core.bounds import resolve_divergence, resolve_method
-from bandpo.losses.clip_rules import ClipRule
+from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params
 from bandpo.registry import Registry
 from bandpo.validation import check_int_in, check_positive_number
 
@@ -174,13 +174,14 @@ class RadiusSchedule:
 
 
 def check_schedulable(rule: ClipRule, what: str = "a radius schedule") -> None:
-    """``rule`` must have a scalar radius ``delta`` (``band``, ``adaptive_band``) and a solver that serves any
-    radius without a per-radius table (not ``method="table"``); ``ValueError`` naming the rule otherwise."""
+    """``rule`` must have a scalar radius ``delta`` (``band``, ``band_upper``, ``band_lower``, ``adaptive_band``) and a
+    solver that serves any radius without a per-radius table (not ``method="table"``); ``ValueError`` naming the rule
+    otherwise."""
     fields = {f.name for f in dataclasses.fields(rule)} if dataclasses.is_dataclass(rule) else set()
     if "delta" not in fields:
         raise ValueError(
             f"{what} sets the radius delta, but clip rule {rule.describe()} has no delta parameter (rules with "
-            "one: band, adaptive_band)"
+            f"one: {', '.join(n for n in CLIP_RULES.names() if 'delta' in clip_rule_params(n))})"
         )
     if getattr(rule, "method", None) == "table":
         raise ValueError(
