@@ -123,6 +123,7 @@ def test_is_int_in_is_the_test_behind_check_int_in(
         (True, False),
         ("1", False),
         (None, False),
+        (10**400, False),  # an integer beyond float's range: not a finite real (float() would overflow)
     ],
 )
 def test_is_finite_real_is_the_test_behind_the_number_checks(value: object, want: bool) -> None:

@@ -23,7 +23,12 @@ __all__ = [
 def is_finite_real(value: object) -> bool:
     """Whether ``value`` is a real number (Python or numpy, not a bool) with a finite value: the test behind the
     number checks below, for tables of predicates that phrase their own message."""
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
+    if not isinstance(value, Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer beyond float's range (10**400)
+        return False
 
 
 def check_positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
