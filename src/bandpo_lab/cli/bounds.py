@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import torch
 
@@ -52,6 +53,13 @@ NO_CAP = ("none", "null")
 """``--cap`` values that mean no cap (``band_bounds(cap=None)``; ``null`` in a config)."""
 
 
+def check_listed(command: str, flag: str, items: Sequence[Any], what: str) -> None:
+    """A list option that must hold an item (``--p ,`` printed an empty table): else exits with status 2, naming
+    ``flag`` and the text typed."""
+    if not items:
+        usage_error(command, f"{flag} must name at least one {what}, got {getattr(items, 'text', '')!r}")
+
+
 def check_delta_and_cap(command: str, delta: float, cap: str | float) -> float | None:
     """Validate ``--delta`` (finite, > 0) and ``--cap`` (``none`` for no cap, else finite and >= 1, as
     ``band_bounds``' ``cap``) before anything is printed; returns the cap for ``band_bounds`` (``None`` for no
@@ -71,6 +79,8 @@ def check_delta_and_cap(command: str, delta: float, cap: str | float) -> float |
 
 
 def run(args: argparse.Namespace) -> int:
+    check_listed("bounds", "--p", args.p, "probability")
+    check_listed("bounds", "--divergence", args.divergence, "divergence")
     tiny = torch.finfo(torch.float64).tiny  # below it 1/p (the simplex limit column) overflows
     bad = [p for p in args.p if not (tiny <= p <= 1)]
     if bad:

@@ -72,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         default=None,
         help="train nothing; copy the compact results (evaluations, gzipped training logs, configs, report; no "
-        "models) to DIR, from which --report-only with output_dir=DIR rebuilds the report",
+        "models) to DIR (new, empty or an earlier export), from which --report-only with output_dir=DIR rebuilds "
+        "the report",
     )
     parser.add_argument(
         "--redo",

@@ -132,6 +132,21 @@ def _baseline_command(config_file: str, overrides: list[str], output_dir: str) -
     )
 
 
+def _other_commands_run(output_dir: Path) -> str | None:
+    """The command line of the run in ``output_dir`` when a command other than the demo made it (its
+    ``run_info.json`` says: a ``bandpo train`` run, a comparison's, a notebook's), else ``None``: the demo replaces
+    only an earlier demo's run."""
+    from bandpo_lab._files import read_json_object
+    from bandpo_lab.training.layout import RUN_INFO_FILE
+
+    argv = read_json_object(output_dir / RUN_INFO_FILE).get("argv")
+    if not isinstance(argv, list) or not argv:
+        return None
+    words = [str(word) for word in argv]
+    command = next((word for word in words[1:] if not word.startswith("-")), None)
+    return None if command == "demo" else shlex.join([Path(words[0]).name, *words[1:]])
+
+
 def _evaluate(model_dir: Path, dataset: Any, k: int, max_new_tokens: int, progress: bool) -> dict[str, Any]:
     from bandpo_lab.eval.evaluate import evaluate_model_dir
     from bandpo_lab.eval.settings import EvalSettings
@@ -186,6 +201,12 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(f"{flag} must be an integer >= 1, got {value!r}")
         no_progress = NO_PROGRESS[: args.no_progress]  # the run's, not the printed baseline's
         config = load_train_config(config_file, [*overrides, f"output_dir={output_dir}", *no_progress])
+        other = _other_commands_run(config.output_dir)
+        if other is not None:
+            raise ConfigError(
+                f"--output-dir {output_dir!r} holds a run of another command ({other}): the demo replaces only "
+                "an earlier demo's run; choose another --output-dir"
+            )
         prepared = prepare(config, overwrite=True)
     except ConfigError as err:
         usage_error("demo", str(err))

@@ -4,6 +4,7 @@ problem, prints mean@k, pass@j, best@k and maj@k per dataset and overall, and wr
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -242,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from bandpo.validation import check_int_in
     from bandpo_lab._files import expand_path, write_json
+    from bandpo_lab.eval.backends import VLLM_MISSING
     from bandpo_lab.eval.datasets import resolve_eval_datasets, task_answer_length
     from bandpo_lab.eval.errors import EvalError
     from bandpo_lab.eval.evaluate import evaluate_model_dir, format_table
@@ -275,6 +277,8 @@ def _run(args: argparse.Namespace) -> int:
         device = check_device(args.device)  # before the model and the datasets load
         # each failed only once the model had loaded (and formatted the prompts)
         problem = prompt_template_problem(args.prompt_template, "--prompt-template")
+        if settings.backend == "vllm" and importlib.util.find_spec("vllm") is None:  # dry run too
+            problem = problem or VLLM_MISSING
         if settings.backend == "transformers":
             problem = problem or bf16_problem(settings.precision, "--precision", on_gpu=device != "cpu")
         if args.attn_implementation != ATTENTION_AUTO:  # auto: the run's, checked as the run's config was

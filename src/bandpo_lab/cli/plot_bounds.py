@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bandpo.core import DIVERGENCES
 from bandpo_lab.cli._args import add_deprecated_spelling
-from bandpo_lab.cli.bounds import add_band_options, check_delta_and_cap, usage_error
+from bandpo_lab.cli.bounds import add_band_options, check_delta_and_cap, check_listed, usage_error
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo_lab._files import output_file_problem
     from bandpo_lab.plots import default_rules, figure_formats, plot_bounds
 
+    check_listed("plot-bounds", "--divergence", args.divergence, "divergence")
     cap = check_delta_and_cap("plot-bounds", args.delta, args.cap)
     problem = output_file_problem(args.output, "--output")
     if problem is not None:

@@ -90,7 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "transformers' default), eager, sdpa, ... (default: auto)",
     )
     parser.add_argument(
-        "--output-dir", "-o", default="runs/probe", help="output directory (default: runs/probe)"
+        "--output-dir",
+        "-o",
+        default="runs/probe",
+        help="output directory; an earlier probe's results there are replaced, another's results.json, "
+        "results.md or probe.png refused (default: runs/probe)",
     )
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
@@ -108,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
     from bandpo_lab._files import output_dir_problem
     from bandpo_lab.cli.bounds import usage_error
     from bandpo_lab.eval.errors import EvalError
+    from bandpo_lab.eval.models import ATTENTION_AUTO
     from bandpo_lab.experiments.llm_probe import ProbeConfig
+    from bandpo_lab.training.preflight import attention_problem
 
     # ProbeConfig's field -> the flag that sets it: its name with dashes, but --lr
     flags = {f.name: "--" + f.name.replace("_", "-") for f in dataclasses.fields(ProbeConfig)}
@@ -127,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
             name, _, rest = str(err).partition(" ")
             raise ValueError(f"{flags[name]} {rest}" if name in flags else f"--rules: {err}") from None
         # before the work, which writes only at its end
-        problem = output_dir_problem(args.output_dir, "--output-dir")
+        problem = output_dir_problem(args.output_dir, "--output-dir") or _outputs_taken(args.output_dir)
+        if args.attn_implementation != ATTENTION_AUTO:  # else found only once the model had loaded
+            problem = problem or attention_problem(args.attn_implementation, "--attn-implementation")
         if problem is None:  # the model loads on the GPU where there is one
             import torch
 
@@ -149,6 +157,28 @@ def run(args: argparse.Namespace) -> int:
             return _run(args, config, options)
     except EvalError as err:
         usage_error("probe", str(err))
+
+
+OUTPUT_FILES = ("results.json", "results.md", "probe.png")
+"""The files the probe writes into ``--output-dir``."""
+
+RESULT_KEYS = frozenset({"config", "batches", "summary", "model_dir"})
+"""Keys of the probe's ``results.json`` (an earlier probe's files are replaced)."""
+
+
+def _outputs_taken(output_dir: str) -> str | None:
+    """Why the probe's :data:`OUTPUT_FILES` cannot go into ``output_dir``: it holds one of them that no earlier probe
+    wrote (its ``results.json`` is not a probe's: a comparison's report, a user's), or ``None``."""
+    from bandpo_lab._files import read_json_object
+
+    out = Path(output_dir)
+    taken = [name for name in OUTPUT_FILES if (out / name).exists()]
+    if not taken or read_json_object(out / "results.json").keys() >= RESULT_KEYS:
+        return None
+    return (
+        f"--output-dir {output_dir!r} holds {', '.join(taken)}, not an earlier bandpo probe's results: the probe "
+        "replaces only its own; choose another --output-dir"
+    )
 
 
 def _dataset(args: argparse.Namespace, config: ProbeConfig, options: dict[str, Any] | None) -> Any:

@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING, Any
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.runtime import Precision, precision_for, weight_dtypes
 
+VLLM_MISSING = (
+    "backend 'vllm' (--vllm) needs vLLM installed (pip install vllm); drop --vllm to sample with transformers"
+)
+
 if TYPE_CHECKING:
     from bandpo_lab.eval.sampling import Samples
     from bandpo_lab.eval.settings import EvalSettings
@@ -64,10 +68,7 @@ class VLLMSampler:
         try:
             from vllm import LLM
         except ImportError as err:
-            raise EvalError(
-                "backend 'vllm' (--vllm) needs vLLM installed (pip install vllm); drop --vllm to sample with "
-                "transformers"
-            ) from err
+            raise EvalError(VLLM_MISSING) from err
         self.tokenizer, self.settings = tokenizer, settings
         self.llm = LLM(
             model=str(model_dir),

@@ -42,6 +42,7 @@ from bandpo_lab.training.trainer_checks import (
     check_trainer_components,
     check_trainer_values,
     check_training_length,
+    enum_error,
 )
 
 
@@ -118,7 +119,7 @@ def prepare(
     except ConfigError:
         raise
     except (TypeError, ValueError) as err:
-        raise ConfigError(config.locate(str(err))) from err
+        raise ConfigError(config.locate(enum_error(str(err), config.trainer))) from err
     check_trainer_components(args)
     preflight.check_precision_here(config, on_gpu=not args.use_cpu and _cuda_available())
     rewards = build_rewards(config, args.reward_weights)

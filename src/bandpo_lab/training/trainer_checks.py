@@ -5,7 +5,8 @@ scheduler and generation config built without a model, and a run that would trai
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bandpo.validation import is_finite_real, is_int_in
@@ -81,6 +82,8 @@ VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
     ("min_p", _or_null(_number(lambda v: 0 <= v <= 1)), "a number in [0, 1] or null"),
     ("repetition_penalty", _number(lambda v: v > 0), "a finite number > 0 (1: no penalty)"),
     ("seed", lambda v: is_int_in(v, 0, SEED_MAX), f"an integer in [0, {SEED_MAX}] (numpy's seed range)"),
+    ("dataloader_num_workers", _integer(0), "an integer >= 0 (0: load in the main process)"),
+    ("ref_model_sync_steps", _integer(1), "an integer >= 1 (with sync_ref_model: the steps between syncs)"),
     ("scale_rewards", _one_of(*SCALE_REWARDS), f"one of {', '.join(SCALE_REWARDS)}"),
     (
         "multi_objective_aggregation",
@@ -97,6 +100,9 @@ _STRATEGY_OF = {
 }
 """The interval settings read only when their strategy is ``steps``."""
 
+_READ_WITH = {"ref_model_sync_steps": "sync_ref_model"}
+"""Settings read only when the flag they name is true."""
+
 
 def check_trainer_values(get: Callable[[str], Any]) -> None:
     """Check the :data:`VALUE_RULES` keys that the run reads and ``report_to``; ``get(key)`` gives the value the
@@ -110,10 +116,32 @@ def check_trainer_values(get: Callable[[str], Any]) -> None:
             continue
         if key in _STRATEGY_OF and _plain(get(_STRATEGY_OF[key])) != "steps":
             continue
+        if key in _READ_WITH and not get(_READ_WITH[key]):
+            continue
         value = get(key)
         if not valid(value):
             raise ConfigError(f"{key} must be {allowed}, got {value!r}")
+    if get("sync_ref_model") and get("beta") == 0:  # TRL refuses it once the model has loaded
+        raise ConfigError(
+            "sync_ref_model=true syncs the reference model, which beta=0.0 does not build (no KL term): set "
+            "beta > 0, or sync_ref_model=false"
+        )
     check_report_to(get("report_to"))
+
+
+_ENUM_ERROR = re.compile(r"^(?P<value>.*) is not a valid \w+, please select one of \[(?P<choices>.*)\]$")
+
+
+def enum_error(message: str, settings: Mapping[str, Any]) -> str:
+    """transformers' ``foo is not a valid SchedulerType, please select one of ['linear', ...]`` (a ``ValueError``
+    of its settings' classes) as ``lr_scheduler_type must be one of linear, ..., got 'foo'``, naming the key of
+    ``settings`` that holds the value; any other ``message`` as it is."""
+    match = _ENUM_ERROR.match(message)
+    keys = [k for k, v in settings.items() if match and isinstance(v, str) and v == match["value"]]
+    if match is None or not keys:
+        return message
+    choices = ", ".join(c.strip().strip("'") for c in match["choices"].split(","))
+    return f"{keys[0]} must be one of {choices}, got {match['value']!r}"
 
 
 def check_report_to(value: Any) -> None:

@@ -74,6 +74,16 @@ def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
             ("plot-bounds", "--cap", "0.9"),
             "bandpo plot-bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0.9",
         ),
+        # an empty list printed an empty table (--p), or no Band row or curve at all (--divergence)
+        (("bounds", "--p", ","), "bandpo bounds: error: --p must name at least one probability, got ','"),
+        (
+            ("bounds", "--divergence", ","),
+            "bandpo bounds: error: --divergence must name at least one divergence, got ','",
+        ),
+        (
+            ("plot-bounds", "--divergence", " , "),
+            "bandpo plot-bounds: error: --divergence must name at least one divergence, got ' , '",
+        ),
     ],
 )
 def test_bad_delta_or_cap_is_one_line_before_any_output(

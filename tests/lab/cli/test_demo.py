@@ -340,3 +340,37 @@ def test_train_and_demo_take_no_progress(tmp_path: Path, capsys: pytest.CaptureF
     assert "disable_tqdm" not in capsys.readouterr().out
     args = argparse.Namespace(config="tiny", overrides=[], allow_config_change=False, no_progress=True)
     assert resume_command(args) == "bandpo train --config tiny --resume --no-progress"
+
+
+@pytest.mark.parametrize(
+    ("argv", "refused"),
+    [
+        (["/venv/bin/bandpo", "train", "--config", "tiny"], True),
+        (["/x/worker.py", "/runs/cmp/runs/grpo/seed0/run_spec.json"], True),  # a comparison's run
+        (["/venv/bin/bandpo", "demo", "--steps", "7"], False),  # an earlier demo: replaced
+    ],
+)
+def test_demo_does_not_discard_another_commands_run(
+    argv: list[str], refused: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo trains with overwrite: ``--output-dir`` naming a ``bandpo train`` run silently discarded its
+    checkpoints and replaced its model. It replaces only an earlier demo's run (run_info.json's command line),
+    refusing another in one line before any work."""
+    from bandpo_lab.cli.main import main
+    from bandpo_lab.training.layout import RUN_INFO_FILE
+
+    out = tmp_path / "run"
+    (out / "checkpoint-400").mkdir(parents=True)
+    (out / RUN_INFO_FILE).write_text(json.dumps({"argv": argv}))
+    if not refused:
+        assert main(["demo", "--dry-run", "--output-dir", str(out)]) == 0
+        return
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--dry-run", "--output-dir", str(out)])
+    assert exc.value.code == 2
+    command = shlex.join([Path(argv[0]).name, *argv[1:]])
+    assert capsys.readouterr().err == (
+        f"bandpo demo: error: --output-dir {str(out)!r} holds a run of another command ({command}): the demo "
+        "replaces only an earlier demo's run; choose another --output-dir\n"
+    )
+    assert (out / "checkpoint-400").is_dir()

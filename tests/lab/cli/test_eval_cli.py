@@ -202,6 +202,23 @@ def _refused_before_the_model(
     return err.removeprefix("bandpo eval: error: ").rstrip("\n")
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_vllm_missing_is_refused_before_the_model_and_by_the_dry_run(
+    dry_run: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--vllm`` without vLLM passed ``--dry-run`` and was refused only when the backend was built (after the
+    model folder and datasets were read); it is one line before any of that."""
+    import sys
+
+    from bandpo_lab.eval.backends import VLLM_MISSING
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # not installed, wherever the tests run
+    assert (
+        _refused_before_the_model(["--model", "tiny", "--vllm", *dry_run], monkeypatch, capsys)
+        == VLLM_MISSING
+    )
+
+
 def test_save_samples_onto_the_models_weights_is_refused(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

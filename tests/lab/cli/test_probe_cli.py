@@ -118,23 +118,63 @@ def test_probe_more_prompts_than_problems_is_one_line(
     assert err == "bandpo probe: error: --prompts 5 is more than the 3 problems of arith/train"
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry-run"])
 def test_probe_a_bad_attention_is_one_line_before_the_work(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    dry_run: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--attn-implementation`` reaches the model's loading (as ``bandpo eval``'s): a name transformers does not
-    know is one line naming it, and nothing is written."""
+    know was refused only once the model had loaded, and passed ``--dry-run``; it is one line naming the flag
+    before any model loads (as eval's), and nothing is written."""
     from helpers.tiny import save_countdown_model_dir
 
     model = save_countdown_model_dir(tmp_path / "model")
     capsys.readouterr()
     argv = ["probe", "--model", str(model), "--dataset", "countdown", "--prompts", "2", "--no-figures",
-            "--attn-implementation", "no-such", "--output-dir", str(tmp_path / "out")]  # fmt: skip
+            "--attn-implementation", "no-such", "--output-dir", str(tmp_path / "out"), *dry_run]  # fmt: skip
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(
-        f"bandpo probe: error: model directory {str(model)!r} could not be loaded as a causal LM with "
-        "attn_implementation 'no-such': "
+        "bandpo probe: error: --attn-implementation='no-such' is not an attention implementation transformers "
+        "knows"
     ), err
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("files", "taken"),
+    [
+        ({"results.json": '{"k": 8, "methods": []}', "results.md": "# report"}, "results.json, results.md"),
+        ({"probe.png": "a user's figure"}, "probe.png"),
+        (
+            {"results.json": '{"config": {}, "batches": [], "summary": {}, "model_dir": "m"}'},
+            None,
+        ),  # a probe's
+        ({"notes.md": "mine"}, None),  # the probe writes no file of that name
+    ],
+    ids=["a-comparison-report", "a-user-figure", "an-earlier-probe", "other-files"],
+)
+def test_probe_replaces_only_its_own_results(
+    files: dict[str, str],
+    taken: str | None,
+    probe_options: list[Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--output-dir`` naming a folder with results.json / results.md / probe.png that the probe did not write (a
+    comparison's report/, a user's folder) had them replaced; that is refused in one line before any work."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    argv = ["--no-figures", "--output-dir", str(out)]
+    if taken is None:
+        assert main(["probe", "--model", "x", *argv]) == 0 and len(probe_options) == 1
+    else:
+        assert _error(argv, capsys) == (
+            f"bandpo probe: error: --output-dir {str(out)!r} holds {taken}, not an earlier bandpo probe's results: "
+            "the probe replaces only its own; choose another --output-dir"
+        )
+        assert probe_options == []
+    assert {p.name: p.read_text() for p in out.iterdir()} == files

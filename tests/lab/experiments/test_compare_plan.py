@@ -227,3 +227,35 @@ def test_exporting_again_drops_the_files_a_redone_run_no_longer_has(tmp_path: Pa
     report = build_report(dest, figures=False)
     assert json.loads((report / "results.json").read_text())["missing"] == ["band-kl seed 1"]
     assert (dest / "runs" / "grpo" / "seed1" / "results.json").is_file()  # the others are as they were
+
+
+def test_export_refuses_a_folder_of_other_files_or_a_comparisons_runs(tmp_path: Path) -> None:
+    """``--export DIR`` copied into any folder: a user's ``report/report.md`` and ``results.csv`` were replaced by
+    the comparison's, and a second comparison's output_dir had its runs' specs, results and configs replaced (and
+    its files the source runs lack deleted). DIR must be new, empty or an earlier export; the refusal names it."""
+    from synthetic_runs import make_planned_runs
+
+    from bandpo_lab.experiments.compare import export_results
+
+    src = tmp_path / "out"
+    make_planned_runs(load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={src}"]))
+    mine = tmp_path / "mine"
+    (mine / "report").mkdir(parents=True)
+    (mine / "report" / "report.md").write_text("my own report")
+    with pytest.raises(CompareError) as err:
+        export_results(src, mine)
+    assert str(err.value) == (
+        f"export destination {str(mine)!r} holds files that are not an earlier export (report/): exporting "
+        "replaces files of the same names there; choose a new or empty folder"
+    )
+    assert (mine / "report" / "report.md").read_text() == "my own report" and len(list(mine.rglob("*"))) == 2
+    other = tmp_path / "other"  # another comparison, with a trained model in a run
+    make_planned_runs(load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={other}"]))
+    (other / "runs" / "grpo" / "seed0" / "config.json").write_text("{}")
+    before = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
+    with pytest.raises(CompareError, match="is a comparison's output_dir"):
+        export_results(src, other)
+    assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == before
+    (mine / "report" / "report.md").unlink()
+    export_results(src, mine)  # no file in it (an empty folder): taken
+    export_results(src, mine)  # an earlier export: updated

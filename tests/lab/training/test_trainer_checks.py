@@ -56,6 +56,17 @@ TINY = CONFIGS / "tiny.yaml"
         ),
         (["report_to=[tensorboard, bogus]"], r"^report_to must be .*, got \['tensorboard', 'bogus'\]$"),
         (["report_to=[none, tensorboard]"], r"^report_to must be .*, got \['none', 'tensorboard'\]$"),
+        # the DataLoader refused it once the models had loaded, with a traceback
+        (
+            ["dataloader_num_workers=-1"],
+            r"^dataloader_num_workers must be an integer >= 0 \(0: load in the main process\), got -1$",
+        ),
+        # transformers' "foo is not a valid SchedulerType, ..." named no key
+        (
+            ["lr_scheduler_type=foo"],
+            r"^lr_scheduler_type must be one of linear, cosine, .*greedy, got 'foo'$",
+        ),
+        (["save_strategy=foo"], r"^save_strategy must be one of no, steps, epoch, best, got 'foo'$"),
     ],
 )
 def test_values_refused_late_by_trl_are_refused_before_loading(
@@ -70,6 +81,34 @@ def test_values_refused_late_by_trl_are_refused_before_loading(
 
 
 @pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["beta=0.1", "ref_model_sync_steps=0"],
+            "ref_model_sync_steps must be an integer >= 1 (with sync_ref_model: the steps between syncs), got 0 "
+            "(sync_ref_model: from the overrides; ref_model_sync_steps: from the overrides)",
+        ),
+        (
+            ["beta=0"],
+            "sync_ref_model=true syncs the reference model, which beta=0.0 does not build (no KL term): set beta "
+            "> 0, or sync_ref_model=false (beta: from the overrides; sync_ref_model: from the overrides)",
+        ),
+    ],
+)
+def test_sync_ref_model_settings_are_refused_before_loading(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    """``sync_ref_model: true`` with ``ref_model_sync_steps: 0`` trained until the first sync (a
+    ZeroDivisionError), and with ``beta: 0`` TRL refused it once the models had loaded; both are one line from
+    ``prepare``. Without ``sync_ref_model`` the sync steps are not read (below: they pass)."""
+    out = f"output_dir={tmp_path / 'out'}"
+    config = load_train_config(TINY, [out, "report_to=none", "sync_ref_model=true", *overrides])
+    with pytest.raises(ConfigError) as err:
+        prepare(config)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
     "overrides",
     [
         ["seed=0"],
@@ -80,6 +119,8 @@ def test_values_refused_late_by_trl_are_refused_before_loading(
         ["report_to=[none]"],
         ["report_to=null"],
         ["report_to=[tensorboard, wandb]"],
+        ["ref_model_sync_steps=0", "dataloader_num_workers=0"],  # no sync_ref_model: the steps are not read
+        ["sync_ref_model=true", "beta=0.1", "ref_model_sync_steps=8"],
     ],
 )
 def test_the_values_trl_and_transformers_take_pass(overrides: list[str], tmp_path: Path) -> None:

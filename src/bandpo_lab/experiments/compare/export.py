@@ -24,7 +24,8 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
     (a run being redone); a run gone from ``output_dir`` is left as it is. Returns the files written.
 
     Raises:
-        CompareError: ``output_dir`` holds no runs, or ``dest`` is inside it or the same directory.
+        CompareError: ``output_dir`` holds no runs, ``dest`` is inside it or the same directory, or ``dest`` is
+            neither new, empty nor an earlier export (:func:`_destination_problem`).
     """
     import gzip
     import shutil
@@ -39,6 +40,9 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
         raise CompareError(
             f"export destination {str(dest)!r} must be outside the output_dir {str(output_dir)!r}"
         )
+    problem = _destination_problem(out, dest)
+    if problem is not None:
+        raise CompareError(problem)
     run_dirs = sorted(p.parent for p in src.glob(f"runs/*/seed*/{RUN_SPEC_FILE}"))
     if not run_dirs:
         raise CompareError(
@@ -79,3 +83,26 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
         for path in sorted(p for p in report.rglob("*") if p.is_file() and p.suffix != ".html"):
             copy(path)
     return written
+
+
+def _destination_problem(out: Path, dest: str | Path) -> str | None:
+    """Why the export may not write into the folder ``out`` (``dest`` as typed), or ``None``: it must be new, empty
+    or an earlier export (a plan or a run spec there), whose files exporting again replaces; not a folder of the
+    user's files (``report/report.md``) nor a comparison's output_dir, whose runs hold trained models."""
+    from bandpo_lab.training.layout import MODEL_CONFIG_FILE
+
+    if not out.is_dir() or not any(p.is_file() for p in out.rglob("*")):  # new, or no file in it
+        return None
+    if any(out.glob(f"runs/*/seed*/{MODEL_CONFIG_FILE}")) or any(out.glob("runs/*/seed*/checkpoint-*")):
+        return (
+            f"export destination {str(dest)!r} is a comparison's output_dir (its runs hold trained models), not "
+            "an export: exporting there would replace its runs' files; choose a new or empty folder"
+        )
+    if (out / PLAN_FILE).is_file() or any(out.glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
+        return None
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f"export destination {str(dest)!r} holds files that are not an earlier export ({shown}): exporting "
+        "replaces files of the same names there; choose a new or empty folder"
+    )
