@@ -24,12 +24,30 @@ def default_rules(divergences: Sequence[str], delta: float, cap: float | None) -
     return rules
 
 
+FIGURE_MARK = "bandpo figure"
+"""The ``Creator`` metadata of every figure bandpo writes in a format that keeps it (:data:`MARKED_FORMATS`): a
+command may replace a file at a path a user names only when it holds this mark (:func:`is_bandpo_figure`)."""
+
+MARKED_FORMATS = ("eps", "pdf", "png", "ps", "svg")
+"""The figure formats whose file holds :data:`FIGURE_MARK` as written (matplotlib's metadata; uncompressed)."""
+
+
 def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
-    """Write ``fig`` to ``path`` (parents created; the suffix picks the format) and close it."""
+    """Write ``fig`` to ``path`` (parents created; the suffix picks the format; marked with :data:`FIGURE_MARK`
+    where the format keeps it) and close it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    marked = path.suffix.lower().removeprefix(".") in MARKED_FORMATS
+    fig.savefig(path, dpi=dpi, metadata={"Creator": FIGURE_MARK} if marked else None)
     pyplot().close(fig)
     return path
+
+
+def is_bandpo_figure(path: Path) -> bool:
+    """Whether the file ``path`` holds :data:`FIGURE_MARK` (a figure bandpo wrote, which it may replace)."""
+    try:
+        return FIGURE_MARK.encode() in path.read_bytes()
+    except OSError:
+        return False
 
 
 def figure_formats() -> list[str]:

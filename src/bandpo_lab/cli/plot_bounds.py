@@ -15,7 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         "-o",
         default="bounds.png",
-        help="figure file to write; its suffix picks the format: .png, .pdf, .svg, ... (default: bounds.png)",
+        help="figure file to write; its suffix picks the format: .png, .pdf, .svg, ...; an existing file is replaced "
+        "only when it is a figure bandpo wrote (default: bounds.png)",
     )
     add_deprecated_spelling(parser, "--out", "--output")
     add_band_options(
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bandpo_lab._files import output_file_problem
-    from bandpo_lab.plots import default_rules, figure_formats, plot_bounds
+    from bandpo_lab.plots import MARKED_FORMATS, default_rules, figure_formats, is_bandpo_figure, plot_bounds
 
     check_listed("plot-bounds", "--divergence", args.divergence, "divergence")
     cap = check_delta_and_cap("plot-bounds", args.delta, args.cap)
@@ -39,6 +40,14 @@ def run(args: argparse.Namespace) -> int:
             "plot-bounds",
             f"--output {args.output!r} must end in a figure suffix, one of "
             f"{', '.join('.' + f for f in formats)}; got {repr(suffix) if suffix else 'none'}",
+        )
+    if Path(args.output).exists() and not is_bandpo_figure(
+        Path(args.output)
+    ):  # a user's file: never replaced
+        usage_error(
+            "plot-bounds",
+            f"--output {args.output!r} exists and is not a figure bandpo wrote (marked in "
+            f"{', '.join('.' + f for f in MARKED_FORMATS)} files): choose another --output, or remove it first",
         )
     try:
         rules = default_rules(args.divergence, args.delta, cap)

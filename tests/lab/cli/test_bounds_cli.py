@@ -164,6 +164,21 @@ def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file"]  # nothing written
 
 
+def test_plot_bounds_replaces_only_a_figure_it_wrote(tmp_path: Path) -> None:
+    """``--output`` naming a user's file replaced it with the figure (notes.png, or a bounds.png of their own); now
+    refused in one line with the file intact, while a figure bandpo wrote there is replaced (run twice)."""
+    (tmp_path / "notes.png").write_text("mine")
+    out = bandpo("plot-bounds", "--output", "notes.png", "--divergence", "kl", cwd=tmp_path)
+    assert (out.returncode, out.stdout, out.stderr.count("\n")) == (2, "", 1), out.stderr
+    assert out.stderr.startswith(
+        "bandpo plot-bounds: error: --output 'notes.png' exists and is not a figure bandpo"
+    )
+    assert (tmp_path / "notes.png").read_text() == "mine"
+    for _ in range(2):
+        out = bandpo("plot-bounds", "--output", "fig.pdf", "--divergence", "kl", cwd=tmp_path)
+        assert (out.returncode, out.stdout) == (0, "wrote fig.pdf\n"), out.stderr
+
+
 @pytest.mark.parametrize(
     ("out_path", "got"),
     [("x.txt", "'.txt'"), ("bnoext", "none"), ("fig.", "none")],
