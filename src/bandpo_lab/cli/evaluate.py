@@ -240,23 +240,15 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from bandpo.validation import check_int_in
-    from bandpo_lab._files import expand_path, write_json
-    from bandpo_lab.eval.backends import VLLM_MISSING
-    from bandpo_lab.eval.datasets import resolve_eval_datasets, task_answer_length
-    from bandpo_lab.eval.errors import EvalError
-    from bandpo_lab.eval.evaluate import evaluate_model_dir, format_table
-    from bandpo_lab.eval.models import ATTENTION_AUTO, check_device, resolve_model_dir
-    from bandpo_lab.eval.outputs import DEFAULT_RESULTS
-    from bandpo_lab.eval.settings import EvalSettings
-    from bandpo_lab.runtime import bf16_problem
-    from bandpo_lab.training.preflight import attention_problem
-    from bandpo_lab.training.sections import prompt_template_problem
+def _settings(args: argparse.Namespace) -> Any:
+    """The run's ``EvalSettings``; a bad value's error names its flag (``--batch-size``), not the field."""
+    import dataclasses
 
-    specs = args.dataset or ["countdown"]
+    from bandpo_lab.eval.errors import EvalError
+    from bandpo_lab.eval.settings import EvalSettings
+
     try:
-        settings = EvalSettings(
+        return EvalSettings(
             k=args.k,
             ks=None if args.ks is None else args.ks.text,  # EvalSettings reads 'k' and names what was typed
             temperature=args.temperature,
@@ -268,6 +260,29 @@ def _run(args: argparse.Namespace) -> int:
             precision=args.precision,
             progress=not args.no_progress,
         )
+    except EvalError as err:
+        name, _, rest = str(err).partition(" ")
+        if name not in {f.name for f in dataclasses.fields(EvalSettings)}:
+            raise
+        raise EvalError(f"--{name.replace('_', '-')} {rest}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bandpo.validation import check_int_in
+    from bandpo_lab._files import expand_path, write_json
+    from bandpo_lab.eval.backends import VLLM_MISSING
+    from bandpo_lab.eval.datasets import resolve_eval_datasets, task_answer_length
+    from bandpo_lab.eval.errors import EvalError
+    from bandpo_lab.eval.evaluate import evaluate_model_dir, format_table
+    from bandpo_lab.eval.models import ATTENTION_AUTO, check_device, resolve_model_dir
+    from bandpo_lab.eval.outputs import DEFAULT_RESULTS
+    from bandpo_lab.runtime import bf16_problem
+    from bandpo_lab.training.preflight import attention_problem
+    from bandpo_lab.training.sections import prompt_template_problem
+
+    specs = args.dataset or ["countdown"]
+    try:
+        settings = _settings(args)
         options = None
         if args.task_options is not None:
             try:

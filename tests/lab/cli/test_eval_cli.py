@@ -90,7 +90,7 @@ def test_eval_file_with_unparsable_answers(model_dir: Path, tmp_path: Path) -> N
         (["--model", "{tmp}"], "model directory '{tmp}' is not a model: config.json is missing"),
         (
             ["--model", "{model}", "--k", "8", "--ks", "1,16"],
-            "ks entry 16 is larger than k=8, the number of samples",
+            "--ks entry 16 is larger than k=8, the number of samples",
         ),
         (["--model", "{model}", "--dataset", "{tmp}/d.jsonl"], "answer_column='answer' is not a column of"),
         # output paths are checked before the evaluation, which writes only at its end
@@ -125,6 +125,12 @@ def test_eval_errors_name_the_problem(
     ("args", "message"),
     [
         (["--max-problems", "0"], "--max-problems must be an integer >= 1, got 0"),
+        # the sampling settings name their flag (they named the field: 'batch_size must be ...')
+        (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
+        (["--k", "0"], "--k must be an integer >= 1, got 0"),
+        (["--ks", "0"], "--ks entries must be integers >= 1, got 0 in '0'"),
+        (["--n-bootstrap", "-1"], "--n-bootstrap must be an integer >= 1, got -1"),
+        (["--temperature", "-1"], "--temperature must be a finite number >= 0 (0: greedy), got -1.0"),
         (["--split", "val"], "split must be one of train, test for task 'countdown', got 'val'"),
         (["--dataset", "countdwon"], "dataset 'countdwon' does not exist"),
         (
