@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bandpo._optional import MissingDependencyError, pyplot
-    from bandpo_lab._files import output_dir_problem
+    from bandpo_lab._files import expand_path, output_dir_problem
     from bandpo_lab.cli.bounds import usage_error
     from bandpo_lab.eval.errors import EvalError
     from bandpo_lab.eval.models import ATTENTION_AUTO
@@ -132,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:  # "<field> must be ...", or a clip rule's own "unknown clip rule ..."
             name, _, rest = str(err).partition(" ")
             raise ValueError(f"{flags[name]} {rest}" if name in flags else f"--rules: {err}") from None
-        # before the work, which writes only at its end
+        # before the work, which writes only at its end; $VARS and ~ read as eval and train read them
+        args.output_dir = str(expand_path(args.output_dir, "--output-dir", ValueError))
         problem = output_dir_problem(args.output_dir, "--output-dir") or _outputs_taken(args.output_dir)
         if args.attn_implementation != ATTENTION_AUTO:  # else found only once the model had loaded
             problem = problem or attention_problem(args.attn_implementation, "--attn-implementation")

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bandpo.losses import group_advantages, make_clip_rule, policy_loss
+from bandpo.losses import CLIP_RULES, group_advantages, make_clip_rule, policy_loss
 from bandpo.losses.diagnostics import FIXED_INTERVAL
 from bandpo.validation import check_int_in, check_positive_number
 from bandpo_lab.experiments.llm_probe_report import BIN_NAMES, P_OLD_BINS, pool, summarize_probe
@@ -67,6 +67,8 @@ class ProbeConfig:
             raise ValueError("rules must name at least one clip rule")
         for rule in self.rules:
             make_clip_rule(rule)  # an unknown name raises, listing the valid ones
+        if len({CLIP_RULES.canonical(r) for r in self.rules}) < len(self.rules):  # results are keyed by rule
+            raise ValueError(f"rules must name each clip rule once, got {', '.join(self.rules)}")
 
 
 # ------------------------------------------------------------------------------------------------ one batch

@@ -36,6 +36,8 @@ FLAG_ERRORS = [  # (argv, the error's start)
     (["--precision", "fp8"], "--precision must be one of auto, float32, bf16, got 'fp8'"),
     (["--rules", ","], "--rules must name at least one clip rule, got ','"),
     (["--rules", "grpo,bandd"], "--rules: unknown clip rule 'bandd' (did you mean 'band'?); valid names: "),
+    # results are keyed by rule: the second ran again and replaced the first's
+    (["--rules", "grpo,band,grpo"], "--rules must name each clip rule once, got grpo, band, grpo"),
 ]
 
 
@@ -178,3 +180,26 @@ def test_probe_replaces_only_its_own_results(
         )
         assert probe_options == []
     assert {p.name: p.read_text() for p in out.iterdir()} == files
+
+
+def test_probe_output_dir_reads_variables_as_eval_does(
+    probe_options: list[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--output-dir '$OUT/p'`` was taken literally (a folder named ``$OUT`` in the working directory); now
+    expanded like eval's and train's paths, and an unset variable is one line."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OUT", str(tmp_path / "elsewhere"))
+    seen: list[str] = []
+    monkeypatch.setattr(
+        "bandpo_lab.cli.probe._run", lambda args, config, options: seen.append(args.output_dir) or 0
+    )
+    assert main(["probe", "--model", "x", "--no-figures", "--output-dir", "$OUT/p"]) == 0
+    assert seen == [str(tmp_path / "elsewhere" / "p")]
+    monkeypatch.delenv("OUT")
+    err = _error(["--output-dir", "$OUT/p"], capsys)
+    assert err.startswith(
+        "bandpo probe: error: --output-dir '$OUT/p' names the environment variable $OUT, which is"
+    )
