@@ -197,7 +197,8 @@ def _read_file(path: Path, what: str) -> Layer:
     if path.is_dir():
         raise ConfigError(f"{what} {str(path)!r} is a directory; it must be a YAML file")
     if not path.is_file():
-        raise ConfigError(f"{what} {str(path)!r} does not exist")
+        found = "does not exist" if not path.exists() else "is not a regular file (a device, a pipe)"
+        raise ConfigError(f"{what} {str(path)!r} {found}; it must be a YAML file")
     try:
         text = read_utf8(path, f"{what} {str(path)!r}")
     except ValueError as err:

@@ -99,6 +99,11 @@ def test_file_errors(tmp_path: Path) -> None:
         read_layers(tmp_path / "list.yaml")
     with pytest.raises(ConfigError, match=r"^config file '.*' is a directory; it must be a YAML file$"):
         read_layers(tmp_path)
+    if Path("/dev/null").exists():  # a device: it said "does not exist"
+        with pytest.raises(
+            ConfigError, match=r"^config file '/dev/null' is not a regular file \(a device, a pipe\)"
+        ):
+            read_layers("/dev/null")
     (tmp_path / "broken.yaml").write_text("a: 1\nfoo: [unclosed\n")
     with pytest.raises(ConfigError) as err:  # the parser's own message spans lines, with a caret drawing
         read_layers(tmp_path / "broken.yaml")
