@@ -65,7 +65,8 @@ class _LossFields:
     and the checks); without the section a config runs with these defaults."""
 
     divergence: str = "kl"
-    """Band's divergence (``bandpo.DIVERGENCES.names()``), for the rules that have one (band)."""
+    """Band's divergence (``bandpo.DIVERGENCES.names()``), for the rules that have one (band, band_upper,
+    band_lower)."""
     delta: float = PAPER_DELTA
     """Band's trust-region radius, > 0 (the authors' 0.05)."""
     cap: float | None = PAPER_CAP
