@@ -55,6 +55,7 @@ HARMLESS_KEYS = frozenset(
         "dataloader_persistent_workers",
         "dataloader_prefetch_factor",
         "activation_checkpointing",
+        "activation_checkpointing_kwargs",
         "gradient_checkpointing",
         "gradient_checkpointing_kwargs",
         "torch_empty_cache_steps",
@@ -146,7 +147,10 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> Conf
         old, new = _effective(before, key), _effective(now, key)
         if old == new:
             continue
-        harmless = key in HARMLESS_KEYS or (key in LENGTH_KEYS and length_ok)
+        # a mapping's entries are flattened (activation_checkpointing_kwargs.use_reentrant): its key decides
+        harmless = (
+            key.split(".")[0] in HARMLESS_KEYS or key in HARMLESS_KEYS or (key in LENGTH_KEYS and length_ok)
+        )
         (changes.harmless if harmless else changes.altering)[key] = (old, new)
     return changes
 

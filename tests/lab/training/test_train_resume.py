@@ -63,6 +63,11 @@ def test_config_changes_sort_altering_from_harmless() -> None:
         "data.task_options.n_train",
     }
     assert changes("beta=0.1") == (set(), set())  # tiny.yaml's own value, set again
+    # a mapping is flattened to its entries; activation checkpointing's settings change no result (docs/trl.md)
+    kwargs = "activation_checkpointing_kwargs.use_reentrant"
+    assert changes("activation_checkpointing_kwargs={use_reentrant: false}") == (set(), {kwargs})
+    altering, harmless = changes("model.warm_start={n_layers: 2}")
+    assert "model.warm_start.n_layers" in altering and not harmless
 
 
 def test_resume_with_another_clip_rule_is_refused_unless_allowed(tmp_path: Path) -> None:
