@@ -91,7 +91,8 @@ def test_actor_config_carries_the_schedule() -> None:
         ({**DECAY, "method": "table"}, r"method='table', which builds one table per radius"),
         (
             {**DECAY, "loss_mode": "dcpo"},
-            r"delta_schedule='linear' schedules Band's radius, which loss_mode='dcpo'",
+            r"delta_schedule='linear' schedules Band's radius, which loss_mode='dcpo' does not have: use a "
+            r"loss_mode with one \(bandpo, bandpo_band_upper, bandpo_band_lower\) or",
         ),
     ],
 )

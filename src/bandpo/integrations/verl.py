@@ -128,7 +128,9 @@ class BandPOPolicyLossConfig(PolicyLossConfig):
         if not band.schedule.is_constant and (rule is None or "delta" not in clip_rule_params(rule)):
             raise ValueError(
                 f"policy_loss.delta_schedule={band.schedule.kind!r} schedules Band's radius, which loss_mode="
-                f"{self.loss_mode!r} does not have: use loss_mode='bandpo' or delta_schedule='constant'"
+                f"{self.loss_mode!r} does not have: use a loss_mode with one ("
+                f"{', '.join(m for m, r in _MODE_RULES.items() if 'delta' in clip_rule_params(r))}) or "
+                "delta_schedule='constant'"
             )
         if rule is not None:
             _method(rule, settings)
