@@ -78,6 +78,7 @@ def test_sampling_scores_match_generates_logits() -> None:
             input_ids=out, attention_mask=full_mask, position_ids=positions
         ).logits  # (B, T + N, V)
     width = ids.shape[1]
+    assert len(seen) == out.shape[1] - width  # one call per drawn token
     alive = torch.ones(ids.shape[0], dtype=torch.bool)
     for step, scores in enumerate(seen):
         expected = logits[:, width - 1 + step]

@@ -43,6 +43,8 @@ def test_k_strings_per_prompt_without_special_tokens(model, tok) -> None:
 
 def test_token_ids_lengths_and_finished_agree(model, tok) -> None:
     samples = generate_samples(model, tok, PROMPTS, k=4, max_new_tokens=5, batch_size=4)
+    for field in (samples.token_ids, samples.lengths, samples.finished):
+        assert [len(row) for row in field] == [4] * len(PROMPTS)  # [P][k]
     for ids_row, lengths, finished in zip(samples.token_ids, samples.lengths, samples.finished):
         for ids, length, done in zip(ids_row, lengths, finished):
             assert len(ids) == length and 1 <= length <= 5

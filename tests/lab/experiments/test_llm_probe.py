@@ -258,6 +258,11 @@ def test_probe_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
         assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(line.startswith("bandpo probe: error:") for line in err)
+    # each refused for its own option: model 'x' does not exist either, which must not be what is said
+    assert err[0] == "bandpo probe: error: --updates must be an integer >= 2, got 1"
+    assert (
+        err[1] == "bandpo probe: error: --task-options must be a YAML mapping like '{digits: [1]}', got '[1]'"
+    )
     assert "does not exist" in err[2]
     assert err[3] == "bandpo probe: error: --precision must be one of auto, float32, bf16, got 'fp8'"
 

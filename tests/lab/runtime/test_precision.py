@@ -195,11 +195,14 @@ def test_record_and_describe() -> None:
 
 
 def _mkldnn_precision() -> str | None:
-    return getattr(onednn_matmul_setting(), "fp32_precision", None)
+    """oneDNN's float32 matmul precision as torch reports it (not through ``onednn_matmul_setting``, the code under
+    test: where that returned None, the test below skipped and the contexts set nothing unnoticed)."""
+    return getattr(torch.backends.mkldnn.matmul, "fp32_precision", None)
 
 
 @pytest.mark.skipif(_mkldnn_precision() is None, reason="this torch has no mkldnn fp32_precision")
 def test_backward_and_exact_contexts_set_and_restore_the_matmul_precision() -> None:
+    assert onednn_matmul_setting() is torch.backends.mkldnn.matmul
     bf16 = Precision("bf16", "bf16", "test")
     before = _mkldnn_precision()
     with bf16.backward():
