@@ -197,7 +197,7 @@ def test_record_and_describe() -> None:
 def _mkldnn_precision() -> str | None:
     """oneDNN's float32 matmul precision as torch reports it (not through ``onednn_matmul_setting``, the code under
     test: where that returned None, the test below skipped and the contexts set nothing unnoticed)."""
-    return getattr(torch.backends.mkldnn.matmul, "fp32_precision", None)
+    return getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", None)
 
 
 @pytest.mark.skipif(_mkldnn_precision() is None, reason="this torch has no mkldnn fp32_precision")
