@@ -48,7 +48,9 @@ def power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
     df = n - 1
     crit = stats.t.ppf(1 - alpha / 2, df)
     nc = effect / (sd / math.sqrt(n))
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    # both tails as survival functions: P(T < -crit | nc) = P(T > crit | -nc); scipy's nct.cdf(-crit) is NaN for
+    # noncentralities from about 7 on, where the other tail is still far from 1 with few seeds
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
 
 
 def seeds_needed(effect: float, sd: float, target: float = 0.8, alpha: float = 0.05) -> int:
@@ -70,8 +72,7 @@ def seeds_needed(effect: float, sd: float, target: float = 0.8, alpha: float = 0
 
 
 def minimum_detectable(sd: float, n: int, target: float = 0.8, alpha: float = 0.05) -> float:
-    """The difference that ``n`` seeds detect with probability ``target`` (searched up to 20 sd: scipy's noncentral
-    t gives NaN where the power is 1 to double precision, which then counts as 1).
+    """The difference that ``n`` seeds detect with probability ``target``.
 
     Raises ``ValueError`` for ``sd`` <= 0, ``n`` < 2 and ``target`` outside (alpha, 1)."""
     _check_sd(sd)
@@ -79,10 +80,12 @@ def minimum_detectable(sd: float, n: int, target: float = 0.8, alpha: float = 0.
     _check_target(target, alpha)
 
     def gap(d: float) -> float:  # d in units of sd: the power depends on effect / sd only
-        p = power(d, 1.0, n, alpha)
-        return (1.0 if math.isnan(p) else p) - target
+        return power(d, 1.0, n, alpha) - target
 
-    return sd * float(optimize.brentq(gap, 1e-9, 20.0))  # solved at sd 1 then scaled: any sd > 0 works
+    hi = 20.0  # few seeds at a small alpha need more than 20 sd (2 seeds, 99% at alpha 0.01: 116 sd)
+    while gap(hi) < 0:
+        hi *= 2
+    return sd * float(optimize.brentq(gap, 1e-9, hi))  # solved at sd 1 then scaled: any sd > 0 works
 
 
 def main(argv: list[str] | None = None) -> None:
