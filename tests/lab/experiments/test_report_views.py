@@ -129,3 +129,24 @@ def test_draw_run_plots_the_rows_it_has(tmp_path: Path) -> None:
     assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
     assert not draw_run([{"step": 1, "loss": 0.3}, {"reward": 1.0}], tmp_path / "b.png", "b")
     assert not (tmp_path / "b.png").exists()
+
+
+def test_a_cell_with_fewer_values_than_seeds_names_its_count(tmp_path: Path) -> None:
+    """A run without the evaluation entropy: the cell's mean and interval are over 2 seeds, not the row's 3."""
+    import json
+
+    from bandpo_lab.experiments.report import ReportData
+    from bandpo_lab.experiments.report.document import results_markdown
+
+    for seed, mean in enumerate((0.10, 0.12, 0.11)):
+        make_run(tmp_path, "grpo", "grpo", {}, seed, 0, mean, 0.01 * seed)
+    results = tmp_path / "runs" / "grpo" / "seed2" / "results.json"
+    payload = json.loads(results.read_text())
+    del payload["metrics"]["entropy"]
+    results.write_text(json.dumps(payload))
+    (row,) = [
+        line for line in results_markdown(ReportData.load(tmp_path)).splitlines() if line.startswith("| grpo")
+    ]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "3" and cells[2] == "11.0 ± 2.5"  # mean@8 over all 3 seeds: no count
+    assert cells[8] == "0.495 ± 0.064 (n=2)"  # entropy 0.5 and 0.49 only

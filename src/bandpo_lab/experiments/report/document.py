@@ -89,15 +89,20 @@ def _late_note(data: ReportData, settings: str) -> str:
 
 def _results_table(data: ReportData) -> str:
     """Per method (after the starting policy when there is a baseline): the seeds and each column's mean ± 95%
-    half-width."""
+    half-width, with ``(n=...)`` where fewer seeds than the method's have a value."""
     rows = []
     if data.baseline and data.baseline.get("metrics"):
         b = data.baseline["metrics"]
         rows.append(["starting policy", "-", *[_fmt_value(b.get(c.key), c) for c in data.columns]])
     for label in data.labels:
+        seeds = len(data.done_groups[label])
         stats = [(c, data.per_method[label].get(c.key) or {}) for c in data.columns]
-        cells = [_fmt_value(s.get("mean"), c, s.get("ci95")) for c, s in stats]
-        rows.append([label, str(len(data.done_groups[label])), *cells])
+        cells = [
+            _fmt_value(s.get("mean"), c, s.get("ci95"))
+            + (f" (n={s['n']})" if 0 < s.get("n", seeds) < seeds else "")
+            for c, s in stats
+        ]
+        rows.append([label, str(seeds), *cells])
     return markdown_table(["method", "seeds", *[c.title for c in data.columns]], rows)
 
 
