@@ -254,7 +254,7 @@ def test_missing_runs_and_no_heldout_curve(tmp_path: Path) -> None:
     text = (report / "report.md").read_text()
     assert "band-kl seed 1" in text.split("## Missing runs")[1]
     assert "grpo seed 1" in text.split("## Missing runs")[1]
-    assert "a single seed per method: no confidence interval" in text
+    assert "a single seed on a side and not 2 in common: no confidence interval" in text
     assert (report / "figures" / "heldout.png").stat().st_size > 1000  # start / end points instead of a curve
     data = json.loads((report / "results.json").read_text())
     assert data["methods"]["band-kl"]["seeds"] == [0]

@@ -150,3 +150,14 @@ def test_a_cell_with_fewer_values_than_seeds_names_its_count(tmp_path: Path) -> 
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "3" and cells[2] == "11.0 ± 2.5"  # mean@8 over all 3 seeds: no count
     assert cells[8] == "0.495 ± 0.064 (n=2)"  # entropy 0.5 and 0.49 only
+
+
+def test_a_comparison_without_interval_does_not_claim_one_seed_per_method(tmp_path: Path) -> None:
+    """grpo on 3 seeds, band-kl on 1: no interval, because band-kl has one seed; grpo has three."""
+    for seed, mean in enumerate((0.10, 0.12, 0.11)):
+        make_run(tmp_path, "grpo", "grpo", {}, seed, 0, mean, 0.0)
+    make_run(tmp_path, "band-kl", "band", {}, 0, 1, 0.15, 0.0)
+    text = (build_report(tmp_path, seeds=[0]) / "report.md").read_text()
+    assert "per method" not in text
+    assert "a single seed on a side and not 2 in common: no confidence interval" in text
+    assert "With a single seed on a side no difference on mean@8 can be called significant." in text

@@ -266,7 +266,7 @@ def _outcome_summary(data: ReportData) -> list[str]:
             out.append(f"Significantly {word} than {ref} on {key}: {listed}.")
     if not o.better and not o.worse:
         if o.single_seed:
-            out.append(f"With one seed per method no difference on {key} can be called significant.")
+            out.append(f"With a single seed on a side no difference on {key} can be called significant.")
         else:
             out.append(f"No method differs significantly from {ref} on {key} with these seeds.")
     if o.band_best is not None:
@@ -364,7 +364,7 @@ def _fmt_diff(c: Mapping[str, Any], percent: bool, metric: str) -> str:
 
 def _verdict(data: ReportData, c: Mapping[str, Any]) -> str:
     if c["significant"] is None:
-        return "a single seed per method: no confidence interval, not evidence either way"
+        return "a single seed on a side and not 2 in common: no confidence interval, not evidence either way"
     if not c["significant"]:
         return f"not significant with {c['n']} seeds"
     better = c["diff"] > 0

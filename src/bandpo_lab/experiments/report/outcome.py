@@ -32,7 +32,7 @@ class Outcome:
 
     @property
     def single_seed(self) -> bool:
-        """No valid comparison has an interval (one seed per method)."""
+        """No valid comparison has an interval (a single seed on a side, fewer than 2 in common)."""
         return all(c["significant"] is None for c in self.valid)
 
 
