@@ -142,9 +142,36 @@ def test_run_summary_holds_exactly_the_metrics_file_numbers(compare_dir: Path) -
     for b in BINS:
         assert s[f"bins/up/{b}"] == statistics.fmean(r[f"clip/frac_up/{b}"] for r in rows)
         assert s[f"bins/share/{b}"] == statistics.fmean(r[f"tokens/share/{b}"] for r in rows)
+        for side in ("up", "down"):
+            mass = statistics.fmean(r[f"clip/frac_{side}/{b}"] * r[f"tokens/share/{b}"] for r in rows)
+            assert s[f"bins/mass/{side}/{b}"] == pytest.approx(mass, rel=1e-12)
     assert s["mean@8"] == BAND_KL[1]
     assert s["entropy"] == 0.5 - 0.03
     assert len(run.heldout) == 3  # the torn last line is skipped
+
+
+def test_where_clipping_happens_weighs_each_step_by_its_own_share() -> None:
+    """The "where" bars (each bin's share of all up-clipped tokens) multiplied the rate and the token share each
+    averaged over steps: with a tail that clips often in the step where it holds few tokens, that read 71.4%
+    in the tail where the tokens clipped there are 60.6% (per step rate x share, summed)."""
+    from bandpo_lab.experiments.report.series import clip_bin_bars
+
+    tail, rest = BINS[0], BINS[-1]
+    steps = [
+        {f"clip/frac_up/{tail}": 0.5, f"tokens/share/{tail}": 0.1, f"clip/frac_up/{rest}": 0.05,
+         f"tokens/share/{rest}": 0.9},
+        {f"clip/frac_up/{tail}": 0.1, f"tokens/share/{tail}": 0.3, f"clip/frac_up/{rest}": 0.01,
+         f"tokens/share/{rest}": 0.7},
+    ]  # fmt: skip
+    mass = {b: [r[f"clip/frac_up/{b}"] * r[f"tokens/share/{b}"] for r in steps] for b in (tail, rest)}
+    expected = 100 * sum(mass[tail]) / (sum(mass[tail]) + sum(mass[rest]))
+    summary = {f"bins/{kind}/{b}": statistics.fmean(r[f"{key}/{b}"] for r in steps)
+               for kind, key in (("up", "clip/frac_up"), ("share", "tokens/share")) for b in (tail, rest)}  # fmt: skip
+    summary |= {f"bins/mass/up/{b}": statistics.fmean(mass[b]) for b in (tail, rest)}
+    bars = clip_bin_bars(["m"], {"m": {k: mean_ci([v]) for k, v in summary.items()}})
+    where = dict(zip(bars.bins, bars.where[("up", "m")]))
+    assert where[tail] == pytest.approx(expected) and round(expected, 1) == 60.6
+    assert where[rest] == pytest.approx(100 - expected)
 
 
 def test_a_run_that_clipped_nothing_has_no_tail_share(compare_dir: Path) -> None:

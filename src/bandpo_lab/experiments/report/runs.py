@@ -103,7 +103,8 @@ def _mean(xs: Sequence[float]) -> float | None:
 
 def run_summary(run: RunData) -> dict[str, Any]:
     """One run's numbers: the final evaluation's metrics, its late means (``late/<metric>``), the training numbers
-    (``train/...``) and per-bin clip rates (``bins/up|down|share/<bin>``)."""
+    (``train/...``), per-bin clip rates and token shares (``bins/up|down|share/<bin>``) and per-bin clipped mass
+    (``bins/mass/up|down/<bin>``: the step's clip rate in the bin times the bin's token share, averaged over steps)."""
     out: dict[str, Any] = {}
     if run.results:
         for part, prefix in (("metrics", ""), ("late", LATE)):
@@ -148,4 +149,11 @@ def run_summary(run: RunData) -> dict[str, Any]:
         out[f"bins/up/{b}"] = _mean(_values(rows, f"clip/frac_up/{b}"))
         out[f"bins/down/{b}"] = _mean(_values(rows, f"clip/frac_down/{b}"))
         out[f"bins/share/{b}"] = _mean(_values(rows, f"tokens/share/{b}"))
+        for side in (
+            "up",
+            "down",
+        ):  # the share of all tokens clipped on side in bin b, per step (rate x share)
+            rate, share = f"clip/frac_{side}/{b}", f"tokens/share/{b}"
+            both = [r for r in rows if r.get(rate) is not None and r.get(share) is not None]
+            out[f"bins/mass/{side}/{b}"] = _mean([float(r[rate]) * float(r[share]) for r in both])
     return out

@@ -77,7 +77,7 @@ def clip_bin_bars(
     labels: Sequence[str], per_method: Mapping[str, Mapping[str, Mapping[str, Any]]]
 ) -> BinBars | None:
     """The :class:`BinBars` of ``per_method`` (``label -> key -> mean_ci``: ``bins/up/<bin>``, ``bins/down/<bin>``,
-    ``bins/share/<bin>``); ``None`` when no method logged a bin."""
+    ``bins/mass/<side>/<bin>``); ``None`` when no method logged a bin."""
 
     def measured(label: str) -> bool:
         return any(
@@ -101,8 +101,9 @@ def clip_bin_bars(
             err = [[max(0.0, y - a) for y, a in zip(ys, lo)], [max(0.0, b - y) for y, b in zip(ys, hi)]]
             rate[(side, label)] = ys
             rate_err[(side, label)] = err if any(e > 0 for side_err in err for e in side_err) else None
-            shares = [m.get(f"bins/share/{b}", {}).get("mean") or 0.0 for b in bins]
-            mass = [(r or 0.0) * s for r, s in zip(rates, shares)]
+            # per step rate x share, then averaged: the product of the averaged rate and share weighs each step's
+            # rate by the mean share, not its own
+            mass = [m.get(f"bins/mass/{side}/{b}", {}).get("mean") or 0.0 for b in bins]
             total = sum(mass)
             where[(side, label)] = [100 * x / total if total > 0 else 0.0 for x in mass]
     return BinBars(bins=bins, labels=labels, rate=rate, rate_err=rate_err, where=where)
