@@ -119,14 +119,27 @@ _WRAPPERS = re.compile(
 
 
 def _unwrap(s: str) -> str:
-    """Replace ``\\boxed{X}``, ``\\text{X}``, ``\\mathrm{X}``, ... by ``X`` (nested braces included)."""
-    while (m := _WRAPPERS.search(s)) is not None:
-        group = _brace_group(s, m.end())
-        if group is None:  # unbalanced: drop the command word, keep the rest
-            s = s[: m.start()] + s[m.end() :]
-        else:
-            s = s[: m.start()] + group[0] + s[group[1] :]
-    return s
+    """Replace ``\\boxed{X}``, ``\\text{X}``, ``\\mathrm{X}``, ... by ``X`` (nested braces included; one unclosed
+    loses its command word only). One pass, linear in ``len(s)``: a degenerate reply with thousands of unclosed
+    ``\\text{`` does not stall the reward."""
+    out: list[str] = []
+    opened: list[int | None] = []  # per open brace: where a dropped command's "{" would go in out, else None
+    i = 0
+    while i < len(s):
+        if (m := _WRAPPERS.match(s, i)) is not None:
+            opened.append(len(out))
+            i = m.end() + 1
+            continue
+        ch = s[i : i + 2] if s[i] == "\\" else s[i]  # an escaped brace does not count
+        if ch == "{":
+            opened.append(None)
+        elif ch == "}" and opened and opened.pop() is not None:
+            ch = ""
+        out.append(ch)
+        i += max(len(ch), 1)
+    for pos in reversed([p for p in opened if p is not None]):  # unclosed: keep its "{"
+        out.insert(pos, "{")
+    return "".join(out)
 
 
 def _frac_arg(s: str, i: int) -> tuple[str, int] | None:

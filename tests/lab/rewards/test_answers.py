@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -63,6 +64,30 @@ EN_DASH = "\u2013"
 )
 def test_normalize_answer(raw: str, expected: str) -> None:
     assert normalize_answer(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (r"\text{a \text{b}} c", "abc"),
+        (r"\textbf {a{b}c}", "a{b}c"),
+        (r"\text{a}}", "a}"),
+        (r"\text{a \text{b}", "{ab"),  # an unclosed command loses its word, keeps its brace
+        (r"\text{a}\text{b", "a{b"),
+        (r"\text{\{a\}}", r"\{a\}"),  # escaped braces do not close the group
+    ],
+)
+def test_normalize_unwraps_nested_and_unclosed_commands(raw: str, expected: str) -> None:
+    assert normalize_answer(raw) == expected
+
+
+def test_unclosed_commands_take_linear_time() -> None:
+    """120k characters of unclosed ``\\text{`` (a degenerate reply's ``Answer:`` line) took ~40 s when each
+    unclosed command rescanned the rest of the string."""
+    line = r"\text{" * 20_000
+    start = time.perf_counter()
+    assert extract_answer("Answer: " + line) == "{" * 20_000
+    assert time.perf_counter() - start < 2.0
 
 
 @pytest.mark.parametrize(
