@@ -108,10 +108,11 @@ def verify_boxed(
     return VerifyResult(bool(correct), answer)
 
 
-_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
-"""A number as a reply writes it (after :func:`ascii_minus`): optional minus, digits with optional thousands
+_NUMBER_RE = re.compile(r"(?<![\w.])-?[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?")
+"""A number as a reply writes it (after :func:`ascii_minus`): optional minus, ASCII digits with optional thousands
 commas, optional decimals (``-1,234.50``); not part of a word (``x2``) and not the tail of a decimal (``.5`` is
-skipped)."""
+skipped). Other scripts' digits (``\\d`` would take ``۷`` or a fullwidth ``７``) are not read: kept as typed, they
+never equalled an ASCII ground truth, and hid an ASCII answer before them."""
 
 
 def last_number(text: str) -> str | None:

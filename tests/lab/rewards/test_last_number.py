@@ -27,6 +27,9 @@ from bandpo_lab.rewards.verifiers import last_number, verify_last_number
         ("So 3 \u2212 8 = \u22125", "-5"),  # U+2212, the Unicode minus sign
         ("it drops to \u20135.", "-5"),  # an en dash used as a minus
         ("pages 3\u20135", "5"),  # an en dash in a range is not a sign
+        # other scripts' digits are not read (kept as typed they never matched, and hid the ASCII answer)
+        ("3 + 4 = 7 \u06f7", "7"),  # Extended Arabic-Indic seven after the answer
+        ("The answer is \uff17", None),  # a fullwidth seven
     ],
 )
 def test_last_number(text: str, expected: str | None) -> None:
