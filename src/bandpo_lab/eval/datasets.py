@@ -35,7 +35,9 @@ class EvalDataset:
 
 def _translate(err: Exception) -> EvalError:
     """A training-data ``ConfigError`` in the words of the eval options (``data.path`` -> ``dataset``)."""
-    text = str(err)
+    from bandpo_lab.training.data import FORMAT_HINT
+
+    text = str(err).replace(FORMAT_HINT, "")  # no format setting among eval's flags nor compare's eval keys
     for old, new in (("data.path", "dataset"), ("data.split", "split"), ("data.format", "data_format")):
         text = text.replace(old, new)
     return EvalError(text)

@@ -16,6 +16,9 @@ from bandpo_lab.training.config import ConfigError, DataConfig
 
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
 MISSING = object()  # what lookup_column returns for an absent column
+FORMAT_HINT = " or set data.format (jsonl, json, parquet)"
+"""The end of the unknown-suffix error: a training config's way out (eval's flags and compare's eval section have
+no format setting, so their messages drop it)."""
 
 
 def _format_of(path: Path, fmt: str) -> str:
@@ -25,7 +28,7 @@ def _format_of(path: Path, fmt: str) -> str:
     if found is None:
         raise ConfigError(
             f"data.path file {str(path)!r}: cannot tell its format from the suffix {path.suffix!r}; use one of "
-            f"{', '.join(_SUFFIX_FORMATS)} or set data.format (jsonl, json, parquet)"
+            f"{', '.join(_SUFFIX_FORMATS)}{FORMAT_HINT}"
         )
     return found
 

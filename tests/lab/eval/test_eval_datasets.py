@@ -72,6 +72,13 @@ def test_file_dataset_errors(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "e.jsonl", [{"prompt": "", "answer": "1"}])
     with pytest.raises(EvalError, match=r"row 0 of .*e.jsonl'.*non-empty string"):
         load_eval_dataset(str(tmp_path / "e.jsonl"))
+    # eval's flags and compare's eval keys have no format setting: the message named 'data_format' as a way out
+    (tmp_path / "d.txt").write_text("{}\n")
+    with pytest.raises(EvalError) as err:
+        load_eval_dataset(str(tmp_path / "d.txt"))
+    assert str(err.value).endswith(
+        "cannot tell its format from the suffix '.txt'; use one of .jsonl, .json, .parquet"
+    )
     assert set(verifier_names()) >= {"dapo", "boxed", "countdown"}
 
 
