@@ -219,3 +219,20 @@ def yaml_mapping(flag: str, text: str, example: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{flag} must be a YAML mapping like '{example}', got {text!r}")
     return value
+
+
+def field_flags(settings: type, **renamed: str) -> dict[str, str]:
+    """A settings dataclass's field -> the flag that sets it: its name with dashes (``batch_size`` ->
+    ``--batch-size``), except the ``renamed`` ones (``learning_rate="--lr"``)."""
+    import dataclasses
+
+    return {
+        f.name: renamed.get(f.name, "--" + f.name.replace("_", "-")) for f in dataclasses.fields(settings)
+    }
+
+
+def flag_message(message: str, flags: dict[str, str]) -> str | None:
+    """A settings check's ``"<field> must be ..."`` with the field replaced by its flag (:func:`field_flags`), so that
+    the error names what the user typed; ``None`` when ``message`` starts with no field of ``flags``."""
+    name, _, rest = message.partition(" ")
+    return f"{flags[name]} {rest}" if name in flags else None

@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bandpo_lab.cli._args import add_dry_run, add_list_option, print_plan, progress_bars, yaml_mapping
+from bandpo_lab.cli._args import (
+    add_dry_run,
+    add_list_option,
+    field_flags,
+    flag_message,
+    print_plan,
+    progress_bars,
+    yaml_mapping,
+)
 
 EPILOG = """\
 datasets:
@@ -242,8 +250,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _settings(args: argparse.Namespace) -> Any:
     """The run's ``EvalSettings``; a bad value's error names its flag (``--batch-size``), not the field."""
-    import dataclasses
-
     from bandpo_lab.eval.errors import EvalError
     from bandpo_lab.eval.settings import EvalSettings
 
@@ -261,10 +267,10 @@ def _settings(args: argparse.Namespace) -> Any:
             progress=not args.no_progress,
         )
     except EvalError as err:
-        name, _, rest = str(err).partition(" ")
-        if name not in {f.name for f in dataclasses.fields(EvalSettings)}:
+        message = flag_message(str(err), field_flags(EvalSettings))
+        if message is None:
             raise
-        raise EvalError(f"--{name.replace('_', '-')} {rest}") from None
+        raise EvalError(message) from None
 
 
 def _run(args: argparse.Namespace) -> int:

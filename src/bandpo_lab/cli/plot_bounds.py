@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     problem = output_file_problem(args.output, "--output")
     if problem is not None:
         usage_error("plot-bounds", problem)
-    suffix = Path(args.output).suffix
+    output = Path(args.output)
+    suffix = output.suffix
     formats = figure_formats()
     if suffix.lower().removeprefix(".") not in formats:
         usage_error(
@@ -41,9 +42,7 @@ def run(args: argparse.Namespace) -> int:
             f"--output {args.output!r} must end in a figure suffix, one of "
             f"{', '.join('.' + f for f in formats)}; got {repr(suffix) if suffix else 'none'}",
         )
-    if Path(args.output).exists() and not is_bandpo_figure(
-        Path(args.output)
-    ):  # a user's file: never replaced
+    if output.exists() and not is_bandpo_figure(output):  # a user's file: never replaced
         usage_error(
             "plot-bounds",
             f"--output {args.output!r} exists and is not a figure bandpo wrote (marked in "

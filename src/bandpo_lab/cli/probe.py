@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shlex
 import sys
@@ -15,6 +14,8 @@ from bandpo_lab.cli._args import (
     add_deprecated_spelling,
     add_dry_run,
     add_list_option,
+    field_flags,
+    flag_message,
     print_plan,
     progress_bars,
     yaml_mapping,
@@ -116,9 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo_lab.experiments.llm_probe import ProbeConfig
     from bandpo_lab.training.preflight import attention_problem
 
-    # ProbeConfig's field -> the flag that sets it: its name with dashes, but --lr
-    flags = {f.name: "--" + f.name.replace("_", "-") for f in dataclasses.fields(ProbeConfig)}
-    flags["learning_rate"] = "--lr"
+    flags = field_flags(ProbeConfig, learning_rate="--lr")
     try:
         text = args.task_options
         if text is None and args.dataset == "arith":
@@ -130,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             config = ProbeConfig(**{**values, "rules": tuple(args.rules)})
         except ValueError as err:  # "<field> must be ...", or a clip rule's own "unknown clip rule ..."
-            name, _, rest = str(err).partition(" ")
-            raise ValueError(f"{flags[name]} {rest}" if name in flags else f"--rules: {err}") from None
+            raise ValueError(flag_message(str(err), flags) or f"--rules: {err}") from None
         # before the work, which writes only at its end; $VARS and ~ read as eval and train read them
         args.output_dir = str(expand_path(args.output_dir, "--output-dir", ValueError))
         problem = output_dir_problem(args.output_dir, "--output-dir") or _outputs_taken(args.output_dir)

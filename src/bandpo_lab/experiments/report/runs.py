@@ -149,10 +149,8 @@ def run_summary(run: RunData) -> dict[str, Any]:
         out[f"bins/up/{b}"] = _mean(_values(rows, f"clip/frac_up/{b}"))
         out[f"bins/down/{b}"] = _mean(_values(rows, f"clip/frac_down/{b}"))
         out[f"bins/share/{b}"] = _mean(_values(rows, f"tokens/share/{b}"))
-        for side in (
-            "up",
-            "down",
-        ):  # the share of all tokens clipped on side in bin b, per step (rate x share)
+        # the share of all tokens clipped on each side in bin b: per step rate x share, averaged over steps
+        for side in ("up", "down"):
             rate, share = f"clip/frac_{side}/{b}", f"tokens/share/{b}"
             both = [r for r in rows if r.get(rate) is not None and r.get(share) is not None]
             out[f"bins/mass/{side}/{b}"] = _mean([float(r[rate]) * float(r[share]) for r in both])
