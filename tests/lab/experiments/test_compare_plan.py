@@ -55,6 +55,25 @@ def test_plan_statuses_and_stale_runs(tmp_path: Path) -> None:
     check_plans(changed, plans, redo=True)  # allowed with redo
 
 
+def test_a_run_folder_inside_the_model_folder_says_where_its_output_dir_comes_from(tmp_path: Path) -> None:
+    """Each run's output_dir is set by compare, not by the user's recipe: the error says so (it said "default")."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    cfg = load_compare_config(
+        CONFIGS / "compare-tiny.yaml",
+        [f"output_dir={model}", "seeds=[0]", f"train.overrides.model.path={model}"],
+    )
+    with pytest.raises(CompareError) as info:
+        plan_runs(cfg)
+    message = str(info.value)
+    assert message.startswith(
+        f"methods[grpo] seed 0: output_dir {str(model / 'runs' / 'grpo' / 'seed0')!r} is inside"
+    )
+    assert message.endswith("(set by bandpo compare: its output_dir/runs/<label>/seed<N>)"), message
+    assert "default" not in message
+
+
 def test_a_run_that_cannot_resume_with_its_settings_is_refused_naming_redo(tmp_path: Path) -> None:
     """A started run (its spec of this config) whose training began with other settings: the trainer's refusal
     named --allow-config-change, which compare does not have; it names --redo, which retrains it from scratch."""

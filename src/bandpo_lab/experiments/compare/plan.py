@@ -81,6 +81,13 @@ def base_train_config(config: CompareConfig) -> Any:
         raise CompareError(f"train: {err}") from err
 
 
+_SET_BY_COMPARE = {
+    "output_dir": "set by bandpo compare: its output_dir/runs/<label>/seed<N>",
+    "seed": "set by bandpo compare: its seeds",
+}
+"""Where a run's ``output_dir`` and ``seed`` come from, for the training config's errors."""
+
+
 def plan_runs(config: CompareConfig) -> list[RunPlan]:
     """Every (method, seed) run with its training config, methods outer, and its status (``done``: finished with
     this config; ``stale``: finished or started with another config; ``partial``: started with this one; ``new``).
@@ -109,7 +116,7 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
             d["seed"] = seed
             d["output_dir"] = str(run_dir)
             try:
-                train_config = TrainConfig.from_dict(d, source=base.source)
+                train_config = TrainConfig.from_dict(d, source=base.source, origins=_SET_BY_COMPARE)
             except ConfigError as err:
                 raise CompareError(f"methods[{method.label}] seed {seed}: {err}") from err
             last = train_config.trainer.get("max_steps")
