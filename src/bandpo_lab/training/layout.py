@@ -19,6 +19,3 @@ TRAINER_STATE = "trainer_state.json"
 
 MODEL_CONFIG_FILE = "config.json"
 """The saved model's config (transformers' ``CONFIG_NAME``): present once the final model is saved."""
-
-RUN_FILES = (CONFIG_FILE, RUN_INFO_FILE, METRICS_FILE)
-"""The files only a bandpo training run writes: one of them marks an earlier run's folder."""

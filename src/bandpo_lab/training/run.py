@@ -32,7 +32,7 @@ from bandpo_lab.training.checkpoints import checkpoint_dirs, copy_model_files, s
 from bandpo_lab.training.config import ConfigError, TrainConfig
 from bandpo_lab.training.data import build_prompt_dataset, load_problems
 from bandpo_lab.training.expected_warnings import silence_expected_warnings, tied_weight_keys
-from bandpo_lab.training.layout import LOCK_FILE, METRICS_FILE, RUN_FILES, RUN_INFO_FILE
+from bandpo_lab.training.layout import LOCK_FILE, METRICS_FILE, RUN_INFO_FILE
 from bandpo_lab.training.lock import OutputDirLock, check_unlocked
 from bandpo_lab.training.resume import ConfigChanges, ResumePlan, plan_resume
 from bandpo_lab.training.rewards import answer_columns, build_rewards, check_rewards_on
@@ -100,7 +100,7 @@ def prepare(
     output_dir = config.output_dir
     if preflight.is_main_rank():
         check_unlocked(output_dir)
-    foreign = _foreign_files(output_dir, caller_files)
+    foreign = _foreign_files(output_dir, caller_files, resume)
     if foreign is not None:
         raise ConfigError(
             f"output_dir {str(output_dir)!r} holds files bandpo did not write ({foreign}): it must be an empty or "
@@ -169,9 +169,13 @@ def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dic
     return dict(build_prompt_dataset(problems[:1], config.data, None, chat_template=chat)[0])
 
 
-def _foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str | None:
-    """The entries of ``output_dir`` no bandpo run wrote, for a message (``README.md, notes/``), or ``None``: the
-    folder is new, empty (but for the lock file and ``caller_files``) or an earlier run's."""
+def _foreign_files(output_dir: Path, caller_files: Collection[str] = (), resume: bool = False) -> str | None:
+    """The entries of ``output_dir`` no bandpo run wrote, for a message (``README.md, checkpoint-4/``), or
+    ``None``: the folder is new, empty (but for the lock file and ``caller_files``) or an earlier bandpo run's, known
+    by its ``run_info.json`` (written when training starts, before any checkpoint or metric). A file named like
+    one of a run's, or a checkpoint another trainer wrote, does not make a folder bandpo's: ``--overwrite`` would
+    delete them. ``resume`` also takes another trainer's checkpoints (TRL's ``output_dir``): resuming deletes
+    nothing but what the trainer's own ``save_total_limit`` rotates."""
     try:
         entries = sorted(output_dir.iterdir()) if output_dir.is_dir() else []
     except OSError:
@@ -179,9 +183,15 @@ def _foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str 
     names = [
         p.name + ("/" if p.is_dir() else "") for p in entries if p.name not in {LOCK_FILE, *caller_files}
     ]
-    if not names or any(name in RUN_FILES for name in names) or checkpoint_dirs(output_dir):
+    if not names or _written_by_bandpo(output_dir) or (resume and checkpoint_dirs(output_dir)):
         return None
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _written_by_bandpo(output_dir: Path) -> bool:
+    """Whether ``output_dir`` holds a bandpo training run: its ``run_info.json`` records bandpo's provenance."""
+    provenance = read_json_object(output_dir / RUN_INFO_FILE).get("provenance")
+    return isinstance(provenance, dict) and "bandpo" in provenance
 
 
 def _earlier_run(output_dir: Path) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from train_helpers import fake_checkpoint
+from train_helpers import BANDPO_RUN_INFO, fake_checkpoint, fake_run_info
 
 from helpers import CONFIGS
 from helpers.tiny import save_countdown_model_dir
@@ -539,8 +539,14 @@ def test_prepare_refuses_to_mix_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("files", "holds"),
     [
-        ({"metrics.jsonl": '{"step": 5, "loss": 0.1}\n'}, r"logged metrics \(metrics.jsonl\)"),
-        ({"run_info.json": '{"finished": {"global_step": 8}}'}, r"a finished run \(run_info.json\)"),
+        (
+            {"run_info.json": json.dumps(BANDPO_RUN_INFO), "metrics.jsonl": '{"step": 5, "loss": 0.1}\n'},
+            r"logged metrics \(metrics.jsonl\)",
+        ),
+        (
+            {"run_info.json": json.dumps({**BANDPO_RUN_INFO, "finished": {"global_step": 8}})},
+            r"a finished run \(run_info.json\)",
+        ),
     ],
 )
 def test_prepare_refuses_a_directory_an_earlier_run_finished_in_without_checkpoints(
@@ -569,7 +575,7 @@ def test_prepare_accepts_a_directory_with_nothing_of_an_earlier_run(tmp_path: Pa
     out = tmp_path / "out"
     out.mkdir()
     (out / "metrics.jsonl").write_text("")
-    (out / "run_info.json").write_text('{"model_path": "m"}')
+    fake_run_info(out, model_path="m")
     assert prepare(load_train_config(TINY, run_dir(tmp_path))).resume_from is None
 
 
@@ -624,7 +630,36 @@ def test_a_fresh_run_shares_a_folder_with_an_earlier_runs_or_its_callers_files(t
         prepare(config)
     (out / "train_config.yaml").write_text("{}")
     (out / "README.md").write_text("the earlier run's model card")
+    fake_run_info(out)
     prepare(config)
+
+
+@pytest.mark.parametrize("kind", ["a user's train_config.yaml", "another trainer's checkpoints"])
+def test_files_named_like_a_runs_do_not_make_a_folder_bandpos(kind: str, tmp_path: Path) -> None:
+    """A folder counted as an earlier run's when it held a file named like a run's (train_config.yaml,
+    metrics.jsonl) or a checkpoint-<step> of any trainer: --overwrite deleted a plain TRL run's checkpoints and a
+    fresh run replaced the user's README.md. Only a run_info.json with bandpo's provenance marks a run's folder;
+    --resume still continues another trainer's checkpoints (it deletes nothing of them)."""
+    out = tmp_path / "out"
+    if kind == "another trainer's checkpoints":
+        fake_checkpoint(out, 4, bandpo_run=False)
+        listed = "checkpoint-4/"
+    else:
+        out.mkdir()
+        (out / "train_config.yaml").write_text("my: settings\n")
+        listed = "train_config.yaml"
+    (out / "README.md").write_text("# my run")
+    config = load_train_config(TINY, run_dir(tmp_path))
+    message = rf"^output_dir '{out}' holds files bandpo did not write \(README.md, {re.escape(listed)}\)"
+    for flags in ({}, {"overwrite": True}):
+        with pytest.raises(ConfigError, match=message):
+            prepare(config, **flags)
+    if kind == "another trainer's checkpoints":
+        assert prepare(config, resume=True).resume_from == out / "checkpoint-4"
+    else:
+        with pytest.raises(ConfigError, match=message):
+            prepare(config, resume=True)
+    assert (out / "README.md").read_text() == "# my run"
 
 
 @pytest.mark.parametrize("written", ["~/runs/a", "$RUNS_ROOT/a"])

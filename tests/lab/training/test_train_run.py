@@ -125,6 +125,8 @@ def test_run_info_keeps_the_code_of_earlier_calls_when_resumed(tmp_path: Path) -
 def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(
     tmp_path: Path, warm_model_dir: Path
 ) -> None:
+    from train_helpers import fake_run_info
+
     out = tmp_path / "out"
     old_board = out / "runs" / "Jan01_00-00-00_oldhost"
     old_board.mkdir(parents=True)
@@ -132,6 +134,7 @@ def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(
     (out / "runs" / "notes.txt").write_text("not TensorBoard's: kept")
     (out / "checkpoint-9").mkdir()
     (out / "metrics.jsonl").write_text(json.dumps({"step": 9, "loss": 1.0}) + "\n")
+    fake_run_info(out)
     overrides = [f"output_dir={out}", f"model.path={warm_model_dir}", "activation_checkpointing=false"]
     config = load_train_config(TINY, [*overrides, *SMALL_RUN, "max_steps=1", "report_to=tensorboard"])
 
