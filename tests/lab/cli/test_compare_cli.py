@@ -92,7 +92,9 @@ def test_dry_run_refuses_runs_made_with_other_settings_unless_redo(tmp_path: Pat
         (p.run_dir / "train_config.yaml").write_text(TrainConfig.from_dict(p.train_config).to_yaml())
         (p.run_dir / "config.json").write_text("{}")  # a final model, and the end of training recorded
         (p.run_dir / "run_info.json").write_text(
-            json.dumps({"finished": {"global_step": 40, "max_steps": 40}})
+            json.dumps(
+                {"provenance": {"bandpo": "0.0.test"}, "finished": {"global_step": 40, "max_steps": 40}}
+            )
         )
     args = ("compare", "--config", str(PRESET), f"output_dir={tmp_path}", "seeds=[0]", "--dry-run")
     out = bandpo(*args, "train.overrides.learning_rate=0.5")

@@ -28,6 +28,8 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     old_board.mkdir(parents=True)
     (old_board / "events.out.tfevents.1.oldhost.0").write_bytes(b"old curves")
     (out_dir / "checkpoint-1000").mkdir()
+    earlier = {"argv": ["/venv/bin/bandpo", "demo"], "provenance": {"bandpo": "0.0.test"}}
+    (out_dir / "run_info.json").write_text(json.dumps(earlier))
     args = [
         "demo", "--output-dir", str(out_dir), "--k", "2", "--eval-problems", "10",
         "max_steps=4", "logging_steps=1", "save_steps=1000", "model.warm_start.max_steps=10",
@@ -361,7 +363,7 @@ def test_demo_does_not_discard_another_commands_run(
 
     out = tmp_path / "run"
     (out / "checkpoint-400").mkdir(parents=True)
-    (out / RUN_INFO_FILE).write_text(json.dumps({"argv": argv}))
+    (out / RUN_INFO_FILE).write_text(json.dumps({"argv": argv, "provenance": {"bandpo": "0.0.test"}}))
     if not refused:
         assert main(["demo", "--dry-run", "--output-dir", str(out)]) == 0
         return

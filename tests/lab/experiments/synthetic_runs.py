@@ -137,6 +137,9 @@ def make_planned_runs(config: Any, skip: Any = (), train_files: bool = False) ->
             (p.run_dir / "train_config.yaml").write_text(train_config.to_yaml())
             (p.run_dir / "config.json").write_text("{}")
             max_steps = p.train_config["max_steps"]
-            finished = {"finished": {"global_step": max_steps, "max_steps": max_steps}}
+            finished = {
+                "provenance": {"bandpo": "0.0.test"},  # what marks a folder as a bandpo run's
+                "finished": {"global_step": max_steps, "max_steps": max_steps},
+            }
             (p.run_dir / "run_info.json").write_text(json.dumps(finished))
     return plans
