@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         run_compare,
         validate_with_trainer,
     )
-    from bandpo_lab.experiments.compare.plan import check_plans
+    from bandpo_lab.experiments.compare.plan import check_plans, output_dir_owner_problem
 
     try:
         config = load_compare_config(args.config, args.overrides)
@@ -103,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
             problem = None if path is None else output_dir_problem(path, name)
             if problem is not None:
                 raise CompareError(problem)
+        problem = None if args.export else output_dir_owner_problem(config.output_dir)
+        if problem is not None:
+            raise CompareError(problem)
         if args.methods is not None:
             wanted = list(args.methods)
             labels = [m.label for m in config.methods]

@@ -106,6 +106,39 @@ def test_dry_run_refuses_runs_made_with_other_settings_unless_redo(tmp_path: Pat
     assert "grpo             seed 0   stale" in out.stdout
 
 
+@pytest.mark.parametrize("mode", [(), ("--dry-run",), ("--report-only",)])
+def test_a_folder_of_the_users_files_named_as_a_comparisons_is_refused(
+    mode: tuple[str, ...], tmp_path: Path
+) -> None:
+    """A comparison into a folder holding the user's report/ wrote its report over report/report.md once the runs
+    finished: refused in one line before any work, in every mode. Files of other names stay beside a comparison."""
+    out = tmp_path / "notes"
+    (out / "report").mkdir(parents=True)
+    (out / "report" / "report.md").write_text("# my report")
+    result = bandpo("compare", "--config", str(PRESET), f"output_dir={out}", "seeds=[0]", *mode)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"bandpo compare: error: output_dir '{out}' holds report/, not written by bandpo compare: a comparison "
+        "writes its own compare_plan.json, compare_config.yaml, baseline, report and runs there, replacing what it "
+        "finds; choose another output_dir\n"
+    )
+    assert (out / "report" / "report.md").read_text() == "# my report"
+    assert sorted(p.name for p in out.iterdir()) == ["report"]
+
+
+def test_a_folder_of_other_files_or_an_earlier_comparison_is_accepted(tmp_path: Path) -> None:
+    from bandpo_lab.experiments.compare.plan import output_dir_owner_problem
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert output_dir_owner_problem(out) is None and output_dir_owner_problem(tmp_path / "new") is None
+    (out / "report").mkdir()
+    assert output_dir_owner_problem(out) is not None
+    (out / "compare_plan.json").write_text(json.dumps({"config": {}}))  # an earlier comparison: its report
+    assert output_dir_owner_problem(out) is None
+
+
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     """``output_dir=README.md`` printed a plan under ``README.md/runs/...`` before: one line instead, whatever the
     mode, and the same for ``--export`` into a file."""

@@ -17,8 +17,10 @@ import yaml
 from bandpo_lab._files import file_lock, read_json_object, write_json
 from bandpo_lab.experiments.compare.config import CompareConfig, CompareError, MethodSpec
 from bandpo_lab.experiments.compare.layout import (
+    BASELINE_DIR,
     COMPARE_CONFIG_FILE,
     PLAN_FILE,
+    REPORT_DIR,
     RESULTS_FILE,
     RUN_DIR_FILES,
     RUN_SPEC_FILE,
@@ -26,6 +28,31 @@ from bandpo_lab.experiments.compare.layout import (
     without_later_settings,
 )
 from bandpo_lab.provenance import provenance
+
+COMPARE_ENTRIES = (PLAN_FILE, COMPARE_CONFIG_FILE, BASELINE_DIR, REPORT_DIR, "runs")
+"""What a comparison writes at the top of its output_dir."""
+
+
+def output_dir_owner_problem(output_dir: str | Path) -> str | None:
+    """Why a comparison may not write into ``output_dir``, or ``None``: it is new, an earlier comparison's (its
+    ``compare_plan.json``, or a run's ``run_spec.json``), or holds none of :data:`COMPARE_ENTRIES` (the user's
+    other files stay beside the comparison's). A user's ``report/`` would have its ``report.md`` replaced."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return None
+    if isinstance(read_json_object(out / PLAN_FILE).get("config"), dict):
+        return None
+    if any(out.glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
+        return None
+    taken = [name for name in COMPARE_ENTRIES if (out / name).exists()]
+    if not taken:
+        return None
+    shown = ", ".join(name + ("/" if (out / name).is_dir() else "") for name in taken)
+    return (
+        f"output_dir {str(output_dir)!r} holds {shown}, not written by bandpo compare: a comparison writes its "
+        f"own {', '.join(COMPARE_ENTRIES[:-1])} and {COMPARE_ENTRIES[-1]} there, replacing what it finds; choose "
+        "another output_dir"
+    )
 
 
 @dataclass
