@@ -102,10 +102,15 @@ def prepare(
         check_unlocked(output_dir)
     foreign = _foreign_files(output_dir, caller_files, resume)
     if foreign is not None:
+        other = (
+            "; another trainer's checkpoints can be continued with --resume"
+            if checkpoint_dirs(output_dir)
+            else ""
+        )
         raise ConfigError(
             f"output_dir {str(output_dir)!r} holds files bandpo did not write ({foreign}): it must be an empty or "
             "new folder, or an earlier bandpo training run's folder (with --overwrite or --resume); choose another "
-            "output_dir"
+            f"output_dir{other}"
         )
     try:
         check_trainer_values(lambda name: preflight.trainer_value(config, name))

@@ -651,9 +651,11 @@ def test_files_named_like_a_runs_do_not_make_a_folder_bandpos(kind: str, tmp_pat
     (out / "README.md").write_text("# my run")
     config = load_train_config(TINY, run_dir(tmp_path))
     message = rf"^output_dir '{out}' holds files bandpo did not write \(README.md, {re.escape(listed)}\)"
+    hint = "; another trainer's checkpoints can be continued with --resume"
     for flags in ({}, {"overwrite": True}):
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises(ConfigError, match=message) as info:
             prepare(config, **flags)
+        assert str(info.value).endswith(hint) == (kind == "another trainer's checkpoints")
     if kind == "another trainer's checkpoints":
         assert prepare(config, resume=True).resume_from == out / "checkpoint-4"
     else:
