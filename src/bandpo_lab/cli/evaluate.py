@@ -314,7 +314,10 @@ def _run(args: argparse.Namespace) -> int:
         _check_outputs(args.output, args.save_samples, local if local.is_dir() else None)
         # before the datasets: a wrong path fails fast; a dry run builds no built-in or tiny model (None)
         model = resolve_model_dir(args.model, specs, options, build=not args.dry_run)
-        output = Path(args.output) if args.output else None if model is None else model / DEFAULT_RESULTS
+        # $VARS and ~ expanded as the checks read them: the file checked is the file written
+        output = (
+            expand_path(args.output) if args.output else None if model is None else model / DEFAULT_RESULTS
+        )
         if model is not None:  # the default file, in the model's folder, and a built-in model's folder
             _check_outputs(output, args.save_samples, model)
         if args.threads is not None:
@@ -355,7 +358,7 @@ def _run(args: argparse.Namespace) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     write_json(output, results)
     if samples is not None:
-        path = Path(args.save_samples)
+        path = expand_path(args.save_samples)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(row) + "\n" for row in samples))
     print(f"model {results['model']}")

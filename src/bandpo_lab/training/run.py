@@ -316,16 +316,23 @@ def _cuda_available() -> bool:
 
 def _discard_earlier_run(output_dir: Path) -> None:
     """Remove an earlier run's checkpoints, metrics, run info and TensorBoard folders (``runs/<date>_<host>/``
-    holding only event files) from ``output_dir``; nothing else (the new run overwrites the model files)."""
+    holding only event files) from ``output_dir``; nothing else (the new run overwrites the model files). A symbolic
+    link (``runs`` to a TensorBoard folder shared by many runs, a checkpoint moved to another disk) is left as it
+    is, and what it points to: not this run's folder."""
     for child in checkpoint_dirs(output_dir):
-        shutil.rmtree(child)
+        if not child.is_symlink():
+            shutil.rmtree(child)
     for name in (METRICS_FILE, RUN_INFO_FILE):
         (output_dir / name).unlink(missing_ok=True)
     board = output_dir / "runs"
-    if board.is_dir():
+    if board.is_dir() and not board.is_symlink():
         for child in board.iterdir():
             files = [p for p in child.rglob("*") if p.is_file()]
-            if child.is_dir() and all(p.name.startswith("events.out.tfevents.") for p in files):
+            if (
+                child.is_dir()
+                and not child.is_symlink()
+                and all(p.name.startswith("events.out.tfevents.") for p in files)
+            ):
                 shutil.rmtree(child)
         if not any(board.iterdir()):
             board.rmdir()

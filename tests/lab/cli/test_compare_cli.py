@@ -126,6 +126,29 @@ def test_a_folder_of_the_users_files_named_as_a_comparisons_is_refused(
     assert sorted(p.name for p in out.iterdir()) == ["report"]
 
 
+def test_an_output_dir_with_a_tilde_is_checked_where_the_runs_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``output_dir=~/cmp``: each run's training config expanded ``~`` (the models went to ``$HOME/cmp/runs``), the
+    comparison did not (its plan and report went to ``./~/cmp``, and the folder it checked was that one, not
+    ``$HOME/cmp``, which holds the user's report/). One path, expanded, for the check and every writer."""
+    home = tmp_path / "home"
+    (home / "cmp" / "report").mkdir(parents=True)
+    (home / "cmp" / "report" / "report.md").write_text("# my report")
+    monkeypatch.setenv("HOME", str(home))
+    result = bandpo("compare", "--config", str(PRESET), "output_dir=~/cmp", "seeds=[0]", "--dry-run")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(
+        f"bandpo compare: error: output_dir '{home / 'cmp'}' holds report/, not written by bandpo compare"
+    )
+    from bandpo_lab.experiments.compare import load_compare_config, plan_runs
+
+    config = load_compare_config(PRESET, ["output_dir=$HOME/cmp", "seeds=[0]"])
+    assert config.output_dir == str(home / "cmp")
+    assert plan_runs(config)[0].run_dir == home / "cmp" / "runs" / "grpo" / "seed0"
+    assert load_compare_config(PRESET, ["output_dir=runs/x/"]).output_dir == "runs/x/"  # as typed otherwise
+
+
 def test_a_folder_of_other_files_or_an_earlier_comparison_is_accepted(tmp_path: Path) -> None:
     from bandpo_lab.experiments.compare.plan import output_dir_owner_problem
 

@@ -376,3 +376,24 @@ def test_demo_does_not_discard_another_commands_run(
         "replaces only an earlier demo's run; choose another --output-dir\n"
     )
     assert (out / "checkpoint-400").is_dir()
+
+
+def test_demo_into_a_folder_of_other_files_names_its_own_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bandpo demo --output-dir notes`` (a folder of the user's files) was refused in train's words: "output_dir
+    ... an earlier bandpo training run's folder (with --overwrite or --resume); choose another output_dir", flags
+    the demo has not. The refusal names --output-dir and what the demo writes into."""
+    from bandpo_lab.cli.main import main
+
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "README.md").write_text("mine")
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--dry-run", "--output-dir", str(out)])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        f"bandpo demo: error: --output-dir {str(out)!r} holds files bandpo did not write (README.md): the demo "
+        "writes only into a new or empty folder or an earlier demo's run; choose another --output-dir\n"
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["README.md"]

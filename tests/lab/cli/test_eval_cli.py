@@ -283,6 +283,32 @@ def test_output_and_save_samples_to_one_file_is_refused(
     )
 
 
+def test_output_paths_with_a_tilde_or_a_variable_are_written_where_they_were_checked(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output=~/r.json`` (a shell expands no ``~`` after ``=``) and ``--save-samples '$OUT/s.jsonl'``: the checks
+    read ``$HOME/r.json`` and ``$OUT/s.jsonl``, the writer wrote ``./~/r.json`` and ``./$OUT/s.jsonl``, replacing
+    a file there that no check had looked at. Both are written where they were checked; in process."""
+    from bandpo_lab.cli.main import main
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    (work / "~").mkdir(parents=True)
+    (work / "~" / "r.json").write_text("a user's file")
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("OUT", str(home))
+    monkeypatch.chdir(work)
+    argv = ["eval", "--model", str(model_dir), "--dataset", "countdown", "--max-problems", "2", "--k", "2"]
+    assert (
+        main([*argv, "--ks", "1", "--no-progress", "--output=~/r.json", "--save-samples=$OUT/s.jsonl"]) == 0
+    )
+    assert json.loads((home / "r.json").read_text())["overall"]["n_problems"] == 2
+    assert len((home / "s.jsonl").read_text().splitlines()) == 2
+    assert (work / "~" / "r.json").read_text() == "a user's file"
+    assert sorted(p.name for p in work.rglob("*")) == ["r.json", "~"]
+    assert f"results: {home / 'r.json'}" in capsys.readouterr().out
+
+
 def test_eval_with_a_verifier_that_parses_no_answer_warns(model_dir: Path, tmp_path: Path) -> None:
     """``--dataset countdown --verifier dapo`` reported 0% with every answer unparsed and no word: one warning line
     with the counts and the hint to check --verifier."""

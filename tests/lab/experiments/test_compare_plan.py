@@ -278,3 +278,33 @@ def test_export_refuses_a_folder_of_other_files_or_a_comparisons_runs(tmp_path: 
     (mine / "report" / "report.md").unlink()
     export_results(src, mine)  # no file in it (an empty folder): taken
     export_results(src, mine)  # an earlier export: updated
+
+
+def test_export_refuses_a_comparison_whose_runs_hold_no_model_yet(tmp_path: Path) -> None:
+    """A comparison stopped (or failed) before its first run saved a model passed for an earlier export: exporting
+    another comparison there replaced its compare_plan.json, baseline results and its run's spec, run info and
+    training config, and gave the run a results.json it never made. Its compare_config.yaml, or a run's
+    train.log, which an export never holds, marks it; before any write, whichever it has."""
+    from synthetic_runs import make_planned_runs
+
+    from bandpo_lab.experiments.compare import export_results
+    from bandpo_lab.experiments.compare.plan import write_plan
+
+    src, other = tmp_path / "out", tmp_path / "other"
+    make_planned_runs(load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={src}"]))
+    stopped = load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={other}", "seeds=[0]"])
+    started = plan_runs(stopped)[0]
+    write_plan(stopped, plan_runs(stopped))
+    started.run_dir.mkdir(parents=True)
+    (started.run_dir / "run_spec.json").write_text(json.dumps(started.spec(stopped)))
+    (started.run_dir / "train.log").write_text("===== grpo seed 0\n")
+    (started.run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+    before = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
+    for marker in (other / "compare_config.yaml", started.run_dir / "train.log"):
+        with pytest.raises(
+            CompareError, match=r"is a comparison's output_dir \(its compare_config\.yaml or a run"
+        ):
+            export_results(src, other)
+        assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == before
+        marker.unlink()  # the other marker alone
+        before.pop(marker)

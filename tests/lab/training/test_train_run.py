@@ -170,3 +170,25 @@ def test_overwrite_keeps_a_users_checkpoint_best_folder(tmp_path: Path) -> None:
         "notes.txt",
     ]
     assert (out / "checkpoint-best" / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_overwrite_follows_no_symbolic_link_out_of_the_run(tmp_path: Path) -> None:
+    """``--overwrite`` with ``runs`` linked to a TensorBoard folder shared by many runs deleted every other run's
+    event folders there, then stopped with a traceback (``rmdir`` of the link); a ``checkpoint-<step>`` linked to a
+    folder on another disk stopped it half-way. Links are left, with what they point to; in process."""
+    from bandpo_lab.training.run import _discard_earlier_run
+
+    shared, moved, out = tmp_path / "tensorboard", tmp_path / "moved-checkpoint", tmp_path / "out"
+    for folder in (shared / "other-run", moved, out / "checkpoint-4"):
+        folder.mkdir(parents=True)
+    (shared / "other-run" / "events.out.tfevents.1.host.0").write_bytes(b"another run's curves")
+    (moved / "model.safetensors").write_bytes(b"weights")
+    (out / "runs").symlink_to(shared)
+    (out / "checkpoint-9").symlink_to(moved)
+    (out / RUN_INFO_FILE).write_text("{}")
+
+    _discard_earlier_run(out)
+
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-9", "runs"]
+    assert (shared / "other-run" / "events.out.tfevents.1.host.0").read_bytes() == b"another run's curves"
+    assert (moved / "model.safetensors").read_bytes() == b"weights"

@@ -234,6 +234,10 @@ class CompareConfig:
                 "output_dir must be a directory path (a non-empty string; quote a name YAML reads as a number), "
                 f"got {self.output_dir!r}"
             )
+        # ~ and $VARS expanded once, as each run's training config reads its output_dir below this one
+        expanded = expand_path(self.output_dir, "output_dir", CompareError)
+        if expanded != Path(self.output_dir):
+            self.output_dir = str(expanded)
         if not isinstance(self.baseline, bool):
             raise CompareError(f"baseline must be true or false, got {self.baseline!r}")
 

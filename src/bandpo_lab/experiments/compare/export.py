@@ -7,6 +7,7 @@ from pathlib import Path
 from bandpo_lab.experiments.compare.config import CompareError
 from bandpo_lab.experiments.compare.layout import (
     BASELINE_DIR,
+    COMPARE_CONFIG_FILE,
     LOG_FILE,
     PLAN_FILE,
     REPORT_DIR,
@@ -88,7 +89,8 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
 def _destination_problem(out: Path, dest: str | Path) -> str | None:
     """Why the export may not write into the folder ``out`` (``dest`` as typed), or ``None``: it must be new, empty
     or an earlier export (a plan or a run spec there), whose files exporting again replaces; not a folder of the
-    user's files (``report/report.md``) nor a comparison's output_dir, whose runs hold trained models."""
+    user's files (``report/report.md``) nor a comparison's output_dir, whose runs hold trained models (or, not yet
+    trained or failed, its ``compare_config.yaml`` and their ``train.log``)."""
     from bandpo_lab.training.layout import MODEL_CONFIG_FILE
 
     if not out.is_dir() or not any(p.is_file() for p in out.rglob("*")):  # new, or no file in it
@@ -97,6 +99,12 @@ def _destination_problem(out: Path, dest: str | Path) -> str | None:
         return (
             f"export destination {str(dest)!r} is a comparison's output_dir (its runs hold trained models), not "
             "an export: exporting there would replace its runs' files; choose a new or empty folder"
+        )
+    if (out / COMPARE_CONFIG_FILE).is_file() or any(out.glob(f"runs/*/seed*/{LOG_FILE}")):
+        return (
+            f"export destination {str(dest)!r} is a comparison's output_dir (its {COMPARE_CONFIG_FILE} or a run's "
+            f"{LOG_FILE}, which an export never holds), not an export: exporting there would replace its plan and "
+            "its runs' files; choose a new or empty folder"
         )
     if (out / PLAN_FILE).is_file() or any(out.glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
         return None
