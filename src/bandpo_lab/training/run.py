@@ -206,7 +206,8 @@ def _earlier_run(output_dir: Path) -> str | None:
         last = scan.latest or scan.skipped[0][0]
         return f"checkpoints (last: {last.name})"
     if read_jsonl(output_dir / METRICS_FILE):
-        return f"logged metrics ({METRICS_FILE})"
+        packed = not (output_dir / METRICS_FILE).is_file()  # read_jsonl's fallback: an export's gzipped log
+        return f"logged metrics ({METRICS_FILE}{'.gz' if packed else ''})"
     if "finished" in read_json_object(output_dir / RUN_INFO_FILE):
         return f"a finished run ({RUN_INFO_FILE})"
     return None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import re
@@ -543,6 +544,10 @@ def test_prepare_refuses_to_mix_runs(tmp_path: Path) -> None:
             {"run_info.json": json.dumps(BANDPO_RUN_INFO), "metrics.jsonl": '{"step": 5, "loss": 0.1}\n'},
             r"logged metrics \(metrics.jsonl\)",
         ),
+        (  # a run folder of a `bandpo compare --export`: its log is gzipped
+            {"run_info.json": json.dumps(BANDPO_RUN_INFO), "metrics.jsonl.gz": '{"step": 5, "loss": 0.1}\n'},
+            r"logged metrics \(metrics.jsonl.gz\)",
+        ),
         (
             {"run_info.json": json.dumps({**BANDPO_RUN_INFO, "finished": {"global_step": 8}})},
             r"a finished run \(run_info.json\)",
@@ -557,7 +562,10 @@ def test_prepare_refuses_a_directory_an_earlier_run_finished_in_without_checkpoi
     out = tmp_path / "out"
     out.mkdir()
     for name, text in files.items():
-        (out / name).write_text(text)
+        if name.endswith(".gz"):
+            (out / name).write_bytes(gzip.compress(text.encode()))
+        else:
+            (out / name).write_text(text)
     config = load_train_config(TINY, run_dir(tmp_path))
     with pytest.raises(
         ConfigError,
