@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bandpo_lab._files import output_dir_problem
+    from bandpo_lab._files import expand_path, output_dir_problem
     from bandpo_lab.config import recipe_note
     from bandpo_lab.experiments.compare import (
         CompareError,
@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = load_compare_config(args.config, args.overrides)
+        if args.export is not None:  # ~ and $VARS expanded once, as output_dir's: checked where it is written
+            args.export = str(expand_path(args.export, "--export", CompareError))
         for name, path in (("output_dir", config.output_dir), ("--export", args.export)):
             problem = None if path is None else output_dir_problem(path, name)
             if problem is not None:

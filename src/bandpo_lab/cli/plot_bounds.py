@@ -25,11 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bandpo_lab._files import output_file_problem
+    from bandpo_lab._files import expand_path, output_file_problem
     from bandpo_lab.plots import MARKED_FORMATS, default_rules, figure_formats, is_bandpo_figure, plot_bounds
 
     check_listed("plot-bounds", "--divergence", args.divergence, "divergence")
     cap = check_delta_and_cap("plot-bounds", args.delta, args.cap)
+    try:  # ~ and $VARS expanded once, as every other command's paths: checked where it is written
+        args.output = str(expand_path(args.output, "--output"))
+    except ValueError as err:
+        usage_error("plot-bounds", str(err))
     problem = output_file_problem(args.output, "--output")
     if problem is not None:
         usage_error("plot-bounds", problem)

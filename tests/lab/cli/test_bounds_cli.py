@@ -215,3 +215,33 @@ def test_a_cap_that_is_no_number_is_quoted(cap: str, shown: str, capsys: pytest.
     assert capsys.readouterr().err == (
         f"bandpo bounds: error: --cap must be a finite number >= 1, or none for no cap, got {shown}\n"
     )
+
+
+def test_plot_bounds_output_reads_a_tilde_and_variables_as_a_shell_would(tmp_path: Path) -> None:
+    """``--output '~/b.png'`` was written to ``./~/b.png`` (and checked there): now where the other commands' paths
+    go, ``$HOME/b.png``; a variable that is not set is one line naming it."""
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HOME": str(tmp_path / "home"),
+        "FIGS": str(tmp_path / "figs"),
+    }
+    env.pop("NOT_SET_HERE", None)
+    for typed, written in (
+        ("~/b.png", tmp_path / "home" / "b.png"),
+        ("$FIGS/b.png", tmp_path / "figs" / "b.png"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "bandpo_lab.cli.main", "plot-bounds", "--output", typed],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert written.is_file() and not (tmp_path / "~").exists() and not (tmp_path / "$FIGS").exists()
+    out = subprocess.run(
+        [sys.executable, "-m", "bandpo_lab.cli.main", "plot-bounds", "--output", "$NOT_SET_HERE/b.png"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stderr == (
+        "bandpo plot-bounds: error: --output '$NOT_SET_HERE/b.png' names the environment variable $NOT_SET_HERE, "
+        "which is not set: set it (export NOT_SET_HERE=...) or write the path without it\n"
+    )

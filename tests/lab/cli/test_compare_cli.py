@@ -162,6 +162,14 @@ def test_a_folder_of_other_files_or_an_earlier_comparison_is_accepted(tmp_path: 
     assert output_dir_owner_problem(out) is None
 
 
+def test_export_reads_a_tilde_as_a_shell_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--export '~/x'`` was checked and written at ``./~/x``; now at ``$HOME/x`` as output_dir is."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "x").write_text("a file of the user's")
+    out = bandpo("compare", "--config", str(PRESET), f"output_dir={tmp_path / 'cmp'}", "--export", "~/x")
+    assert out.returncode == 2 and f"--export '{tmp_path / 'x'}' is a file" in out.stderr, out.stderr
+
+
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     """``output_dir=README.md`` printed a plan under ``README.md/runs/...`` before: one line instead, whatever the
     mode, and the same for ``--export`` into a file."""
