@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo_lab.eval.models import resolve_model_dir
     from bandpo_lab.training.config import ConfigError, load_train_config
     from bandpo_lab.training.layout import METRICS_FILE
-    from bandpo_lab.training.run import _foreign_files, prepare, train
+    from bandpo_lab.training.run import foreign_files, prepare, train
     from bandpo_lab.training.tasks import TASKS, build_task_model, default_cache_dir
 
     for override in args.overrides:
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--output-dir {output_dir!r} holds a run of another command ({other}): the demo replaces only "
                 "an earlier demo's run; choose another --output-dir"
             )
-        foreign = _foreign_files(config.output_dir)  # prepare's words name train's output_dir and flags
+        foreign = foreign_files(config.output_dir)  # prepare's words name train's output_dir and flags
         if foreign is not None:
             raise ConfigError(
                 f"--output-dir {output_dir!r} holds files bandpo did not write ({foreign}): the demo writes only into "

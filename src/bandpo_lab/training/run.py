@@ -100,7 +100,7 @@ def prepare(
     output_dir = config.output_dir
     if preflight.is_main_rank():
         check_unlocked(output_dir)
-    foreign = _foreign_files(output_dir, caller_files, resume)
+    foreign = foreign_files(output_dir, caller_files, resume)
     if foreign is not None:
         other = (
             "; another trainer's checkpoints can be continued with --resume"
@@ -174,7 +174,7 @@ def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dic
     return dict(build_prompt_dataset(problems[:1], config.data, None, chat_template=chat)[0])
 
 
-def _foreign_files(output_dir: Path, caller_files: Collection[str] = (), resume: bool = False) -> str | None:
+def foreign_files(output_dir: Path, caller_files: Collection[str] = (), resume: bool = False) -> str | None:
     """The entries of ``output_dir`` no bandpo run wrote, for a message (``README.md, checkpoint-4/``), or
     ``None``: the folder is new, empty (but for the lock file and ``caller_files``) or an earlier bandpo run's, known
     by its ``run_info.json`` (written when training starts, before any checkpoint or metric). A file named like
