@@ -268,6 +268,11 @@ def test_export_refuses_a_folder_of_other_files_or_a_comparisons_runs(tmp_path: 
         "replaces files of the same names there; choose a new or empty folder"
     )
     assert (mine / "report" / "report.md").read_text() == "my own report" and len(list(mine.rglob("*"))) == 2
+    (mine / "compare_plan.json").write_text('{"mine": true}')  # named like a plan, not a comparison's
+    with pytest.raises(CompareError, match="holds files that are not an earlier export"):
+        export_results(src, mine)
+    assert (mine / "compare_plan.json").read_text() == '{"mine": true}'
+    (mine / "compare_plan.json").unlink()
     other = tmp_path / "other"  # another comparison, with a trained model in a run
     make_planned_runs(load_compare_config(CONFIGS / "compare-tiny.yaml", [f"output_dir={other}"]))
     (other / "runs" / "grpo" / "seed0" / "config.json").write_text("{}")

@@ -14,6 +14,7 @@ from bandpo_lab.experiments.compare.layout import (
     RESULTS_FILE,
     RUN_DIR_FILES,
     RUN_SPEC_FILE,
+    written_by_compare,
 )
 
 
@@ -88,7 +89,7 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
 
 def _destination_problem(out: Path, dest: str | Path) -> str | None:
     """Why the export may not write into the folder ``out`` (``dest`` as typed), or ``None``: it must be new, empty
-    or an earlier export (a plan or a run spec there), whose files exporting again replaces; not a folder of the
+    or an earlier export (:func:`~bandpo_lab.experiments.compare.layout.written_by_compare`), whose files exporting again replaces; not a folder of the
     user's files (``report/report.md``) nor a comparison's output_dir, whose runs hold trained models (or, not yet
     trained or failed, its ``compare_config.yaml`` and their ``train.log``)."""
     from bandpo_lab.training.layout import MODEL_CONFIG_FILE
@@ -106,7 +107,7 @@ def _destination_problem(out: Path, dest: str | Path) -> str | None:
             f"{LOG_FILE}, which an export never holds), not an export: exporting there would replace its plan and "
             "its runs' files; choose a new or empty folder"
         )
-    if (out / PLAN_FILE).is_file() or any(out.glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
+    if written_by_compare(out):
         return None
     names = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

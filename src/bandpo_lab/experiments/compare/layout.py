@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
+
+from bandpo_lab._files import read_json_object
 
 RUN_SPEC_FILE = "run_spec.json"
 RESULTS_FILE = "results.json"
@@ -21,6 +24,15 @@ REPORT_DIR = "report"
 RUN_DIR_FILES = (RUN_SPEC_FILE, LOG_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, AT_STEPS_FILE)
 """The comparison's own files in a run directory, beside the training run's: the run trains there among them
 (:func:`bandpo_lab.training.run.prepare`'s ``caller_files``)."""
+
+
+def written_by_compare(folder: Path) -> bool:
+    """Whether ``folder`` holds a comparison (an output_dir or an export): its plan, a ``compare_plan.json`` object
+    with the ``config`` mapping that ``bandpo compare`` writes, or a ``runs/<label>/seed<seed>/run_spec.json``. A
+    file merely named like the plan does not count."""
+    if isinstance(read_json_object(folder / PLAN_FILE).get("config"), dict):
+        return True
+    return any(folder.glob(f"runs/*/seed*/{RUN_SPEC_FILE}"))
 
 
 LATER_SETTINGS = {"precision": ("float32", "auto"), "at_steps": ([],)}

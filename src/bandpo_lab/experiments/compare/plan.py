@@ -26,6 +26,7 @@ from bandpo_lab.experiments.compare.layout import (
     RUN_SPEC_FILE,
     fingerprint,
     without_later_settings,
+    written_by_compare,
 )
 from bandpo_lab.provenance import provenance
 
@@ -40,9 +41,7 @@ def output_dir_owner_problem(output_dir: str | Path) -> str | None:
     out = Path(output_dir)
     if not out.is_dir():
         return None
-    if isinstance(read_json_object(out / PLAN_FILE).get("config"), dict):
-        return None
-    if any(out.glob(f"runs/*/seed*/{RUN_SPEC_FILE}")):
+    if written_by_compare(out):
         return None
     taken = [name for name in COMPARE_ENTRIES if (out / name).exists()]
     if not taken:
