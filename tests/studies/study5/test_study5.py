@@ -175,3 +175,56 @@ def test_regime_table_pools_each_pass_over_the_batches(tmp_path: Path) -> None:
     second = lines[4].split(" | ")
     assert second[2] == "2nd (updates 3-4)"
     assert second[3:] == ["50.0% (10/20)", "60.0% (6/10)", "10.0% (2/20)", "2", "8 |"]
+
+
+def _rounds_log(run: Path, sampled: list[int], resumed_at: int | None = None) -> None:
+    """Give a made-up run's log the rounds of a real one: ``completions/...`` on the steps that sampled a round,
+    ``elapsed_s`` counting from each call's start (it drops where a call resumed)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        step = row["step"]
+        row["elapsed_s"] = float(step if resumed_at is None or step < resumed_at else step - resumed_at + 1)
+        if step in sampled:
+            row["completions/mean_length"] = 12.0
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_sensitivity_leaves_out_the_seeds_of_runs_resumed_inside_a_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """48 steps, a round every 16: band-upper seed 2 resumed at step 41 (checkpoint-40, inside the third round)
+    sampled 4 rounds, one short; band-lower seed 3 resumed at step 33 (a round's start) kept the 3 rounds. Only
+    seed 2 is left out, every rule's run of it; the primary contrasts are then over seeds 1 and 3."""
+    sensitivity = _load("sensitivity")
+    amx = "asked for; this CPU has amx_bf16, avx512_bf16"
+    results = tmp_path / "results"
+    for seed, shift in ((1, 0.0), (2, 0.5), (3, -0.1)):
+        for label, base in (("grpo", 1.0), ("band-kl", 0.7), ("band-upper", 0.95), ("band-lower", 0.75)):
+            _run(results, label, seed, [base + shift + 0.01 * seed * (label == "band-upper")] * 48, amx, 40)
+            run = results / "runs" / label / f"seed{seed}"
+            if (label, seed) == ("band-upper", 2):
+                _rounds_log(run, [1, 17, 33, 41], resumed_at=41)
+                (run / "run_info.json").write_text(
+                    json.dumps({"resumed_from": "x/checkpoint-40", "provenance_earlier": [{}]})
+                )
+            else:
+                _rounds_log(run, [1, 17, 33], resumed_at=33 if (label, seed) == ("band-lower", 3) else None)
+    assert sensitivity.main([str(results), "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert listed == (
+        "band-upper seed 2: 4 rounds sampled at steps [1, 17, 33, 41]; resumed at step(s) [41] (2 calls; "
+        "run_info's resumed_from: x/checkpoint-40)\n1 runs resumed inside a round; seeds [2]\n"
+    )
+    out = tmp_path / "sensitivity.json"
+    assert sensitivity.main([str(results), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["seeds_left_out"] == [2]
+    upper = result["primary"]["band-upper"]
+    assert upper["seeds"] == [1, 3] and upper["diff"] == pytest.approx(-0.05 + 0.02)
+    assert result["primary"]["band-lower"]["seeds"] == [1, 3]
+    assert "without seeds [2]" in capsys.readouterr().out
+    assert sorted(p.name for p in (results / "runs" / "grpo").iterdir()) == [
+        "seed1",
+        "seed2",
+        "seed3",
+    ]  # untouched
