@@ -44,7 +44,7 @@ LATE = {
 def step_row(step: int, entropy: float, with_sides: bool) -> dict[str, Any]:
     """A training-log row. Odd steps: 100 tokens, 10 clipped, 5 of them in the tail; even steps: 300 tokens, 6
     clipped, 6 in the tail. With sides, per 100 tokens: 5 up through, 2 down through, 3 and 1 of them in the tail,
-    1 held up, 0 held down."""
+    1 held up, 2 held down."""
     odd = step % 2 == 1
     count = 100.0 if odd else 300.0
     row = {
@@ -57,7 +57,7 @@ def step_row(step: int, entropy: float, with_sides: bool) -> dict[str, Any]:
         f"tokens/share/{rederive.TAIL_BIN}": 0.2,
         "clip/tail_share": 0.5 if odd else 1.0,
     }
-    shares = (0.05, 0.02, 0.03, 0.01, 0.01, 0.0) if with_sides else (0.0,) * 6
+    shares = (0.05, 0.02, 0.03, 0.01, 0.01, 0.02) if with_sides else (0.0,) * 6
     row.update(zip(rederive.SIDE_KEYS, shares))
     return row
 
@@ -117,8 +117,9 @@ def results_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for seed in SEEDS:
         grpo = constant(GRPO_AREA[seed])
         if seed == 410:
-            # steps 1, 2, 4 (step 3 not logged): trapezoid (0 + 1) / 2 * 1 + (1 + 1.5) / 2 * 2 = 3 over a span of 3
-            grpo = {1: 0.0, 2: 1.0, 4: 1.5}
+            # steps 1, 2, 4 (step 3 not logged; written out of order): trapezoid (0 + 1) / 2 * 1 + (1 + 1.5) / 2 * 2
+            # = 3 over a span of 3
+            grpo = {1: 0.0, 4: 1.5, 2: 1.0}
         # grpo 413: results.json's late mean disagrees with its evaluations (the script recomputes and says so)
         write_run(root, "grpo", seed, grpo, recorded_late=0.9 if seed == 413 else None)
         write_run(
@@ -286,17 +287,17 @@ def test_pooled_clipping_with_token_counts(result: dict[str, Any]) -> None:
 
 def test_side_counts(result: dict[str, Any]) -> None:
     sides = result["secondary"]["side_tokens"]
-    # a 4-step run: 40 up through, 16 down through, 24 and 8 in the tail, 8 held up, 0 held down
+    # a 4-step run: 40 up through, 16 down through, 24 and 8 in the tail, 8 held up, 16 held down
     assert sides["band-upper"] == {
         "up_through": 200,
         "down_through": 80,
         "up_through_tail": 120,
         "down_through_tail": 40,
         "up_held": 40,
-        "down_held": 0,
+        "down_held": 80,
         "through": 280,
         "through_tail": 160,
-        "held": 40,
+        "held": 120,
         "runs_without_side_keys": 0,
     }
     assert sides["band-lower"]["up_through"] == 160 and sides["band-lower"]["through"] == 224
@@ -357,3 +358,17 @@ def test_a_log_short_of_the_run_is_named(result: dict[str, Any]) -> None:
     notes = runs_of(result)[("grpo", 411)]["notes"]
     assert "entropy logged from step 1 to 4, not 1 to 160" in notes
     assert not any("logged from" in n for n in runs_of(result)[("band-kl", 414)]["notes"])  # unfinished
+
+
+def test_step_rows_keep_the_last_row_of_a_step_and_drop_the_closing_row() -> None:
+    rows = [
+        {"step": 2, "policy/entropy": 5.0},
+        {"step": 1, "policy/entropy": 1.0},
+        {"step": 2, "policy/entropy": 3.0},  # written again (the later row stands)
+        {"step": 2, "train_runtime": 9.0},  # TRL's closing row
+        {"policy/entropy": 7.0},  # no step
+        {"step": True, "policy/entropy": 7.0},
+    ]
+    got = rederive.by_step(rows)
+    assert list(got) == [1, 2]
+    assert got[2] == {"step": 2, "policy/entropy": 3.0}
