@@ -14,6 +14,8 @@ folder it reads:
 * ``results.json``: the final evaluation (``metrics``: ``mean@8``, ``pass@8`` as fractions, ``entropy`` in nats),
   ``late`` (the late means as the worker recorded them) and ``at_steps``; a run without it is unfinished;
 * ``evals_at_steps.jsonl``: the evaluations during training (``step`` and the same metrics), at steps 120 and 140;
+* ``heldout.jsonl``: the held-out curve (100 problems x 2 samples at steps 0, 40, ..., 160); its last row's
+  ``entropy`` is a second reading of the final held-out entropy (see ``curve_entropy``);
 * ``run_info.json``: ``resumed_from`` (listed, not used).
 
 Nothing here reads the config: the labels and planned seeds are those of ``studies/study5/config.yaml``, written
@@ -161,6 +163,13 @@ class Run:
     """Final evaluation's pass@8 (points)."""
     final_entropy: float | None = None
     """Final evaluation's held-out sampling entropy (``results.json`` ``metrics.entropy``, nats)."""
+    curve_entropy: float | None = None
+    """The held-out curve's sampling entropy at its last evaluation (``heldout.jsonl``, nats; ``None`` with fewer
+    than two evaluations). The registration's
+    "final held-out sampling entropy" reads either way; run on Study 4's exports, this script (``final_entropy``,
+    200 problems x 8) and the registered analysis differed (-0.231 against -0.235 nats for Band-KL - GRPO), as the
+    registered analysis reads the curve; both are reported so that the cross-check compares like with like. Added
+    after that comparison, before any analysis of Study 5."""
     tokens: float = 0.0
     """Sum over the clip steps of ``tokens/count`` (the real completion tokens of each update)."""
     clipped: float = 0.0
@@ -253,6 +262,10 @@ def read_run(folder: Path, label: str, seed: int) -> Run:
         pass8 = _number(metrics.get("pass@8"))
         run.final_pass8 = None if pass8 is None else 100 * pass8
         run.final_entropy = _number(metrics.get("entropy"))
+        curve = [
+            e for r in read_lines(folder / "heldout.jsonl")[0] if (e := _number(r.get("entropy"))) is not None
+        ]
+        run.curve_entropy = curve[-1] if len(curve) >= 2 else None
         run.late_mean8, why = _late_mean(folder, results, final8)
         if why:
             run.notes.append(why)
@@ -414,7 +427,7 @@ def analyse(results_dir: Path, planned_seeds: Sequence[int] | None = None) -> di
     secondary["area"] = {name: contrast(runs, weights, "area", SECONDARY_LEVEL)}
     interaction = {"band-kl": 1, "band-upper": -1, "band-lower": -1, REFERENCE: 1}
     secondary["interaction_area"] = contrast(runs, interaction, "area", SECONDARY_LEVEL)
-    for attr in ("late_mean8", "final_pass8", "final_entropy"):
+    for attr in ("late_mean8", "final_pass8", "final_entropy", "curve_entropy"):
         secondary[attr] = {}
         for label in LABELS:
             if label != REFERENCE:
@@ -542,6 +555,7 @@ def render(result: Mapping[str, Any]) -> str:
         ("late_mean8", "points", 2),
         ("final_pass8", "points", 2),
         ("final_entropy", "nats", 3),
+        ("curve_entropy", "nats", 3),
     ):
         for name, r in sec[attr].items():
             lines.append(f"  {attr} ({unit}) " + _interval_line(name, r, digits))

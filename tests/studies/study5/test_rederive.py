@@ -372,3 +372,15 @@ def test_step_rows_keep_the_last_row_of_a_step_and_drop_the_closing_row() -> Non
     got = rederive.by_step(rows)
     assert list(got) == [1, 2]
     assert got[2] == {"step": 2, "policy/entropy": 3.0}
+
+
+def test_the_curve_entropy_is_the_held_out_curves_last_point(tmp_path: Path) -> None:
+    """Two readings of the final held-out entropy: the final evaluation's (``results.json``) and the held-out
+    curve's last point (``heldout.jsonl``); one evaluation on the curve gives none."""
+    folder = write_run(tmp_path, "grpo", 410, constant(1.0), entropy_eval=0.7)
+    rows = [{"step": 0, "entropy": 2.0}, {"step": 160, "entropy": 0.4}, {"step": 80}]
+    (folder / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = rederive.read_run(folder, "grpo", 410)
+    assert run.final_entropy == 0.7 and run.curve_entropy == 0.4
+    (folder / "heldout.jsonl").write_text(json.dumps(rows[1]) + "\n")
+    assert rederive.read_run(folder, "grpo", 410).curve_entropy is None
