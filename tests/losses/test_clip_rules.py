@@ -225,7 +225,7 @@ def test_cap_one_validator_same_message(cap: object) -> None:
         (
             "band",
             {"detla": 0.1},
-            r"unknown parameter\(s\) 'detla' for clip rule 'band'; valid: divergence, delta",
+            r"unknown parameter\(s\) 'detla' \(did you mean 'delta'\?\) for clip rule 'band'; valid: divergence, delta",
         ),
         ("dcpo", {"cap": 0.9}, "cap must be a finite number >= 1"),
         *(

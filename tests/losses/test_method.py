@@ -136,7 +136,7 @@ def test_strict_translation_is_trls_band_shortcuts() -> None:
         ),
         (
             {"clip_rule_kwargs": {"detla": 0.1}},
-            r": clip_rule_kwargs: unknown parameter\(s\) 'detla' for clip rule",
+            r": clip_rule_kwargs: unknown parameter\(s\) 'detla' \(did you mean 'delta'\?\) for clip rule",
         ),
     ],
 )

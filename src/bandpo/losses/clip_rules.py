@@ -22,7 +22,7 @@ from torch import Tensor
 from bandpo.core.bounds import band_bounds, resolve_divergence, resolve_method
 from bandpo.core.checks import check_cap, check_delta, check_relax
 from bandpo.core.divergences import Divergence
-from bandpo.registry import Registry
+from bandpo.registry import Registry, did_you_mean
 from bandpo.validation import check_number_above, check_number_in, check_positive_number
 
 PAPER_DELTA = 0.05
@@ -441,9 +441,8 @@ def make_clip_rule(name: str | ClipRule = "band", **params: Any) -> ClipRule:
     fields = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(params) - set(fields))
     if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {', '.join(map(repr, unknown))} for clip rule {name!r}; valid: {', '.join(fields)}"
-        )
+        shown = ", ".join(repr(u) + did_you_mean(u, fields) for u in unknown)
+        raise ValueError(f"unknown parameter(s) {shown} for clip rule {name!r}; valid: {', '.join(fields)}")
     return cls(**params)
 
 
