@@ -89,9 +89,9 @@ def export_results(output_dir: str | Path, dest: str | Path) -> list[Path]:
 
 def _destination_problem(out: Path, dest: str | Path) -> str | None:
     """Why the export may not write into the folder ``out`` (``dest`` as typed), or ``None``: it must be new, empty
-    or an earlier export (:func:`~bandpo_lab.experiments.compare.layout.written_by_compare`), whose files exporting again replaces; not a folder of the
-    user's files (``report/report.md``) nor a comparison's output_dir, whose runs hold trained models (or, not yet
-    trained or failed, its ``compare_config.yaml`` and their ``train.log``)."""
+    or an earlier export (:func:`~bandpo_lab.experiments.compare.layout.written_by_compare`), whose files exporting
+    again replaces; not a folder of the user's files (``report/report.md``) nor a comparison's output_dir, whose
+    runs hold trained models (or, not yet trained or failed, its ``compare_config.yaml`` and their ``train.log``)."""
     from bandpo_lab.training.layout import MODEL_CONFIG_FILE
 
     if not out.is_dir() or not any(p.is_file() for p in out.rglob("*")):  # new, or no file in it
