@@ -2,7 +2,8 @@
 
     .venv/bin/python studies/study5/session.py resume   # the worktree ../study5 at the registration commit, queues
     .venv/bin/python studies/study5/session.py status   # finished runs, and where each unfinished one stands
-    .venv/bin/python studies/study5/session.py export   # finished runs into studies/study5/results, no report
+    .venv/bin/python studies/study5/session.py export   # finished runs into studies/study5/results, no report;
+                                                        # then their checkpoints removed from the worktree
 
 Study 4's bookkeeping (``studies/study4/session.py``) with Study 5's commit, config, folders and queue script, and
 finer machine kinds: ``amx``, ``avx512_bf16`` or ``emulated`` (the registration's "Machines": an unfinished run
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -83,6 +85,27 @@ def convert_model(venv: Path, worktree: Path) -> None:
     s4._call([str(venv / "bin" / "python"), "-c", CONVERT], worktree, worktree / "src")
 
 
+def prune_checkpoints(worktree: Path, export: Path) -> list[Path]:
+    """Remove the ``checkpoint-*`` folders of the worktree's finished runs whose ``results.json`` the export holds
+    byte for byte (committed from main); returns them. A run's last checkpoint (1.6 GB: weights, optimizer, RNG)
+    serves only to resume it, and a finished run never resumes; its final model and files stay. Without this, 30
+    runs' checkpoints filled the disk and a run failed writing its checkpoint-40 (2026-12-07 01:01 UTC)."""
+    removed = []
+    for run in sorted((worktree / s4.OUT / "runs").glob("*/seed*")):
+        exported = export / "runs" / run.parent.name / run.name / "results.json"
+        done = (run / "train_done.json").is_file() and (run / "results.json").is_file()
+        if done and exported.is_file() and exported.read_bytes() == (run / "results.json").read_bytes():
+            for checkpoint in sorted(run.glob("checkpoint-*")):
+                shutil.rmtree(checkpoint)
+                removed.append(checkpoint)
+    return removed
+
+
+def free_disk(path: Path) -> str:
+    """``N GB free`` on ``path``'s file system."""
+    return f"{shutil.disk_usage(path).free / 1e9:.1f} GB free"
+
+
 def configure() -> None:
     """Point Study 4's bookkeeping at Study 5."""
     s4.COMMIT = COMMIT
@@ -106,14 +129,20 @@ def main(argv: list[str] | None = None) -> int:
     configure()
     if not any(a.startswith("--worktree") for a in argv):
         argv = [*argv, "--worktree", str(s4.MAIN.parent / "study5")]
+    given = next(a for a in reversed(argv) if a.startswith("--worktree"))
+    worktree = Path(given.partition("=")[2] or argv[argv.index(given) + 1]).resolve()
     if argv[:1] == ["resume"]:
-        given = next(a for a in reversed(argv) if a.startswith("--worktree"))
-        worktree = Path(given.partition("=")[2] or argv[argv.index(given) + 1]).resolve()
         if not worktree.exists():
             s4._call(["git", "worktree", "add", "--detach", str(worktree), COMMIT], s4.MAIN)
         venv = own_environment(worktree)
         convert_model(venv, worktree)
-    return s4.main(argv)
+    code = s4.main(argv)
+    if code == 0 and argv[:1] == ["export"]:
+        removed = prune_checkpoints(worktree, s4.MAIN / s4.EXPORT)
+        print(f"removed {len(removed)} checkpoint(s) of exported finished runs from {worktree / s4.OUT}")
+    if code == 0 and worktree.exists():
+        print(f"disk: {free_disk(worktree)} (a run writes about 2.1 GB, its checkpoints 1.6 GB of it)")
+    return code
 
 
 if __name__ == "__main__":

@@ -151,6 +151,37 @@ def test_the_worktree_gets_an_environment_of_its_own(tmp_path: Path, monkeypatch
     assert len(calls) == 1
 
 
+def test_export_prunes_only_checkpoints_of_finished_runs_the_export_holds(tmp_path: Path) -> None:
+    """The checkpoints of a finished run whose results.json the export holds byte for byte go; a finished run not
+    exported (or exported with other results), an unfinished run, and every other file stay."""
+    session = _load("session")
+    session.configure()
+    worktree, export = tmp_path / "study5", tmp_path / "results"
+
+    def run(label: str, seed: int, finished: bool, exported: bytes | None) -> Path:
+        folder = worktree / session.s4.OUT / "runs" / label / f"seed{seed}"
+        (folder / "checkpoint-160").mkdir(parents=True)
+        (folder / "checkpoint-160" / "optimizer.pt").write_bytes(b"x")
+        (folder / "model.safetensors").write_bytes(b"w")
+        if finished:
+            (folder / "results.json").write_bytes(b'{"seed": %d}' % seed)
+            (folder / "train_done.json").write_text("{}")
+        if exported is not None:
+            (export / "runs" / label / f"seed{seed}").mkdir(parents=True)
+            (export / "runs" / label / f"seed{seed}" / "results.json").write_bytes(exported)
+        return folder
+
+    done = run("grpo", 410, True, b'{"seed": 410}')
+    other = run("grpo", 411, True, b'{"seed": 411, "rerun": true}')
+    not_exported = run("band-kl", 410, True, None)
+    unfinished = run("band-kl", 411, False, b'{"seed": 411}')
+    removed = session.prune_checkpoints(worktree, export)
+    assert removed == [done / "checkpoint-160"] and not removed[0].exists()
+    assert (done / "model.safetensors").is_file() and (done / "results.json").is_file()
+    for kept in (other, not_exported, unfinished):
+        assert (kept / "checkpoint-160" / "optimizer.pt").is_file()
+
+
 def test_regime_table_pools_each_pass_over_the_batches(tmp_path: Path) -> None:
     """Two passes of two mini-batches (K=4): the first pools updates 1-2, the second 3-4; shares carry their counts;
     a one-pass run (K=M) has no second row."""
