@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo_lab._files import read_json_object, read_jsonl
+from bandpo_lab.experiments.report.runs import run_folder_seed
 
 _spec = importlib.util.spec_from_file_location(
     "study5_analysis", Path(__file__).resolve().parent / "analysis.py"
@@ -85,8 +86,7 @@ def without_seeds(results: Path, seeds: set[int], dest: Path) -> Path:
 
     def ignore(folder: str, names: list[str]) -> set[str]:
         here = Path(folder)
-        dropped = {n for n in names if here.parent.name == "runs" and n.startswith("seed") and n[4:].isdigit()
-                   and int(n[4:]) in seeds}  # fmt: skip
+        dropped = {n for n in names if here.parent.name == "runs" and run_folder_seed(here / n) in seeds}
         return dropped | {n for n in names if n.endswith(".safetensors") or n.startswith("checkpoint-")}
 
     shutil.copytree(results, dest, ignore=ignore)

@@ -91,10 +91,10 @@ def prune_checkpoints(worktree: Path, export: Path) -> list[Path]:
     serves only to resume it, and a finished run never resumes; its final model and files stay. Without this, 30
     runs' checkpoints filled the disk and a run failed writing its checkpoint-40 (2026-12-07 01:01 UTC)."""
     removed = []
-    for run in sorted((worktree / s4.OUT / "runs").glob("*/seed*")):
-        exported = export / "runs" / run.parent.name / run.name / "results.json"
-        done = (run / "train_done.json").is_file() and (run / "results.json").is_file()
-        if done and exported.is_file() and exported.read_bytes() == (run / "results.json").read_bytes():
+    for run in s4.run_dirs(worktree / s4.OUT):
+        exported = export / "runs" / run.parent.name / run.name / s4.RESULTS_FILE
+        done = s4.is_finished(run) and (run / s4.TRAIN_DONE_FILE).is_file()
+        if done and exported.is_file() and exported.read_bytes() == (run / s4.RESULTS_FILE).read_bytes():
             for checkpoint in sorted(run.glob("checkpoint-*")):
                 shutil.rmtree(checkpoint)
                 removed.append(checkpoint)
