@@ -23,6 +23,7 @@ from bandpo.losses.diagnostics import (
     basic_clip_metrics,
     check_diagnostics,
     clip_metrics,
+    side_metrics,
 )
 from bandpo.losses.policy_loss import per_token_policy_loss
 from helpers.naive_diagnostics import naive_clip_metrics
@@ -287,3 +288,44 @@ def test_side_metrics_of_the_one_sided_rules_act_on_their_side_only(rule: str) -
         assert met["side/down_held"].item() == 0.0
     if rule in ("band_lower", "grpo"):
         assert met["side/up_held"].item() == 0.0
+
+
+@pytest.mark.parametrize("fn", [clip_metrics, basic_clip_metrics, side_metrics])
+def test_per_sequence_advantages_apply_to_their_rows_on_a_square_batch(fn: object) -> None:
+    """(B,) advantages mean one per sequence, as in ``policy_loss``: on a batch with B == T (where torch's own
+    broadcasting would apply a[j] to column j) they give the metrics of the same advantages as (B, 1) and (B, T)."""
+    b = {k: v[:, :6].contiguous() for k, v in batch(5, torch.float64, padding=0.0).items()}
+    if fn is side_metrics:
+        del b["log_ratio"]
+    per_seq = torch.tensor([1.0, -1.0, 2.0, -0.5, 0.0, 3.0], dtype=torch.float64)
+    rows = fn(**{**b, "advantages": per_seq[:, None].expand(6, 6)})
+    for adv in (per_seq, per_seq[:, None]):
+        assert_same_metrics(fn(**{**b, "advantages": adv}), rows)
+
+
+@pytest.mark.parametrize("fn", [clip_metrics, basic_clip_metrics, side_metrics])
+@pytest.mark.parametrize(
+    "name,shape,match",
+    [
+        (
+            "advantages",
+            (4,),
+            r"advantages shape \(4,\) must be \(B,\), \(B, 1\) or \(B, T\) with \(B, T\) = \(6, 40\)",
+        ),
+        ("advantages", (40,), r"advantages shape \(40,\) must be"),
+        ("lo", (6, 1), r"lo shape \(6, 1\) must equal ratio shape \(6, 40\)"),
+        ("mask", (6, 39), r"mask shape \(6, 39\) must equal ratio shape \(6, 40\)"),
+        ("old_log_prob", (40,), r"old_log_prob shape \(40,\) must equal ratio shape"),
+        ("dual_active", (6, 1), r"dual_active shape \(6, 1\) must equal ratio shape"),
+        ("ratio", (240,), r"ratio must have shape \(B, T\), got \(240,\)"),
+    ],
+)
+def test_a_misshaped_argument_is_named_before_any_metric(
+    fn: object, name: str, shape: tuple[int, ...], match: str
+) -> None:
+    b = batch(6, torch.float32)
+    if fn is side_metrics:
+        del b["log_ratio"]
+    b[name] = torch.zeros(shape, dtype=b[name].dtype)
+    with pytest.raises(ValueError, match=match):
+        fn(**b)

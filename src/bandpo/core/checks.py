@@ -29,6 +29,23 @@ def check_float_tensor(name: str, x: object) -> Tensor:
     return x
 
 
+def expand_advantages(advantages: Tensor, shape: tuple[int, ...] | torch.Size) -> Tensor:
+    """``advantages`` as a (B, T) view for ``shape = (B, T)``: one per sequence, (B,) or TRL's (B, 1), or one per
+    token, (B, T). Torch's own broadcasting would line a (B,) tensor up with T, silently wrong when B == T.
+
+    Raises:
+        ValueError: naming the shape given and the shapes allowed.
+    """
+    b_t = tuple(shape)
+    if tuple(advantages.shape) == b_t[:1]:
+        return advantages.unsqueeze(-1).expand(b_t)  # (B,) -> (B, T)
+    if tuple(advantages.shape) in ((b_t[0], 1), b_t):
+        return advantages.expand(b_t)  # (B, 1) -> (B, T), or (B, T) itself
+    raise ValueError(
+        f"advantages shape {tuple(advantages.shape)} must be (B,), (B, 1) or (B, T) with (B, T) = {b_t}"
+    )
+
+
 def delta_range(divergence: Divergence) -> str:
     """The radii ``divergence`` accepts, for messages: ``"> 0"``, ``"in (0, 1000] for divergence 'kl' (...)"``
     or ``"in (0, 1) for divergence 'tv' (...)"``, with why the range ends (:func:`check_delta`)."""

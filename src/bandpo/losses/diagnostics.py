@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import Tensor
 
+from bandpo.core.checks import expand_advantages
 from bandpo.registry import Registry, did_you_mean
 
 __all__ = [
@@ -105,6 +106,23 @@ def _min_max(x: Tensor, m: Tensor, first: Tensor) -> Tensor:
     return torch.stack(torch.aminmax(torch.where(m, x, fill)))
 
 
+def _advantages(
+    ratio: Tensor, advantages: Tensor, *, dual_active: Tensor | None = None, **like_ratio: Tensor | None
+) -> Tensor:
+    """The shapes of a diagnostic's arguments (metadata only, no host sync): ``ratio`` (B, T), ``advantages`` (B,),
+    (B, 1) or (B, T), every tensor of ``like_ratio`` and ``dual_active`` (B, T); returns the advantages as (B, T).
+
+    Raises:
+        ValueError: naming the argument, its shape and the shape allowed.
+    """
+    if ratio.dim() != 2:
+        raise ValueError(f"ratio must have shape (B, T), got {tuple(ratio.shape)}")
+    for name, x in {**like_ratio, "dual_active": dual_active}.items():
+        if x is not None and x.shape != ratio.shape:
+            raise ValueError(f"{name} shape {tuple(x.shape)} must equal ratio shape {tuple(ratio.shape)}")
+    return expand_advantages(advantages, ratio.shape)
+
+
 def clip_metrics(
     ratio: Tensor,
     lo: Tensor,
@@ -121,7 +139,7 @@ def clip_metrics(
     Args:
         ratio: (B, T) float, r = pi / pi_old.
         lo, hi: (B, T) float, the ratio bounds.
-        advantages: (B, T) float, or anything that broadcasts to (B, T) (e.g. (B, 1)).
+        advantages: (B,), (B, 1) or (B, T) float: one per sequence or one per token.
         mask: (B, T) bool or 0/1, real response tokens; padded positions may hold anything (NaN and inf too) in
             every other argument.
         old_log_prob: (B, T) float, log pi_old (``-inf``: p_old = 0, in the first bin).
@@ -138,10 +156,19 @@ def clip_metrics(
         ``policy/ppo_kl`` (k1) and ``policy/approx_kl`` (k3) of KL(old || new); ``policy/ratio_{mean,max,min}``;
         :func:`side_metrics`. Means, minima and maxima over an empty mask are 0.
     """
+    adv = _advantages(
+        ratio,
+        advantages,
+        lo=lo,
+        hi=hi,
+        mask=mask,
+        old_log_prob=old_log_prob,
+        dual_active=dual_active,
+        log_ratio=log_ratio,
+    )
     with torch.no_grad():
         m = mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
-        adv = advantages.expand_as(ratio)
         above, below = ratio > hi, ratio < lo
         p_old = torch.exp(old_log_prob.to(f))
         # The bin is torch.bucketize(p_old, edges, right=True): the number of edges <= p_old (NaN: all of them).
@@ -260,16 +287,18 @@ def side_metrics(
     inside both intervals).
 
     Args: as :func:`clip_metrics` (``ratio``, ``lo``, ``hi``, ``old_log_prob`` (B, T) float; ``advantages``
-    broadcastable to (B, T); ``mask`` (B, T) bool or 0/1; ``dual_active`` (B, T) bool or None).
+    (B,), (B, 1) or (B, T); ``mask`` (B, T) bool or 0/1; ``dual_active`` (B, T) bool or None).
 
     Returns: detached () tensors in ``ratio``'s dtype (float32 for a lower precision), names :data:`SIDE_METRICS`;
     0 over an empty mask or an empty set of tokens.
     """
+    adv = _advantages(
+        ratio, advantages, lo=lo, hi=hi, mask=mask, old_log_prob=old_log_prob, dual_active=dual_active
+    )
     with torch.no_grad():
         m = mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
         tail = torch.exp(old_log_prob.to(f)) < TAIL_PROB
-        adv = advantages.expand_as(ratio)
         return _side_metrics(ratio, lo, hi, ratio > hi, ratio < lo, adv, m, tail, dual_active, f)
 
 
@@ -342,11 +371,20 @@ def basic_clip_metrics(
     Returns:
         Detached () tensors in ``ratio``'s dtype (float32 for a lower precision), computed under ``torch.no_grad``
         with no host sync; 0 over an empty mask."""
-    del old_log_prob  # the signature of the registry's entries
+    adv = _advantages(
+        ratio,
+        advantages,
+        lo=lo,
+        hi=hi,
+        mask=mask,
+        old_log_prob=old_log_prob,
+        dual_active=dual_active,
+        log_ratio=log_ratio,
+    )
+    del old_log_prob  # the signature of the registry's entries: shape-checked, not read
     with torch.no_grad():
         m = mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
-        adv = advantages.expand_as(ratio)
         counts = [m.sum(), (m & (ratio > hi) & (adv > 0)).sum(), (m & (ratio < lo) & (adv < 0)).sum()]
         if dual_active is not None:
             counts.append((m & dual_active.bool()).sum())

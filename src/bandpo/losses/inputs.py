@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from bandpo.core.checks import FLOAT_DTYPES, check_float_tensor
+from bandpo.core.checks import FLOAT_DTYPES, check_float_tensor, expand_advantages
 from bandpo.losses.aggregation import LOSS_AGG_MODES
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, make_clip_rule
 from bandpo.losses.kl import KL_ESTIMATORS
@@ -122,15 +122,7 @@ def check_objective_inputs(
     _check_like_log_prob("old_log_prob", old_log_prob, log_prob)
     _check_mask(response_mask)
     _check_like_log_prob("response_mask", response_mask, log_prob)
-    if advantages.shape == log_prob.shape[:1]:
-        advantages = advantages.unsqueeze(-1).expand_as(log_prob)  # (B,) -> (B, T)
-    elif advantages.shape == (log_prob.shape[0], 1):
-        advantages = advantages.expand_as(log_prob)  # (B, 1), TRL's adv[:, None] -> (B, T)
-    elif advantages.shape != log_prob.shape:
-        raise ValueError(
-            f"advantages shape {tuple(advantages.shape)} must be (B,), (B, 1) or (B, T) with (B, T) = "
-            f"{tuple(log_prob.shape)}"
-        )
+    advantages = expand_advantages(advantages, log_prob.shape)
     if loss_agg_mode is not None:
         LOSS_AGG_MODES.canonical(loss_agg_mode)
     if isinstance(clip_rule, str):
