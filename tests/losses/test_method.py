@@ -3,13 +3,24 @@ the one translation from a framework's spelling (:func:`clip_method`), in both o
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
+import torch
+from torch import Tensor
 
 from bandpo.integrations.trl_spec import TRL_NAMES  # a real table of spellings for clip_method
-from bandpo.losses import CLIP_RULES, RadiusSchedule, make_clip_rule, rule_at_radius
+from bandpo.losses import (
+    CLIP_RULES,
+    ClipRule,
+    RadiusSchedule,
+    make_clip_rule,
+    register_clip_rule,
+    rule_at_radius,
+)
 from bandpo.losses.method import (
     ClipMethod,
     clip_method,
@@ -219,3 +230,37 @@ def test_losses_import_no_framework() -> None:
     code = "import sys, bandpo.losses.method; print(sorted({'trl', 'verl', 'skyrl', 'transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        Optional[float],  # noqa: UP045 (the spelling a user may write)
+        "Optional[float]",
+        "float | None",
+        float | None,
+    ],
+)
+def test_a_users_rule_takes_none_where_its_annotation_allows_it(annotation: object) -> None:
+    """verl's and SkyRL's ``null`` reaches a parameter annotated ``Optional[float]`` (typing's object or its text
+    under ``from __future__ import annotations``) as well as ``float | None``; a parameter that is not optional keeps
+    its default."""
+
+    def bounds(self: ClipRule, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        return torch.zeros_like(old_log_prob), torch.ones_like(old_log_prob)
+
+    cls = dataclasses.make_dataclass(
+        "CappedRule",
+        [("cap", annotation, 10.0), ("eps", float, 0.2)],
+        bases=(ClipRule,),
+        namespace={"bounds": bounds, "__module__": __name__},
+        frozen=True,
+    )
+    register_clip_rule("capped_test_rule")(cls)
+    try:
+        names = {"policy_loss.cap": "cap", "policy_loss.eps": "eps"}
+        settings = {"policy_loss.cap": None, "policy_loss.eps": None}
+        got = clip_method(settings, names, where="x", strict=False, rule="capped_test_rule").clip_rule
+        assert got.cap is None and got.eps == 0.2
+    finally:
+        CLIP_RULES.unregister("capped_test_rule")

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -242,10 +244,13 @@ class ClipMethod:
 
 
 def _takes_none(rule: str, param: str) -> bool:
-    """Whether ``param`` of clip rule ``rule`` may be ``None`` (its annotation says so: Band's ``cap``)."""
+    """Whether ``param`` of clip rule ``rule`` may be ``None``: its annotation says so (Band's ``cap: float | None``,
+    or ``Optional[float]`` on a user's rule), as an object or as text (``from __future__ import annotations``)."""
     for f in dataclasses.fields(CLIP_RULES.get(rule)):
         if f.name == param:
-            return "None" in str(f.type)
+            if isinstance(f.type, str):
+                return re.search(r"\bNone\b|\bOptional\[", f.type) is not None
+            return f.type is type(None) or type(None) in typing.get_args(f.type)
     return False
 
 
