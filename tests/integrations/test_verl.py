@@ -8,6 +8,7 @@ loss and metrics exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -156,6 +157,44 @@ def test_register_is_idempotent_and_keeps_foreign_names(monkeypatch: pytest.Monk
     assert POLICY_LOSS_REGISTRY["bandpo"] is bverl.compute_policy_loss_bandpo  # the free name was registered
     assert POLICY_LOSS_REGISTRY["dcpo"] is other_dcpo
     assert bverl.register(overwrite=True) == list(bverl.LOSS_MODES)
+
+
+def test_a_rule_registered_after_import_gets_its_mode_when_register_is_called_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``loss_names()`` promises a rule registered later; ``register()`` reads it at call time, so the rule's mode
+    ``bandpo_<rule>`` builds a config and computes bandpo's loss with that rule."""
+
+    @dataclasses.dataclass(frozen=True)
+    class WideFixed(FixedClip):
+        eps_low: float = 0.3
+        eps_high: float = 0.5
+
+    monkeypatch.setattr(bverl, "_MODE_RULES", dict(bverl._MODE_RULES))
+    monkeypatch.setattr(bverl, "LOSS_MODES", dict(bverl.LOSS_MODES))
+    monkeypatch.setitem(POLICY_LOSS_REGISTRY, "bandpo_wide_fixed_test", None)  # removed again afterwards
+    bandpo.register_clip_rule("wide_fixed_test")(WideFixed)
+    try:
+        assert "bandpo_wide_fixed_test" in bverl.register()
+        fn = POLICY_LOSS_REGISTRY["bandpo_wide_fixed_test"]
+        assert fn is bverl.LOSS_MODES["bandpo_wide_fixed_test"]
+        config = actor_config("bandpo_wide_fixed_test", clip_ratio_low=0.25, clip_ratio_high=0.4)
+        rule = WideFixed(eps_low=0.25, eps_high=0.4)
+        assert bverl.clip_method_from_config("bandpo_wide_fixed_test", config).clip_rule == rule
+        data = make_batch(empty_row=False)
+        got, _ = call_verl_style(fn, data, config, weights=False)
+        want, _ = bandpo.policy_loss(
+            data["log_prob"],
+            data["old_log_prob"],
+            data["advantages"],
+            data["response_mask"],
+            rule,
+            loss_agg_mode="token-mean",
+            clip_ratio_c=10.0,
+        )
+        torch.testing.assert_close(got, want, **TOL)
+    finally:
+        bandpo.losses.CLIP_RULES.unregister("wide_fixed_test")
 
 
 _PROBE = (

@@ -400,15 +400,24 @@ _MODE_RULES: dict[str, str] = {**loss_names(), "dcpo": "dcpo"}
 """bandpo's loss modes in verl -> their clip rule: ``bandpo`` -> ``band``, ``bandpo_<rule>`` -> ``<rule>`` (as in
 SkyRL) and ``dcpo`` (the name it had first)."""
 
-#: The policy-loss modes this module registers in verl, by name.
-LOSS_MODES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
-    mode: _mode_loss(
-        mode,
-        f"verl policy loss ``{mode}``: the clipped objective (the truncated one for DPPO's rules) with the bounds of "
-        f"clip rule ``{rule}`` (see the module docstring).",
-    )
-    for mode, rule in _MODE_RULES.items()
-}
+#: The policy-loss modes this module registers in verl, by name (:func:`register` adds the rules registered since).
+LOSS_MODES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {}
+
+
+def _add_modes() -> None:
+    """Add to :data:`_MODE_RULES` and :data:`LOSS_MODES` the modes of the clip rules registered in bandpo since the
+    last call (``loss_names()`` is read now: a rule a user registers after this module's import gets its mode)."""
+    _MODE_RULES.update({mode: rule for mode, rule in loss_names().items() if mode not in _MODE_RULES})
+    for mode, rule in _MODE_RULES.items():
+        if mode not in LOSS_MODES:
+            LOSS_MODES[mode] = _mode_loss(
+                mode,
+                f"verl policy loss ``{mode}``: the clipped objective (the truncated one for DPPO's rules) with the "
+                f"bounds of clip rule ``{rule}`` (see the module docstring).",
+            )
+
+
+_add_modes()
 compute_policy_loss_bandpo = LOSS_MODES["bandpo"]
 compute_policy_loss_dcpo = LOSS_MODES["dcpo"]
 
@@ -421,7 +430,10 @@ def register(*, overwrite: bool = False) -> list[str]:
     """Put :data:`LOSS_MODES` into verl's policy-loss registry; idempotent.
 
     Importing this module already calls it (verl's ``verl.plugins`` entry-point loading only imports the
-    module). A name that verl already maps to *another* function (e.g. a future built-in ``dcpo``) is left
+    module). A clip rule registered later (``bandpo.register_clip_rule``) gets its mode ``bandpo_<rule>`` when
+    this is called again, in every process that builds the config or computes the loss (the driver and verl's
+    workers: import the module that registers the rule, then call this, e.g. from a module named in
+    ``VERL_USE_EXTERNAL_MODULES``). A name that verl already maps to *another* function (e.g. a future built-in ``dcpo``) is left
     alone unless ``overwrite=True``. Warns (``TrlConflictWarning``) when the installed TRL would break verl's
     workers (:func:`trl_conflict`).
 
@@ -435,6 +447,7 @@ def register(*, overwrite: bool = False) -> list[str]:
     conflict = trl_conflict()
     if conflict is not None:
         warnings.warn(conflict, TrlConflictWarning, stacklevel=2)
+    _add_modes()
     conflicts = []
     for name, fn in LOSS_MODES.items():
         existing = POLICY_LOSS_REGISTRY.get(name)
