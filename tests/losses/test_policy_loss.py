@@ -681,10 +681,13 @@ def test_group_advantages() -> None:
     assert torch.allclose(
         group_advantages(r, 4, normalize_std=False)[:4], torch.tensor([0.5, -0.5, 0.5, -0.5])
     )
-    with pytest.raises(
-        ValueError, match="group_size must be a positive integer dividing the number of rewards 8"
-    ):
+    with pytest.raises(ValueError, match=r"group_size must divide the number of rewards 8 .*, got 3$"):
         group_advantages(r, 3)
+    for bad in (True, 0, 4.0, "4"):  # a bool is no group size (True ran as G = 1, all advantages 0)
+        with pytest.raises(ValueError, match=rf"^group_size must be an integer >= 1, got {bad!r}$"):
+            group_advantages(r, bad)
+    if np is not None:  # numpy's integers are integers
+        assert torch.equal(group_advantages(r, np.int64(4)), a)
     for eps in (float("nan"), -1e-6, float("inf")):
         with pytest.raises(ValueError, match=rf"eps must be a finite number >= 0, got {eps!r}"):
             group_advantages(r, 4, eps=eps)

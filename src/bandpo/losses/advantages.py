@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from bandpo.core.checks import check_float_tensor
-from bandpo.validation import check_positive_number
+from bandpo.validation import check_int_in, check_positive_number
 
 
 def group_advantages(
@@ -42,9 +42,10 @@ def group_advantages(
     check_positive_number("eps", eps, allow_zero=True)
     if rewards.dim() != 1:
         raise ValueError(f"rewards must have shape (B,), got {tuple(rewards.shape)}")
-    if not isinstance(group_size, int) or group_size < 1 or rewards.numel() % group_size:
+    group_size = check_int_in("group_size", group_size, 1)
+    if rewards.numel() % group_size:
         raise ValueError(
-            f"group_size must be a positive integer dividing the number of rewards {rewards.numel()}, got {group_size!r}"
+            f"group_size must divide the number of rewards {rewards.numel()} (B = groups x G), got {group_size!r}"
         )
     if check_values:
         bad = ~torch.isfinite(rewards)
