@@ -207,11 +207,23 @@ def test_user_generator_matches_registered() -> None:
 @pytest.mark.parametrize(
     "kwargs,exc,match",
     [
-        ({"old_logp": torch.tensor([0.1])}, ValueError, r"old_logp must hold log-probabilities.*0\.1"),
-        ({"old_logp": torch.tensor([float("nan")])}, ValueError, "old_logp must hold log-probabilities"),
-        ({"old_logp": torch.tensor([float("inf")])}, ValueError, "old_logp must hold log-probabilities"),
-        ({"old_logp": torch.tensor([-1, -2])}, TypeError, "old_logp must be a floating-point tensor"),
-        ({"old_logp": [-0.1]}, TypeError, "old_logp must be a torch.Tensor"),
+        (
+            {"old_log_prob": torch.tensor([0.1])},
+            ValueError,
+            r"old_log_prob must hold log-probabilities.*0\.1",
+        ),
+        (
+            {"old_log_prob": torch.tensor([float("nan")])},
+            ValueError,
+            "old_log_prob must hold log-probabilities",
+        ),
+        (
+            {"old_log_prob": torch.tensor([float("inf")])},
+            ValueError,
+            "old_log_prob must hold log-probabilities",
+        ),
+        ({"old_log_prob": torch.tensor([-1, -2])}, TypeError, "old_log_prob must be a floating-point tensor"),
+        ({"old_log_prob": [-0.1]}, TypeError, "old_log_prob must be a torch.Tensor"),
         ({"delta": -0.1}, ValueError, r"delta must be a finite number > 0, got -0.1"),
         ({"delta": 0.0}, ValueError, "delta must be a finite number > 0"),
         ({"delta": float("inf")}, ValueError, "delta must be a finite number > 0"),
@@ -255,7 +267,7 @@ def test_user_generator_matches_registered() -> None:
     ],
 )
 def test_bad_input(kwargs: dict, exc: type, match: str) -> None:
-    args = {"old_logp": torch.tensor([-0.5, -2.0])} | kwargs
+    args = {"old_log_prob": torch.tensor([-0.5, -2.0])} | kwargs
     with pytest.raises(exc, match=match):
         bandpo.band_bounds(**args)
 
@@ -276,16 +288,16 @@ def test_bad_input(kwargs: dict, exc: type, match: str) -> None:
 def test_old_logp_domain_is_minus_inf_to_zero(value: float, accepted: bool) -> None:
     """The values ``band_bounds`` accepts: log-probabilities in [-inf, 0] (the same domain as ``policy_loss``'s
     ``old_log_prob``, tests/losses/test_policy_loss.py); anything else is refused, naming one such value."""
-    old_logp = torch.tensor([-0.5, value], dtype=torch.float64)
+    old_log_prob = torch.tensor([-0.5, value], dtype=torch.float64)
     if accepted:
-        lo, hi = bandpo.band_bounds(old_logp, 0.05, "kl")
+        lo, hi = bandpo.band_bounds(old_log_prob, 0.05, "kl")
         assert (lo >= 0).all() and (lo <= 1).all() and (hi >= 1).all() and (hi <= 10).all()
     else:
         with pytest.raises(
             ValueError,
-            match=rf"old_logp must hold log-probabilities in \[-inf, 0\].*e\.g\. {re.escape(repr(value))}",
+            match=rf"old_log_prob must hold log-probabilities in \[-inf, 0\].*e\.g\. {re.escape(repr(value))}",
         ):
-            bandpo.band_bounds(old_logp, 0.05, "kl")
+            bandpo.band_bounds(old_log_prob, 0.05, "kl")
 
 
 KL_EXTREMES = [0.0, -1e-300, -1e-16, -1e-3, -1.0, -80.0, -700.0, -745.0, -1000.0, -math.inf]
@@ -345,7 +357,7 @@ def test_kl_solver_overflows_where_kl_delta_max_says(dtype: torch.dtype, logp_mi
     ],
 )
 def test_per_token_delta_shapes_that_broadcast_to_old_logp(shape: tuple, ok: bool) -> None:
-    """A tensor delta must broadcast to old_logp's shape (2, 3) without changing it (as torch.broadcast_shapes)."""
+    """A tensor delta must broadcast to old_log_prob's shape (2, 3) without changing it (as torch.broadcast_shapes)."""
     logp = -torch.rand(2, 3, generator=torch.Generator().manual_seed(0))
     delta = torch.full(shape, 0.1)
     if ok:
@@ -354,7 +366,7 @@ def test_per_token_delta_shapes_that_broadcast_to_old_logp(shape: tuple, ok: boo
         assert torch.equal(lo, ref_lo) and torch.equal(hi, ref_hi)
     else:
         with pytest.raises(
-            ValueError, match=r"delta of shape .* must broadcast to old_logp's shape \(2, 3\)"
+            ValueError, match=r"delta of shape .* must broadcast to old_log_prob's shape \(2, 3\)"
         ):
             bandpo.band_bounds(logp, delta, "kl")
 
@@ -380,3 +392,12 @@ def test_methods_constant_lists_auto() -> None:
     assert METHODS[0] == "auto"
     assert {"kl", "tv", "chi2", "neyman_chi2", "hellinger", "reverse_kl", "js"} <= set(NAMES)
     assert "bandkl" in bandpo.DIVERGENCES and bandpo.get_divergence("bandkl").name == "kl"
+
+
+@pytest.mark.parametrize("method", ["closed_form", "newton", "bisection", "table"])
+def test_band_bounds_carry_no_gradient_with_any_solver(method: str) -> None:
+    old = torch.log(torch.tensor([0.01, 0.3, 0.9], dtype=torch.float64)).requires_grad_()
+    divergence = "tv" if method == "closed_form" else "kl"
+    delta = torch.full((3,), 0.05, dtype=torch.float64, requires_grad=True) if method != "table" else 0.05
+    lo, hi = bandpo.band_bounds(old, delta, divergence, method=method)
+    assert not lo.requires_grad and not hi.requires_grad

@@ -424,3 +424,13 @@ def test_dppo_region_masks_agree_with_their_bounds(
         assume(abs(ratio.item() - edge.item()) > 1e-6 * max(edge.item(), 1e-3))
     assert bool(up_ok) == bool(ratio <= hi)
     assert bool(down_ok) == bool(ratio >= lo)
+
+
+@pytest.mark.parametrize("name", CLIP_RULES.names())
+def test_bounds_carry_no_gradient_whatever_the_rule(name: str) -> None:
+    """The bounds are constants of the objective: no rule's bounds (nor band_bounds' with any solver) depend on
+    ``old_log_prob`` or the entropy through autograd. DCPO's and the raw Band's closed forms and Newton did."""
+    old = torch.log(torch.tensor([[0.01, 0.3, 0.9]], dtype=torch.float64)).requires_grad_()
+    entropy = torch.tensor([[0.5, 1.0, 2.0]], dtype=torch.float64, requires_grad=True)
+    lo, hi = make_clip_rule(name).bounds(old, entropy)
+    assert not lo.requires_grad and not hi.requires_grad

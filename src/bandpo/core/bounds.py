@@ -190,7 +190,7 @@ def _chunked(
 
 
 def band_bounds(
-    old_logp: Tensor,
+    old_log_prob: Tensor,
     delta: float | Tensor = 0.05,
     divergence: str | Divergence | Callable[[Tensor], Tensor] = "kl",
     *,
@@ -203,12 +203,12 @@ def band_bounds(
     """Band ratio bounds for the sampled tokens.
 
     Args:
-        old_logp: (...) float16/bfloat16/float32/float64, ``log pi_old(a|s)`` of the sampled tokens, in
+        old_log_prob: (...) float16/bfloat16/float32/float64, ``log pi_old(a|s)`` of the sampled tokens, in
             [-inf, 0]. ``-inf`` (p = 0) gives ``lo = 0, hi = cap``; ``0`` (p = 1) gives ``hi = 1``.
         delta: trust-region radius > 0 (KL: at most ``KL_DELTA_MAX`` = 1000, ``Divergence.max_delta``; a bounded
             divergence below its largest value, ``Divergence.saturating_delta``: TV < 1, hellinger < 2, JS < log 2,
             where the bounds would be the whole simplex); a float,
-            or a float tensor broadcastable to ``old_logp`` (per token).
+            or a float tensor broadcastable to ``old_log_prob`` (per token).
         divergence: a registered name (``bandpo.DIVERGENCES.names()``), a ``Divergence``, or a convex generator
             ``f(u)`` with ``f(1) = 0`` (solved by the generic bisection).
         cap: upper cap on ``hi``, a finite number >= 1 (the authors' ``upper_bound_max``, default 10);
@@ -221,27 +221,28 @@ def band_bounds(
             checks always run.
 
     Returns:
-        ``(lo, hi)``: same shape, dtype and device as ``old_logp``; ``0 <= lo <= 1 <= hi <= min(1/p, cap)``
+        ``(lo, hi)``: same shape, dtype and device as ``old_log_prob``, without gradient (computed from detached
+        inputs whatever the solver); ``0 <= lo <= 1 <= hi <= min(1/p, cap)``
         (``relax`` may widen them to its fixed interval).
     """
-    check_float_tensor("old_logp", old_logp)
+    check_float_tensor("old_log_prob", old_log_prob)
     div = resolve_divergence(divergence)
     scalar_delta = not isinstance(delta, Tensor)
-    cdt = _compute_dtype(old_logp, compute_dtype)
+    cdt = _compute_dtype(old_log_prob, compute_dtype)
     method = resolve_method(div, method, scalar_delta)
     if scalar_delta:
         delta_f = check_delta("delta", delta, div)
         delta_t = None  # made below only where a solver needs it (not the table: no host->device copy)
     else:
         check_float_tensor("delta", delta)
-        # delta's shape broadcasts to old_logp's: written out, since torch.broadcast_shapes imports sympy on its
+        # delta's shape broadcasts to old_log_prob's: written out, since torch.broadcast_shapes imports sympy on its
         # first call (1-2 s, up to 18 s on a loaded machine)
-        trailing = zip(reversed(delta.shape), reversed(old_logp.shape))
-        if delta.dim() > old_logp.dim() or any(d not in (1, n) for d, n in trailing):
+        trailing = zip(reversed(delta.shape), reversed(old_log_prob.shape))
+        if delta.dim() > old_log_prob.dim() or any(d not in (1, n) for d, n in trailing):
             raise ValueError(
-                f"delta of shape {tuple(delta.shape)} must broadcast to old_logp's shape {tuple(old_logp.shape)}"
+                f"delta of shape {tuple(delta.shape)} must broadcast to old_log_prob's shape {tuple(old_log_prob.shape)}"
             )
-        delta_t = delta.to(device=old_logp.device, dtype=cdt)
+        delta_t = delta.detach().to(device=old_log_prob.device, dtype=cdt)
         out = delta_refused(delta_t, div)
         if check_values and bool(out.any()):
             raise ValueError(
@@ -249,14 +250,16 @@ def band_bounds(
             )
     cap = check_cap(cap)
     if cap is not None:  # beyond the compute or output dtype's range: its largest number (float16: 65504)
-        cap = min(cap, torch.finfo(cdt).max, torch.finfo(old_logp.dtype).max)
+        cap = min(cap, torch.finfo(cdt).max, torch.finfo(old_log_prob.dtype).max)
     relax = check_relax(relax)
     if relax is not None:
         eps_low, eps_high = relax
     if check_values:
-        check_logprobs("old_logp", old_logp)
+        check_logprobs("old_log_prob", old_log_prob)
 
-    logp = old_logp.to(cdt)
+    logp = old_log_prob.detach().to(
+        cdt
+    )  # the bounds are constants of the objective: no gradient, by any solver
     if method == "table":
         bins = solvers.TABLE_BINS_LOG2[cdt]
 
@@ -279,11 +282,11 @@ def band_bounds(
         # the lookup returns 0 <= lo <= 1 <= hi <= cap already: without relax, nothing is left to clamp
         lo, hi = table.lookup(logp, cap=cap)
         if relax is None:
-            return lo.to(old_logp.dtype), hi.to(old_logp.dtype)
+            return lo.to(old_log_prob.dtype), hi.to(old_log_prob.dtype)
     else:
         if delta_t is None:
             # a fill on the device, not a copy from the host (refused while a CUDA graph is captured)
-            delta_t = torch.full((), delta_f, dtype=cdt, device=old_logp.device)
+            delta_t = torch.full((), delta_f, dtype=cdt, device=old_log_prob.device)
         lo, hi = _chunked(_exact_solver(div, method), logp, delta_t)
 
     if relax is not None:
@@ -291,4 +294,4 @@ def band_bounds(
         hi = torch.clamp(hi, min=1.0 + eps_high)
     lo = torch.clamp(lo, 0.0, 1.0)
     hi = torch.clamp(hi, min=1.0) if cap is None else torch.clamp(hi, 1.0, cap)
-    return lo.to(old_logp.dtype), hi.to(old_logp.dtype)
+    return lo.to(old_log_prob.dtype), hi.to(old_log_prob.dtype)

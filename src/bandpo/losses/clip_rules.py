@@ -135,9 +135,10 @@ class ClipHigher(FixedClip):
 @register_clip_rule("dcpo")
 @dataclass(frozen=True)
 class DCPOClip(ClipRule):
-    """DCPO's dynamic adaptive clipping, with ``q = p_old``:
+    """DCPO's dynamic adaptive clipping, with ``p = p_old`` (``q`` in DCPO's paper; ``q`` is ``1 - p`` elsewhere in
+    bandpo):
 
-    ``lo = 0.5 + 0.5 sqrt(max(1 - 4 eps_low / q, 0))``, ``hi = min(0.5 + 0.5 sqrt(1 + 4 eps_high / q), cap)``.
+    ``lo = 0.5 + 0.5 sqrt(max(1 - 4 eps_low / p, 0))``, ``hi = min(0.5 + 0.5 sqrt(1 + 4 eps_high / p), cap)``.
     """
 
     eps_low: float = 0.16
@@ -151,13 +152,13 @@ class DCPOClip(ClipRule):
 
     def bounds(self, old_log_prob: Tensor, entropy: Tensor | None = None) -> tuple[Tensor, Tensor]:
         cdt = torch.float64 if old_log_prob.dtype == torch.float64 else torch.float32
-        inv_p = torch.exp(-old_log_prob.to(cdt))  # 1/p, inf at p = 0
+        inv_p = torch.exp(-old_log_prob.detach().to(cdt))  # 1/p, inf at p = 0
 
-        def four_eps_over_q(eps: float) -> Tensor:  # 4 eps / q; exactly 0 for eps = 0 (not 0 * inf = nan)
+        def four_eps_over_p(eps: float) -> Tensor:  # 4 eps / p; exactly 0 for eps = 0 (not 0 * inf = nan)
             return 4.0 * eps * inv_p if eps > 0 else torch.zeros_like(inv_p)
 
-        lo = 0.5 + 0.5 * torch.sqrt(torch.clamp(1.0 - four_eps_over_q(self.eps_low), min=0.0))
-        hi = torch.clamp(0.5 + 0.5 * torch.sqrt(1.0 + four_eps_over_q(self.eps_high)), max=self.cap)
+        lo = 0.5 + 0.5 * torch.sqrt(torch.clamp(1.0 - four_eps_over_p(self.eps_low), min=0.0))
+        hi = torch.clamp(0.5 + 0.5 * torch.sqrt(1.0 + four_eps_over_p(self.eps_high)), max=self.cap)
         return lo.to(old_log_prob.dtype), hi.to(old_log_prob.dtype)
 
 
