@@ -255,7 +255,16 @@ def test_user_generator_matches_registered() -> None:
         ({"divergence": lambda u: torch.log(u)}, ValueError, "must be convex"),
         ({"cap": 0.5}, ValueError, r"cap must be a finite number >= 1 \(or None for no cap\), got 0.5"),
         ({"relax": (0.2,)}, ValueError, "relax must be None or a pair"),
-        ({"method": "fast"}, ValueError, "method must be one of"),
+        (
+            {"method": "fast"},
+            ValueError,
+            r"^unknown method 'fast'; valid names: auto, closed_form, table, newton, bisection$",
+        ),
+        (
+            {"method": "newtn"},
+            ValueError,
+            r"^unknown method 'newtn' \(did you mean 'newton'\?\); valid names: auto,",
+        ),
         ({"method": "closed_form"}, ValueError, "not available for divergence 'kl'"),
         ({"method": "table", "delta": torch.full((2,), 0.1)}, ValueError, "needs a scalar delta"),
         (

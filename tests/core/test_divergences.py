@@ -97,3 +97,38 @@ def test_a_radius_at_or_beyond_a_bounded_divergence_s_largest_value_is_refused(n
     assert lo[-1] > 0 and not _whole_simplex(lo, hi, EDGE_GRID)  # p = 1 still has a lower bound
     assert torch.equal(lo, bandpo.band_bounds(logp, torch.full_like(logp, below), name, cap=None)[0])
     bandpo.make_clip_rule("band", divergence=name, delta=below)
+
+
+def _f_sq(u: torch.Tensor) -> torch.Tensor:
+    return (u - 1.0) ** 2
+
+
+@pytest.mark.parametrize(
+    "fields,error,match",
+    [
+        (
+            {"fast_solver": "Newton"},
+            ValueError,
+            r"fast_solver must be one of None, 'kl', 'newton', got 'Newton' \(did you mean 'newton'\?\)",
+        ),
+        ({"fast_solver": "newton"}, ValueError, r"fast_solver='newton' needs derivative"),
+        ({"name": ""}, ValueError, r"name must be a non-empty string, got ''"),
+        ({"generator": 2.0}, TypeError, r"generator must be a function, got 2.0"),
+        ({"derivative": "f'"}, TypeError, r"derivative must be a function"),
+        ({"max_delta": 0.0}, ValueError, r"max_delta must be a number > 0 \(inf: none\), got 0.0"),
+        ({"saturating_delta": math.nan}, ValueError, r"saturating_delta must be a number > 0"),
+    ],
+)
+def test_a_divergence_refuses_a_field_a_solver_would_trip_over(fields: dict, error: type, match: str) -> None:
+    """A misspelled ``fast_solver`` ran the generic solver silently (about 50 times slower); it is refused when the
+    Divergence is made, as is every field a solver reads later."""
+    with pytest.raises(error, match=match):
+        bandpo.Divergence(**{"name": "sq", "generator": _f_sq, "description": "chi^2", **fields})
+
+
+def test_register_divergence_needs_a_divergence() -> None:
+    with pytest.raises(
+        TypeError, match=r"register_divergence needs a Divergence\(name, generator, .*got function"
+    ):
+        bandpo.register_divergence(_f_sq)
+    assert "sq" not in bandpo.DIVERGENCES

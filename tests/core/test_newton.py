@@ -48,10 +48,9 @@ def test_auto_and_method_resolution() -> None:
         assert resolve_method(div, "auto", scalar_delta=True) == "newton"
         assert resolve_method(div, "auto", scalar_delta=False) == "newton"
     assert resolve_method(bandpo.get_divergence("kl"), "auto", scalar_delta=False) == "newton"
-    # fast_solver="newton" without a derivative: no Newton solver
-    bare = bandpo.Divergence(
-        "bare", bandpo.get_divergence("js").generator, "js without f'", fast_solver="newton"
-    )
+    # fast_solver="newton" without a derivative is refused when made (test_divergences.py); without a fast solver
+    # there is no Newton solver
+    bare = bandpo.Divergence("bare", bandpo.get_divergence("js").generator, "js without f'")
     assert resolve_method(bare, "auto", scalar_delta=False) == "bisection"
     with pytest.raises(
         ValueError, match="available for divergences 'kl', 'reverse_kl', 'js' only, got 'bare'"

@@ -44,8 +44,24 @@ from bandpo.core.checks import (
     delta_refused,
 )
 from bandpo.core.divergences import DIVERGENCES, Divergence
+from bandpo.registry import Registry
 
-METHODS = ("auto", "closed_form", "table", "newton", "bisection")
+SOLVERS: Registry[str] = Registry("method")
+"""``band_bounds``' solvers (its ``method``): name -> what it is, in the order ``auto`` tries them (module
+docstring); the one source of the names every adapter and the docs list."""
+for _name, _what in (
+    ("auto", "the first of the others that the divergence and the radius allow, in this order"),
+    ("closed_form", "exact formulas (tv, chi2, neyman_chi2, hellinger)"),
+    ("table", "scalar delta: exact bounds tabulated once per (divergence, delta), interpolated"),
+    (
+        "newton",
+        "any delta: Halley's method for kl, Newton's with the generator's derivative (reverse_kl, js)",
+    ),
+    ("bisection", "any divergence: the generic bracketed solver in float64, the reference"),
+):
+    SOLVERS.register(_name, _what)
+METHODS = tuple(SOLVERS.names())
+"""The names of :data:`SOLVERS`."""
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +129,7 @@ def _has_newton(d: Divergence) -> bool:
 
 def resolve_method(div: Divergence, method: str, scalar_delta: bool) -> str:
     """The solver ``band_bounds`` uses for ``div`` (``"auto"`` resolved); impossible requests raise."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    method = SOLVERS.canonical(method)  # an unknown name: its did-you-mean and the valid names
     if method == "auto":
         if div.closed_form is not None:
             return "closed_form"

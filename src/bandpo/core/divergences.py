@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bandpo.registry import Registry
+from bandpo.registry import Registry, did_you_mean
 
 # (logp, delta) -> (lo, hi), all (...) float tensors in the compute dtype, 0 <= lo <= 1 <= hi <= 1/p,
 # exact also at p = 0 (logp = -inf: lo = 0, hi = inf) and p = 1 (hi = 1).
@@ -66,11 +66,40 @@ class Divergence:
     max_delta: float = math.inf
     saturating_delta: float = math.inf
 
+    def __post_init__(self) -> None:
+        """One line for a field a solver would trip over later (a misspelled ``fast_solver`` ran the slow generic
+        solver silently)."""
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Divergence name must be a non-empty string, got {self.name!r}")
+        for field_name in ("generator", "closed_form", "limit_lo_at_one", "derivative"):
+            value = getattr(self, field_name)
+            if not (callable(value) or (value is None and field_name != "generator")):
+                raise TypeError(f"Divergence {self.name!r}: {field_name} must be a function, got {value!r}")
+        if self.fast_solver not in FAST_SOLVERS:
+            raise ValueError(
+                f"Divergence {self.name!r}: fast_solver must be one of {', '.join(map(repr, FAST_SOLVERS))}, got "
+                f"{self.fast_solver!r}{did_you_mean(self.fast_solver, [n for n in FAST_SOLVERS if n])}"
+            )
+        if self.fast_solver == "newton" and self.derivative is None:
+            raise ValueError(
+                f"Divergence {self.name!r}: fast_solver='newton' needs derivative, the generator's f'"
+            )
+        for field_name in ("max_delta", "saturating_delta"):
+            value = getattr(self, field_name)
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+                raise ValueError(
+                    f"Divergence {self.name!r}: {field_name} must be a number > 0 (inf: none), got {value!r}"
+                )
+
     def g(self, p: Tensor, r: Tensor) -> Tensor:
         """The projected divergence ``g_f(p, r) = p f(r) + (1-p) f((1-rp)/(1-p))`` (naive; for tests/plots)."""
         q = 1.0 - p
         return p * self.generator(r) + q * self.generator((1.0 - r * p) / q)
 
+
+FAST_SOLVERS = (None, "kl", "newton")
+"""The values of :attr:`Divergence.fast_solver`: none (the generic solver), KL's Halley solver, Newton's method
+with the generator's derivative (both run as ``band_bounds``' ``method="newton"``)."""
 
 DIVERGENCES: Registry[Divergence] = Registry("divergence")
 
@@ -88,6 +117,10 @@ checks both numbers and that every method and dtype gives finite, saturated boun
 
 def register_divergence(div: Divergence, aliases: tuple[str, ...] = ()) -> Divergence:
     """Add a divergence to the registry (names must be new)."""
+    if not isinstance(div, Divergence):
+        raise TypeError(
+            f"register_divergence needs a Divergence(name, generator, description, ...), got {type(div).__name__}"
+        )
     return DIVERGENCES.register(div.name, div, aliases)
 
 
