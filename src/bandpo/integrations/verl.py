@@ -50,6 +50,8 @@ __all__ = [
     "BandPOPolicyLossConfig",
     "TokenTerms",
     "TrlConflictWarning",
+    "check_actor_config",
+    "check_actor_configs",
     "clip_method_from_config",
     "clip_rule_from_config",
     "compute_policy_loss_bandpo",
@@ -287,6 +289,45 @@ def clip_method_from_config(loss_mode: str, config: Any) -> ClipMethod:
     return _method(_MODE_RULES[loss_mode], _settings(_get(config, "policy_loss", None), config))
 
 
+def check_actor_config(config: Any) -> None:
+    """Build the clip method of ``config``'s loss mode now, where it is one of bandpo's (nothing for another mode):
+    the actor-level keys that reach a rule's parameters (``clip_ratio_low`` / ``_high``, ``clip_ratio_c``, and
+    ``relax``'s interval) are refused when verl builds the actor config, in the driver's ``validate_config``, not
+    at the first actor update after the models load and the first rollout (``BandPOPolicyLossConfig`` sees only
+    ``actor.policy_loss``).
+
+    Raises:
+        ValueError: as :func:`clip_method_from_config`, naming verl's key.
+    """
+    mode = _get(_get(config, "policy_loss", None), "loss_mode", None)
+    if isinstance(mode, str) and mode in _MODE_RULES:
+        clip_method_from_config(mode, config)
+
+
+def check_actor_configs() -> bool:
+    """Wrap verl's ``ActorConfig.__post_init__`` (which FSDP's, Megatron's and the other engines' actor configs
+    call through ``super()``) so that it runs :func:`check_actor_config` after verl's own checks. Idempotent;
+    :func:`register` calls it. Returns whether the check is in place."""
+    try:
+        from verl.workers.config import ActorConfig
+    except ImportError:  # pragma: no cover - a verl without it: the first update checks
+        return False
+    original = ActorConfig.__dict__.get("__post_init__")
+    if original is None:  # pragma: no cover - verl 0.9 has one
+        return False
+    if getattr(original, "_bandpo_checks_actor", False):
+        return True
+
+    @functools.wraps(original)
+    def __post_init__(self: Any) -> None:
+        original(self)
+        check_actor_config(self)
+
+    __post_init__._bandpo_checks_actor = True  # type: ignore[attr-defined]
+    ActorConfig.__post_init__ = __post_init__  # type: ignore[method-assign]
+    return True
+
+
 def radius_schedule_from_config(rule: ClipRule, config: Any) -> RadiusSchedule:
     """The schedule of ``rule``'s radius under verl's actor ``config`` (:func:`clip_method_from_config`'s
     schedule fields and run length, from ``rule``'s ``delta``)."""
@@ -448,6 +489,7 @@ def register(*, overwrite: bool = False) -> list[str]:
     if conflict is not None:
         warnings.warn(conflict, TrlConflictWarning, stacklevel=2)
     _add_modes()
+    check_actor_configs()
     conflicts = []
     for name, fn in LOSS_MODES.items():
         existing = POLICY_LOSS_REGISTRY.get(name)
