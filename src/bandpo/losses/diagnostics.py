@@ -107,17 +107,25 @@ def _min_max(x: Tensor, m: Tensor, first: Tensor) -> Tensor:
 
 
 def _advantages(
-    ratio: Tensor, advantages: Tensor, *, dual_active: Tensor | None = None, **like_ratio: Tensor | None
+    ratio: Tensor,
+    advantages: Tensor,
+    lo: Tensor,
+    hi: Tensor,
+    mask: Tensor,
+    old_log_prob: Tensor,
+    dual_active: Tensor | None = None,
+    log_ratio: Tensor | None = None,
 ) -> Tensor:
     """The shapes of a diagnostic's arguments (metadata only, no host sync): ``ratio`` (B, T), ``advantages`` (B,),
-    (B, 1) or (B, T), every tensor of ``like_ratio`` and ``dual_active`` (B, T); returns the advantages as (B, T).
+    (B, 1) or (B, T), every other tensor (B, T); returns the advantages as (B, T).
 
     Raises:
         ValueError: naming the argument, its shape and the shape allowed.
     """
     if ratio.dim() != 2:
         raise ValueError(f"ratio must have shape (B, T), got {tuple(ratio.shape)}")
-    for name, x in {**like_ratio, "dual_active": dual_active}.items():
+    like_ratio = {"lo": lo, "hi": hi, "mask": mask, "old_log_prob": old_log_prob}
+    for name, x in {**like_ratio, "dual_active": dual_active, "log_ratio": log_ratio}.items():
         if x is not None and x.shape != ratio.shape:
             raise ValueError(f"{name} shape {tuple(x.shape)} must equal ratio shape {tuple(ratio.shape)}")
     return expand_advantages(advantages, ratio.shape)
@@ -156,16 +164,7 @@ def clip_metrics(
         ``policy/ppo_kl`` (k1) and ``policy/approx_kl`` (k3) of KL(old || new); ``policy/ratio_{mean,max,min}``;
         :func:`side_metrics`. Means, minima and maxima over an empty mask are 0.
     """
-    adv = _advantages(
-        ratio,
-        advantages,
-        lo=lo,
-        hi=hi,
-        mask=mask,
-        old_log_prob=old_log_prob,
-        dual_active=dual_active,
-        log_ratio=log_ratio,
-    )
+    adv = _advantages(ratio, advantages, lo, hi, mask, old_log_prob, dual_active, log_ratio)
     with torch.no_grad():
         m = mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
@@ -292,9 +291,7 @@ def side_metrics(
     Returns: detached () tensors in ``ratio``'s dtype (float32 for a lower precision), names :data:`SIDE_METRICS`;
     0 over an empty mask or an empty set of tokens.
     """
-    adv = _advantages(
-        ratio, advantages, lo=lo, hi=hi, mask=mask, old_log_prob=old_log_prob, dual_active=dual_active
-    )
+    adv = _advantages(ratio, advantages, lo, hi, mask, old_log_prob, dual_active)
     with torch.no_grad():
         m = mask.bool()
         f = ratio.dtype if ratio.dtype in (torch.float32, torch.float64) else torch.float32
@@ -371,16 +368,7 @@ def basic_clip_metrics(
     Returns:
         Detached () tensors in ``ratio``'s dtype (float32 for a lower precision), computed under ``torch.no_grad``
         with no host sync; 0 over an empty mask."""
-    adv = _advantages(
-        ratio,
-        advantages,
-        lo=lo,
-        hi=hi,
-        mask=mask,
-        old_log_prob=old_log_prob,
-        dual_active=dual_active,
-        log_ratio=log_ratio,
-    )
+    adv = _advantages(ratio, advantages, lo, hi, mask, old_log_prob, dual_active, log_ratio)
     del old_log_prob  # the signature of the registry's entries: shape-checked, not read
     with torch.no_grad():
         m = mask.bool()
