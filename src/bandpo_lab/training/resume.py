@@ -176,12 +176,14 @@ def _finished_at(output_dir: Path, args: Any) -> int | None:
 class ResumePlan:
     """What a resume does: ``scan.latest`` is the checkpoint to resume from; ``complete_at``, the step the run
     already finished at (``None``: train), maybe with the final model to copy from ``scan.latest``
-    (``final_from_checkpoint``); ``changes`` against the config the run started with."""
+    (``final_from_checkpoint``); ``changes`` against the config the run started with; ``foreign``: the folder is
+    another trainer's (nothing copied over its files)."""
 
     scan: CheckpointScan
     complete_at: int | None = None
     final_from_checkpoint: bool = False
     changes: ConfigChanges | None = None
+    foreign: bool = False
 
 
 def plan_resume(

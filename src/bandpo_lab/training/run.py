@@ -138,6 +138,7 @@ def prepare(
     plan = None
     if resume:
         plan = plan_resume(output_dir, config, args, allow_config_change)
+        _check_foreign_resume(plan, output_dir, foreign_files(output_dir, caller_files))
     elif not overwrite:
         earlier = _earlier_run(output_dir)
         if earlier is not None:
@@ -191,6 +192,27 @@ def foreign_files(output_dir: Path, caller_files: Collection[str] = (), resume: 
     if not names or _written_by_bandpo(output_dir) or (resume and checkpoint_dirs(output_dir)):
         return None
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_foreign_resume(plan: ResumePlan, output_dir: Path, foreign: str | None) -> None:
+    """``--resume`` in another trainer's folder (``foreign``: its entries, ``None`` for a bandpo run's or a new
+    folder): continue its newest complete checkpoint, or, where that checkpoint already reaches ``max_steps``, leave
+    the folder as it is (``plan.foreign``: the final model is not copied over the folder's own files).
+
+    Raises:
+        ConfigError: no complete checkpoint: starting from scratch there would write a model over its files.
+    """
+    if foreign is None:
+        return
+    plan.foreign = True
+    plan.final_from_checkpoint = False
+    if plan.scan.latest is None and plan.complete_at is None:
+        skipped = f" ({plan.scan.describe_skipped()})" if plan.scan.skipped else ""
+        raise ConfigError(
+            f"--resume: output_dir {str(output_dir)!r} is not a bandpo run ({foreign}) and holds no complete "
+            f"checkpoint to continue{skipped}: a run from scratch would write its model over those files; choose "
+            "another output_dir"
+        )
 
 
 def _written_by_bandpo(output_dir: Path) -> bool:
@@ -346,6 +368,8 @@ def _finish_complete_run(plan: ResumePlan, step: int, args: Any, output_dir: Pat
         copy_model_files(plan.scan.latest, output_dir)
         mark_finished(output_dir, step, args)
         how = f"; the final model was not saved, copied it from {plan.scan.latest.name}"
+    elif plan.foreign and plan.scan.latest is not None:
+        how = f"; another trainer's folder, left as it is: the model of step {step} is {plan.scan.latest}"
     else:
         how = "; the final model is unchanged"
     print(

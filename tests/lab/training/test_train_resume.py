@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from train_helpers import fake_checkpoint
+from train_helpers import BANDPO_RUN_INFO, fake_checkpoint
 
 from helpers import CONFIGS
 
@@ -119,7 +119,9 @@ def test_a_finished_run_is_left_untouched(tmp_path: Path, capsys: pytest.Capture
     base = started_run(out, step=6)  # max_steps 8, saved every 6: the run ended at 8 with no checkpoint there
     (out / "config.json").write_text("{}")
     (out / "model.safetensors").write_bytes(b"final")
-    (out / RUN_INFO_FILE).write_text(json.dumps({"finished": {"global_step": 8, "max_steps": 8}}))
+    (out / RUN_INFO_FILE).write_text(
+        json.dumps({**BANDPO_RUN_INFO, "finished": {"global_step": 8, "max_steps": 8}})
+    )
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
 
     code = main(["train", "--config", str(TINY), "--resume", *base])
@@ -158,3 +160,39 @@ def test_resume_from_checkpoints_saved_without_training_state_is_refused(tmp_pat
     for name in ("model.safetensors", "trainer_state.json"):
         (out / "checkpoint-4" / name).unlink()
     assert prepare(config, resume=True).resume_from is None
+
+
+def test_resume_in_another_trainers_folder_at_max_steps_copies_nothing_over_its_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TRL run's folder whose last checkpoint reaches max_steps: bandpo trains nothing and copies no model over
+    the folder's own top-level files (it replaced a user's config.json and weights with the checkpoint's and wrote a
+    run_info.json saying a run finished)."""
+    out = tmp_path / "trlrun"
+    fake_checkpoint(out, 8, bandpo_run=False)
+    (out / "config.json").write_text('{"mine": true}')
+    (out / "model.safetensors").write_bytes(b"my weights")
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    base = [f"output_dir={out}", "report_to=none", "max_steps=8"]
+    code = main(["train", "--config", str(TINY), "--resume", *base])
+    text = capsys.readouterr().out
+    assert code == 0 and "nothing to train; another trainer's folder, left as it is" in text
+    assert f"the model of step 8 is {out / 'checkpoint-8'}" in text
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    assert (out / "model.safetensors").read_bytes() == b"my weights"
+
+
+def test_resume_in_another_trainers_folder_without_a_complete_checkpoint_is_refused(tmp_path: Path) -> None:
+    """An empty (or unfinished) checkpoint-N in a folder of the user's own files: --resume would start from
+    scratch there and write its model over them; refused before anything is written."""
+    out = tmp_path / "userfolder"
+    (out / "checkpoint-1").mkdir(parents=True)
+    (out / "README.md").write_text("# mine")
+    config = load_train_config(TINY, [f"output_dir={out}", "report_to=none"])
+    match = (
+        rf"^--resume: output_dir '{out}' is not a bandpo run \(README.md, checkpoint-1/\) and holds no complete "
+        r"checkpoint to continue \(.*checkpoint-1.*\): a run from scratch would write its model over those files"
+    )
+    with pytest.raises(ConfigError, match=match):
+        prepare(config, resume=True)
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "checkpoint-1"]
