@@ -184,7 +184,7 @@ def evaluate_model_dir(
 
         from bandpo_lab.training.preflight import load_tokenizer
 
-        model, tokenizer = None, load_tokenizer(tokenizer_dir)
+        model, tokenizer = None, load_tokenizer(tokenizer_dir, name="tokenizer of model", error=EvalError)
         try:
             generation = GenerationConfig.from_pretrained(str(model_path))
         except OSError:

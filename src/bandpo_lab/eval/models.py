@@ -193,7 +193,7 @@ def load_model(
         ) from err
     model.to(device)
     model.eval()
-    return model, load_tokenizer(tokenizer_dir)
+    return model, load_tokenizer(tokenizer_dir, name="tokenizer of model", error=EvalError)
 
 
 @overload

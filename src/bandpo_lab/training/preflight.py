@@ -177,6 +177,18 @@ def check_model(config: TrainConfig) -> str | None:
                 f"model.path {str(model.path)!r} is a directory without config.json: not a transformers model "
                 f"directory (it holds: {', '.join(sorted(p.name for p in path.iterdir())[:20]) or 'nothing'})"
             )
+        from bandpo_lab.eval.errors import EvalError
+        from bandpo_lab.eval.models import check_model_dir  # eval builds on training: imported here
+
+        try:  # weights that load (headers only) and a tokenizer, as bandpo eval checks a model
+            model_dir, tokenizer_dir = check_model_dir(path)
+        except EvalError as err:
+            raise ConfigError(f"model.path: {err}") from err
+        if tokenizer_dir != model_dir:
+            raise ConfigError(
+                f"model.path {str(model.path)!r} has no tokenizer files (its parent {str(tokenizer_dir)!r} has): "
+                "training loads the tokenizer from the model directory; save it there"
+            )
         return str(path)
     if path.exists():
         raise ConfigError(f"model.path {str(model.path)!r} is a file; it must be a model directory")
@@ -204,11 +216,18 @@ def cache_dir(config: TrainConfig) -> Path:
     return Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
 
 
-def load_tokenizer(path: str | Path) -> Any:
-    """The tokenizer of the model at ``path``, its pad token the EOS token where it has none."""
+def load_tokenizer(
+    path: str | Path, *, name: str = "model.path", error: type[ValueError] = ConfigError
+) -> Any:
+    """The tokenizer of the model at ``path``, its pad token the EOS token where it has none; ``error`` (naming the
+    setting ``name``) where transformers cannot read its files."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError, TypeError) as err:  # tokenizer files that transformers cannot read
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise error(f"{name} {str(path)!r}: its tokenizer cannot be loaded: {reason}") from err
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -7,6 +7,7 @@ import gzip
 import importlib.util
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -507,6 +508,31 @@ def test_prepare_errors_with_files(tmp_path: Path) -> None:
     (tmp_path / "empty_model").mkdir()
     check(
         [f"model.path={tmp_path / 'empty_model'}", "reward.name=dapo"], r"is a directory without config.json"
+    )
+    # config.json alone passed: a model without weights failed in from_pretrained, inside the run's lock; one
+    # without a tokenizer, or with one transformers cannot read, with transformers' traceback
+    for name, drop, match in [
+        (
+            "no_weights",
+            "model.safetensors",
+            r"^model.path: model directory .* has config.json but no weights",
+        ),
+        ("no_tokenizer", "tokenizer*", r"^model.path: model directory .* has no tokenizer"),
+    ]:
+        broken = shutil.copytree(model_dir, tmp_path / name)
+        for path in broken.glob(drop):
+            path.unlink()
+        check([f"model.path={broken}", "reward.name=dapo"], match)
+    unreadable = shutil.copytree(model_dir, tmp_path / "bad_tokenizer")
+    (unreadable / "tokenizer.json").write_text("{not json")
+    check(
+        [
+            f"model.path={unreadable}",
+            "reward.name=dapo",
+            "data.prompt_column=question",
+            "data.answer_column=solution",
+        ],
+        r"^model.path '.*bad_tokenizer': its tokenizer cannot be loaded: ",
     )
     ok = prepare(
         load_train_config(
