@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.registry import did_you_mean
-from bandpo_lab._files import expand_path
+from bandpo_lab._files import expand_path, output_dir_problem
 from bandpo_lab.config import located
 from bandpo_lab.models import MODELS, ModelUnavailableError, is_builtin_model
 from bandpo_lab.runtime import bf16_problem
@@ -157,6 +157,7 @@ def check_model(config: TrainConfig) -> str | None:
                 spec.check_model_options(model.warm_start)
             except ValueError as err:
                 raise ConfigError(str(err)) from err
+        cache_dir(config)  # where the task's model will be built: checked now
         return None
     if model.warm_start:
         raise ConfigError(
@@ -212,8 +213,19 @@ def check_model(config: TrainConfig) -> str | None:
 
 
 def cache_dir(config: TrainConfig) -> Path:
-    """Where task and built-in models are cached: ``model.cache_dir``, else the default cache directory."""
-    return Path(config.model.cache_dir).expanduser() if config.model.cache_dir else default_cache_dir()
+    """Where task and built-in models are cached: ``model.cache_dir`` (``~`` and ``$VAR`` expanded), else the default
+    cache directory.
+
+    Raises:
+        ConfigError: ``model.cache_dir`` names an unset variable, or a file (a path no model can be written under).
+    """
+    if not config.model.cache_dir:
+        return default_cache_dir()
+    path = expand_path(str(config.model.cache_dir), "model.cache_dir", ConfigError)
+    problem = output_dir_problem(path, "model.cache_dir")
+    if problem is not None:
+        raise ConfigError(problem)
+    return path
 
 
 def load_tokenizer(

@@ -780,3 +780,23 @@ def test_a_compare_config_given_to_train_says_so() -> None:
         f"config file {shown} is a compare config (it sets methods or train): run it with bandpo compare "
         f"--config {shown}"
     )
+
+
+def test_model_cache_dir_is_expanded_and_checked_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model.cache_dir`` a file passed the dry run and failed building the task model inside the run's lock
+    (after --overwrite had discarded the earlier run); ``$VAR`` in it stayed a relative folder named ``$VAR``."""
+    from bandpo_lab.training.preflight import cache_dir
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    with pytest.raises(ConfigError, match=rf"^model.cache_dir '{a_file}' is a file; it must be a directory"):
+        prepare(load_train_config(TINY, [*run_dir(tmp_path), f"model.cache_dir={a_file}"]))
+    monkeypatch.delenv("BANDPO_TEST_CACHE", raising=False)
+    with pytest.raises(ConfigError, match=r"model.cache_dir .*BANDPO_TEST_CACHE"):
+        prepare(load_train_config(TINY, [*run_dir(tmp_path), "model.cache_dir=$BANDPO_TEST_CACHE/models"]))
+    monkeypatch.setenv("BANDPO_TEST_CACHE", str(tmp_path / "cache"))
+    config = load_train_config(TINY, [*run_dir(tmp_path), "model.cache_dir=$BANDPO_TEST_CACHE/models"])
+    assert cache_dir(config) == tmp_path / "cache" / "models"
+    assert a_file.read_text() == "mine"

@@ -20,13 +20,10 @@ from bandpo_lab.provenance import code_changed, provenance
 def _starting_model(train_config: Any) -> Path:
     """The starting policy's directory: the task's model, a built-in model (converted if needed), or the path."""
     from bandpo_lab.models import builtin_model_dir, is_builtin_model
-    from bandpo_lab.training.tasks import build_task_model, default_cache_dir
+    from bandpo_lab.training.preflight import cache_dir
+    from bandpo_lab.training.tasks import build_task_model
 
-    cache = (
-        Path(train_config.model.cache_dir).expanduser()
-        if train_config.model.cache_dir
-        else default_cache_dir()
-    )
+    cache = cache_dir(train_config)
     if train_config.model.uses_task_model:
         return build_task_model(
             train_config.data.task, train_config.data.task_options, train_config.model.warm_start, cache
