@@ -52,23 +52,24 @@ def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | P
     """Why the files ``outputs`` (``{flag: path or None}``) cannot be written by an evaluation of ``model_dir``
     (``None``: not known yet), in one line naming the flag, or ``None``."""
     given = {flag: path for flag, path in outputs.items() if path is not None}
-    for flag, path in given.items():
+    written: dict[str, Path] = {}  # each flag's file as it is written: ~ and $VAR expanded, then checked
+    for flag, raw in given.items():
         try:
-            expand_path(path, flag)  # an unset $VAR
+            written[flag] = expand_path(raw, flag)  # an unset $VAR
         except ValueError as err:
             return str(err)
-        problem = output_file_problem(path, flag)
+        problem = output_file_problem(written[flag], flag)
         if problem is not None:
             return problem
     for flag, other in itertools.combinations(given, 2):
-        if same_or_inside(given[flag], given[other]) or same_or_inside(given[other], given[flag]):
+        if same_or_inside(written[flag], written[other]) or same_or_inside(written[other], written[flag]):
             return (
                 f"{other} {str(given[other])!r} and {flag} {str(given[flag])!r} are the same file: each output "
                 "needs a file of its own"
             )
     model = None if model_dir is None else expand_path(model_dir)
     for flag, raw in given.items():
-        path = expand_path(raw)
+        path = written[flag]
         folder = _model_folder(path, model)
         default = flag == "--output" and path.name == DEFAULT_RESULTS and holds_model(path.parent)
         if folder is not None and not default:

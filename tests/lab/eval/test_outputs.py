@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bandpo_lab.eval.outputs import is_eval_output, outputs_problem
 
 
@@ -55,4 +57,20 @@ def test_eval_replaces_no_file_that_is_not_its_own(tmp_path: Path) -> None:
     assert outputs_problem({"--save-samples": notes}, None) == (
         f"--save-samples '{notes}' exists and is not an earlier bandpo eval output: bandpo eval replaces only an "
         "empty file or its own results JSON / samples JSONL; choose a new file"
+    )
+
+
+@pytest.mark.parametrize("flag", ["--output", "--save-samples"])
+@pytest.mark.parametrize("written", ["~/samplesdir", "$BANDPO_TEST_OUT/samplesdir"])
+def test_a_home_or_variable_path_is_checked_as_the_file_written(
+    flag: str, written: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~/samplesdir`` (a directory there) passed the check, made on the raw text, and the write failed after all
+    the sampling with IsADirectoryError."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("BANDPO_TEST_OUT", str(tmp_path))
+    (tmp_path / "samplesdir").mkdir()
+    problem = outputs_problem({flag: written}, None)
+    assert problem is not None and problem.startswith(f"{flag} '{tmp_path / 'samplesdir'}' is a directory"), (
+        problem
     )
