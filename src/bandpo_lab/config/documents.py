@@ -17,7 +17,15 @@ from typing import Any
 import yaml
 
 from bandpo.registry import did_you_mean
-from bandpo_lab._files import RECIPES, read_utf8, recipe_name, recipe_names, resolve_config, same_or_inside
+from bandpo_lab._files import (
+    RECIPES,
+    expand_path,
+    read_utf8,
+    recipe_name,
+    recipe_names,
+    resolve_config,
+    same_or_inside,
+)
 
 
 class ConfigError(ValueError):
@@ -222,7 +230,10 @@ def _read_file(path: Path, what: str) -> Layer:
 def config_file(path: str | Path, beside: Path | None = None, what: str = "config") -> Path:
     """The file a config argument names (:func:`bandpo_lab._files.resolve_config`): a file of the user's, else the
     built-in recipe its name names. A file of the user's that shadows a built-in recipe of the same name is read,
-    with a :class:`ConfigWarning` naming both (``what``: how the message names ``path``)."""
+    with a :class:`ConfigWarning` naming both (``what``: how the message names ``path``). ``~`` and ``$VAR`` are
+    expanded as in every other path (an unset variable: ``ConfigError``)."""
+    if str(path).startswith("~") or "$" in str(path):
+        path = expand_path(path, what, ConfigError)
     chosen, shadowed = resolve_config(path, beside)
     if shadowed is not None:
         warnings.warn(

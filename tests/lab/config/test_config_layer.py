@@ -412,3 +412,19 @@ def test_a_local_file_named_like_a_recipe_is_read_with_a_warning_naming_both(
         assert config_file(RECIPES / "tiny.yaml") == RECIPES / "tiny.yaml"
         monkeypatch.chdir(RECIPES.parent)
         assert config_file("configs/tiny.yaml") == Path("configs/tiny.yaml")
+
+
+def test_a_config_path_with_home_or_a_variable_is_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--config=~/my.yaml`` (the shell leaves ``~`` after ``=``) looked for a folder named ``~``; ``$VAR`` too."""
+    from bandpo_lab.config import ConfigError, config_file
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("BANDPO_TEST_CONFIGS", str(tmp_path))
+    (tmp_path / "my.yaml").write_text("mine: 1\n")
+    assert config_file("~/my.yaml") == tmp_path / "my.yaml"
+    assert config_file("$BANDPO_TEST_CONFIGS/my.yaml") == tmp_path / "my.yaml"
+    monkeypatch.delenv("BANDPO_TEST_CONFIGS")
+    with pytest.raises(ConfigError, match=r"config .*BANDPO_TEST_CONFIGS"):
+        config_file("$BANDPO_TEST_CONFIGS/my.yaml")
