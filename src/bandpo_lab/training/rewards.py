@@ -61,12 +61,17 @@ def build_rewards(config: TrainConfig, weights: Sequence[float] | None = None) -
             "give one weight per reward"
         )
     rewards = []
+    several = not (len(names) == 1 and isinstance(config.reward.name, str))
     for name, options in zip(names, _options_of(config, names)):
-        try:
-            fn = get_reward_func(name, **options)
+        try:  # the name first, then its options: each error names its own key
+            fn = get_reward_func(name)
             display = reward_display_name(name)
         except ValueError as err:
             raise ConfigError(f"reward.name: {err}") from err
+        try:
+            fn = get_reward_func(name, **options) if options else fn
+        except ValueError as err:
+            raise ConfigError(f"reward.options{f'.{name}' if several else ''}: {err}") from err
         safe = safe_reward_func(fn, config.reward.failure_reward)
         safe.__name__ = display  # TRL logs rewards/<name>/mean
         rewards.append(safe)

@@ -423,7 +423,15 @@ def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
         ),
         (
             ["reward.name=dapo", "reward.options.incorect_reward=0"],
-            r"reward 'dapo' has no option\(s\) \['incorect_reward'\]; valid options",
+            r"^reward.options: reward 'dapo' has no option\(s\) \['incorect_reward'\]; valid options",
+        ),
+        (
+            ["reward.name=dapo", "reward.options.correct_reward=.nan"],
+            r"^reward.options: correct_reward must be a finite number, got nan",
+        ),
+        (
+            ["reward.name=[dapo,boxed]", "reward.options.boxed.correct_reward=.nan"],
+            r"^reward.options.boxed: correct_reward must be a finite number, got nan",
         ),
         (
             ["model.warm_start.n_layer=2"],
