@@ -132,7 +132,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(flag_message(str(err), flags) or f"--rules: {err}") from None
         # before the work, which writes only at its end; $VARS and ~ read as eval and train read them
         args.output_dir = str(expand_path(args.output_dir, "--output-dir", ValueError))
-        problem = output_dir_problem(args.output_dir, "--output-dir") or _outputs_taken(args.output_dir)
+        problem = (
+            output_dir_problem(args.output_dir, "--output-dir")
+            or _in_a_model_folder(args.output_dir, args.model)
+            or _outputs_taken(args.output_dir)
+        )
         if args.attn_implementation != ATTENTION_AUTO:  # else found only once the model had loaded
             problem = problem or attention_problem(args.attn_implementation, "--attn-implementation")
         if problem is None:  # the model loads on the GPU where there is one
@@ -163,6 +167,28 @@ OUTPUT_FILES = ("results.json", "results.md", "probe.png")
 
 RESULT_KEYS = frozenset({"config", "batches", "summary", "model_dir"})
 """Keys of the probe's ``results.json`` (an earlier probe's files are replaced)."""
+
+
+def _in_a_model_folder(output_dir: str, model: str) -> str | None:
+    """Why ``output_dir`` cannot hold the probe's files: it is a model's folder (the probed ``--model``'s, or one
+    holding config.json and weights), or lies inside the probed model's; ``None`` otherwise. ``bandpo eval``'s
+    rule: no file among a model's."""
+    from bandpo_lab._files import expand_path, same_or_inside
+    from bandpo_lab.eval.models import holds_model
+
+    out = Path(output_dir)
+    try:
+        local = expand_path(model, "--model", ValueError)
+    except ValueError:
+        local = None  # refused with its own message where the model is resolved
+    folder = local if local is not None and local.is_dir() and same_or_inside(out, local) else None
+    folder = folder or (out if holds_model(out) else None)
+    if folder is None:
+        return None
+    return (
+        f"--output-dir {output_dir!r} is inside the model folder {str(folder)!r}: bandpo probe writes no file among "
+        "a model's; write it elsewhere"
+    )
 
 
 def _outputs_taken(output_dir: str) -> str | None:

@@ -203,3 +203,27 @@ def test_probe_output_dir_reads_variables_as_eval_does(
     assert err.startswith(
         "bandpo probe: error: --output-dir '$OUT/p' names the environment variable $OUT, which is"
     )
+
+
+@pytest.mark.parametrize("where", ["the-model-folder", "inside-it", "another-models-folder"])
+def test_probe_writes_no_file_among_a_models(
+    where: str, probe_options: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output-dir`` the probed model's folder (or a folder inside it, or another model's) was accepted; refused
+    in one line as ``bandpo eval`` refuses its outputs there."""
+    model = tmp_path / "mymodel"
+    other = tmp_path / "other"
+    for folder in (model, other):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"weights")
+    out = {"the-model-folder": model, "inside-it": model / "probe", "another-models-folder": other}[where]
+    with pytest.raises(SystemExit) as exc:
+        main(["probe", "--model", str(model), "--no-figures", "--output-dir", str(out)])
+    assert exc.value.code == 2 and probe_options == []
+    folder = other if where == "another-models-folder" else model
+    assert capsys.readouterr().err == (
+        f"bandpo probe: error: --output-dir {str(out)!r} is inside the model folder {str(folder)!r}: bandpo probe "
+        "writes no file among a model's; write it elsewhere\n"
+    )
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "model.safetensors"]
