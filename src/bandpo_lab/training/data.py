@@ -294,4 +294,37 @@ def build_prompt_dataset(
         row = dict(problem)
         row["prompt"] = _format_prompt(problem["prompt"], cfg, chat, index)
         rows.append(row)
-    return Dataset.from_list(rows)
+    try:
+        return Dataset.from_list(rows)
+    except (TypeError, ValueError) as err:  # pyarrow's ArrowTypeError / ArrowInvalid: a column of mixed types
+        mixed = _mixed_column(rows)
+        if mixed is None:
+            raise
+        raise ConfigError(
+            f"data: column {mixed!r} holds values of different types ({_mixed_column_types(rows, mixed)}); a "
+            "column must hold one type in every row (or null): fix the data, or leave the column out of "
+            "data.keep_columns"
+        ) from err
+
+
+def _mixed_column(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first column whose non-null values have more than one Python type (bool and int apart), or ``None``."""
+    seen: dict[str, type] = {}
+    for row in rows:
+        for key, value in row.items():
+            if value is None:
+                continue
+            first = seen.setdefault(key, type(value))
+            if first is not type(value) and {first, type(value)} != {int, float}:
+                return key
+    return None
+
+
+def _mixed_column_types(rows: Sequence[Mapping[str, Any]], column: str) -> str:
+    """``int in row 0, str in row 1``: the first row of each type in ``column``."""
+    first: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        value = row.get(column)
+        if value is not None:
+            first.setdefault(type(value).__name__, index)
+    return ", ".join(f"{name} in row {index}" for name, index in first.items())

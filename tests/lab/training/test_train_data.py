@@ -230,3 +230,22 @@ def test_a_jsonl_dataset_with_a_byte_that_is_not_utf8_is_refused_naming_the_file
         f"data.path {str(path)!r} is not UTF-8 text: byte 0xff at byte offset 44 (line 2: invalid start byte); "
         "save the file as UTF-8"
     )
+
+
+def test_a_kept_column_of_mixed_types_is_one_line_naming_it(tmp_path: Path) -> None:
+    """``"id": 1`` in one row and ``"id": "b"`` in another ended in pyarrow's ArrowInvalid traceback; ints and floats
+    together (which pyarrow promotes) and nulls stay accepted."""
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"prompt": "1+1=", "answer": "2", "id": 1}, {"prompt": "2+2=", "answer": "4", "id": "b"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = data_config(path, keep_columns=["id"])
+    problems = load_problems(cfg, need_answer=True)
+    match = (
+        r"^data: column 'id' holds values of different types \(int in row 0, str in row 1\); a column must hold "
+        r"one type in every row \(or null\)"
+    )
+    with pytest.raises(ConfigError, match=match):
+        build_prompt_dataset(problems, cfg, build_tokenizer())
+    problems[1]["id"] = 2.5
+    problems.append({"prompt": "3+3=", "answer": "6", "id": None})
+    assert build_prompt_dataset(problems, cfg, build_tokenizer())["id"] == [1.0, 2.5, None]
