@@ -410,3 +410,24 @@ def test_band_bounds_carry_no_gradient_with_any_solver(method: str) -> None:
     delta = torch.full((3,), 0.05, dtype=torch.float64, requires_grad=True) if method != "table" else 0.05
     lo, hi = bandpo.band_bounds(old, delta, divergence, method=method)
     assert not lo.requires_grad and not hi.requires_grad
+
+
+@pytest.mark.parametrize("name", ["kl", "reverse_kl", "js", "tv"])
+def test_a_radius_below_the_smallest_is_refused_and_the_smallest_gives_finite_bounds(name: str) -> None:
+    """Reverse KL's and JS's Newton gave NaN bounds from about delta = 1e-30 (float32) / 1e-33 (float64), with no
+    error: radii below ``DELTA_MIN`` are refused, scalar or per token; at ``DELTA_MIN`` every solver's bounds are
+    finite, inside the simplex and next to 1."""
+    from bandpo.core.checks import DELTA_MIN
+
+    logp = torch.log(torch.tensor([1e-30, 1e-8, 1e-3, 0.2, 0.5, 0.9, 0.999999], dtype=torch.float64))
+    for delta in (1e-13, 1e-40):
+        with pytest.raises(ValueError, match=rf"^delta must be at least 1e-12 \(.*\), got {delta!r}$"):
+            bandpo.band_bounds(logp, delta, name)
+        with pytest.raises(ValueError, match=rf"^delta must hold radii of at least 1e-12, found {delta!r}$"):
+            bandpo.band_bounds(logp, torch.full_like(logp, delta), name)
+    for dtype in (torch.float32, torch.float64):
+        for delta in (DELTA_MIN, torch.full(logp.shape, DELTA_MIN, dtype=dtype)):
+            lo, hi = bandpo.band_bounds(logp.to(dtype), delta, name, cap=None)
+            assert torch.isfinite(lo).all() and (lo >= 0).all() and (lo <= 1).all(), (dtype, lo)
+            assert (hi >= 1).all() and (hi <= 1 / logp.exp().to(dtype) * (1 + 1e-5)).all(), (dtype, hi)
+            assert (lo[2:] > 0.99).all() and (hi[3:] < 1.01).all(), (dtype, lo, hi)

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from bandpo.core import newton, solvers
 from bandpo.core.checks import (
+    DELTA_MIN,
     check_cap,
     check_delta,
     check_float_tensor,
@@ -260,9 +261,10 @@ def band_bounds(
         delta_t = delta.detach().to(device=old_log_prob.device, dtype=cdt)
         out = delta_refused(delta_t, div)
         if check_values and bool(out.any()):
-            raise ValueError(
-                f"delta must hold finite numbers {delta_range(div)}, found {delta_t[out].reshape(-1)[0].item()!r}"
-            )
+            first = delta_t[out].reshape(-1)[0].item()
+            if 0 < first < DELTA_MIN:
+                raise ValueError(f"delta must hold radii of at least {DELTA_MIN:g}, found {first!r}")
+            raise ValueError(f"delta must hold finite numbers {delta_range(div)}, found {first!r}")
     cap = check_cap(cap)
     if cap is not None:  # beyond the compute or output dtype's range: its largest number (float16: 65504)
         cap = min(cap, torch.finfo(cdt).max, torch.finfo(old_log_prob.dtype).max)
