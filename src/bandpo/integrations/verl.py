@@ -474,9 +474,10 @@ def register(*, overwrite: bool = False) -> list[str]:
     module). A clip rule registered later (``bandpo.register_clip_rule``) gets its mode ``bandpo_<rule>`` when
     this is called again, in every process that builds the config or computes the loss (the driver and verl's
     workers: import the module that registers the rule, then call this, e.g. from a module named in
-    ``VERL_USE_EXTERNAL_MODULES``). A name that verl already maps to *another* function (e.g. a future built-in ``dcpo``) is left
-    alone unless ``overwrite=True``. Warns (``TrlConflictWarning``) when the installed TRL would break verl's
-    workers (:func:`trl_conflict`).
+    ``VERL_USE_EXTERNAL_MODULES``). It also wraps verl's ``ActorConfig.__post_init__`` (:func:`check_actor_configs`).
+    A name that verl already maps to *another* function (e.g. a future built-in ``dcpo``) is left alone unless
+    ``overwrite=True``. Warns (``TrlConflictWarning``) when the installed TRL would break verl's workers
+    (:func:`trl_conflict`).
 
     Returns:
         The names that map to this module's losses afterwards.
