@@ -222,6 +222,47 @@ def test_trl_delta_at_or_below_one_is_refused_next_to_a_band_rule(
     assert BandPOConfig(**{**kwargs, "clip_rule": "grpo"}, delta=1.5).delta == 1.5
 
 
+@pytest.mark.parametrize(
+    ("settings", "delta", "largest"),
+    [
+        ({"clip_rule": "band"}, 3.0, "10"),  # SkyRL's and verl's clip_ratio_c, under Band's cap
+        ({"clip_rule": "band", "clip_rule_kwargs": {"cap": None}}, 10.0, "unbounded: the rule has no cap"),
+        ({"clip_rule": "dcpo"}, 9.0, "10"),
+        ({"clip_rule": "adaptive_band"}, 5.0, "10"),
+        ({"clip_rule": "clip_higher"}, 1.25, "1.28"),
+        ({"clip_rule": "band_lower"}, 1.1, "1.2"),
+    ],
+)
+def test_trl_delta_below_the_rules_largest_upper_bound_is_refused(
+    tmp_path: Path, settings: dict[str, Any], delta: float, largest: str
+) -> None:
+    """TRL clamps every token's ratio at its ``delta`` before the clip, whatever the advantage's sign: a dual clip
+    only at or above the rule's largest upper bound. ``delta: 3`` beside Band (cap 10) took the gradient of rare
+    tokens with a positive advantage inside Band's region, where bandpo.policy_loss (verl, SkyRL) keeps it."""
+    kwargs: dict[str, Any] = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, **settings)
+    with pytest.raises(ValueError, match=rf"^delta={delta!r} is TRL's clamp of every token's ratio") as err:
+        BandPOConfig(**kwargs, delta=delta)
+    assert f"below the largest upper bound of clip rule {settings['clip_rule']}(" in str(err.value)
+    assert f"({largest}): tokens with a positive advantage would lose their gradient" in str(err.value)
+    if largest[0].isdigit():
+        assert BandPOConfig(**kwargs, delta=float(largest)).delta == float(
+            largest
+        )  # at the bound: a dual clip
+    assert BandPOConfig(**kwargs).delta is None
+
+
+@pytest.mark.parametrize("rule", ["dppo_tv", "dppo_kl"])
+def test_trl_delta_is_refused_beside_dppos_truncated_objective(tmp_path: Path, rule: str) -> None:
+    """DPPO has no dual clip: TRL's delta (the real-scale recipes' ``delta: 10``, kept on ``clip_rule=dppo_tv``) added
+    one and cut its ratios; refused, and DPPO's own c stays ``truncation_c``."""
+    kwargs: dict[str, Any] = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, clip_rule=rule)
+    with pytest.raises(
+        ValueError, match=rf"clip rule '{rule}' has no dual clip .*truncation_c=20.*leave delta null"
+    ):
+        BandPOConfig(**kwargs, delta=10.0)
+    assert BandPOConfig(**kwargs).delta is None
+
+
 @pytest.mark.parametrize("loss_type", bandpo_trl.SUPPORTED_LOSS_TYPES)
 def test_config_accepts_token_clip_loss_types(tmp_path: Path, loss_type: str) -> None:
     BandPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, loss_type=loss_type)

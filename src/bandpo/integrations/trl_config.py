@@ -27,6 +27,7 @@ from bandpo.integrations.trl_spec import (
     check_loss_type,
     check_trl_delta,
     silence_old_checkpointing_names,
+    trl_delta_rule_problem,
 )
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule
 from bandpo.losses.diagnostics import DIAGNOSTICS
@@ -172,6 +173,9 @@ class BandPOConfig(GRPOConfig):
         method = self.clip_method()
         self.diagnostics = method.diagnostics
         check_trl_delta(self.delta, method.rule)
+        problem = trl_delta_rule_problem(self.delta, method.clip_rule)
+        if problem is not None:
+            raise ValueError(problem)
 
     def clip_method(self) -> ClipMethod:
         """The clip method these fields describe (``bandpo.integrations.trl_spec.TRL_NAMES`` translates them), over

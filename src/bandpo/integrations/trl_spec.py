@@ -14,7 +14,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from bandpo.losses.clip_rules import clip_rule_params
+import torch
+
+from bandpo.losses.clip_rules import ClipRule, clip_rule_params
 from bandpo.losses.method import METHOD_NAMES
 from bandpo.registry import did_you_mean
 
@@ -27,8 +29,10 @@ __all__ = [
     "TRL_RULE_SHORTCUTS",
     "check_loss_type",
     "check_trl_delta",
+    "largest_upper_bound",
     "loss_type_problem",
     "silence_old_checkpointing_names",
+    "trl_delta_rule_problem",
 ]
 
 
@@ -114,6 +118,42 @@ def check_loss_type(loss_type: object) -> None:
     problem = loss_type_problem(loss_type)
     if problem is not None:
         raise ValueError(problem)
+
+
+def largest_upper_bound(rule: ClipRule) -> float:
+    """The largest ratio bound ``hi`` ``rule`` gives any token: at ``p_old = 0`` (its cap; ``inf`` without one), for
+    an entropy-driven rule over entropies from 0.01 to 100 nats."""
+    old = torch.tensor([-math.inf], dtype=torch.float64)
+    entropies = [0.01, 1.0, 100.0] if rule.needs_entropy else [None]
+    his = [
+        rule.bounds(old, None if h is None else torch.tensor([h], dtype=torch.float64))[1] for h in entropies
+    ]
+    return max(float(hi.max()) for hi in his)
+
+
+def trl_delta_rule_problem(delta: float | None, rule: ClipRule) -> str | None:
+    """Why TRL's ``delta`` (checked by :func:`check_trl_delta`) does not act as ``rule``'s dual clip, in one line, or
+    ``None``. TRL clamps the ratio of *every* token at ``delta`` before the clip: a dual clip (the ratio of a token
+    with a negative advantage capped) only where ``delta`` is at least every upper bound ``hi`` the rule gives.
+    Below that, a token with a positive advantage loses its gradient inside the rule's bounds (Band's rare tokens,
+    whose ``hi`` reaches the cap 10 at ``p_old`` below about 0.01); DPPO's truncated objective has no dual clip."""
+    if delta is None:
+        return None
+    head = f"delta={delta!r} is TRL's clamp of every token's ratio (a dual clip only at or above the rule's bounds)"
+    if rule.truncation_c is not None:
+        return (
+            f"{head}, but clip rule {rule.name!r} has no dual clip (its truncated objective's c is truncation_c="
+            f"{rule.truncation_c:g}): the clamp would add one and cut its ratios at {delta:g}; leave delta null"
+        )
+    hi = largest_upper_bound(rule)
+    if delta < hi:
+        largest = "unbounded: the rule has no cap" if math.isinf(hi) else f"{hi:g}"
+        fix = "give the rule a cap of at most delta" if math.isinf(hi) else f"set delta >= {hi:g}"
+        return (
+            f"{head}, below the largest upper bound of clip rule {rule.describe()} ({largest}): tokens with a "
+            f"positive advantage would lose their gradient inside the rule's bounds; {fix}, or leave delta null"
+        )
+    return None
 
 
 def check_trl_delta(delta: Any, rule: str | None, where: str = "") -> None:
