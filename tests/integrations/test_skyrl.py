@@ -452,6 +452,26 @@ def test_step_radius_reaches_the_loss_through_skyrls_loss_fn_config_merge(regist
 
 
 @needs_skyrl
+def test_a_schedule_without_the_step_radius_stops_at_the_first_update(registry: Any) -> None:
+    """A custom trainer (not BandPOTrainer) sends no ``bandpo.step_delta``: the loss ran the whole run at the start
+    radius and logged it as if scheduled; it stops with one line naming the key and BandPOTrainer. A constant
+    radius needs no step."""
+    logp, old, adv, mask = batch(seed=8)
+    scheduled = algorithm(
+        **{"bandpo.delta": 0.2, "bandpo.delta_schedule": "linear", "bandpo.delta_end": 0.02}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^trainer.algorithm.bandpo.delta_schedule='linear' needs each step's radius.*BandPOTrainer",
+    ):
+        registry.get("bandpo")(logp, old, adv[:, None].expand_as(logp), config=scheduled, loss_mask=mask)
+    _, metrics = registry.get("bandpo")(
+        logp, old, adv[:, None].expand_as(logp), config=algorithm(), loss_mask=mask
+    )
+    assert metrics["band/delta"] == 0.05
+
+
+@needs_skyrl
 @pytest.mark.parametrize(
     ("global_step", "kind"), [(4, "linear"), (1, "cosine"), (10, "hold_then_linear"), (3, "constant")]
 )

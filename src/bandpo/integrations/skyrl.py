@@ -196,6 +196,13 @@ class SkyRLPolicyLoss:
 
         section = _section(config)
         method = clip_method_for(self.rule, config, section)
+        if section["step_delta"] is None and not method.schedule.is_constant:
+            # the radius of the step reaches the workers only from BandPOTrainer: without it the schedule stood still
+            raise ValueError(
+                f"trainer.algorithm.bandpo.delta_schedule={method.schedule.kind!r} needs each step's radius, which "
+                "bandpo.integrations.skyrl's BandPOTrainer sends to the policy workers (bandpo.step_delta) and this "
+                "trainer did not: train with BandPOTrainer (main() does), or set delta_schedule=constant"
+            )
         rule = _step_rule(method, section)
         anchor = old_log_probs
         if section["anchor"] == "rollout" and rollout_logprobs is not None:
