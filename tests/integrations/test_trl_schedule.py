@@ -151,18 +151,37 @@ def vowel_reward(completions: list[str], **kwargs: Any) -> list[float]:
     return [float(sum(ch in "aeiou" for ch in c)) for c in completions]
 
 
-def trained(args: BandPOConfig, model_dir: Path, dataset: Any) -> BandPOTrainer:
+def trainer_of(args: BandPOConfig, model_dir: Path, dataset: Any) -> BandPOTrainer:
     from transformers import AutoTokenizer
 
-    trainer = BandPOTrainer(
+    return BandPOTrainer(
         model=str(model_dir),
         reward_funcs=vowel_reward,
         args=args,
         train_dataset=dataset,
         processing_class=AutoTokenizer.from_pretrained(model_dir),
     )
+
+
+def trained(args: BandPOConfig, model_dir: Path, dataset: Any) -> BandPOTrainer:
+    trainer = trainer_of(args, model_dir, dataset)
     trainer.train()
     return trainer
+
+
+def test_an_evaluation_before_training_uses_the_first_updates_radius(
+    tmp_path: Path, tiny_model_dir: Path, tiny_dataset: Any
+) -> None:
+    """``trainer.evaluate()`` before ``train()`` with a changing radius raised RuntimeError (the state's max_steps is
+    0 until train() sets it): the rule is the first update's, over ``args.max_steps``, or the start radius when the
+    run's length is given in epochs."""
+    trainer = trainer_of(config(tmp_path, **DECAY), tiny_model_dir, tiny_dataset)
+    assert trainer.state.max_steps == 0 and trainer.args.max_steps == 4
+    assert trainer.step_clip_rule().delta == RadiusSchedule("linear", 0.2, 0.02, total_steps=4).value(1)
+    by_epochs = trainer_of(
+        config(tmp_path, **DECAY, max_steps=-1, num_train_epochs=1), tiny_model_dir, tiny_dataset
+    )
+    assert by_epochs.step_clip_rule() == by_epochs.clip_rule and by_epochs.clip_rule.delta == 0.2
 
 
 def test_each_update_uses_and_logs_the_scheduled_radius_without_building_tables(

@@ -225,14 +225,18 @@ class BandPOTrainer(GRPOTrainer):
 
     def step_clip_rule(self) -> ClipRule:
         """The clip rule of optimizer update ``state.global_step + 1``: ``clip_rule`` with the radius schedule's
-        value there over ``state.max_steps`` steps (``clip_rule`` itself under a constant schedule).
+        value there over ``state.max_steps`` steps (``args.max_steps`` before ``train()`` sets the state's; the start
+        radius, ``clip_rule``, for an evaluation before training of an epoch-long run; ``clip_rule`` itself under a
+        constant schedule).
 
         Raises:
-            RuntimeError: a changing radius before training set the run's length (``state.max_steps`` 0).
+            RuntimeError: a changing radius after training began with no run length known.
         """
         if self.radius_schedule.is_constant:
             return self.clip_rule
-        total = self.state.max_steps
+        total = self.state.max_steps if self.state.max_steps > 0 else self.args.max_steps
+        if total <= 0 and self.state.global_step == 0:
+            return self.clip_rule  # evaluate() before train(): the radius of the first update
         if total <= 0:
             raise RuntimeError(
                 f"the radius schedule {self.radius_schedule.describe()} needs the run's length, but the trainer "
