@@ -116,6 +116,17 @@ def test_trainer_needs_bandpo_config(
         )
 
 
+def test_trainer_takes_grpo_trainers_positional_arguments(
+    tmp_path: Path, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    """``BandPOTrainer(model, reward, args, train_dataset)``, as GRPOTrainer takes them, raised "takes from 2 to 4
+    positional arguments but 5 were given"."""
+    trainer = BandPOTrainer(
+        tiny_model, vowel_digit_reward, make_config(tmp_path), tiny_dataset, None, tiny_tokenizer
+    )
+    assert trainer.train_dataset is tiny_dataset and trainer.processing_class is tiny_tokenizer
+
+
 def test_on_policy_warning(
     tmp_path: Path, tiny_model_dir: Path, tiny_tokenizer: Any, tiny_dataset: Any
 ) -> None:

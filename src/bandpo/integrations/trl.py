@@ -121,7 +121,14 @@ class BandPOTrainer(GRPOTrainer):
 
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "bandpo"]
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: BandPOConfig | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: BandPOConfig | None = None,
+        *rest: Any,
+        **kwargs: Any,
+    ):
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
             args = BandPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-BandPO")
@@ -147,7 +154,7 @@ class BandPOTrainer(GRPOTrainer):
         self._bandpo_old_from_forward: dict[str, Any] | None = None
         self._bandpo_forward_log_probs: Tensor | None = None
         with silence_old_checkpointing_names():  # warnings TRL causes, not the caller
-            super().__init__(model, reward_funcs, args=args, **kwargs)
+            super().__init__(model, reward_funcs, args, *rest, **kwargs)  # GRPOTrainer's positional order
         self.add_callback(_StepGuard(self))
         use_compact_progress(self)  # the bar prints a short line per log, not the 60-odd metrics it logs
         note = args.on_policy_note()
