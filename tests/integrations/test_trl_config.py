@@ -283,3 +283,16 @@ def test_clipping_can_bind(tmp_path: Path, overrides: dict[str, Any], can_bind: 
     kwargs: dict[str, Any] = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, num_generations=2)
     args = BandPOConfig(**{**kwargs, **overrides})
     assert args.clipping_can_bind is can_bind
+
+
+def test_the_on_policy_note_says_what_the_ratio_is_with_vllms_importance_correction(tmp_path: Path) -> None:
+    """With vLLM and its importance sampling correction (TRL's default) TRL computes old log-probs on every layout,
+    so the ratio is 1 only up to rounding; the note said "exactly 1" and "never binds"."""
+    kwargs: dict[str, Any] = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, num_generations=2)
+    plain = BandPOConfig(**kwargs).on_policy_note()
+    assert plain is not None and "is exactly 1" in plain and "never binds" in plain
+    vllm = BandPOConfig(**kwargs, use_vllm=True).on_policy_note()
+    assert vllm is not None and "differs from 1 only by the rounding of two forward passes" in vllm
+    assert "exactly 1" not in vllm and "never binds" not in vllm
+    no_correction = BandPOConfig(**kwargs, use_vllm=True, vllm_importance_sampling_correction=False)
+    assert "is exactly 1" in (no_correction.on_policy_note() or "")

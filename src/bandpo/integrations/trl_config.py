@@ -214,11 +214,19 @@ class BandPOConfig(GRPOConfig):
         (``BandPOTrainer`` warns it, ``bandpo train --dry-run`` prints it); ``None`` otherwise."""
         if self.clipping_can_bind:
             return None
+        with_vllm_old = self.use_vllm and self.vllm_importance_sampling_correction
+        ratio = (
+            "the ratio pi / pi_old differs from 1 only by the rounding of two forward passes of the same weights (TRL "
+            "computes old log-probs for vLLM's importance sampling correction), so the clip rule "
+            f"{self.build_clip_rule().describe()} binds on that noise alone, not on a change of policy"
+            if with_vllm_old
+            else f"the ratio pi / pi_old is exactly 1, so the clip rule {self.build_clip_rule().describe()} never "
+            "binds and training equals unclipped GRPO"
+        )
         return (
             f"Every update is on-policy (num_iterations={self.num_iterations}, "
             f"steps_per_generation={self.steps_per_generation}, gradient_accumulation_steps="
-            f"{self.gradient_accumulation_steps}): the ratio pi / pi_old is exactly 1, so the clip rule "
-            f"{self.build_clip_rule().describe()} never binds and training equals unclipped GRPO. Clipping binds "
+            f"{self.gradient_accumulation_steps}): {ratio}. Clipping binds "
             "when gradient_accumulation_steps is not a multiple of steps_per_generation * num_iterations, e.g. "
             "steps_per_generation > gradient_accumulation_steps (several optimizer steps per generation batch, the "
             "authors use 4) or num_iterations > 1."
