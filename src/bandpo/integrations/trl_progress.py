@@ -27,7 +27,8 @@ PROGRESS_KEYS = (
 
 class CompactProgressCallback(ProgressCallback):
     """transformers' tqdm progress bar (steps, rate, ETA), printing ``step N | loss ... | reward ... | ...`` with
-    :data:`PROGRESS_KEYS` (and any nonzero ``rewards/*/failures``) at each log instead of the full dict."""
+    :data:`PROGRESS_KEYS` (and any nonzero ``rewards/*/failures``) at each log instead of the full dict, and
+    ``eval at step N | eval_reward ... | ...`` with their ``eval_`` names at an evaluation's log."""
 
     def on_log(
         self,
@@ -49,6 +50,9 @@ class CompactProgressCallback(ProgressCallback):
         shown.update({k: v for k, v in logs.items() if k.endswith("/failures") and v})
         if shown:
             self.training_bar.write(f"step {state.global_step} | {_format_items(shown)}")
+        evaluated = {f"eval_{k}": logs[f"eval_{k}"] for k in PROGRESS_KEYS if f"eval_{k}" in logs}
+        if evaluated:  # an evaluation's log (eval_strategy): its keys carry the prefix
+            self.training_bar.write(f"eval at step {state.global_step} | {_format_items(evaluated)}")
 
 
 def _format_items(items: dict[str, Any]) -> str:

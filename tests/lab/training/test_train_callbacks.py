@@ -86,8 +86,16 @@ def test_compact_progress_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         "rewards/x/failures": 3.0,
     }
     cb.on_log(args, state(3), TrainerControl(), logs=logs)
+    # an evaluation's log (eval_strategy): transformers' bar printed it, the compact line had dropped it
+    cb.on_log(
+        args,
+        state(4),
+        TrainerControl(),
+        logs={"eval_loss": 0.25, "eval_reward": 0.75, "eval_band/hi_mean": 2},
+    )
     cb.on_train_end(args, s, TrainerControl())
     out = capsys.readouterr()
     text = out.out + out.err
     assert "step 3 | loss 0.1235 | reward 0.5 | clip/frac 0.01 | rewards/x/failures 3" in text
+    assert "eval at step 4 | eval_loss 0.25 | eval_reward 0.75" in text
     assert "band/hi_mean" not in text
