@@ -188,7 +188,8 @@ def test_train_every_clip_rule(
 def test_train_keeps_trl_features(
     tmp_path: Path, tiny_model_dir: Path, tiny_tokenizer: Any, tiny_dataset: Any
 ) -> None:
-    """TRL's KL term, entropy mask, entropy bonus, two-sided clip and another aggregation still run with Band."""
+    """TRL's KL term, entropy mask, entropy bonus, two-sided clip (at Band's cap: a lower ``delta`` is refused)
+    and another aggregation still run with Band."""
 
     args = make_config(
         tmp_path,
@@ -196,7 +197,7 @@ def test_train_keeps_trl_features(
         beta=0.01,
         top_entropy_quantile=0.5,
         entropy_coef=0.01,
-        delta=3.0,
+        delta=10.0,
         clip_rule="band",
         band_divergence="tv",
         band_delta=0.1,

@@ -10,7 +10,7 @@ from typing import Any, Literal, overload
 from bandpo_lab._files import expand_path, read_utf8
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.training.checkpoints import checkpoint_dirs, weights_problem
-from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE
+from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILES
 from bandpo_lab.training.sections import DTYPES
 
 ATTENTION_AUTO = "auto"
@@ -23,7 +23,6 @@ WEIGHT_FILES = (
     "model.safetensors.index.json",
     "pytorch_model.bin.index.json",
 )
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def _has_weights(names: Sequence[str]) -> bool:

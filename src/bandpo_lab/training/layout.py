@@ -19,3 +19,6 @@ TRAINER_STATE = "trainer_state.json"
 
 MODEL_CONFIG_FILE = "config.json"
 """The saved model's config (transformers' ``CONFIG_NAME``): present once the final model is saved."""
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+"""The files of a saved tokenizer, one of which a model folder holds (``AutoTokenizer.from_pretrained`` reads it)."""

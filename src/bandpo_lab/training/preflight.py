@@ -15,8 +15,9 @@ from bandpo_lab._files import expand_path, output_dir_problem
 from bandpo_lab.config import located
 from bandpo_lab.models import MODELS, ModelUnavailableError, is_builtin_model
 from bandpo_lab.runtime import bf16_problem
+from bandpo_lab.training.checkpoints import weights_problem
 from bandpo_lab.training.config import ConfigError, TrainConfig
-from bandpo_lab.training.layout import MODEL_CONFIG_FILE
+from bandpo_lab.training.layout import MODEL_CONFIG_FILE, TOKENIZER_FILES
 from bandpo_lab.training.resume import trainer_default
 from bandpo_lab.training.tasks import TASKS, default_cache_dir
 
@@ -178,17 +179,17 @@ def check_model(config: TrainConfig) -> str | None:
                 f"model.path {str(model.path)!r} is a directory without config.json: not a transformers model "
                 f"directory (it holds: {', '.join(sorted(p.name for p in path.iterdir())[:20]) or 'nothing'})"
             )
-        from bandpo_lab.eval.errors import EvalError
-        from bandpo_lab.eval.models import check_model_dir  # eval builds on training: imported here
-
-        try:  # weights that load (headers only) and a tokenizer, as bandpo eval checks a model
-            model_dir, tokenizer_dir = check_model_dir(path)
-        except EvalError as err:
-            raise ConfigError(f"model.path: {err}") from err
-        if tokenizer_dir != model_dir:
+        problem = weights_problem(
+            path
+        )  # weights that load (headers only), as resume and bandpo eval check them
+        if problem is not None:
             raise ConfigError(
-                f"model.path {str(model.path)!r} has no tokenizer files (its parent {str(tokenizer_dir)!r} has): "
-                "training loads the tokenizer from the model directory; save it there"
+                f"model.path {str(model.path)!r} is not a model transformers can load: {problem}"
+            )
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise ConfigError(
+                f"model.path {str(model.path)!r} has no tokenizer (looked for {', '.join(TOKENIZER_FILES)}): "
+                "training loads it from the model directory; save the tokenizer with the model"
             )
         return str(path)
     if path.exists():

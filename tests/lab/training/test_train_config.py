@@ -523,9 +523,9 @@ def test_prepare_errors_with_files(tmp_path: Path) -> None:
         (
             "no_weights",
             "model.safetensors",
-            r"^model.path: model directory .* has config.json but no weights",
+            r"^model.path '.*' is not a model transformers can load: no model weights",
         ),
-        ("no_tokenizer", "tokenizer*", r"^model.path: model directory .* has no tokenizer"),
+        ("no_tokenizer", "tokenizer*", r"^model.path '.*' has no tokenizer \(looked for tokenizer.json, "),
     ]:
         broken = shutil.copytree(model_dir, tmp_path / name)
         for path in broken.glob(drop):
