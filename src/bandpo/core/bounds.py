@@ -274,9 +274,8 @@ def band_bounds(
     if check_values:
         check_logprobs("old_log_prob", old_log_prob)
 
-    logp = old_log_prob.detach().to(
-        cdt
-    )  # the bounds are constants of the objective: no gradient, by any solver
+    # the bounds are constants of the objective: no gradient, by any solver
+    logp = old_log_prob.detach().to(cdt)
     if method == "table":
         bins = solvers.TABLE_BINS_LOG2[cdt]
 
