@@ -58,9 +58,8 @@ def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | P
             written[flag] = expand_path(raw, flag)  # an unset $VAR
         except ValueError as err:
             return str(err)
-        problem = output_file_problem(
-            written[flag] if str(raw).strip() else raw, flag
-        )  # '' is no path, not "."
+        # '' is no path (expanded, it would read as ".")
+        problem = output_file_problem(written[flag] if str(raw).strip() else raw, flag)
         if problem is not None:
             return problem
     for flag, other in itertools.combinations(given, 2):

@@ -300,31 +300,22 @@ def build_prompt_dataset(
         mixed = _mixed_column(rows)
         if mixed is None:
             raise
+        column, types = mixed
         raise ConfigError(
-            f"data: column {mixed!r} holds values of different types ({_mixed_column_types(rows, mixed)}); a "
-            "column must hold one type in every row (or null): fix the data, or leave the column out of "
-            "data.keep_columns"
+            f"data: column {column!r} holds values of different types ({types}); a column must hold one type in "
+            "every row (or null): fix the data, or leave the column out of data.keep_columns"
         ) from err
 
 
-def _mixed_column(rows: Sequence[Mapping[str, Any]]) -> str | None:
-    """The first column whose non-null values have more than one Python type (bool and int apart), or ``None``."""
-    seen: dict[str, type] = {}
-    for row in rows:
-        for key, value in row.items():
-            if value is None:
-                continue
-            first = seen.setdefault(key, type(value))
-            if first is not type(value) and {first, type(value)} != {int, float}:
-                return key
-    return None
-
-
-def _mixed_column_types(rows: Sequence[Mapping[str, Any]], column: str) -> str:
-    """``int in row 0, str in row 1``: the first row of each type in ``column``."""
-    first: dict[str, int] = {}
+def _mixed_column(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """The first column whose non-null values have more than one Python type (int and float together are one:
+    pyarrow promotes them), with the first row of each type (``int in row 0, str in row 1``); ``None`` if none."""
+    first: dict[str, dict[type, int]] = {}  # column -> type -> its first row
     for index, row in enumerate(rows):
-        value = row.get(column)
-        if value is not None:
-            first.setdefault(type(value).__name__, index)
-    return ", ".join(f"{name} in row {index}" for name, index in first.items())
+        for key, value in row.items():
+            if value is not None:
+                first.setdefault(key, {}).setdefault(type(value), index)
+    for column, types in first.items():
+        if len(types) > 1 and set(types) != {int, float}:
+            return column, ", ".join(f"{t.__name__} in row {i}" for t, i in types.items())
+    return None

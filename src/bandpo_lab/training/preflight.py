@@ -179,9 +179,8 @@ def check_model(config: TrainConfig) -> str | None:
                 f"model.path {str(model.path)!r} is a directory without config.json: not a transformers model "
                 f"directory (it holds: {', '.join(sorted(p.name for p in path.iterdir())[:20]) or 'nothing'})"
             )
-        problem = weights_problem(
-            path
-        )  # weights that load (headers only), as resume and bandpo eval check them
+        # weights that load (headers only), as resume and bandpo eval check them
+        problem = weights_problem(path)
         if problem is not None:
             raise ConfigError(
                 f"model.path {str(model.path)!r} is not a model transformers can load: {problem}"

@@ -100,8 +100,10 @@ def prepare(
     output_dir = config.output_dir
     if preflight.is_main_rank():
         check_unlocked(output_dir)
-    foreign = foreign_files(output_dir, caller_files, resume)
-    if foreign is not None:
+    foreign = foreign_files(output_dir, caller_files)
+    # --resume also takes another trainer's checkpoints (TRL's output_dir): resuming deletes nothing but what the
+    # trainer's own save_total_limit rotates
+    if foreign is not None and not (resume and checkpoint_dirs(output_dir)):
         other = (
             "; another trainer's checkpoints can be continued with --resume"
             if checkpoint_dirs(output_dir)
@@ -138,7 +140,7 @@ def prepare(
     plan = None
     if resume:
         plan = plan_resume(output_dir, config, args, allow_config_change)
-        _check_foreign_resume(plan, output_dir, foreign_files(output_dir, caller_files))
+        _check_foreign_resume(plan, output_dir, foreign)
     elif not overwrite:
         earlier = _earlier_run(output_dir)
         if earlier is not None:
@@ -175,13 +177,12 @@ def _first_formatted(problems: list[dict[str, Any]], config: TrainConfig) -> dic
     return dict(build_prompt_dataset(problems[:1], config.data, None, chat_template=chat)[0])
 
 
-def foreign_files(output_dir: Path, caller_files: Collection[str] = (), resume: bool = False) -> str | None:
+def foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str | None:
     """The entries of ``output_dir`` no bandpo run wrote, for a message (``README.md, checkpoint-4/``), or
     ``None``: the folder is new, empty (but for the lock file and ``caller_files``) or an earlier bandpo run's, known
     by its ``run_info.json`` (written when training starts, before any checkpoint or metric). A file named like
     one of a run's, or a checkpoint another trainer wrote, does not make a folder bandpo's: ``--overwrite`` would
-    delete them. ``resume`` also takes another trainer's checkpoints (TRL's ``output_dir``): resuming deletes
-    nothing but what the trainer's own ``save_total_limit`` rotates."""
+    delete them."""
     try:
         entries = sorted(output_dir.iterdir()) if output_dir.is_dir() else []
     except OSError:
@@ -189,7 +190,7 @@ def foreign_files(output_dir: Path, caller_files: Collection[str] = (), resume: 
     names = [
         p.name + ("/" if p.is_dir() else "") for p in entries if p.name not in {LOCK_FILE, *caller_files}
     ]
-    if not names or _written_by_bandpo(output_dir) or (resume and checkpoint_dirs(output_dir)):
+    if not names or _written_by_bandpo(output_dir):
         return None
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
