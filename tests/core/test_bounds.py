@@ -431,3 +431,60 @@ def test_a_radius_below_the_smallest_is_refused_and_the_smallest_gives_finite_bo
             assert torch.isfinite(lo).all() and (lo >= 0).all() and (lo <= 1).all(), (dtype, lo)
             assert (hi >= 1).all() and (hi <= 1 / logp.exp().to(dtype) * (1 + 1e-5)).all(), (dtype, hi)
             assert (lo[2:] > 0.99).all() and (hi[3:] < 1.01).all(), (dtype, lo, hi)
+
+
+def test_solvers_registry_dispatches_band_bounds() -> None:
+    """``SOLVERS`` is the dispatch, not a list of names beside an if-chain: a solver registered there is what
+    ``band_bounds(method=name)`` runs, refusals included, and ``auto`` tries the entries in their order."""
+    from bandpo.core.bounds import SOLVERS, Solver, resolve_method
+
+    calls: list[tuple[str, tuple[int, ...]]] = []
+
+    def halves(div, logp, delta):  # a stand-in solver: lo = 1/2, hi = 2 everywhere
+        calls.append((div.name, tuple(logp.shape)))
+        return torch.full_like(logp, 0.5), torch.full_like(logp, 2.0)
+
+    SOLVERS.register(
+        "halves", Solver("test", lambda div, scalar: None if div.name == "kl" else "halves: kl only", halves)
+    )
+    try:
+        lo, hi = bandpo.band_bounds(torch.log(torch.tensor([0.01, 0.5, 0.9])), 0.05, "kl", method="halves")
+        assert calls == [("kl", (3,))]
+        assert lo.tolist() == [0.5, 0.5, 0.5] and hi.tolist() == [2.0, 2.0, 2.0]
+        with pytest.raises(ValueError, match="halves: kl only"):
+            bandpo.band_bounds(torch.tensor([-1.0]), 0.05, "reverse_kl", method="halves")
+        # auto still takes the first entry that serves: kl's table for a scalar radius, newton for a tensor one
+        kl = bandpo.get_divergence("kl")
+        assert resolve_method(kl, "auto", True) == "table" and resolve_method(kl, "auto", False) == "newton"
+    finally:
+        SOLVERS.unregister("halves")
+
+
+def test_fast_solvers_registry_dispatches_newton() -> None:
+    """``Divergence.fast_solver`` names an entry of ``FAST_SOLVERS``, which ``method="newton"`` runs: a registered
+    one is taken (here KL's Halley solver under another name, so the bounds must equal KL's)."""
+    from bandpo.core.divergences import FAST_SOLVERS, Divergence
+
+    kl = bandpo.get_divergence("kl")
+    seen: list[int] = []
+
+    def counted(div, logp, log1mp, delta):
+        seen.append(logp.numel())
+        return FAST_SOLVERS.get("kl")(div, logp, log1mp, delta)
+
+    FAST_SOLVERS.register("counted_kl", counted)
+    try:
+        mine = Divergence(
+            "kl_again", kl.generator, "KL by a registered fast solver", fast_solver="counted_kl"
+        )
+        old = torch.log(torch.tensor([1e-6, 0.01, 0.3, 0.9], dtype=torch.float64))
+        got = bandpo.band_bounds(old, 0.05, mine, method="newton", cap=None)
+        want = bandpo.band_bounds(old, 0.05, "kl", method="newton", cap=None)
+        assert seen == [4]
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        with pytest.raises(
+            ValueError, match=r"fast_solver must be one of None, 'kl', 'newton', 'counted_kl'"
+        ):
+            Divergence("x", kl.generator, "x", fast_solver="counted")
+    finally:
+        FAST_SOLVERS.unregister("counted_kl")

@@ -29,11 +29,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from bandpo.core import newton, solvers
+from bandpo.core import solvers
 from bandpo.core.checks import (
     DELTA_MIN,
     check_cap,
@@ -44,25 +45,8 @@ from bandpo.core.checks import (
     delta_range,
     delta_refused,
 )
-from bandpo.core.divergences import DIVERGENCES, Divergence
+from bandpo.core.divergences import DIVERGENCES, FAST_SOLVERS, Divergence, LogSolver
 from bandpo.registry import Registry
-
-SOLVERS: Registry[str] = Registry("method")
-"""``band_bounds``' solvers (its ``method``): name -> what it is, in the order ``auto`` tries them (module
-docstring); the one source of the names every adapter and the docs list."""
-for _name, _what in (
-    ("auto", "the first of the others that the divergence and the radius allow, in this order"),
-    ("closed_form", "exact formulas (tv, chi2, neyman_chi2, hellinger)"),
-    ("table", "scalar delta: exact bounds tabulated once per (divergence, delta), interpolated"),
-    (
-        "newton",
-        "any delta: Halley's method for kl, Newton's with the generator's derivative (reverse_kl, js)",
-    ),
-    ("bisection", "any divergence: the generic bracketed solver in float64, the reference"),
-):
-    SOLVERS.register(_name, _what)
-METHODS = tuple(SOLVERS.names())
-"""The names of :data:`SOLVERS`."""
 
 logger = logging.getLogger(__name__)
 
@@ -123,32 +107,6 @@ def resolve_divergence(divergence: str | Divergence | Callable[[Tensor], Tensor]
     )
 
 
-def _has_newton(d: Divergence) -> bool:
-    """KL's Halley solver, or Newton's method given the generator's derivative f'."""
-    return d.fast_solver == "kl" or (d.fast_solver == "newton" and d.derivative is not None)
-
-
-def resolve_method(div: Divergence, method: str, scalar_delta: bool) -> str:
-    """The solver ``band_bounds`` uses for ``div`` (``"auto"`` resolved); impossible requests raise."""
-    method = SOLVERS.canonical(method)  # an unknown name: its did-you-mean and the valid names
-    if method == "auto":
-        if div.closed_form is not None:
-            return "closed_form"
-        if div.tabulate and scalar_delta:
-            return "table"
-        if _has_newton(div):
-            return "newton"
-        return "bisection"
-    if method == "closed_form" and div.closed_form is None:
-        raise ValueError(f"method='closed_form' is not available for divergence {div.name!r}")
-    if method == "table" and not scalar_delta:
-        raise ValueError("method='table' needs a scalar delta (a Python float); got a tensor")
-    if method == "newton" and not _has_newton(div):
-        names = ", ".join(repr(n) for n in DIVERGENCES.names() if _has_newton(DIVERGENCES.get(n)))
-        raise ValueError(f"method='newton' is available for divergences {names} only, got {div.name!r}")
-    return method
-
-
 def _compute_dtype(x: Tensor, compute_dtype: torch.dtype | None) -> torch.dtype:
     if compute_dtype is None:
         return torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -157,30 +115,146 @@ def _compute_dtype(x: Tensor, compute_dtype: torch.dtype | None) -> torch.dtype:
     return compute_dtype
 
 
-def _exact_solver(div: Divergence, method: str) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]:
-    """(logp, delta) -> (lo, hi) in logp's dtype, with logp in [-inf, 0], for the non-table methods."""
+ExactSolve = Callable[[Divergence, Tensor, Tensor], tuple[Tensor, Tensor]]
+"""``(div, logp, delta) -> (lo, hi)`` in ``logp``'s dtype, with ``logp`` in [-inf, 0] and ``delta`` broadcasting to
+it: an exact solver, unclamped."""
 
-    def solve(logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
-        if method == "closed_form":  # the formulas handle p = 0 and p = 1 exactly
-            return div.closed_form(logp, delta)
-        if method == "bisection" and logp.dtype != torch.float64 and logp.device.type != "mps":
-            # the generic solver evaluates g_f by cancellation-prone sums: run it in float64 (the slow,
-            # reference path) wherever the device has float64
-            lo, hi = solve(logp.double(), delta.double())
-            return lo.to(logp.dtype), hi.to(logp.dtype)
-        dt = logp.dtype
-        logp_c = torch.clamp(logp, _LOGP_MIN[dt], -_Q_MIN[dt])
-        log1mp = torch.log(-torch.expm1(logp_c))
-        if method == "newton" and div.fast_solver == "kl":
-            log_lo, log_hi = solvers.kl_bounds(logp_c, log1mp, delta)
-        elif method == "newton":  # f' known: Newton's method in the token's new mass (any per-token delta)
-            log_lo, log_hi = newton.fdiv_newton_bounds(div.generator, div.derivative, logp_c, log1mp, delta)
-        else:
-            lo, hi = solvers.generic_bounds(div.generator, logp_c, log1mp, delta)
-            log_lo, log_hi = torch.log(lo), torch.log(hi)
-        # back to the unclamped p: hi = x / p, so p = 0 gives inf; then keep it inside 1/p
-        return torch.exp(log_lo), torch.exp(torch.minimum(log_hi + (logp_c - logp), -logp))
 
+def _in_log_space(
+    log_solver: LogSolver, div: Divergence, logp: Tensor, delta: Tensor
+) -> tuple[Tensor, Tensor]:
+    """An iterative solver's ``(log lo, log hi)`` on ``logp`` clamped so that p and 1-p stay normal numbers, mapped
+    back to the unclamped p: ``hi = x / p``, so p = 0 gives inf; then kept inside ``1/p``."""
+    dt = logp.dtype
+    logp_c = torch.clamp(logp, _LOGP_MIN[dt], -_Q_MIN[dt])
+    log_lo, log_hi = log_solver(div, logp_c, torch.log(-torch.expm1(logp_c)), delta)
+    return torch.exp(log_lo), torch.exp(torch.minimum(log_hi + (logp_c - logp), -logp))
+
+
+def _closed_form(div: Divergence, logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+    return div.closed_form(logp, delta)  # type: ignore[misc]  # the formulas handle p = 0 and p = 1 exactly
+
+
+def _newton(div: Divergence, logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+    """The divergence's own fast solver (``FAST_SOLVERS``: KL's Halley, else Newton's with ``f'``)."""
+    return _in_log_space(FAST_SOLVERS.get(div.fast_solver), div, logp, delta)  # type: ignore[arg-type]
+
+
+def _generic_log(div: Divergence, logp: Tensor, log1mp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+    lo, hi = solvers.generic_bounds(div.generator, logp, log1mp, delta)
+    return torch.log(lo), torch.log(hi)
+
+
+def _bisection(div: Divergence, logp: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+    """The generic solver evaluates g_f by cancellation-prone sums: run in float64 (the slow, reference path)
+    wherever the device has float64."""
+    if logp.dtype != torch.float64 and logp.device.type != "mps":
+        lo, hi = _bisection(div, logp.double(), delta.double())
+        return lo.to(logp.dtype), hi.to(logp.dtype)
+    return _in_log_space(_generic_log, div, logp, delta)
+
+
+@dataclass(frozen=True)
+class Solver:
+    """One of ``band_bounds``' methods (an entry of :data:`SOLVERS`).
+
+    Attributes:
+        what: one line for the docs and the error messages.
+        refuses: ``(div, scalar_delta) -> why it cannot serve, or None``.
+        solve: the exact solver; ``None`` for ``auto`` (resolved to another) and ``table`` (built from an exact
+            solver, then interpolated).
+        auto_takes: whether ``auto`` picks it for a divergence it serves (``table``: only a tabulated one).
+    """
+
+    what: str
+    refuses: Callable[[Divergence, bool], str | None]
+    solve: ExactSolve | None = None
+    auto_takes: Callable[[Divergence], bool] = lambda div: True
+
+
+def _newton_refuses(div: Divergence, scalar_delta: bool) -> str | None:
+    if div.fast_solver is not None:
+        return None
+    names = ", ".join(repr(n) for n in DIVERGENCES.names() if DIVERGENCES.get(n).fast_solver is not None)
+    return f"method='newton' is available for divergences {names} only, got {div.name!r}"
+
+
+SOLVERS: Registry[Solver] = Registry("method")
+"""``band_bounds``' solvers (its ``method``), in the order ``auto`` tries them (module docstring): the one source of
+the names every adapter and the docs list, and the dispatch of ``band_bounds``."""
+SOLVERS.register(
+    "auto",
+    Solver(
+        "the first of the others that the divergence and the radius allow, in this order",
+        lambda div, scalar: None,
+        auto_takes=lambda div: False,
+    ),
+)
+SOLVERS.register(
+    "closed_form",
+    Solver(
+        "exact formulas (tv, chi2, neyman_chi2, hellinger)",
+        lambda div, scalar: (
+            None
+            if div.closed_form is not None
+            else f"method='closed_form' is not available for divergence {div.name!r}"
+        ),
+        _closed_form,
+    ),
+)
+SOLVERS.register(
+    "table",
+    Solver(
+        "scalar delta: exact bounds tabulated once per (divergence, delta), interpolated",
+        lambda div, scalar: (
+            None if scalar else "method='table' needs a scalar delta (a Python float); got a tensor"
+        ),
+        auto_takes=lambda div: div.tabulate,
+    ),
+)
+SOLVERS.register(
+    "newton",
+    Solver(
+        "any delta: Halley's method for kl, Newton's with the generator's derivative (reverse_kl, js)",
+        _newton_refuses,
+        _newton,
+    ),
+)
+SOLVERS.register(
+    "bisection",
+    Solver(
+        "any divergence: the generic bracketed solver in float64, the reference",
+        lambda div, scalar: None,
+        _bisection,
+    ),
+)
+METHODS = tuple(SOLVERS.names())
+"""The names of :data:`SOLVERS`."""
+
+
+def resolve_method(div: Divergence, method: str, scalar_delta: bool) -> str:
+    """The solver ``band_bounds`` uses for ``div`` (``"auto"``: the first entry of :data:`SOLVERS` that serves and
+    that ``auto`` takes); impossible requests raise ``ValueError`` with the solver's reason."""
+    method = SOLVERS.canonical(method)  # an unknown name: its did-you-mean and the valid names
+    if method == "auto":
+        return next(
+            name
+            for name in SOLVERS
+            if SOLVERS.get(name).auto_takes(div) and SOLVERS.get(name).refuses(div, scalar_delta) is None
+        )
+    problem = SOLVERS.get(method).refuses(div, scalar_delta)
+    if problem is not None:
+        raise ValueError(problem)
+    return method
+
+
+def _exact_method(div: Divergence, method: str) -> ExactSolve:
+    """The exact solver of ``method``; for the table, the one it is built from (newton where the divergence has a
+    fast solver, else bisection)."""
+    if method == "table":
+        method = "newton" if SOLVERS.get("newton").refuses(div, True) is None else "bisection"
+    solve = SOLVERS.get(method).solve
+    assert solve is not None, method  # auto is resolved first
     return solve
 
 
@@ -281,9 +355,9 @@ def band_bounds(
 
         def build() -> solvers.BoundsTable:  # only on a cache miss: logged with its cost (0.1-2 s)
             start = time.perf_counter()
-            exact = _exact_solver(div, "newton" if _has_newton(div) else "bisection")
+            exact = _exact_method(div, "table")
             d64 = torch.tensor(delta_f, dtype=torch.float64)
-            table = solvers.BoundsTable(lambda lp: exact(lp, d64), bins)
+            table = solvers.BoundsTable(lambda lp: exact(div, lp, d64), bins)
             logger.info(
                 "built the %s bounds table for delta=%g (%s compute, %d nodes) in %.2f s; cached for later calls",
                 div.name,
@@ -303,7 +377,8 @@ def band_bounds(
         if delta_t is None:
             # a fill on the device, not a copy from the host (refused while a CUDA graph is captured)
             delta_t = torch.full((), delta_f, dtype=cdt, device=old_log_prob.device)
-        lo, hi = _chunked(_exact_solver(div, method), logp, delta_t)
+        exact = _exact_method(div, method)
+        lo, hi = _chunked(lambda lp, d: exact(div, lp, d), logp, delta_t)
 
     if relax is not None:
         lo = torch.clamp(lo, max=1.0 - eps_low)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from bandpo.core import newton, solvers
 from bandpo.registry import Registry, did_you_mean
 
 # (logp, delta) -> (lo, hi), all (...) float tensors in the compute dtype, 0 <= lo <= 1 <= hi <= 1/p,
@@ -37,8 +38,8 @@ class Divergence:
         generator: ``f(u)`` for ``u >= 0``, elementwise on float tensors; convex with ``f(1) = 0``.
         description: one line for tables and ``--help``.
         closed_form: exact bounds ``(logp, delta) -> (lo, hi)`` when they exist.
-        fast_solver: name of the fast exact iterative solver when there is one: ``"kl"`` (Halley,
-            ``bandpo.core.solvers.kl_bounds``) or ``"newton"`` (``bandpo.core.newton.fdiv_newton_bounds``,
+        fast_solver: name of the fast exact iterative solver when there is one (:data:`FAST_SOLVERS`): ``"kl"``
+            (Halley, ``bandpo.core.solvers.kl_bounds``) or ``"newton"`` (``bandpo.core.newton.fdiv_newton_bounds``,
             needs ``derivative``); otherwise the generic bracketed solver serves.
         tabulate: scalar-``delta`` calls may use a cached interpolation table (built by the exact solver).
         limit_lo_at_one: ``lim_{p -> 1} lo``, for the docs and the tests.
@@ -75,10 +76,11 @@ class Divergence:
             value = getattr(self, field_name)
             if not (callable(value) or (value is None and field_name != "generator")):
                 raise TypeError(f"Divergence {self.name!r}: {field_name} must be a function, got {value!r}")
-        if self.fast_solver not in FAST_SOLVERS:
+        if self.fast_solver is not None and self.fast_solver not in FAST_SOLVERS:
+            names = ", ".join(map(repr, [None, *FAST_SOLVERS.names()]))
             raise ValueError(
-                f"Divergence {self.name!r}: fast_solver must be one of {', '.join(map(repr, FAST_SOLVERS))}, got "
-                f"{self.fast_solver!r}{did_you_mean(self.fast_solver, [n for n in FAST_SOLVERS if n])}"
+                f"Divergence {self.name!r}: fast_solver must be one of {names}, got "
+                f"{self.fast_solver!r}{did_you_mean(self.fast_solver, FAST_SOLVERS)}"
             )
         if self.fast_solver == "newton" and self.derivative is None:
             raise ValueError(
@@ -97,9 +99,21 @@ class Divergence:
         return p * self.generator(r) + q * self.generator((1.0 - r * p) / q)
 
 
-FAST_SOLVERS = (None, "kl", "newton")
-"""The values of :attr:`Divergence.fast_solver`: none (the generic solver), KL's Halley solver, Newton's method
-with the generator's derivative (both run as ``band_bounds``' ``method="newton"``)."""
+LogSolver = Callable[[Divergence, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+"""``(div, logp, log1mp, delta) -> (log lo, log hi)``: all (...) tensors of one float dtype, ``logp`` clamped by
+``band_bounds`` so that ``p`` and ``1 - p = exp(log1mp)`` are normal numbers; ``delta`` broadcasts to ``logp``."""
+
+FAST_SOLVERS: Registry[LogSolver] = Registry("fast solver")
+"""The values of :attr:`Divergence.fast_solver` (``None``: the generic solver), each the solver it names: KL's
+Halley iterations, Newton's method with the generator's derivative. Both run as ``band_bounds``'
+``method="newton"``, which dispatches here on the divergence's ``fast_solver``."""
+FAST_SOLVERS.register("kl", lambda div, logp, log1mp, delta: solvers.kl_bounds(logp, log1mp, delta))
+FAST_SOLVERS.register(
+    "newton",
+    lambda div, logp, log1mp, delta: newton.fdiv_newton_bounds(
+        div.generator, div.derivative, logp, log1mp, delta
+    ),
+)
 
 DIVERGENCES: Registry[Divergence] = Registry("divergence")
 

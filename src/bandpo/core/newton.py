@@ -97,7 +97,7 @@ def fdiv_newton_bounds(
     Returns:
         ``(log_lo, log_hi)``, (...) in ``logp``'s dtype: ``log_lo = -inf`` where ``lo = 0`` is saturated,
         ``log_hi = -logp`` where ``hi = 1/p`` is saturated. Log-bounds like ``solvers.kl_bounds``:
-        ``bounds._exact_solver`` exponentiates them and maps ``log_hi`` back to the unclamped ``p``.
+        ``bounds._in_log_space`` exponentiates them and maps ``log_hi`` back to the unclamped ``p``.
     """
     dt = logp.dtype
     iterations = default_newton_iterations(dt) if iterations is None else iterations
