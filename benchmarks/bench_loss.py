@@ -20,6 +20,7 @@ import torch
 from bench_timing import CLOCKS, best, measure, measure_clocks, sample_logp
 from torch import Tensor
 
+from bandpo._optional import install_hint
 from bandpo.core import DIVERGENCES, band_bounds
 from bandpo.losses import CLIP_RULES, DIAGNOSTICS, clip_metrics, make_clip_rule, policy_loss
 
@@ -324,7 +325,7 @@ def bench_loss_vs_verl(
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
         from verl.workers.config import ActorConfig, PolicyLossConfig
     except ImportError as err:
-        return [], f"verl is not installed ({err}); pip install 'bandpo[verl]'"
+        return [], f"verl is not installed ({err}); {install_hint('verl')}"
     old, log_prob, adv, mask = _loss_inputs(batch, length)
     dppo = make_clip_rule("dppo_kl")
 

@@ -37,7 +37,7 @@ def test_bounds_and_loss_without_matplotlib_or_tqdm() -> None:
 
 def test_missing_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(MissingDependencyError, match=r"pip install 'bandpo\[plots\]'"):
+    with pytest.raises(MissingDependencyError, match=r"pip install '\.\[plots\]' in bandpo's clone"):
         pyplot()
 
 
@@ -47,7 +47,7 @@ def test_cli_figure_without_matplotlib_is_one_line(tmp_path: Path) -> None:
         f"raise SystemExit(main(['plot-bounds', '--output', {str(tmp_path / 'b.png')!r}]))\n"
     )
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "bandpo[plots]" in out.stderr and "Traceback" not in out.stderr
+    assert "pip install '.[plots]' in bandpo's clone" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_missing_config_library_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,6 +62,8 @@ def test_missing_config_library_names_the_extra(tmp_path: Path, monkeypatch: pyt
     path.write_text("learning_rate: 1.0e-6\n")
     from bandpo_lab.training.config import load_train_config
 
-    with pytest.raises(MissingDependencyError, match=rf"need {blocked}, .*pip install 'bandpo\[lab\]'"):
+    with pytest.raises(
+        MissingDependencyError, match=rf"need {blocked}, .*pip install '\.\[lab\]' in bandpo's clone"
+    ):
         load_train_config(path)
     coerce._adapter.cache_clear()

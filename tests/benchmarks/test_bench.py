@@ -50,7 +50,7 @@ def test_without_verl_the_comparison_is_skipped_with_a_reason(monkeypatch: pytes
         monkeypatch.setitem(sys.modules, name, None)  # import verl... raises ImportError
     rows, reason = bench_loss_vs_verl(2, 8, rounds=1)
     assert rows == [] and reason is not None
-    assert reason.startswith("verl is not installed") and "pip install 'bandpo[verl]'" in reason
+    assert reason.startswith("verl is not installed") and "pip install '.[verl]' in bandpo's clone" in reason
 
 
 def test_the_cases_are_measured_in_turn_round_after_round() -> None:
@@ -115,7 +115,7 @@ def test_measure_refuses_bad_settings(kwargs: dict, message: str) -> None:
 
 @pytest.mark.slow  # imports verl (seconds; minutes on a loaded machine)
 def test_rows_against_verl() -> None:
-    pytest.importorskip("verl", reason="verl is not installed (pip install 'bandpo[verl]')")
+    pytest.importorskip("verl", reason="verl is not installed (pip install '.[verl]' in bandpo's clone)")
     rows, reason = bench_loss_vs_verl(4, 32, rounds=2)
     assert reason is None
     by_case = {r["case"]: r for r in rows}

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("verl", reason="verl is not installed (pip install 'bandpo[verl]')")
+pytest.importorskip("verl", reason="verl is not installed (pip install '.[verl]' in bandpo's clone)")
 
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 from verl.workers.config import ActorConfig, PolicyLossConfig

@@ -420,7 +420,9 @@ def test_liger_kernel_still_applies_the_bounds(
     Wiring test: the expected bounds come from the ``band_bounds`` the hook calls; their numerics are checked
     against an independent mpmath reference in tests/core/test_bounds.py::test_float64_matches_mpmath_reference.
     """
-    pytest.importorskip("liger_kernel", reason="liger-kernel is not installed (pip install 'bandpo[dev]')")
+    pytest.importorskip(
+        "liger_kernel", reason="liger-kernel is not installed (pip install '.[dev]' in bandpo's clone)"
+    )
     import transformers.trainer
 
     applied: list[Any] = []

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-verl = pytest.importorskip("verl", reason="verl is not installed (pip install 'bandpo[verl]')")
+verl = pytest.importorskip("verl", reason="verl is not installed (pip install '.[verl]' in bandpo's clone)")
 
 from omegaconf import OmegaConf  # noqa: E402  (verl's dependency: importable once verl is)
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, get_policy_loss_fn  # noqa: E402

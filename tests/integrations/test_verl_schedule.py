@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("verl", reason="verl is not installed (pip install 'bandpo[verl]')")
+pytest.importorskip("verl", reason="verl is not installed (pip install '.[verl]' in bandpo's clone)")
 
 from test_verl import actor_config, call_verl_style, loss_and_grad, make_batch
 from verl.single_controller.base.decorator import MAGIC_ATTR, Dispatch, register

@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from bandpo._optional import install_hint
+
 try:
     import trl
     from transformers import TrainerCallback
@@ -28,7 +30,7 @@ try:
     from trl.models.utils import disable_gradient_checkpointing
 except ImportError as err:  # pragma: no cover - exercised only without trl
     raise ImportError(
-        "bandpo.integrations.trl needs TRL 1.16.x: pip install 'bandpo[trl]' (or 'trl>=1.16,<1.17')"
+        f"bandpo.integrations.trl needs TRL 1.16.x: {install_hint('trl')} (or pip install 'trl>=1.16,<1.17')"
     ) from err
 
 from bandpo.integrations.trl_config import ALLOW_UNSUPPORTED_TRL_ENV, BandPOConfig, check_trl_version

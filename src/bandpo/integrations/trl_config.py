@@ -11,6 +11,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from bandpo._optional import install_hint
+
 try:
     import trl
     from packaging.specifiers import SpecifierSet
@@ -18,7 +20,7 @@ try:
     from trl import GRPOConfig
 except ImportError as err:  # pragma: no cover - exercised only without trl
     raise ImportError(
-        "bandpo.integrations.trl needs TRL 1.16.x: pip install 'bandpo[trl]' (or 'trl>=1.16,<1.17')"
+        f"bandpo.integrations.trl needs TRL 1.16.x: {install_hint('trl')} (or pip install 'trl>=1.16,<1.17')"
     ) from err
 
 from bandpo.integrations.trl_spec import (

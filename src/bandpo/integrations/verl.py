@@ -24,6 +24,7 @@ from typing import Any
 
 from torch import Tensor
 
+from bandpo._optional import install_hint
 from bandpo.integrations.verl_env import TrlConflictWarning, trl_conflict
 from bandpo.integrations.verl_steps import record_global_steps, set_global_step, update_step
 from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA, ClipRule, clip_rule_params
@@ -39,7 +40,7 @@ try:
     from verl.workers.config import PolicyLossConfig
 except ImportError as _err:  # pragma: no cover - exercised only without verl
     raise ImportError(
-        "bandpo.integrations.verl needs verl >= 0.9 (pip install 'bandpo[verl]'); "
+        f"bandpo.integrations.verl needs verl >= 0.9 ({install_hint('verl')}); "
         f"importing it failed with: {_err}"
     ) from _err
 

@@ -10,6 +10,8 @@ import importlib.metadata
 import warnings
 from typing import Any
 
+from bandpo._optional import install_hint
+
 __all__ = ["TrlConflictWarning", "trl_conflict"]
 
 
@@ -60,6 +62,6 @@ def trl_conflict() -> str | None:
         f"trl {trl_version} is installed next to verl {verl_version}, and verl's workers will fail: they import "
         f"{_VALUE_HEAD} from trl when it is installed (verl.utils.model, verl.models.transformers.monkey_patch), "
         f"but {problem}, so the actor's init_model raises ImportError. Fix: run verl in a separate environment "
-        f"without trl {trl_version} (pip install 'bandpo[verl]' there; keep 'bandpo[trl]' for BandPOTrainer in "
+        f"without trl {trl_version} ({install_hint('verl')}, there; keep the trl extra for BandPOTrainer in "
         "another), or pip uninstall trl in this one."
     )

@@ -11,7 +11,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from bandpo._optional import MissingDependencyError
+from bandpo._optional import MissingDependencyError, install_hint
 from bandpo_lab.cli._args import HelpFormatter
 
 EXIT_BROKEN_PIPE = 141  # a process killed by SIGPIPE (128 + 13), as shells report `yes | head -1`
@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-LAB_EXTRA = 'pip install "bandpo[lab]"'  # the lab's requirements (pip install . brings torch alone)
+LAB_EXTRA = install_hint("lab")  # the lab's requirements (pip install . brings torch alone)
 
 LAB_MODULES = frozenset(
     # the lab extra's own packages

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from bandpo._optional import install_hint
 from bandpo_lab.rewards.answers import (
     ascii_minus,
     canonical_number,
@@ -97,7 +98,7 @@ def verify_boxed(
     if use_math_verify is None:
         use_math_verify = math_verify_available()
     elif use_math_verify and not math_verify_available():
-        raise ImportError("use_math_verify=True needs the math-verify package: pip install 'bandpo[math]'")
+        raise ImportError(f"use_math_verify=True needs the math-verify package: {install_hint('math')}")
     content = last_boxed(completion_text(completion))
     answer = normalize_answer(content) if content is not None else None
     if not answer:

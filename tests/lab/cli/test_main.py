@@ -138,7 +138,7 @@ def test_a_lab_command_where_only_the_library_is_installed_names_the_lab_extra(
     assert proc.returncode == 2, proc.stderr[-2000:]
     missing = proc.stderr.split("(missing: ")[-1].rstrip(")\n")
     assert proc.stderr == (
-        f'bandpo: the lab\'s commands need the lab extra: pip install "bandpo[lab]" (missing: {missing})\n'
+        f"bandpo: the lab's commands need the lab extra: pip install '.[lab]' in bandpo's clone (missing: {missing})\n"
     )
     assert missing in modules.split(",")
     assert proc.stdout == ""
