@@ -307,8 +307,8 @@ def band_bounds(
             fixed interval ``[1-eps_low, 1+eps_high]``.
         method: ``"auto"`` or one of ``closed_form``, ``table``, ``newton``, ``bisection`` (module docstring).
         compute_dtype: float32 or float64; default float64 for float64 input, else float32.
-        check_values: check for NaN / +inf / positive log-probs (one device->host sync); shape and dtype
-            checks always run.
+        check_values: check for NaN / +inf / positive log-probs and a per-token ``delta``'s range (one device->host
+            sync); shape and dtype checks always run. Off, a radius out of range gives NaN or meaningless bounds.
 
     Returns:
         ``(lo, hi)``: same shape, dtype and device as ``old_log_prob``, without gradient (computed from detached

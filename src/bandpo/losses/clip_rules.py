@@ -212,7 +212,7 @@ class BandClip(ClipRule):
 @dataclass(frozen=True)
 class _OneSidedBand(ClipRule):
     """Band on one side of the ratio, GRPO's fixed bound on the other: the rules that tell the two sides of the
-    band apart (docs/method.md#baselines, "One side of the band"; Study 5 of docs/study.md)."""
+    band apart (docs/method.md#baselines, "One side of the band"; Study 5, studies/study5/README.md)."""
 
     divergence: str = "kl"
     delta: float = PAPER_DELTA

@@ -185,7 +185,8 @@ def policy_loss(
     Returns:
         ``(loss, metrics)``: () loss in the compute dtype (float32, float64 for float64 input;
         :func:`_objective`); metrics maps names (``clip/...``, ``band/...``, ``policy/...``,
-        ``loss/...``) to detached () tensors, with no host sync.
+        ``tokens/share/...`` and ``side/...`` at the ``full`` level, ``loss/...``) to detached () tensors, with no
+        host sync (docs/method.md#metrics).
     """
     x = check_objective_inputs(
         log_prob,
