@@ -19,7 +19,7 @@ from bandpo.core.divergences import KL_DELTA_MAX
 sys.path.insert(0, str(Path(__file__).parent))
 from reference import g_value, reference_bounds
 
-from helpers.numerics import rel_err
+from helpers.numerics import rel_err, within
 
 NAMES = bandpo.DIVERGENCES.names()
 P_GRID = [1e-30, 1e-12, 1e-6, 1e-3, 0.01, 0.08, 0.2, 0.5, 0.8, 0.95, 0.999, 1 - 1e-5, 1 - 1e-7]
@@ -36,11 +36,20 @@ def methods_for(name: str) -> list[str]:
     out = ["auto", "bisection"]
     if div.closed_form is not None:
         out.append("closed_form")
-    if div.fast_solver == "kl":
+    if (
+        div.fast_solver is not None
+    ):  # the table is built by the fast solver (by bisection otherwise: 12-30 s a table)
         out += ["newton", "table"]
-    if div.fast_solver == "newton":
-        out.append("newton")
     return out
+
+
+TABLE_LO_ATOL = 1e-4
+"""The interpolated ``log lo``'s accuracy near a finite p where ``lo`` reaches 0 (reverse_kl, js: bandpo.core.bounds'
+docstring): absolute 1e-4 for ``lo`` there, besides each test's relative tolerance."""
+
+
+def lo_atol(name: str, method: str, atol: float) -> float:
+    return TABLE_LO_ATOL if method == "table" and name != "kl" else atol
 
 
 def _reference(name: str, logp: torch.Tensor, delta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,8 +68,9 @@ def test_float64_matches_mpmath_reference(name: str) -> None:
         for method in methods_for(name):
             lo, hi = bandpo.band_bounds(logp, delta, name, cap=None, method=method)
             assert lo.dtype == torch.float64 and hi.dtype == torch.float64
-            e_lo, e_hi = rel_err(lo, ref_lo, 1e-6, 1e-12), rel_err(hi, ref_hi, 1e-6, 1e-12)
-            assert max(e_lo.max().item(), e_hi.max().item()) <= 1, (name, method, delta, e_lo, e_hi)
+            e_lo = rel_err(lo, ref_lo, 1e-6, lo_atol(name, method, 1e-12))
+            e_hi = rel_err(hi, ref_hi, 1e-6, 1e-12)
+            assert within(e_lo, e_hi), (name, method, delta, e_lo, e_hi)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -73,9 +83,9 @@ def test_float32_matches_float64(name: str) -> None:
         for method in methods_for(name):
             lo, hi = bandpo.band_bounds(logp32, delta, name, cap=None, method=method)
             assert lo.dtype == torch.float32 and hi.dtype == torch.float32
-            e_lo = rel_err(lo.double(), ref_lo, 1e-4, 2e-7)
+            e_lo = rel_err(lo.double(), ref_lo, 1e-4, lo_atol(name, method, 2e-7))
             e_hi = rel_err(hi.double(), ref_hi, 1e-4, 2e-7)
-            assert max(e_lo.max().item(), e_hi.max().item()) <= 1, (name, method, delta, e_lo, e_hi)
+            assert within(e_lo, e_hi), (name, method, delta, e_lo, e_hi)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -84,6 +94,12 @@ def test_root_residual(name: str) -> None:
     logp = torch.log(torch.tensor([1e-4, 0.03, 0.3, 0.6, 0.9, 0.99], dtype=torch.float64))
     for delta in (0.01, 0.05, 0.3):
         lo, hi = bandpo.band_bounds(logp, delta, name, cap=None)
+        assert bool(torch.isfinite(lo).all() and torch.isfinite(hi).all()), (
+            name,
+            delta,
+            lo,
+            hi,
+        )  # NaN skips below
         for lp, a, b in zip(logp.tolist(), lo.tolist(), hi.tolist()):
             if a > 1e-12:
                 assert abs(g_value(name, lp, a) - delta) <= 1e-6 * delta, (name, lp, "lo", a)
@@ -393,8 +409,18 @@ def test_per_token_delta_does_not_import_sympy() -> None:
 
 
 def test_value_checks_can_be_switched_off() -> None:
-    lo, _ = bandpo.band_bounds(torch.tensor([0.5, -1.0]), 0.05, "kl", check_values=False)
-    assert lo.shape == (2,)  # no error, no sync: garbage in, finite clamped garbage out
+    """``check_values=False``: no error and no host sync for a positive log-prob; garbage in, finite clamped garbage
+    out (inside [0, 1] and [1, cap]), and the valid token's bounds are the checked call's."""
+    from host_sync import record_host_reads
+
+    logp = torch.tensor([0.5, -1.0])
+    with record_host_reads() as calls:
+        lo, hi = bandpo.band_bounds(logp, 0.05, "kl", check_values=False)
+    assert calls == []
+    assert bool(torch.isfinite(lo).all() and torch.isfinite(hi).all())
+    assert bool(((lo >= 0) & (lo <= 1) & (hi >= 1) & (hi <= 10)).all()), (lo, hi)
+    lo1, hi1 = bandpo.band_bounds(logp[1:], 0.05, "kl")
+    assert (lo[1].item(), hi[1].item()) == (lo1.item(), hi1.item())
 
 
 def test_methods_constant_lists_auto() -> None:

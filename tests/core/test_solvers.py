@@ -160,6 +160,27 @@ def test_no_host_sync_in_solvers(method: str) -> None:
     assert calls == [], calls
 
 
+def test_the_host_sync_spy_sees_reads_and_data_shaped_ops() -> None:
+    """The spy behind the no-sync tests must see a value read and every data-shaped op (a boolean mask, nonzero,
+    one-argument where), and nothing of plain elementwise code."""
+    x = torch.tensor([1.0, -2.0, 3.0])
+    with record_host_reads() as calls:
+        torch.where(x > 0, x, torch.zeros_like(x))[1:] * 2 + x[1:]  # elementwise and a slice: no sync
+    assert calls == []
+    for op in (
+        lambda: x[x > 0],
+        lambda: x.__setitem__(x < 0, 0.0),
+        lambda: torch.nonzero(x),
+        lambda: torch.where(x > 0),
+        lambda: x.masked_select(x > 0),
+        lambda: x.max().item(),
+        lambda: bool(x.any()),
+    ):
+        with record_host_reads() as calls:
+            op()
+        assert calls, op
+
+
 def test_table_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU lookup runs in chunks; any chunk size (also one not dividing N) gives the same bounds to at
     most 1 ulp. Not bit-identical in general: torch's vectorised and scalar tail loops of ``exp2`` round

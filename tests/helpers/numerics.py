@@ -16,3 +16,9 @@ def rel_err(got: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> t
     both_inf = torch.isinf(got) & torch.isinf(ref) & (torch.sign(got) == torch.sign(ref))
     err = (got - ref).abs() / (rtol * ref.abs() + atol)
     return torch.where(both_inf, torch.zeros_like(err), err)
+
+
+def within(*errors: torch.Tensor) -> bool:
+    """Whether every error of :func:`rel_err` is <= 1. NaN fails: a NaN value, or a finite value against an infinite
+    reference (``max(a, nan)`` in Python is ``a``, so comparing maxima as floats let a NaN bound through)."""
+    return all(bool((e <= 1).all()) for e in errors)

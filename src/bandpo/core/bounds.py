@@ -10,8 +10,10 @@ Methods (``method=``):
     ``"table"``: scalar delta only; exact bounds tabulated once per (divergence, delta) and interpolated.
         Indexed by the bit pattern of ``-logp``: integer ops, two gathers, two ``exp2`` (``solvers.BoundsTable``).
         For KL (the one divergence ``auto`` tabulates) relative error <= 1e-6 (float64) / 1e-4 (float32) against a
-        float64 reference (``benchmarks/bench.py``). Where ``lo`` reaches 0 at a finite p (reverse_kl, js) the
-        interpolated ``log lo`` loses its relative accuracy near that p (measured: absolute error up to 1e-4).
+        float64 reference (``benchmarks/bench.py``). Where ``lo`` reaches 0 at a finite p (reverse_kl, js, chi2,
+        hellinger) the interpolated ``log lo`` loses its relative accuracy near that p (measured: absolute error up
+        to 1e-4 at delta = 0.001; ``tests/core/test_bounds.py`` checks reverse_kl's and js's). A divergence without
+        a fast solver builds its table by bisection: 12-30 s on a CPU core, once per (divergence, delta).
     ``"newton"``: kl, reverse_kl, js; any per-token delta. KL: Halley iterations (``solvers.kl_bounds``);
         reverse_kl and js: Newton's method on the generator's derivative (``newton.fdiv_newton_bounds``).
         In float32 compute p is clamped at e^-80 and ``hi`` extended as ``c / p`` below: exact for kl and js
