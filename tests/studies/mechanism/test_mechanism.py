@@ -202,17 +202,25 @@ def test_bootstrap_interval_matches_scipy_percentile_bootstrap():
         assert ours[2] == pytest.approx(ref.confidence_interval.high, abs=0.06 * spread)
 
 
-def test_bootstrap_median_interval_matches_the_exact_bootstrap_distribution():
+def test_bootstrap_median_interval_matches_the_exact_bootstrap_distribution() -> None:
     """For an odd sample of distinct values the bootstrap median is the order statistic x_(k) with probability
-    P(Bin(n, k/n) >= m) - P(Bin(n, (k-1)/n) >= m), m = (n+1)/2: its exact quantiles are known."""
+    P(Bin(n, k/n) >= m) - P(Bin(n, (k-1)/n) >= m), m = (n+1)/2: its exact quantiles are known, and each bound of the
+    95 % interval must be the order statistic at the exact quantile, not merely close to it in value. Here the
+    exact 2.5 % and 97.5 % quantiles lie more than 4 Monte-Carlo standard deviations of ``n_boot`` draws inside
+    their order statistic's probability step (checked below), so both interpolated sample quantiles fall on that
+    order statistic itself: the index must match exactly (a 5 %/95 % interval is one index off on each side,
+    10 %/90 % two)."""
     stats = pytest.importorskip("scipy.stats")
-    n, m = 31, 16
+    n, m, n_boot = 31, 16, 40000
     x = np.sort(np.random.default_rng(0).normal(size=n))
     cdf = np.array([stats.binom.sf(m - 1, n, k / n) for k in range(1, n + 1)])  # P(median* <= x_(k))
-    exact_low, exact_high = x[np.searchsorted(cdf, 0.025)], x[np.searchsorted(cdf, 0.975)]
-    _, low, high = bootstrap_ci(x, "median", n_boot=40000, seed=5)
-    step = np.diff(x).max()
-    assert abs(low - exact_low) <= step and abs(high - exact_high) <= step
+    _, low, high = bootstrap_ci(x, "median", n_boot=n_boot, seed=5)
+    for q, bound in ((0.025, low), (0.975, high)):
+        i = int(np.searchsorted(cdf, q))  # 0-based index of the exact q-quantile's order statistic
+        noise = math.sqrt(q * (1 - q) / n_boot)  # standard deviation of the fraction of draws below it
+        assert min(q - cdf[i - 1], cdf[i] - q) > 4 * noise, (q, cdf[i - 1 : i + 1])
+        assert bound in x, (q, bound)  # an order statistic, not an interpolation between two
+        assert int(np.searchsorted(x, bound)) == i, (q, int(np.searchsorted(x, bound)), i)
 
 
 def test_bootstrap_with_never_reached_events():
