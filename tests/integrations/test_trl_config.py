@@ -265,7 +265,13 @@ def test_trl_delta_is_refused_beside_dppos_truncated_objective(tmp_path: Path, r
 
 @pytest.mark.parametrize("loss_type", bandpo_trl.SUPPORTED_LOSS_TYPES)
 def test_config_accepts_token_clip_loss_types(tmp_path: Path, loss_type: str) -> None:
-    BandPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, loss_type=loss_type)
+    """The loss types that clip the token ratio (they differ only in aggregation) are accepted and kept as given,
+    and the clip rule built beside each is still the default Band (KL, delta 0.05, cap 10)."""
+    args = BandPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, loss_type=loss_type)
+    assert args.loss_type == loss_type
+    rule = args.build_clip_rule()
+    assert isinstance(rule, BandClip)
+    assert (rule.divergence, rule.delta, rule.cap, rule.relax) == ("kl", 0.05, 10.0, None)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import torch
 
 import bandpo
 from bandpo.losses import CLIP_RULES, LOSS_AGG_MODES, group_advantages, make_clip_rule, policy_loss
+from bandpo.losses.inputs import MASK_DTYPES
 from bandpo.losses.policy_loss import per_token_policy_loss
 
 AGG_MODES = LOSS_AGG_MODES.names()
@@ -66,10 +67,12 @@ def naive_loss(lp, old, adv, mask, lo, hi, mode, c=10.0, weights=None, dppo=None
     return out / T if mode == "seq-mean-token-sum-norm" else out
 
 
-def make_batch(B=4, T=7, seed=0, dtype=torch.float64):
+def make_batch(B=4, T=7, seed=0, dtype=torch.float64, spread=0.6, shift=0.0):
+    """``spread``: the scale of the log-ratio noise; ``shift``: added to every old log-prob (below 0: rarer tokens,
+    so that ratios can grow large)."""
     g = torch.Generator().manual_seed(seed)
-    old = torch.log(torch.rand(B, T, generator=g, dtype=dtype).clamp(min=1e-4))
-    new = (old + 0.6 * torch.randn(B, T, generator=g, dtype=dtype)).clamp(max=0)
+    old = torch.log(torch.rand(B, T, generator=g, dtype=dtype).clamp(min=1e-4)) + shift
+    new = (old + spread * torch.randn(B, T, generator=g, dtype=dtype)).clamp(max=0)
     adv = torch.randn(B, generator=g, dtype=dtype)
     mask = (torch.rand(B, T, generator=g) > 0.2).to(dtype)
     mask[:, 0] = 1
@@ -96,6 +99,58 @@ def test_matches_naive_reference_values_and_grads(mode: str, rule_name: str, emp
     ref.backward()
     assert loss.item() == pytest.approx(ref.item(), rel=1e-10, abs=1e-12)
     assert torch.allclose(lp1.grad, lp2.grad, rtol=1e-9, atol=1e-12)
+
+
+BINDING_C = 3.0
+"""``c`` of the dual clip and of DPPO's truncation in the next test (its ratios reach far past it)."""
+
+CAPPED_RULES = ("dcpo", "band", "band_upper", "adaptive_band")
+"""Rules whose upper bound reaches its cap at small p_old (``band_lower``'s cap changes nothing: its hi is 1.2)."""
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+@pytest.mark.parametrize("rule_name", CLIP_RULES.names())
+def test_matches_naive_reference_where_every_branch_binds(mode: str, rule_name: str) -> None:
+    """The naive reference on a batch that reaches the branches make_batch's default ratios (at most about 2) never
+    reach: the dual clip (A < 0 and r > c), DPPO's truncation (r > truncation_c inside its region) and its region's
+    outside, and the cap of the upper bound (A > 0 and r > hi = cap). Old log-probs shifted by -3, log-ratio spread
+    2.5; c = ``BINDING_C`` on both sides (``clip_ratio_c``, and DPPO's ``truncation_c``). Each branch is asserted
+    live in the batch, so the test cannot silently stop covering it."""
+    c = BINDING_C
+    new, old, adv, mask = make_batch(seed=4, spread=2.5, shift=-3.0)
+    ent = 2 * torch.rand(new.shape, generator=torch.Generator().manual_seed(4), dtype=new.dtype)
+    rule = make_clip_rule(rule_name)
+    if rule.truncation_c is not None:
+        rule = make_clip_rule(rule_name, truncation_c=c)
+    lo, hi = rule.bounds(old, ent if rule.needs_entropy else None)
+
+    # Each branch is live at a real token (the ratio clamp at e^+-20 is not reached here).
+    assert (new - old).abs().max() < 20
+    r, real, a = torch.exp(new - old), mask > 0, adv[:, None].expand_as(new)
+    if rule.truncation_c is not None:
+        inside = torch.tensor(
+            [
+                [naive_dppo_inside(rule, lp_, old_, a_) for lp_, old_, a_ in zip(*rows)]
+                for rows in zip(new.tolist(), old.tolist(), a.tolist())
+            ]
+        )
+        assert (inside & (r > c) & real).any(), "no truncated token"
+        assert (inside & (r < c) & real).any(), "no token inside the region below c"
+        assert (~inside & real).any(), "no token outside the region"
+    else:
+        assert ((a < 0) & (r > c) & real).any(), "the dual clip binds nowhere"
+        if rule_name in CAPPED_RULES:
+            assert ((a > 0) & (hi == rule.cap) & (r > hi) & real).any(), "the cap binds nowhere"
+
+    lp1 = new.clone().requires_grad_(True)
+    loss, _ = policy_loss(lp1, old, adv, mask, rule, loss_agg_mode=mode, clip_ratio_c=c, entropy=ent)
+    loss.backward()
+    lp2 = new.clone().requires_grad_(True)
+    ref = naive_loss(lp2, old, adv, mask, lo, hi, mode, c=c, dppo=rule if rule.truncation_c else None)
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-10, abs=1e-12)
+    assert torch.allclose(lp1.grad, lp2.grad, rtol=1e-9, atol=1e-12)
+    assert lp1.grad.abs().sum() > 0  # some token keeps its gradient
 
 
 def test_per_token_advantages_and_is_weights() -> None:
@@ -144,11 +199,35 @@ def test_advantages_of_shape_b_1_are_those_of_shape_b(entry: str) -> None:
 )
 @pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
 def test_a_mask_that_is_not_a_real_tensor_is_refused(entry: str, mask: object, match: str) -> None:
+    """A list or a complex tensor is refused in one line; the allowed dtypes: the next test."""
     args = _good_args() | {"response_mask": mask, "clip_rule": make_clip_rule("band")}
     with pytest.raises(TypeError, match=match):
         ENTRY_POINTS[entry](**args)
-    for dtype in (torch.bool, torch.uint8, torch.int64, torch.float32):  # the allowed kinds
-        ENTRY_POINTS[entry](**(args | {"response_mask": torch.ones(2, 3, dtype=dtype)}))
+
+
+@pytest.mark.parametrize("dtype", MASK_DTYPES, ids=str)
+@pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
+def test_every_allowed_mask_dtype_gives_the_float_masks_loss_and_gradient(
+    entry: str, dtype: torch.dtype
+) -> None:
+    """``response_mask`` may be bool or 0/1 integers or floats: on a ragged mask each dtype gives the float32 mask's
+    loss (matrix) and gradient, exactly; and that mask is read (not the all-ones loss, gradient 0 at padding)."""
+    new, old, _, _ = make_batch(B=2, T=3, seed=13)
+    adv = torch.tensor([1.0, -0.5], dtype=torch.float64)
+    ragged = [[1, 1, 0], [1, 0, 0]]
+
+    def loss_and_grad(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lp = new.clone().requires_grad_(True)
+        out = ENTRY_POINTS[entry](lp, old, adv, mask, make_clip_rule("band"))
+        loss = out[0] if entry == "policy_loss" else out.loss
+        return loss.detach(), torch.autograd.grad(loss.sum(), lp)[0]
+
+    want, want_g = loss_and_grad(torch.tensor(ragged, dtype=torch.float32))
+    got, got_g = loss_and_grad(torch.tensor(ragged, dtype=dtype))
+    assert torch.equal(got, want) and torch.equal(got_g, want_g)
+    padding = torch.tensor(ragged) == 0
+    assert (want_g[padding] == 0).all() and (want_g[~padding] != 0).any()
+    assert not torch.equal(loss_and_grad(torch.ones(2, 3, dtype=dtype))[0], want)
 
 
 @pytest.mark.parametrize("rule", ["band", "grpo", "dcpo", "dppo_tv"])
@@ -333,6 +412,11 @@ def test_padding_is_never_read_by_any_rule(rule: str, value: float) -> None:
 
 
 def test_extreme_log_probs_are_finite_forward_and_backward() -> None:
+    """Log-ratios far past the clamp (-80, +50, +1000, -1000) give a finite loss and gradient under every rule, and
+    under grpo the values of the formula (docs/method.md#objective) at ``r = exp(clamp(log ratio, -20, 20))``:
+    ``r = e^-20, e^20, e^20, e^-20``; for A > 0 the terms ``-A r`` below the interval and ``-A hi = -1.2 A`` above it,
+    for A < 0 ``-A lo = 0.8 |A|`` below and the dual clip's ``-A c = 10 |A|`` above; seq-mean-token-mean: their
+    mean."""
     old = torch.tensor([[-1e-9, -50.0, -1000.0, 0.0]], dtype=torch.float32)
     new = torch.tensor([[-80.0, -1e-6, 0.0, -1000.0]], dtype=torch.float32, requires_grad=True)
     for rule in CLIP_RULES.names():
@@ -342,6 +426,21 @@ def test_extreme_log_probs_are_finite_forward_and_backward() -> None:
             )
             (g,) = torch.autograd.grad(loss, new)
             assert torch.isfinite(loss) and torch.isfinite(g).all(), rule
+    tiny, huge = math.exp(-20.0), math.exp(20.0)
+    for a, terms in ((2.0, [-2 * tiny, -2.4, -2.4, -2 * tiny]), (-2.0, [1.6, 20.0, 20.0, 1.6])):
+        adv = torch.tensor([a])
+        got = per_token_policy_loss(new, old, adv, torch.ones(1, 4), make_clip_rule("grpo"))
+        torch.testing.assert_close(got.ratio, torch.tensor([[tiny, huge, huge, tiny]]), rtol=1e-6, atol=0)
+        torch.testing.assert_close(got.loss.detach(), torch.tensor([terms]), rtol=1e-6, atol=0)
+        loss, _ = policy_loss(new, old, adv, torch.ones(1, 4), "grpo")
+        assert loss.item() == pytest.approx(sum(terms) / 4, rel=1e-6)
+    # The e^-20 term is below float32's resolution beside the others: token 0 alone (token-sum) is -A e^-20.
+    only_first = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    loss, _ = policy_loss(new, old, torch.tensor([2.0]), only_first, "grpo", loss_agg_mode="token-sum")
+    assert loss.item() == pytest.approx(-2 * tiny, rel=1e-6)
+    # beyond the clamp the ratio is constant, so even that unclipped term has no gradient (docs/method.md#objective)
+    (g,) = torch.autograd.grad(loss, new)
+    assert g[0, 0].item() == 0.0
 
 
 def test_kl_penalty_and_entropy_bonus_are_added_and_reported() -> None:
@@ -620,14 +719,53 @@ def test_bad_weights_or_entropy_at_a_real_token_are_refused(name: str, value: fl
         with pytest.raises(ValueError, match=match):
             policy_loss(**(args | {name: bad, "clip_rule": rule}))
     loss, _ = policy_loss(**(args | {name: bad}), check_values=False)
-    assert not torch.isfinite(loss) or value == -0.5  # what the check prevents
+    if value == -0.5:  # finite, and what the weights make it: they multiply each token's term, sign and all
+        lo, hi = make_clip_rule("band").bounds(args["old_log_prob"])
+        ref = [args[k] for k in ("log_prob", "old_log_prob", "advantages", "response_mask")]
+        # minus the entropy bonus: 0.1 * agg(entropy 1) = 0.1
+        want = naive_loss(*ref, lo, hi, "seq-mean-token-mean", weights=bad) - 0.1
+        assert loss.item() == pytest.approx(want.item(), rel=1e-6, abs=1e-6)
+        unsigned = naive_loss(*ref, lo, hi, "seq-mean-token-mean", weights=bad.abs()) - 0.1
+        assert abs(loss.item() - unsigned.item()) > 1e-3  # the sign flip shows in the loss
+    else:
+        assert not torch.isfinite(loss)  # what the check prevents
     padded = args[name].clone()
     padded[1, 2] = value  # padding: never read
     want, _ = policy_loss(**args)
     assert torch.equal(policy_loss(**(args | {name: padded}))[0], want)
-    zero_weight = torch.ones(2, 3)
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_a_zero_rollout_weight_drops_the_tokens_term_but_keeps_it_counted(mode: str) -> None:
+    """A rollout weight 0 is accepted (``>= 0``) and multiplies the token's term ``L`` (``_objective``): its term and
+    gradient vanish, but the token stays a real one for the aggregation. So under the sum modes (token-sum,
+    seq-mean-token-sum and its -norm, its row keeping other tokens) the loss and gradient are those of the same
+    batch with that token masked out; the mean modes still count it: token-mean divides by 5 tokens, not 4, and
+    seq-mean-token-mean divides row 0 by 3 tokens, not 2."""
+    new, old, _, _ = make_batch(B=2, T=3, seed=13)
+    adv = torch.tensor([1.0, -0.5], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    zero_weight = torch.ones(2, 3, dtype=torch.float64)
     zero_weight[0, 0] = 0.0
-    policy_loss(**(args | {"rollout_is_weights": zero_weight}))  # 0 is a weight
+    masked = mask.clone()
+    masked[0, 0] = 0.0
+
+    def loss_and_grad(mask: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        lp = new.clone().requires_grad_(True)
+        loss, _ = policy_loss(lp, old, adv, mask, "band", loss_agg_mode=mode, **kwargs)
+        return loss.detach(), torch.autograd.grad(loss, lp)[0]
+
+    loss, g = loss_and_grad(mask, rollout_is_weights=zero_weight)
+    loss_masked, g_masked = loss_and_grad(masked)
+    assert g[0, 0] == 0.0 and loss_and_grad(mask)[1][0, 0] != 0.0  # the weight, not a clip, zeroes it
+    if mode == "token-mean":
+        assert loss.item() == pytest.approx(loss_masked.item() * 4 / 5, rel=1e-12)
+        torch.testing.assert_close(g, g_masked * 4 / 5, rtol=1e-12, atol=0)
+    elif mode == "seq-mean-token-mean":
+        row1 = policy_loss(new[1:], old[1:], adv[1:], mask[1:], "band", loss_agg_mode=mode)[0]
+        assert loss.item() == pytest.approx(((loss_masked - row1 / 2) * 2 / 3 + row1 / 2).item(), rel=1e-12)
+    else:
+        assert torch.equal(loss, loss_masked) and torch.equal(g, g_masked)
 
 
 @pytest.mark.parametrize("entry", ["policy_loss", "per_token_policy_loss"])
