@@ -196,12 +196,18 @@ def test_table_chunks_give_the_same_result(monkeypatch: pytest.MonkeyPatch) -> N
 
 @pytest.mark.slow  # builds two tables from user lambdas: ~16 s
 def test_user_generators_never_share_a_table() -> None:
-    """Tables are cached per divergence (name and generator), not per name: two lambdas, two tables."""
-    lp = torch.tensor([0.08, 0.5, 0.9], dtype=torch.float64).log()
+    """Tables are cached per divergence (name and generator), not per name: two lambdas, two tables, each giving
+    its own divergence's bounds (KL's and chi2's differ by over 10 times the tolerance at each p here). float32 compute: its table has 8x
+    fewer nodes than float64's, each solved by bisection (about 4 s a table here, against 15 s)."""
+    lp = torch.tensor([0.08, 0.5, 0.9]).log()
+    got = {}
     for f, name in ((lambda u: -torch.log(u), "kl"), (lambda u: (u - 1.0) ** 2, "chi2")):
-        lo, hi = bandpo.band_bounds(lp, 0.05, f, method="table", cap=None)
-        want_lo, want_hi = bandpo.band_bounds(lp, 0.05, name, cap=None)
-        assert torch.allclose(lo, want_lo, rtol=1e-6) and torch.allclose(hi, want_hi, rtol=1e-6)
+        got[name] = bandpo.band_bounds(lp, 0.05, f, method="table", cap=None)
+        want = bandpo.band_bounds(lp.double(), 0.05, name, cap=None)
+        for g, w in zip(got[name], want):
+            torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=0)
+    for k, c in zip(got["kl"], got["chi2"]):
+        assert ((k - c).abs() > 1e-3 * c).all(), (k, c)
 
 
 @pytest.mark.parametrize(
