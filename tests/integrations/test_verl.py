@@ -832,6 +832,21 @@ def test_low_precision_and_extreme_inputs_stay_finite() -> None:
     assert loss.dtype == torch.float32 and grad.dtype == torch.bfloat16  # computed in float32 (issue 11)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
     assert all(v == v for v in metrics.values())  # no NaN
+    # and the values: bandpo.policy_loss on the same bfloat16 numbers in float32 (p = 1 and ratios clamped at e^+-20)
+    lp32 = data["log_prob"].detach().float().requires_grad_()
+    want, _ = bandpo.policy_loss(
+        lp32,
+        data["old_log_prob"].float(),
+        data["advantages"].float(),
+        data["response_mask"],
+        "band",
+        loss_agg_mode="token-mean",
+        clip_ratio_c=10.0,
+        rollout_is_weights=data["rollout_is_weights"].float(),
+    )
+    (want_grad,) = torch.autograd.grad(want, lp32)
+    torch.testing.assert_close(loss, want, rtol=1e-6, atol=0)
+    torch.testing.assert_close(grad, want_grad.to(torch.bfloat16), rtol=0, atol=0)
 
 
 def test_config_is_required_and_shapes_are_checked() -> None:
