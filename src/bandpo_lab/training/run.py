@@ -101,14 +101,11 @@ def prepare(
     if preflight.is_main_rank():
         check_unlocked(output_dir)
     foreign = foreign_files(output_dir, caller_files)
+    checkpoints = checkpoint_dirs(output_dir) if foreign is not None else []
     # --resume also takes another trainer's checkpoints (TRL's output_dir): resuming deletes nothing but what the
     # trainer's own save_total_limit rotates
-    if foreign is not None and not (resume and checkpoint_dirs(output_dir)):
-        other = (
-            "; another trainer's checkpoints can be continued with --resume"
-            if checkpoint_dirs(output_dir)
-            else ""
-        )
+    if foreign is not None and not (resume and checkpoints):
+        other = "; another trainer's checkpoints can be continued with --resume" if checkpoints else ""
         raise ConfigError(
             f"output_dir {str(output_dir)!r} holds files bandpo did not write ({foreign}): it must be an empty or "
             "new folder, or an earlier bandpo training run's folder (with --overwrite or --resume); choose another "
