@@ -208,12 +208,14 @@ def test_checkpointed_gradients_are_the_bfloat16_products_of_the_float32_forward
     g2 = torch.ones(48, 8)  # dL/dy of y.sum()
     gh = (_bf16(g2) @ _bf16(w2)).to(torch.bfloat16).float()  # dL/dh: a bfloat16 product (8 exact terms)
     g1 = torch.ops.aten.tanh_backward(gh, h)  # float32, as autograd computes it
-    want = [_bf16(g1).T @ _bf16(x2), g1.double().sum(0), _bf16(g2).T @ _bf16(h), g2.double().sum(0)]
-    terms = [_bf16(g1).abs().T @ _bf16(x2).abs(), g1.double().abs().sum(0), _bf16(g2).T @ _bf16(h).abs()]
-    # the bfloat16 output of a product rounds by at most 2**-8 of its value (none for the biases); float32 sums of
-    # 48 terms stay within 48 * 2**-24 of the sum of their magnitudes (2**-16 here, with room)
-    bounds = [2.0**-8 * want[0].abs() + 2.0**-16 * terms[0], 2.0**-16 * terms[1]]
-    bounds += [2.0**-8 * want[2].abs() + 2.0**-16 * terms[2], torch.zeros(8, dtype=torch.float64)]
+    # the weights: _bf16_product_bounds' dW; the biases: float32 sums of 48 terms of g, within 48 * 2**-24 of the sum
+    # of their magnitudes (2**-16 here, with room), and no product
+    (_, want_w1, bound_w1), (_, want_w2, bound_w2) = (
+        _bf16_product_bounds(x2, w1, g1)[1],
+        _bf16_product_bounds(h, w2, g2)[1],
+    )
+    want = [want_w1, g1.double().sum(0), want_w2, g2.double().sum(0)]
+    bounds = [bound_w1, 2.0**-16 * g1.double().abs().sum(0), bound_w2, torch.zeros(8, dtype=torch.float64)]
     for name, g, f, w, bound in zip(("0.weight", "0.bias", "2.weight", "2.bias"), got, float32, want, bounds):
         err = (g - w).abs()
         assert (err <= bound).all(), (
