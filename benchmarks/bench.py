@@ -371,6 +371,8 @@ def _run_real_model(args: argparse.Namespace, code: dict) -> int:
             f"{name}: transformers' generate takes {step['generate_ms']:.0f} ms per step for the same completions, "
             f"{step['generate_x_sampler']:.2f}x the sampler's (one prefill per distinct prompt)"
         )
+    if "bf16" not in steps:
+        print("bf16: not timed, this CPU has no native bf16 (bandpo refuses precision bf16 here)")
     if "float32" in steps and "bf16" in steps:
         print(
             f"steps per hour: float32 {steps['float32']['steps_per_hour']:.0f}, bf16 {steps['bf16']['steps_per_hour']:.0f} "

@@ -36,7 +36,6 @@ from typing import Any
 
 import torch
 from bench_timing import best, measure
-from torch.utils.benchmark import Timer
 
 from bandpo_lab.decode import sample
 from bandpo_lab.runtime import (
@@ -109,12 +108,30 @@ def _generation_flops(model: Any, prompt_mask: Any, generations: int, t_new: int
     return prefill + _flops(model, decode, decode, False)
 
 
+def runnable_precisions(cpuinfo: str | None = None) -> tuple[str, ...]:
+    """The precisions the real-model section times here: ``float32``, and ``bf16`` only where the CPU has native
+    bf16 (``cpuinfo``: ``/proc/cpuinfo``'s text, read when ``None``). Elsewhere the lab refuses ``bf16``
+    (:func:`bandpo_lab.runtime.resolve_precision`), so asking for it would fail after the float32 parts."""
+    from bandpo_lab.runtime import cpu_bf16_flags
+
+    return ("float32", "bf16") if cpu_bf16_flags(cpuinfo) else ("float32",)
+
+
 def bench_real_step(
-    precisions: tuple[str, ...] = ("float32", "bf16"), rounds: int = 2, progress: bool = False
+    precisions: tuple[str, ...] | None = None, rounds: int = 2, progress: bool = False
 ) -> dict[str, Any]:
-    """The parts of one optimizer step of :data:`RECIPE` in each precision, with floors and ratios (module
-    docstring); ``progress``: a progress bar per part (stderr). Returns ``{"rates": ..., "rows": [...], "steps":
-    {precision: {...}}}``."""
+    """The parts of one optimizer step of :data:`RECIPE` in each precision (``None``: :func:`runnable_precisions`),
+    with floors and ratios (module docstring); ``progress``: a progress bar per part (stderr). Returns
+    ``{"rates": ..., "rows": [...], "steps": {precision: {...}}}``.
+
+    Raises:
+        ValueError: a precision this machine cannot run (``bf16`` on a CPU without native bf16), before any timing.
+    """
+    from bandpo_lab.runtime import resolve_precision
+
+    precisions = runnable_precisions() if precisions is None else precisions
+    for name in precisions:
+        resolve_precision(name)  # refuses up front, not after minutes of timing
     with freed_memory_kept():
         return _bench_real_step(precisions, rounds, progress)
 
@@ -348,9 +365,12 @@ print(_throughput_worker(int(sys.argv[1]), int(sys.argv[2]), together))
 """
 
 
-def _throughput_worker(threads: int, steps: int, ready: Callable[[], None] = lambda: None) -> float:
-    """Forward + backward passes per second of one bf16 micro-batch (the recipe's shape) at ``threads``; ``ready``
-    is called once the model is loaded and one warm-up pass ran, just before the timed passes."""
+def _throughput_worker(threads: int, steps: int, ready: Callable[[], None] = lambda: None) -> str:
+    """``steps`` forward + backward passes of one bf16 micro-batch (the recipe's shape) at ``threads``, as
+    ``"<passes> <start> <end>"`` (``time.time()`` seconds, one clock for every process, :func:`pooled_rate`);
+    ``ready`` is called once the model is loaded and one warm-up pass ran, just before the timed passes."""
+    import time
+
     from transformers import AutoModelForCausalLM
 
     from bandpo_lab.models import builtin_model_dir
@@ -373,11 +393,21 @@ def _throughput_worker(threads: int, steps: int, ready: Callable[[], None] = lam
             logits.float().logsumexp(-1).mean().backward()
         model.zero_grad(set_to_none=True)
 
-    timer = Timer("step()", globals={"step": step}, num_threads=threads)
     with freed_memory_kept():
         step()
         ready()
-        return 1.0 / timer.timeit(steps).mean
+        start = time.time()
+        for _ in range(steps):
+            step()
+        return f"{steps} {start} {time.time()}"
+
+
+def pooled_rate(lines: list[str]) -> float:
+    """Passes per second of processes run together, from their :func:`_throughput_worker` lines: all their passes
+    over the span from the first start to the last end. The sum of each process's own rate counted the time one
+    ran alone after the other finished as shared time."""
+    rows = [[float(x) for x in line.split()] for line in lines]
+    return sum(r[0] for r in rows) / (max(r[2] for r in rows) - min(r[1] for r in rows))
 
 
 def run_together(commands: list[list[str]], env: dict[str, str] | None = None) -> list[str]:
@@ -450,8 +480,8 @@ def side_by_side(steps: int = 6) -> dict[str, float]:
     def command(threads: int) -> list[str]:
         return [sys.executable, "-c", _WORKER, str(threads), str(steps)]
 
-    two_at_one = sum(float(x) for x in run_together([command(1), command(1)], {"OMP_NUM_THREADS": "1"}))
-    one_at_two = float(run_together([command(2)], {"OMP_NUM_THREADS": "2"})[0])
+    two_at_one = pooled_rate(run_together([command(1), command(1)], {"OMP_NUM_THREADS": "1"}))
+    one_at_two = pooled_rate(run_together([command(2)], {"OMP_NUM_THREADS": "2"}))
     return {
         "two_processes_one_thread": two_at_one,
         "one_process_two_threads": one_at_two,

@@ -127,3 +127,54 @@ def test_run_together_names_a_failed_process(before: str, after: str, message: s
 
     with pytest.raises(RuntimeError, match=re.escape(message)):
         run_together([_worker(after="print(1.0)"), _worker(before, after)])
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("fpu avx2", ("float32",)),
+        ("fpu avx2 avx512_bf16", ("float32", "bf16")),
+        ("amx_bf16 avx2", ("float32", "bf16")),
+    ],
+)
+def test_the_real_model_section_times_bf16_only_where_the_cpu_has_it(
+    flags: str, expected: tuple[str, ...]
+) -> None:
+    from bench_llm import runnable_precisions
+
+    assert (
+        runnable_precisions(f"processor : 0\nflags : {flags}\n\nprocessor : 1\nflags : {flags}\n") == expected
+    )
+
+
+def test_the_real_model_section_refuses_bf16_before_timing_anything(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """On a CPU without native bf16, asking for bf16 fails at once (it failed after the float32 parts' minutes, and
+    printed nothing), and the default times float32 alone."""
+    import bench_llm
+
+    from bandpo_lab.runtime import precision
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor : 0\nflags : fpu avx2\n")
+    monkeypatch.setattr(precision, "_CPUINFO", cpuinfo)
+    timed: list[tuple[str, ...]] = []
+    monkeypatch.setattr(
+        bench_llm, "_bench_real_step", lambda precisions, rounds, progress: timed.append(precisions)
+    )
+    with pytest.raises(ValueError, match="bf16"):
+        bench_llm.bench_real_step(("float32", "bf16"))
+    assert timed == []
+    bench_llm.bench_real_step()
+    assert timed == [("float32",)]
+
+
+def test_processes_run_together_pool_their_passes_over_the_whole_span() -> None:
+    """Two processes of 6 passes, one done after 3 s and the other after 6 s: 12 passes in 6 s, 2 a second. The sum
+    of their own rates (2 + 1 = 3) counted the second one's 3 s alone as shared time."""
+    from bench_llm import pooled_rate
+
+    assert pooled_rate(["6 100.0 103.0", "6 100.0 106.0"]) == pytest.approx(2.0)
+    assert pooled_rate(["6 100.0 106.0", "6 101.0 104.0"]) == pytest.approx(2.0)
+    assert pooled_rate(["4 0.0 2.0"]) == pytest.approx(2.0)
