@@ -19,8 +19,12 @@ OLD=${OLD_TREE:-/tmp/bandpo-$COMMIT}
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-runs/step-speed}
 mkdir -p "$OUT"
+# The old tree's own command: this checkout's `bandpo` script imports bandpo_lab.cli.main, which a tree from before
+# the lab moved (4efc9ed) lacks, so that tree's bandpo would run under this checkout's lab and fail to import.
+if [ -d "$OLD/src/bandpo_lab" ]; then OLD_CLI=bandpo_lab.cli.main; else OLD_CLI=bandpo.cli.main; fi
 old() {
-  (cd "$OLD" && PYTHONPATH="$OLD/src" "$HERE/.venv/bin/bandpo" train --config configs/smollm2-arith.yaml --overwrite \
+  (cd "$OLD" && PYTHONPATH="$OLD/src" "$HERE/.venv/bin/python" -c "import sys; from $OLD_CLI import main; sys.exit(main())" \
+    train --config configs/smollm2-arith.yaml --overwrite \
     max_steps="$STEPS" save_steps=1000 disable_tqdm=true output_dir="$HERE/$OUT/old" > "$HERE/$OUT/old.log" 2>&1)
 }
 new() {

@@ -68,9 +68,12 @@ def test_bf16_backward_check_ratio_is_time_over_float32s() -> None:
 # benchmarks/step_speed_vs_commit.sh
 
 
-def _step_speed(tmp_path: Path, *args: str, mode: str = "side-by-side") -> subprocess.CompletedProcess:
-    """The script in a scratch checkout: a ``.venv/bin/bandpo`` whose ``old`` run fails and whose ``new`` run
-    writes a metrics.jsonl, the real Python, and a stale ``old/metrics.jsonl`` left by an earlier comparison."""
+def _step_speed(
+    tmp_path: Path, *args: str, mode: str = "side-by-side", old_package: str = "bandpo"
+) -> subprocess.CompletedProcess:
+    """The script in a scratch checkout: a ``.venv/bin/bandpo`` whose ``new`` run writes a metrics.jsonl, the real
+    Python, a stale ``old/metrics.jsonl`` left by an earlier comparison, and an old tree whose own command
+    (``src/<old_package>/cli/main.py``) writes the module and arguments it ran with to ``ran.txt`` and fails."""
     bin_ = tmp_path / ".venv" / "bin"
     bin_.mkdir(parents=True)
     (bin_ / "python").symlink_to(sys.executable)
@@ -78,7 +81,6 @@ def _step_speed(tmp_path: Path, *args: str, mode: str = "side-by-side") -> subpr
     fake.write_text(
         "#!/usr/bin/env bash\n"
         'for a in "$@"; do case $a in output_dir=*) out=${a#output_dir=} ;; esac; done\n'
-        "case $out in */old) exit 3 ;; esac\n"
         'mkdir -p "$out"\n'
         'for s in 1 2 3 4; do echo "{\\"step\\": $s, \\"step_time\\": 2.0}"; done > "$out/metrics.jsonl"\n'
     )
@@ -88,7 +90,15 @@ def _step_speed(tmp_path: Path, *args: str, mode: str = "side-by-side") -> subpr
     (stale / "metrics.jsonl").write_text(
         "".join(json.dumps({"step": s, "step_time": 1.0}) + "\n" for s in range(4))
     )
-    (tmp_path / "old-tree").mkdir()
+    cli = tmp_path / "old-tree" / "src" / old_package / "cli"
+    cli.mkdir(parents=True)
+    for init in (cli.parent / "__init__.py", cli / "__init__.py"):
+        init.write_text("")
+    (cli / "main.py").write_text(
+        "import sys\n\n\ndef main():\n"
+        "    open('ran.txt', 'w').write(' '.join([__name__, *sys.argv[1:]]))\n"
+        "    return 3\n"
+    )
     env = {**os.environ, "OUT": "out", "OLD_TREE": str(tmp_path / "old-tree"), "MODE": mode}
     return subprocess.run(
         ["bash", str(REPO / "benchmarks" / "step_speed_vs_commit.sh"), *args],
@@ -108,6 +118,19 @@ def test_step_speed_stops_when_a_run_fails(tmp_path, mode: str) -> None:
     assert out.returncode == 1, out.stdout
     assert "new / old" not in out.stdout
     assert "step_speed_vs_commit.sh: the old run failed (exit 3); see out/old.log" in out.stderr
+
+
+@pytest.mark.parametrize("old_package", ["bandpo", "bandpo_lab"])
+def test_step_speed_runs_the_old_trees_own_command(tmp_path, old_package: str) -> None:
+    """The old run called this checkout's ``bandpo`` script, which imports ``bandpo_lab.cli.main``: a tree from
+    before the lab moved has no ``bandpo_lab``, so its ``bandpo`` ran under this checkout's lab and failed to import
+    (the default commit 5aee1b2). It runs the tree's own entry point: ``bandpo_lab.cli.main`` where the tree has the
+    lab, else ``bandpo.cli.main``."""
+    _step_speed(tmp_path, "abc123", "4", mode="sequential", old_package=old_package)
+    ran = (tmp_path / "old-tree" / "ran.txt").read_text().split()
+    assert ran[0] == f"{old_package}.cli.main"
+    assert ran[1:4] == ["train", "--config", "configs/smollm2-arith.yaml"]
+    assert f"output_dir={tmp_path}/out/old" in ran
 
 
 @pytest.mark.parametrize("steps", ["2", "0", "x"])
