@@ -1,6 +1,7 @@
 """Study 4's registered analysis lives in ``studies/study4/analysis.py``; this name stays for Study 5's registered
 analysis alone: ``studies/study5/analysis.py`` imports ``study4_analysis`` from ``scripts/``, as committed with its
-registration, and is not edited while that study runs. Remove this file once that import names the new place.
+registration, and is never edited (its registered command runs from main after the 72nd run), so this file
+stays as long as that analysis can be rerun; tests/studies/study5 imports analysis.py through it.
 
 Importing ``study4_analysis`` gives the module of ``studies/study4/analysis.py`` itself (one copy of the code)."""
 
