@@ -18,11 +18,15 @@ from bandpo_lab.training.layout import CONFIG_FILE, RUN_INFO_FILE
 
 
 def _earlier_provenance(output_dir: Path) -> list[dict[str, Any]]:
-    """The code records of the earlier calls that trained this run, oldest first, each with its start time."""
+    """The code records of the earlier calls that trained this run, oldest first, each with its start time and,
+    where that call recorded it, its precision (a run resumed on another machine may have computed otherwise)."""
     old = read_json_object(output_dir / RUN_INFO_FILE)
     earlier = [r for r in old.get("provenance_earlier") or [] if isinstance(r, dict)]
     if isinstance(old.get("provenance"), dict):
-        earlier.append({"started": old.get("started"), **old["provenance"]})
+        record = {"started": old.get("started"), **old["provenance"]}
+        if isinstance(old.get("precision"), dict):
+            record["precision"] = old["precision"]
+        earlier.append(record)
     return earlier
 
 

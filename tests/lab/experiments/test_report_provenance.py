@@ -36,7 +36,8 @@ def mixed_dir(root: Path) -> Path:
     _write(g0 / "results.json", "provenance", A)
     g1 = make_run(root, "grpo", "grpo", {}, 1, 0, 0.12, 0.01)
     _write(g1 / "run_info.json", "provenance", B)
-    _write(g1 / "run_info.json", "provenance_earlier", [{"started": "then", **A}])
+    precision = {"requested": "auto", "name": "bf16", "reason": "auto: this CPU has amx_bf16"}
+    _write(g1 / "run_info.json", "provenance_earlier", [{"started": "then", **A, "precision": precision}])
     _write(g1 / "results.json", "provenance", B)
     make_run(root, "band-kl", "band", {"divergence": "kl"}, 0, 1, 0.15, 0.02)
     b1 = make_run(root, "band-kl", "band", {"divergence": "kl"}, 1, 1, 0.16, 0.03)
@@ -61,6 +62,7 @@ def test_records_are_counted_per_run_and_per_code(tmp_path: Path) -> None:
     a, b = ("0.1.0", "a" * 40, False), ("0.1.0", "b" * 40, True)
     assert p.codes == [(a, 2), (b, 2)]  # the resumed run counts under both
     assert p.unrecorded == ["band-kl seed 0"]
+    # an earlier call's precision (a dict in its record) is no library version
     assert p.versions == {"python": ["3.11.7"], "torch": ["2.0", "2.1"]}
     assert [(c.time, c.code, c.queued) for c in p.calls] == [
         (None, None, None),

@@ -103,7 +103,10 @@ def test_run_info_keeps_the_code_of_earlier_calls_when_resumed(tmp_path: Path) -
     run._write_run_files(fresh, "model", 1, out)  # a fresh run: no history
     assert json.loads((out / RUN_INFO_FILE).read_text())["provenance_earlier"] == []
 
-    (out / RUN_INFO_FILE).write_text(json.dumps({"started": "earlier", "provenance": first}))
+    computed = {"requested": "auto", "name": "bf16", "reason": "auto: this CPU has amx_bf16"}
+    (out / RUN_INFO_FILE).write_text(
+        json.dumps({"started": "earlier", "provenance": first, "precision": computed})
+    )
     fake_checkpoint(out, 4)
     resumed = run.prepare(load_train_config(TINY, base), resume=True)
     assert resumed.resume_from == out / "checkpoint-4"
@@ -113,11 +116,12 @@ def test_run_info_keeps_the_code_of_earlier_calls_when_resumed(tmp_path: Path) -
     assert {k: info["provenance"][k] for k in ("bandpo", "commit", "torch")} == {
         k: now[k] for k in ("bandpo", "commit", "torch")
     }
-    assert info["provenance_earlier"] == [{"started": "earlier", **first}]
+    # the earlier call's precision goes with its code: a run resumed on another machine kind shows it
+    assert info["provenance_earlier"] == [{"started": "earlier", **first, "precision": computed}]
     run._write_run_files(resumed, "model", 1, out)  # resumed again: the history grows, oldest first
     again = json.loads((out / RUN_INFO_FILE).read_text())
     assert again["provenance_earlier"] == [
-        {"started": "earlier", **first},
+        {"started": "earlier", **first, "precision": computed},
         {"started": info["started"], **info["provenance"]},
     ]
 
