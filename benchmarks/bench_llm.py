@@ -41,9 +41,11 @@ from bandpo_lab.decode import sample
 from bandpo_lab.runtime import (
     Precision,
     completion_tokens_only,
+    cpu_bf16_flags,
     freed_memory_kept,
     matmul_precision,
     onednn_matmul_setting,
+    resolve_precision,
 )
 
 __all__ = ["RECIPE", "bench_real_step", "matmul_rates", "side_by_side"]
@@ -112,8 +114,6 @@ def runnable_precisions(cpuinfo: str | None = None) -> tuple[str, ...]:
     """The precisions the real-model section times here: ``float32``, and ``bf16`` only where the CPU has native
     bf16 (``cpuinfo``: ``/proc/cpuinfo``'s text, read when ``None``). Elsewhere the lab refuses ``bf16``
     (:func:`bandpo_lab.runtime.resolve_precision`), so asking for it would fail after the float32 parts."""
-    from bandpo_lab.runtime import cpu_bf16_flags
-
     return ("float32", "bf16") if cpu_bf16_flags(cpuinfo) else ("float32",)
 
 
@@ -127,21 +127,17 @@ def bench_real_step(
     Raises:
         ValueError: a precision this machine cannot run (``bf16`` on a CPU without native bf16), before any timing.
     """
-    from bandpo_lab.runtime import resolve_precision
-
-    precisions = runnable_precisions() if precisions is None else precisions
-    for name in precisions:
-        resolve_precision(name)  # refuses up front, not after minutes of timing
+    names = runnable_precisions() if precisions is None else precisions
+    resolved = [resolve_precision(name) for name in names]  # refuses up front, not after minutes of timing
     with freed_memory_kept():
-        return _bench_real_step(precisions, rounds, progress)
+        return _bench_real_step(resolved, rounds, progress)
 
 
-def _bench_real_step(precisions: tuple[str, ...], rounds: int, progress: bool) -> dict[str, Any]:
+def _bench_real_step(precisions: list[Precision], rounds: int, progress: bool) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.utils import add_fused_lm_head
 
     from bandpo_lab.models import builtin_model_dir
-    from bandpo_lab.runtime import resolve_precision
     from bandpo_lab.tasks.arith import ArithConfig, make_arith_splits
     from bandpo_lab.training.tasks import default_cache_dir
 
@@ -159,8 +155,7 @@ def _bench_real_step(precisions: tuple[str, ...], rounds: int, progress: bool) -
     prompt_mask = enc["attention_mask"].repeat_interleave(g, dim=0)
     rows: list[dict[str, Any]] = []
     steps: dict[str, dict[str, float]] = {}
-    for name in precisions:
-        precision = resolve_precision(name)
+    for precision in precisions:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float32, attn_implementation=RECIPE["attn_implementation"]
         )
@@ -374,7 +369,6 @@ def _throughput_worker(threads: int, steps: int, ready: Callable[[], None] = lam
     from transformers import AutoModelForCausalLM
 
     from bandpo_lab.models import builtin_model_dir
-    from bandpo_lab.runtime import resolve_precision
     from bandpo_lab.training.tasks import default_cache_dir
 
     torch.set_num_threads(threads)

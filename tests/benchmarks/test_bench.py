@@ -379,9 +379,8 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert all(r["ms"] > 0 and r["calls"] >= 1 for r in bounds.values())
     assert bounds["band tv"]["x_tv"] == 1.0
     bisection = bounds["authors' bisection (kl, 50 it/side)"]["ms"]
-    for r in (
-        bounds.values()
-    ):  # every ratio is its time over the baseline's (or the baseline's over it), not inverted
+    # every ratio is its time over the baseline's (or the baseline's over it), not inverted
+    for r in bounds.values():
         assert r["x_tv"] == pytest.approx(r["ms"] / bounds["band tv"]["ms"])
         assert r["speedup_vs_bisection"] == pytest.approx(bisection / r["ms"])
     assert data["kl_accuracy"]["table/float64"] <= 1e-6 and data["kl_accuracy"]["newton/float32"] <= 1e-4

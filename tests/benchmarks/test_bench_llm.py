@@ -159,15 +159,17 @@ def test_the_real_model_section_refuses_bf16_before_timing_anything(
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor : 0\nflags : fpu avx2\n")
     monkeypatch.setattr(precision, "_CPUINFO", cpuinfo)
-    timed: list[tuple[str, ...]] = []
+    timed: list[list[str]] = []
     monkeypatch.setattr(
-        bench_llm, "_bench_real_step", lambda precisions, rounds, progress: timed.append(precisions)
+        bench_llm,
+        "_bench_real_step",
+        lambda precisions, rounds, progress: timed.append([p.name for p in precisions]),
     )
     with pytest.raises(ValueError, match="bf16"):
         bench_llm.bench_real_step(("float32", "bf16"))
     assert timed == []
     bench_llm.bench_real_step()
-    assert timed == [("float32",)]
+    assert timed == [["float32"]]
 
 
 def test_processes_run_together_pool_their_passes_over_the_whole_span() -> None:
