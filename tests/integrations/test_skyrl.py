@@ -91,9 +91,11 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
         {"eps_clip_low": 0.16, "eps_clip_high": 0.2, "bandpo.cap": 5.0},
         lambda: make_clip_rule("dcpo", eps_low=0.16, eps_high=0.2, cap=5.0),
     ),
-    "bandpo_dppo_kl": (
-        {"bandpo.rule_kwargs": "{clip_divergence_low: 0.02, clip_divergence_high: 0.03}"},
-        lambda: make_clip_rule("dppo_kl", clip_divergence_low=0.02, clip_divergence_high=0.03),
+    "bandpo_dppo_kl": (  # DPPO's thresholds in SkyRL's own spelling (its dppo's), c through rule_kwargs
+        {"dppo.delta_low": 0.02, "dppo.delta_high": 0.03, "bandpo.rule_kwargs": "{truncation_c: 5.0}"},
+        lambda: make_clip_rule(
+            "dppo_kl", clip_divergence_low=0.02, clip_divergence_high=0.03, truncation_c=5.0
+        ),
     ),
 }
 
@@ -290,6 +292,27 @@ def test_metrics_are_skyrl_clip_ratio_and_bandpo_clip_metrics(registry: Any) -> 
         logp, old, adv_bt, config=algorithm(policy_loss_type="regular"), loss_mask=mask
     )
     assert grpo["clip_ratio"] == pytest.approx(regular["clip_ratio"], abs=1e-7)
+
+
+@needs_skyrl
+def test_an_empty_micro_batch_leaves_the_extremes_skyrl_reduces_by_min_and_max(registry: Any) -> None:
+    """SkyRL's reduce_metrics takes the min of ``*_min`` and the max of ``*_max`` over micro-batches: a micro-batch
+    with no loss token (zero_variance_filter, small micro-batches) reports +inf / -inf there, so the mini-batch's
+    extremes are the real micro-batch's (a 0 would make ``band/hi_min`` 0, below 1); the means average as SkyRL's
+    own metrics do."""
+    from skyrl.backends.skyrl_train.workers.worker_utils import reduce_metrics
+
+    logp, old, adv, mask = batch(seed=3)
+    adv_bt = adv[:, None].expand_as(logp).contiguous()
+    fn = registry.get("bandpo")
+    _, real = fn(logp, old, adv_bt, config=algorithm(), loss_mask=mask)
+    _, empty = fn(logp, old, adv_bt, config=algorithm(), loss_mask=torch.zeros_like(mask))
+    assert real.keys() == empty.keys()
+    reduced = reduce_metrics({k: [real[k], empty[k]] for k in real}, sum_loss_metrics=True)
+    extremes = [k for k in real if k.endswith(("_min", "_max"))]
+    assert len(extremes) == 6 and all(reduced[k] == real[k] for k in extremes)
+    assert reduced["band/hi_min"] > 1.0 and 0.0 < reduced["band/lo_min"] < 1.0
+    assert reduced["clip/frac"] == real["clip/frac"] / 2  # a mean, as SkyRL's own clip_ratio
 
 
 @needs_skyrl

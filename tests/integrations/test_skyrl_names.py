@@ -25,7 +25,8 @@ def test_skyrl_names_translate_the_section_into_a_clip_method() -> None:
     the trainer's ``step_delta`` moves the radius, and an error names the setting in SkyRL's spelling."""
     assert all(k.startswith("trainer.algorithm.") for k in bskyrl.SKYRL_NAMES if k != "total_training_steps")
     assert set(bskyrl.SKYRL_NAMES.values()) - set(METHOD_NAMES) <= {
-        "divergence", "delta", "cap", "relax", "method", "eps_low", "eps_high"
+        "divergence", "delta", "cap", "relax", "method", "eps_low", "eps_high", "clip_divergence_low",
+        "clip_divergence_high",
     }  # fmt: skip
     alg = SimpleNamespace(
         eps_clip_low=0.1,
@@ -43,6 +44,15 @@ def test_skyrl_names_translate_the_section_into_a_clip_method() -> None:
     assert bskyrl.clip_rule_for("dppo_kl", kwargs) == make_clip_rule(
         "dppo_kl", clip_divergence_low=0.02, truncation_c=5.0
     )
+    # SkyRL's own dppo.delta_low / delta_high are the DPPO rules' thresholds (an object or a mapping), ignored by
+    # the other rules; rule_kwargs still replaces them
+    dppo = SimpleNamespace(delta_low=0.01, delta_high=0.03, dppo_type="binary_tv")
+    assert bskyrl.clip_rule_for("dppo_kl", SimpleNamespace(dppo=dppo)) == make_clip_rule(
+        "dppo_kl", clip_divergence_low=0.01, clip_divergence_high=0.03
+    )
+    assert bskyrl.clip_rule_for("grpo", SimpleNamespace(dppo=dppo)) == make_clip_rule("grpo")
+    both = SimpleNamespace(dppo={"delta_low": 0.3}, bandpo={"rule_kwargs": {"clip_divergence_low": 0.02}})
+    assert bskyrl.clip_rule_for("dppo_tv", both) == make_clip_rule("dppo_tv", clip_divergence_low=0.02)
     step = SimpleNamespace(bandpo={**alg.bandpo, "relax": False, "step_delta": 0.05})
     assert bskyrl.clip_rule_for("band", step) == rule_at_radius(
         make_clip_rule("band", delta=0.1, cap=None), 0.05
@@ -64,6 +74,11 @@ def test_skyrl_names_translate_the_section_into_a_clip_method() -> None:
             "grpo",
             {"eps_clip_low": 1.5},
             r"\): trainer\.algorithm\.eps_clip_low must be a finite number in \[0\.0, 1\.0\]",
+        ),
+        (
+            "dppo_tv",
+            {"dppo": {"delta_high": 0.0}},
+            r"\): trainer\.algorithm\.dppo\.delta_high must be a finite number > 0, got 0\.0$",
         ),
         (
             "dppo_tv",

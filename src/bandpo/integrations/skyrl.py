@@ -218,7 +218,8 @@ class SkyRLPolicyLoss:
             terms.loss, old_log_probs, rollout_logprobs, mask, config.off_policy_correction
         )
         loss = reduce_loss(loss, mask_after)
-        out = framework_metrics(terms, SKYRL_METRIC_NAMES, method.diagnostics, rule)
+        # SkyRL reduces the names ending _min / _max by min / max over micro-batches and ranks
+        out = framework_metrics(terms, SKYRL_METRIC_NAMES, method.diagnostics, rule, extremes_reduced=True)
         out.update({k: float(v) for k, v in off_policy_metrics.items()})
         return loss, out
 

@@ -35,11 +35,15 @@ SKYRL_NAMES: dict[str, str] = {
     "trainer.algorithm.bandpo.diagnostics": "diagnostics",
     "trainer.algorithm.eps_clip_low": "eps_low",
     "trainer.algorithm.eps_clip_high": "eps_high",
+    "trainer.algorithm.dppo.delta_low": "clip_divergence_low",
+    "trainer.algorithm.dppo.delta_high": "clip_divergence_high",
     "total_training_steps": "total_steps",
 }
 """SkyRL's spelling (the keys of ``trainer.algorithm``) -> bandpo's name. ``bandpo.relax`` is a bool in SkyRL:
-``true`` is Band's ``relax = (eps_clip_low, eps_clip_high)``; ``bandpo.rule_kwargs`` adds or replaces any
-parameter of the rule (DPPO's thresholds and ``c``); ``total_training_steps`` is the run's length, which SkyRL's
+``true`` is Band's ``relax = (eps_clip_low, eps_clip_high)``; ``dppo.delta_low`` / ``dppo.delta_high`` are DPPO's
+thresholds, as for SkyRL's own ``dppo`` (its ``dppo.dppo_type`` is not read: the rule, TV or KL, comes from the loss
+name); ``bandpo.rule_kwargs`` adds or replaces any parameter of the rule (DPPO's truncation ``c``);
+``total_training_steps`` is the run's length, which SkyRL's
 trainer computes (``RayPPOTrainer.total_training_steps``). The rule comes from ``policy_loss_type``
 (``bandpo.losses.method.loss_names``). Not in the table, as no clip-method setting: ``bandpo.dual_clip`` and
 ``bandpo.anchor`` (how the loss uses the rule) and ``bandpo.step_delta`` (the trainer's radius of the step)."""
@@ -82,8 +86,8 @@ class _LossFields:
     defined with, in synchronous training) or ``rollout`` (the inference engine's log-probs, as SkyRL's ``dppo``
     and ``rollout_is``; ``old_log_probs`` when the batch has none)."""
     rule_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Further parameters of the selected clip rule, replacing the ones above (e.g. ``{clip_divergence_low:
-    0.1}`` for ``bandpo_dppo_tv``); unknown names list the rule's parameters."""
+    """Further parameters of the selected clip rule, replacing the ones above (e.g. ``{truncation_c: 10}`` for
+    ``bandpo_dppo_tv``); unknown names list the rule's parameters."""
     delta_schedule: str = "constant"
     """How the radius changes over the run (``bandpo.losses.RADIUS_SCHEDULES``: ``constant``, ``linear``,
     ``hold_then_linear``, ``cosine``): from ``delta`` at the start to ``delta_end`` at SkyRL's last training step."""
@@ -137,14 +141,19 @@ def _check_section(values: Mapping[str, Any]) -> None:
 
 def _settings(section: Mapping[str, Any], algorithm: Any, total_steps: int | None) -> dict[str, Any]:
     """SkyRL's settings by :data:`SKYRL_NAMES`' spelling but ``rule_kwargs`` (the caller passes those as the
-    rule's parameters): the section's fields, the ``algorithm`` config's ``eps_clip_low`` / ``eps_clip_high``
-    (absent: the rules' defaults), ``relax=true`` as SkyRL's interval (0.2 each without an algorithm config) and the
-    run's length."""
+    rule's parameters): the section's fields, the ``algorithm`` config's ``eps_clip_low`` / ``eps_clip_high`` and
+    ``dppo.delta_low`` / ``dppo.delta_high`` (absent: the rules' defaults), ``relax=true`` as SkyRL's interval (0.2
+    each without an algorithm config) and the run's length."""
     settings = {
         key: section[name] for name, key in _SECTION_KEYS.items() if name not in ("relax", "rule_kwargs")
     }
     low, high = (getattr(algorithm, f"eps_clip_{side}", None) for side in ("low", "high"))
     settings.update({"trainer.algorithm.eps_clip_low": low, "trainer.algorithm.eps_clip_high": high})
+    dppo = getattr(algorithm, "dppo", None)
+    for side in ("low", "high"):
+        key = f"delta_{side}"
+        value = dppo.get(key) if isinstance(dppo, Mapping) else getattr(dppo, key, None)
+        settings[f"trainer.algorithm.dppo.{key}"] = value
     if section["relax"]:
         settings[f"{_SECTION}.relax"] = (0.2 if low is None else low, 0.2 if high is None else high)
     settings["total_training_steps"] = total_steps

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -65,14 +66,28 @@ class TokenTerms(NamedTuple):
         )
 
 
+_N_REAL = " n_real"  # the real tokens' count, sent with the metrics (no metric has a name with a space)
+
+
 def framework_metrics(
-    terms: TokenTerms, names: dict[str, str], level: str, rule: ClipRule, prefix: str = ""
+    terms: TokenTerms,
+    names: dict[str, str],
+    level: str,
+    rule: ClipRule,
+    prefix: str = "",
+    *,
+    extremes_reduced: bool = False,
 ) -> dict[str, float]:
     """The metrics a policy-loss adapter (verl, SkyRL) returns, as Python floats with one device->host transfer: the
     framework's own metric names mapped to bandpo's values (``names``: framework name -> bandpo name, e.g. verl's
     ``actor/pg_clipfrac`` -> ``clip/frac``), present at every level as the framework's own losses log them (from
     the ``basic`` level where ``level`` has not computed them); ``terms.clip_metrics(level=level)`` under
-    ``prefix``; and ``<prefix>band/delta``, the radius the loss used, for a ``rule`` with a radius ``delta``."""
+    ``prefix``; and ``<prefix>band/delta``, the radius the loss used, for a ``rule`` with a radius ``delta``.
+
+    Over a batch with no real token every metric is 0, which a framework that averages its micro-batches' metrics
+    (verl) needs. ``extremes_reduced``: the framework reduces the names ending ``_min`` / ``_max`` by min / max over
+    micro-batches and ranks (SkyRL), where such a 0 would replace every other micro-batch's extreme (a ``band/hi_min``
+    of 0); those are then +inf / -inf, the neutral elements of the two reductions."""
     ours = terms.clip_metrics(level=level)
     have = (
         ours
@@ -81,7 +96,12 @@ def framework_metrics(
     )
     metrics = {theirs: have[name] for theirs, name in names.items()}
     metrics.update({prefix + name: value for name, value in ours.items()})
+    extremes = [k for k in metrics if k.endswith(("_min", "_max"))] if extremes_reduced else []
+    if extremes:
+        metrics[_N_REAL] = terms.mask.sum()  # in the same transfer
     floats = metrics_to_floats(metrics)
+    if extremes and floats.pop(_N_REAL) == 0:
+        floats.update({k: math.inf if k.endswith("_min") else -math.inf for k in extremes})
     delta = getattr(rule, "delta", None)
     if isinstance(delta, (int, float)) and not isinstance(delta, bool):
         floats[prefix + "band/delta"] = float(delta)
