@@ -1,7 +1,7 @@
 """DPPO for TRL users: ``BandPOConfig(clip_rule="dppo_kl" | "dppo_tv")`` through ``BandPOTrainer``.
 
 The rules reach TRL through the registry like every other rule: TRL's own loss path runs, the hook installs
-DPPO's region as ratio bounds, and the truncated weight ``sg(min(r, c))`` enters through the old log-probs TRL
+DPPO's region as ratio bounds, and the truncated weight ``sg(min(r, c))`` enters through the advantages TRL
 reads (``bandpo.integrations.trl``). Tested like the other rules (training, hook, metrics) and, on one hand-built
 batch, against ``bandpo.policy_loss`` with the same rule: the parameter gradients of TRL's loss are DPPO's.
 The registry also reaches ``bandpo compare``'s method validation.
@@ -138,7 +138,7 @@ def test_trl_gradient_is_dppos(
     """TRL's loss (bnpo: token mean) through the hook has the parameter gradient of bandpo's DPPO objective,
     truncation included; without the truncation it would not.
 
-    Wiring test: TRL's loss code with the hook's region and truncated old log-probs against ``bandpo.policy_loss``
+    Wiring test: TRL's loss code with the hook's region and truncated advantages against ``bandpo.policy_loss``
     with the same rule object (both sides take the region from the same ``rule.bounds``); it proves the hook's
     truncation reaches TRL's gradient. DPPO's numerics are checked against verl's own implementation in
     tests/integrations/test_dppo_verl.py::test_dppo_equals_verl.
@@ -170,6 +170,56 @@ def test_trl_gradient_is_dppos(
     want = bandpo_grads(1.5)
     scale = max(w.abs().max().item() for w in want)
     for got, w in zip(trl_grads, want):
-        torch.testing.assert_close(got, w, rtol=0, atol=1e-6 * scale)  # measured: bit-identical (float32)
+        torch.testing.assert_close(got, w, rtol=0, atol=1e-6 * scale)  # tolerance: float32 rounding
     untruncated = bandpo_grads(1e6)
     assert max((u - w).abs().max().item() for u, w in zip(untruncated, want)) > 1e-2 * scale
+
+
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_trls_kl_term_keeps_its_gradient_beside_dppos_truncation(
+    tmp_path: Path, bias_correction: bool, tiny_model: Any, tiny_tokenizer: Any, tiny_dataset: Any
+) -> None:
+    """With a KL term (beta != 0) the gradient of TRL's loss is DPPO's plus beta times TRL's own KL gradient: the
+    truncation reaches only the policy term, not the ratio TRL multiplies its KL by (``use_bias_correction_kl``,
+    TRL's default), whose gradient stays the full ``r grad logp`` where the truncation binds.
+
+    Wiring test: TRL's loss with the hook against ``bandpo.policy_loss`` plus TRL's k3 term written out; DPPO's
+    numerics are checked against verl's own implementation in
+    tests/integrations/test_dppo_verl.py::test_dppo_equals_verl."""
+    kwargs = {"clip_divergence_low": 0.3, "clip_divergence_high": 0.3, "truncation_c": 1.5}
+    args = make_config(
+        tmp_path,
+        clip_rule="dppo_kl",
+        clip_rule_kwargs=kwargs,
+        loss_type="bnpo",
+        use_bias_correction_kl=bias_correction,
+    )
+    trainer = make_trainer(args, tiny_model, tiny_tokenizer, tiny_dataset)
+    trainer.model.eval()
+    trainer.beta = 0.5  # TRL reads self.beta in its loss; the reference log-probs come with the inputs
+    inputs, old = _hand_built_inputs(trainer)
+    g = torch.Generator().manual_seed(1)
+    inputs["ref_per_token_logps"] = old + 0.5 * torch.randn(old.shape, generator=g)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    got = torch.autograd.grad(trainer._compute_loss(trainer.model, inputs), params)
+
+    mask = inputs["completion_mask"]
+    logp, _, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model,
+        torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
+        torch.cat([inputs["prompt_mask"], mask], dim=1),
+        8,
+    )
+    policy, _ = policy_loss(
+        logp, old, inputs["advantages"], mask, make_clip_rule("dppo_kl", **kwargs), loss_agg_mode="token-mean"
+    )
+    d = inputs["ref_per_token_logps"] - logp
+    kl = torch.exp(d) - d - 1.0
+    if bias_correction:
+        kl = kl * torch.exp(logp - old)  # the ratio with its full gradient
+    ratio = torch.exp(logp.detach() - old)[mask.bool()]
+    assert (ratio > 1.5).sum() >= 5  # the truncation binds on some tokens
+    want = torch.autograd.grad(policy + 0.5 * (kl * mask).sum() / mask.sum(), params)
+    scale = max(w.abs().max().item() for w in want)
+    for ours, w in zip(got, want):
+        torch.testing.assert_close(ours, w, rtol=0, atol=1e-6 * scale)

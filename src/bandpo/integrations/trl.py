@@ -173,7 +173,7 @@ class BandPOTrainer(GRPOTrainer):
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
         """TRL's loss with the clip rule's bounds: arm the hook, call the parent, log our metrics."""
         scalar_eps = (self.epsilon_low, self.epsilon_high)
-        # the hook may replace old_per_token_logps (DPPO's truncation) in this copy only
+        # the hook may replace advantages (DPPO's truncation) in this copy only
         batch, inputs = inputs, dict(inputs)
         old_from_forward = batch is self._bandpo_old_from_forward
         if old_from_forward:  # the policy that sampled this round: its old log-probs are this forward's
@@ -417,20 +417,25 @@ class BandPOTrainer(GRPOTrainer):
         lo, hi = lo.to(work), hi.to(work)
         self.epsilon_low = 1.0 - lo  # the parent clamps coef_1 to [1 - epsilon_low, 1 + epsilon_high]
         self.epsilon_high = hi - 1.0
-        c = rule.truncation_c
-        raw_old = inputs.get("old_per_token_logps")
-        if c is not None and raw_old is not None:
-            # DPPO's truncated weight sg(min(r, c)) in TRL's ratio loss: old' = old + (1 - s)(logp - sg(logp)) with
-            # s = min(r, c) / r has old's value, so TRL's coef_1 = exp(logp - old') keeps its value (and every
-            # metric) while its gradient becomes min(r, c) grad logp. (On-policy, old is None and r = 1 < c.)
-            with torch.no_grad():
-                log_r = torch.where(mask, log_prob.detach().to(work) - raw_old.to(work), zero)
-                s = torch.clamp(c * torch.exp(-log_r), max=1.0)  # (B, T), 1 where r <= c
-            moved = torch.where(s < 1.0, (1.0 - s) * (log_prob - log_prob.detach()), zero)
-            inputs["old_per_token_logps"] = raw_old + moved.to(raw_old.dtype)
         advantages = inputs["advantages"]
         if advantages.dim() == 1:
             advantages = advantages.unsqueeze(1)  # (B, 1), as in the parent
+        c = rule.truncation_c
+        raw_old = inputs.get("old_per_token_logps")
+        if c is not None and raw_old is not None:
+            # DPPO's truncated weight sg(min(r, c)) in TRL's ratio loss, through the advantages, which TRL reads after
+            # this forward and takes as (B, T): A' = A (1 + (s - 1)(logp - sg(logp))) with s = min(r, c) / r has A's
+            # value, so TRL's loss and every metric keep theirs, while the gradient of its unclipped term coef_1 A'
+            # becomes min(r, c) A grad logp. s stays 1 where TRL's clip binds (A > 0, r > hi: its clamped term,
+            # whose gradient must stay 0) and where r <= c. TRL's ratio coef_1 itself is untouched, so its KL term
+            # (multiplied by coef_1 with use_bias_correction_kl) keeps TRL's gradient. On-policy, old is None and
+            # r = 1 < c.
+            with torch.no_grad():
+                log_r = torch.where(mask, log_prob.detach().to(work) - raw_old.to(work), zero)
+                s = torch.clamp(c * torch.exp(-log_r), max=1.0)  # (B, T), 1 where r <= c
+                s = torch.where((advantages > 0) & (torch.exp(log_r) > hi), 1.0, s)
+            moved = torch.where(s < 1.0, (s - 1.0) * (log_prob.to(work) - log_prob.detach().to(work)), zero)
+            inputs["advantages"] = advantages.to(work) * (1.0 + moved)
         # TRL's coef_1 is exp(log_ratio) unclamped; the clamp only guards the metrics against overflow.
         log_ratio = torch.where(mask, log_prob.detach().to(work) - old, zero)
         terms = TokenTerms(
