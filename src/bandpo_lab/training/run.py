@@ -32,7 +32,7 @@ from bandpo_lab.training.checkpoints import checkpoint_dirs, copy_model_files, s
 from bandpo_lab.training.config import ConfigError, TrainConfig
 from bandpo_lab.training.data import build_prompt_dataset, load_problems
 from bandpo_lab.training.expected_warnings import silence_expected_warnings, tied_weight_keys
-from bandpo_lab.training.layout import LOCK_FILE, METRICS_FILE, RUN_INFO_FILE
+from bandpo_lab.training.layout import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_INFO_FILE
 from bandpo_lab.training.lock import OutputDirLock, check_unlocked
 from bandpo_lab.training.resume import ConfigChanges, ResumePlan, plan_resume
 from bandpo_lab.training.rewards import answer_columns, build_rewards, check_rewards_on
@@ -136,6 +136,7 @@ def prepare(
     check_training_length(args, len(problems))
     plan = None
     if resume:
+        _check_foreign_names(output_dir, foreign)
         plan = plan_resume(output_dir, config, args, allow_config_change)
         _check_foreign_resume(plan, output_dir, foreign)
     elif not overwrite:
@@ -190,6 +191,28 @@ def foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str |
     if not names or _written_by_bandpo(output_dir):
         return None
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+OWN_FILES = (RUN_INFO_FILE, METRICS_FILE, CONFIG_FILE)
+"""The files bandpo writes at the top of a run's folder (its run info, logs and config as run)."""
+
+
+def _check_foreign_names(output_dir: Path, foreign: str | None) -> None:
+    """``--resume`` in another trainer's folder (``foreign``: its entries, ``None`` for a bandpo run's or a new
+    folder) writes bandpo's own files there (:data:`OWN_FILES`), and reads a ``train_config.yaml`` as the config the
+    run started with: refused where the folder already holds one of them, which are then the folder's own.
+
+    Raises:
+        ConfigError: one line naming the folder and the files.
+    """
+    taken = [name for name in OWN_FILES if (output_dir / name).exists()] if foreign is not None else []
+    if taken:
+        raise ConfigError(
+            f"--resume: output_dir {str(output_dir)!r} is not a bandpo run ({foreign}) and holds "
+            f"{', '.join(taken)}, which a bandpo run writes in its folder (run info, logs, config as run): resuming "
+            "there would replace them; move them out of the folder, or resume from a copy of its checkpoints in "
+            "another output_dir"
+        )
 
 
 def _check_foreign_resume(plan: ResumePlan, output_dir: Path, foreign: str | None) -> None:

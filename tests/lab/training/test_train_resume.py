@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,29 @@ def test_resume_in_another_trainers_folder_at_max_steps_copies_nothing_over_its_
     assert f"the model of step 8 is {out / 'checkpoint-8'}" in text
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
     assert (out / "model.safetensors").read_bytes() == b"my weights"
+
+
+@pytest.mark.parametrize("name", ["run_info.json", "metrics.jsonl", "train_config.yaml"])
+def test_resume_in_another_trainers_folder_holding_files_named_like_a_runs_is_refused(
+    tmp_path: Path, name: str
+) -> None:
+    """Another trainer's folder with a complete checkpoint and the user's own file named like one a bandpo run
+    writes: --resume replaced the run_info.json, cut the metrics.jsonl to the checkpoint's step (the user's rows and
+    comments gone) and read a train_config.yaml as the run's config; refused before anything is written."""
+    out = tmp_path / "trlrun"
+    fake_checkpoint(out, 2, bandpo_run=False)
+    (out / name).write_text('{"step": 1}\n# mine\n{"step": 99}\n')
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    config = load_train_config(TINY, [f"output_dir={out}", "report_to=none", "max_steps=4"])
+    match = (
+        rf"^--resume: output_dir '{out}' is not a bandpo run \(checkpoint-2/, {re.escape(name)}\) and holds "
+        rf"{re.escape(name)}, which a bandpo run writes in its folder .*: resuming there would replace them"
+    )
+    with pytest.raises(ConfigError, match=match):
+        prepare(config, resume=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    (out / name).unlink()
+    assert prepare(config, resume=True).resume_from == out / "checkpoint-2"
 
 
 def test_resume_in_another_trainers_folder_without_a_complete_checkpoint_is_refused(tmp_path: Path) -> None:
