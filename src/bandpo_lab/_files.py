@@ -277,3 +277,27 @@ def output_file_problem(path: str | Path, name: str) -> str | None:
     except OSError:
         return None
     return _above_problem(path, name, "its folder must be a directory")
+
+
+def shared_folder_problem(path: str | Path, name: str, command: str) -> str | None:
+    """Why ``path`` may not be the folder ``bandpo <command>`` writes its files into (``name``: the setting or
+    option), in one line, or ``None``: it is the working directory, the home directory or a folder above one of
+    them, and not empty (the user's files, which the command's own would be written among; ``bandpo train``
+    refuses such a folder as one of files bandpo did not write). A command exempts its own earlier output there.
+    ``path``: as written (:func:`expand_path` applied by the caller)."""
+    try:
+        target = Path(path).resolve()
+        places = {"the working directory": Path.cwd().resolve(), "the home directory": Path.home().resolve()}
+        how = next((what for what, place in places.items() if target == place), None)
+        how = how or next(
+            (f"above {what}" for what, place in places.items() if target in place.parents), None
+        )
+        if how is None or not (target.is_dir() and any(target.iterdir())):
+            return None
+    except (OSError, RuntimeError):  # no home directory known; a folder that cannot be listed
+        return None
+    shown = "" if str(target) == str(path) else f" ({str(target)!r})"
+    return (
+        f"{name} {str(path)!r} is {how}{shown}, which holds other files: bandpo {command} would write its own "
+        "among them; choose a new or empty folder for it"
+    )

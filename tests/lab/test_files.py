@@ -27,6 +27,7 @@ from bandpo_lab._files import (
     recipe_names,
     resolve_config,
     same_or_inside,
+    shared_folder_problem,
     write_json,
 )
 
@@ -257,3 +258,26 @@ def test_write_json_gives_the_mode_of_a_plain_write(tmp_path: Path, umask: int) 
     assert mode == 0o666 & ~umask
     assert (tmp_path / "results.json").stat().st_mode & 0o777 == mode
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "results.json"]
+
+
+def test_the_working_or_home_directory_holding_files_is_no_output_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, work = tmp_path / "home", tmp_path / "home" / "a" / "work"
+    work.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert shared_folder_problem(".", "--output-dir", "probe") is None  # empty
+    (work / "notes.md").write_text("mine")
+    assert shared_folder_problem(".", "--output-dir", "probe") == (
+        f"--output-dir '.' is the working directory ('{work}'), which holds other files: bandpo probe would write its "
+        "own among them; choose a new or empty folder for it"
+    )
+    assert shared_folder_problem(str(home / "a"), "output_dir", "compare") == (
+        f"output_dir '{home / 'a'}' is above the working directory, which holds other files: bandpo compare would "
+        "write its own among them; choose a new or empty folder for it"
+    )
+    assert shared_folder_problem(str(home), "output_dir", "compare").startswith(
+        f"output_dir '{home}' is the home directory,"
+    )
+    assert shared_folder_problem("out", "output_dir", "compare") is None  # a folder of its own, inside

@@ -10,7 +10,8 @@ from bandpo_lab.cli._args import add_dry_run, add_list_option
 
 EPILOG = """\
 compare config keys (YAML; KEY=VALUE overrides with dotted keys):
-  output_dir          where runs and the report go (runs/<label>/seed<seed>/, baseline/, report/)
+  output_dir          where runs and the report go (runs/<label>/seed<seed>/, baseline/, report/); not a
+                      model's folder, nor the working or home directory holding other files
   train.config        the training recipe (relative to the compare config), e.g. tiny.yaml
   train.overrides     training keys for every run, e.g. {max_steps: 60}; override one: train.overrides.max_steps=8
   methods             list of {label, method, params, seeds}: a clip rule (method or clip_rule: band, params: its
@@ -78,7 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--redo",
         action="store_true",
-        help="retrain runs (finished or started) whose config differs from this one, from scratch",
+        help="retrain runs (finished or started) whose config differs from this one, from scratch: only what "
+        "bandpo wrote of the earlier run is removed (its checkpoints, logs, results); other files in the run's "
+        "folder stay, and are named",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from bandpo.core import DIVERGENCES
-from bandpo_lab.cli._args import add_deprecated_spelling
+from bandpo_lab.cli._args import add_deprecated_spelling, flag_message
 from bandpo_lab.cli.bounds import add_band_options, check_delta_and_cap, check_listed, usage_error
 
 
@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o",
         default="bounds.png",
         help="figure file to write; its suffix picks the format: .png, .pdf, .svg, ...; an existing file is replaced "
-        "only when it is a figure bandpo wrote (default: bounds.png)",
+        "only when it is a figure bandpo wrote, and none is written into a model's folder (default: bounds.png)",
     )
     add_deprecated_spelling(parser, "--out", "--output")
     add_band_options(
@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bandpo_lab._files import expand_path, output_file_problem
+    from bandpo_lab.eval.models import model_folder_problem
     from bandpo_lab.plots import MARKED_FORMATS, default_rules, figure_formats, is_bandpo_figure, plot_bounds
 
     check_listed("plot-bounds", "--divergence", args.divergence, "divergence")
@@ -34,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
         args.output = str(expand_path(args.output, "--output"))
     except ValueError as err:
         usage_error("plot-bounds", str(err))
-    problem = output_file_problem(args.output, "--output")
+    problem = output_file_problem(args.output, "--output") or model_folder_problem(
+        args.output, "--output", "plot-bounds", is_file=True
+    )
     if problem is not None:
         usage_error("plot-bounds", problem)
     output = Path(args.output)
@@ -54,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         rules = default_rules(args.divergence, args.delta, cap)
-    except ValueError as err:
-        usage_error("plot-bounds", str(err))
+    except ValueError as err:  # a rule's own "delta must ...": named as the flag the user typed
+        usage_error("plot-bounds", flag_message(str(err), {"delta": "--delta", "cap": "--cap"}) or str(err))
     try:
         path = plot_bounds(args.output, rules)
     except OSError as err:

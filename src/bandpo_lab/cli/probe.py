@@ -95,7 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o",
         default="runs/probe",
         help="output directory; an earlier probe's results there are replaced, another's results.json, "
-        "results.md or probe.png refused (default: runs/probe)",
+        "results.md or probe.png refused, and so is a model's folder, or the working or home directory holding "
+        "other files (default: runs/probe)",
     )
     add_deprecated_spelling(parser, "--output", "--output-dir")
     parser.add_argument("--no-figures", action="store_true", help="write the tables only")
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     from bandpo_lab._files import expand_path, output_dir_problem
     from bandpo_lab.cli.bounds import usage_error
     from bandpo_lab.eval.errors import EvalError
-    from bandpo_lab.eval.models import ATTENTION_AUTO
+    from bandpo_lab.eval.models import ATTENTION_AUTO, model_folder_problem
     from bandpo_lab.experiments.llm_probe import ProbeConfig
     from bandpo_lab.training.preflight import attention_problem
 
@@ -134,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
         args.output_dir = str(expand_path(args.output_dir, "--output-dir", ValueError))
         problem = (
             output_dir_problem(args.output_dir, "--output-dir")
-            or _in_a_model_folder(args.output_dir, args.model)
+            or model_folder_problem(args.output_dir, "--output-dir", "probe", model=args.model)
+            or _shared_folder(args.output_dir)
             or _outputs_taken(args.output_dir)
         )
         if args.attn_implementation != ATTENTION_AUTO:  # else found only once the model had loaded
@@ -169,36 +171,27 @@ RESULT_KEYS = frozenset({"config", "batches", "summary", "model_dir"})
 """Keys of the probe's ``results.json`` (an earlier probe's files are replaced)."""
 
 
-def _in_a_model_folder(output_dir: str, model: str) -> str | None:
-    """Why ``output_dir`` cannot hold the probe's files: it is a model's folder (the probed ``--model``'s, or one
-    holding config.json and weights), or lies inside the probed model's; ``None`` otherwise. ``bandpo eval``'s
-    rule: no file among a model's."""
-    from bandpo_lab._files import expand_path, same_or_inside
-    from bandpo_lab.eval.models import holds_model
+def _earlier_probe(output_dir: str) -> bool:
+    """Whether ``output_dir`` holds an earlier probe's ``results.json``."""
+    from bandpo_lab._files import read_json_object
 
-    out = Path(output_dir)
-    try:
-        local = expand_path(model, "--model", ValueError)
-    except ValueError:
-        local = None  # refused with its own message where the model is resolved
-    folder = local if local is not None and local.is_dir() and same_or_inside(out, local) else None
-    folder = folder or (out if holds_model(out) else None)
-    if folder is None:
-        return None
-    return (
-        f"--output-dir {output_dir!r} is inside the model folder {str(folder)!r}: bandpo probe writes no file among "
-        "a model's; write it elsewhere"
-    )
+    return read_json_object(Path(output_dir) / "results.json").keys() >= RESULT_KEYS
+
+
+def _shared_folder(output_dir: str) -> str | None:
+    """Why ``output_dir`` is no folder for the probe's files: the working or home directory (or one above them)
+    holding other files, unless an earlier probe's (:func:`bandpo_lab._files.shared_folder_problem`)."""
+    from bandpo_lab._files import shared_folder_problem
+
+    return None if _earlier_probe(output_dir) else shared_folder_problem(output_dir, "--output-dir", "probe")
 
 
 def _outputs_taken(output_dir: str) -> str | None:
     """Why the probe's :data:`OUTPUT_FILES` cannot go into ``output_dir``: it holds one of them that no earlier probe
     wrote (its ``results.json`` is not a probe's: a comparison's report, a user's), or ``None``."""
-    from bandpo_lab._files import read_json_object
-
     out = Path(output_dir)
     taken = [name for name in OUTPUT_FILES if (out / name).exists()]
-    if not taken or read_json_object(out / "results.json").keys() >= RESULT_KEYS:
+    if not taken or _earlier_probe(output_dir):
         return None
     return (
         f"--output-dir {output_dir!r} holds {', '.join(taken)}, not an earlier bandpo probe's results: the probe "

@@ -48,6 +48,11 @@ def _model_folder(path: Path, model_dir: Path | None) -> Path | None:
     return path.parent if holds_model(path.parent) else None
 
 
+def _same_folder(folder: Path, model: Path | None) -> bool:
+    """Whether ``folder`` is the evaluated ``model``'s folder (``None``: not known, so not)."""
+    return model is not None and same_or_inside(folder, model) and same_or_inside(model, folder)
+
+
 def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | Path | None) -> str | None:
     """Why the files ``outputs`` (``{flag: path or None}``) cannot be written by an evaluation of ``model_dir``
     (``None``: not known yet), in one line naming the flag, or ``None``."""
@@ -72,8 +77,21 @@ def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | P
     for flag, raw in given.items():
         path = written[flag]
         folder = _model_folder(path, model)
-        default = flag == "--output" and path.name == DEFAULT_RESULTS and holds_model(path.parent)
-        if folder is not None and not default:
+        # the default results file: in the evaluated model's own folder only, never another model's
+        default = flag == "--output" and path.name == DEFAULT_RESULTS
+        if (
+            folder is not None
+            and default
+            and not _same_folder(path.parent, model)
+            and holds_model(path.parent)
+        ):
+            evaluated = "" if model is None else f" {str(model)!r}"
+            return (
+                f"{flag} {str(raw)!r} is {DEFAULT_RESULTS} in the model folder {str(path.parent)!r}, not in the "
+                f"folder of the model evaluated (--model{evaluated}): bandpo eval writes {DEFAULT_RESULTS} only "
+                "into the evaluated model's own folder; write it elsewhere"
+            )
+        if folder is not None and not (default and _same_folder(path.parent, model)):
             return (
                 f"{flag} {str(raw)!r} is inside the model folder {str(folder)!r}: bandpo eval writes no file among "
                 f"a model's but its default results file {DEFAULT_RESULTS}; write it elsewhere"

@@ -22,6 +22,7 @@ from bandpo.losses.diagnostics import FIXED_INTERVAL
 from bandpo.validation import check_int_in, check_positive_number
 from bandpo_lab.experiments.llm_probe_report import BIN_NAMES, P_OLD_BINS, pool, summarize_probe
 from bandpo_lab.runtime import FLOAT32, Precision, check_precision, precision_for
+from bandpo_lab.training.trainer_checks import SEED_MAX
 
 DEFAULT_RULES = ("grpo", "band", "band_upper", "band_lower")
 """The rules ``bandpo probe`` compares unless told others: GRPO, Band and Band's two sides alone, which
@@ -59,7 +60,13 @@ class ProbeConfig:
                 f"minibatches must be at most the batch's {self.prompts * self.group_size} completions (prompts x "
                 f"group_size), got {self.minibatches}"
             )
-        check_int_in("seed", self.seed, 0)
+        # numpy's range, as training's seed; batch b is seeded seed + b
+        check_int_in("seed", self.seed, 0, SEED_MAX, note=" (numpy's seed range)")
+        if self.seed + self.batches - 1 > SEED_MAX:
+            raise ValueError(
+                f"seed must be at most {SEED_MAX - self.batches + 1} with batches {self.batches} (batch b is seeded "
+                f"seed + b, in numpy's seed range [0, {SEED_MAX}]), got {self.seed}"
+            )
         check_positive_number("temperature", self.temperature)
         check_positive_number("learning_rate", self.learning_rate)
         object.__setattr__(self, "precision", check_precision(self.precision))  # bfloat16 recorded as bf16

@@ -74,6 +74,12 @@ def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
             ("plot-bounds", "--cap", "0.9"),
             "bandpo plot-bounds: error: --cap must be a finite number >= 1, or none for no cap, got 0.9",
         ),
+        # a delta the Band rule refuses was named as its field ("delta must ..."), not as the flag
+        (
+            ("plot-bounds", "--delta", "1e9"),
+            "bandpo plot-bounds: error: --delta must be a finite number in (0, 1000] for divergence 'kl' (from about "
+            "745 on its bounds are [0, 1/p], the whole simplex), got 1000000000.0",
+        ),
         # an empty list printed an empty table (--p), or no Band row or curve at all (--divergence)
         (("bounds", "--p", ","), "bandpo bounds: error: --p must name at least one probability, got ','"),
         (
@@ -245,3 +251,25 @@ def test_plot_bounds_output_reads_a_tilde_and_variables_as_a_shell_would(tmp_pat
         "bandpo plot-bounds: error: --output '$NOT_SET_HERE/b.png' names the environment variable $NOT_SET_HERE, "
         "which is not set: set it (export NOT_SET_HERE=...) or write the path without it\n"
     )
+
+
+def test_plot_bounds_writes_no_file_into_a_models_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-o <model folder>/fig.png`` was accepted (``bandpo eval`` and ``probe`` write no file among a model's):
+    refused in one line, the folder unchanged."""
+    from bandpo_lab.cli.main import main
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["plot-bounds", "-o", "model/fig.png", "--divergence", "kl"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        "bandpo plot-bounds: error: --output 'model/fig.png' is inside the model folder 'model': bandpo plot-bounds "
+        "writes no file among a model's; write it elsewhere\n"
+    )
+    assert sorted(p.name for p in model.iterdir()) == ["config.json", "model.safetensors"]

@@ -446,3 +446,59 @@ def test_methods_naming_no_label_is_refused(tmp_path: Path, capsys: pytest.Captu
     assert (
         "--methods must name at least one method label, got ','; labels: " in err and "Traceback" not in err
     )
+
+
+def _refuse_work(*args: Any, **kwargs: Any) -> None:
+    raise ValueError("reached the work")
+
+
+@pytest.mark.parametrize("mode", [(), ("--dry-run",), ("--report-only",)])
+@pytest.mark.parametrize("where", ["a-model-folder", "the-working-directory", "the-home-directory"])
+def test_a_model_folder_or_the_working_or_home_directory_is_refused_as_output_dir(
+    where: str,
+    mode: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``output_dir=<a model folder>``, ``output_dir=.`` and ``output_dir=~/`` were accepted: the comparison would
+    write its plan, runs/ and report/ among the model's or the user's files (``bandpo train`` refuses such folders).
+    Refused in one line before any work; an earlier comparison there is still taken."""
+    from bandpo_lab.cli.main import main
+
+    home, work, model = tmp_path / "home", tmp_path / "home" / "work", tmp_path / "model"
+    for folder in (work, model):
+        folder.mkdir(parents=True)
+    (work / "notes.md").write_text("mine")
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    out, message = {
+        "a-model-folder": (
+            str(model),
+            f"output_dir {str(model)!r} is the model folder {str(model)!r}: bandpo compare writes no file among a "
+            "model's; write it elsewhere",
+        ),
+        "the-working-directory": (
+            ".",
+            f"output_dir '.' is the working directory ({str(work)!r}), which holds other files: bandpo compare "
+            "would write its own among them; choose a new or empty folder for it",
+        ),
+        "the-home-directory": (
+            "~/",  # YAML reads a bare ~ as null
+            f"output_dir {str(home)!r} is the home directory, which holds other files: bandpo compare would write "
+            "its own among them; choose a new or empty folder for it",
+        ),
+    }[where]
+    for work in ("run_compare", "validate_with_trainer"):  # never reached (nor trained, were the check gone)
+        monkeypatch.setattr(f"bandpo_lab.experiments.compare.{work}", _refuse_work)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert main(["compare", "--config", str(PRESET), f"output_dir={out}", "seeds=[0]", *mode]) == 2
+    assert capsys.readouterr().err == f"bandpo compare: error: {message}\n"
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    from bandpo_lab.experiments.compare.plan import output_dir_owner_problem
+
+    if where != "a-model-folder":  # an earlier comparison's folder
+        (Path(out).expanduser() / "compare_plan.json").write_text(json.dumps({"config": {}}))
+        assert output_dir_owner_problem(Path(out).expanduser()) is None

@@ -32,7 +32,16 @@ FLAG_ERRORS = [  # (argv, the error's start)
     (["--prompts", "0"], "--prompts must be an integer >= 1, got 0"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1, got 0"),
     (["--temperature", "-1"], "--temperature must be a finite number > 0, got -1.0"),
-    (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+    (["--seed", "-1"], "--seed must be an integer in [0, 4294967295] (numpy's seed range), got -1"),
+    # as training's seed: a larger one passed the dry run
+    (
+        ["--seed", "99999999999999999999"],
+        "--seed must be an integer in [0, 4294967295] (numpy's seed range), got 99999999999999999999",
+    ),
+    (
+        ["--seed", "4294967295", "--batches", "3"],
+        "--seed must be at most 4294967293 with batches 3 (batch b is seeded seed + b, in numpy's seed range",
+    ),
     (["--precision", "fp8"], "--precision must be one of auto, float32, bf16, got 'fp8'"),
     (["--rules", ","], "--rules must name at least one clip rule, got ','"),
     (["--rules", "grpo,bandd"], "--rules: unknown clip rule 'bandd' (did you mean 'band'?); valid names: "),
@@ -222,8 +231,39 @@ def test_probe_writes_no_file_among_a_models(
         main(["probe", "--model", str(model), "--no-figures", "--output-dir", str(out)])
     assert exc.value.code == 2 and probe_options == []
     folder = other if where == "another-models-folder" else model
+    how = "is inside" if where == "inside-it" else "is"
     assert capsys.readouterr().err == (
-        f"bandpo probe: error: --output-dir {str(out)!r} is inside the model folder {str(folder)!r}: bandpo probe "
+        f"bandpo probe: error: --output-dir {str(out)!r} {how} the model folder {str(folder)!r}: bandpo probe "
         "writes no file among a model's; write it elsewhere\n"
     )
     assert sorted(p.name for p in model.iterdir()) == ["config.json", "model.safetensors"]
+
+
+@pytest.mark.parametrize("where", ["~", ".", "..", "the home directory by name"])
+def test_probe_writes_no_file_among_the_users_in_the_working_or_home_directory(
+    where: str,
+    probe_options: list[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--output-dir ~`` or ``.`` was accepted, the probe's results.json, results.md and probe.png written among the
+    user's files there (``bandpo train`` refuses such a folder): refused in one line; empty, or an earlier probe's
+    results, it is taken."""
+    home, work = tmp_path / "home", tmp_path / "home" / "work"
+    work.mkdir(parents=True)
+    (work / "notes.md").write_text("mine")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    out = {"~": "~", ".": ".", "..": "..", "the home directory by name": str(home)}[where]
+    target = home if where != "." else work
+    what = "the working directory" if where == "." else "the home directory"
+    shown = f"{out!r} is {what} ({str(target)!r})" if out in (".", "..") else f"{str(target)!r} is {what}"
+    assert _error(["--no-figures", "--output-dir", out], capsys) == (
+        f"bandpo probe: error: --output-dir {shown}, which holds other files: bandpo probe would write its own among "
+        "them; choose a new or empty folder for it"
+    )
+    assert probe_options == []
+    (target / "results.json").write_text('{"config": {}, "batches": [], "summary": {}, "model_dir": "m"}')
+    assert main(["probe", "--model", "x", "--no-figures", "--output-dir", out]) == 0  # an earlier probe's
+    assert len(probe_options) == 1

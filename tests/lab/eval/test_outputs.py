@@ -39,7 +39,6 @@ def test_eval_writes_into_a_model_folder_only_its_default_results_file(tmp_path:
     model = _model(tmp_path / "run")
     assert not is_eval_output(model / "model.safetensors")
     assert outputs_problem({"--output": model / "eval_results.json"}, model) is None
-    assert outputs_problem({"--output": model / "eval_results.json"}, None) is None  # known by its files too
     for flag, path in (
         ("--save-samples", model / "eval_results.json"),
         ("--output", model / "results.json"),
@@ -74,3 +73,20 @@ def test_a_home_or_variable_path_is_checked_as_the_file_written(
     assert problem is not None and problem.startswith(f"{flag} '{tmp_path / 'samplesdir'}' is a directory"), (
         problem
     )
+
+
+def test_the_default_results_file_of_another_model_is_refused(tmp_path: Path) -> None:
+    """``--model model_a --output model_b/eval_results.json`` replaced model_b's own results with model_a's: the
+    default file is written only into the evaluated model's own folder (and, the model not known yet, into none)."""
+    model_a, model_b = _model(tmp_path / "model_a"), _model(tmp_path / "model_b")
+    checkpoint = _model(model_a / "checkpoint-2" / "m")
+    target = model_b / "eval_results.json"
+    for evaluated, shown in ((model_a, f" '{model_a}'"), (None, "")):
+        assert outputs_problem({"--output": target}, evaluated) == (
+            f"--output '{target}' is eval_results.json in the model folder '{model_b}', not in the folder of the "
+            f"model evaluated (--model{shown}): bandpo eval writes eval_results.json only into the evaluated model's "
+            "own folder; write it elsewhere"
+        )
+    # a model inside the evaluated one's folder is another model too; the evaluated one's own file, wherever named
+    assert outputs_problem({"--output": checkpoint / "eval_results.json"}, model_a) is not None
+    assert outputs_problem({"--output": tmp_path / "." / "model_b" / "eval_results.json"}, model_b) is None

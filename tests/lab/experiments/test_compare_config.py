@@ -133,7 +133,7 @@ def test_overrides() -> None:
         (["eval.ks=[1,16]"], r"eval: ks entry 16 is larger than k=8"),
         (["seeds=[]"], r"seeds must be a non-empty list"),
         # a mapping over the file's list: our message, not OmegaConf's ConfigTypeError
-        (["seeds.0=3"], r"seeds must be a non-empty list of integers >= 0, got \{'0': 3\}"),
+        (["seeds.0=3"], r"seeds must be a non-empty list of integers in \[0, 4294967295\], got \{'0': 3\}"),
         (["train.config=nope.yaml"], r"train.config 'nope.yaml' does not exist"),
         (["methods=[{label: 'a b', clip_rule: grpo}]"], r"label must be letters"),
         (
@@ -142,7 +142,21 @@ def test_overrides() -> None:
         ),
         (
             ["methods=[{clip_rule: grpo, seeds: [-1]}]"],
-            r"methods\[grpo\].seeds entries \(from the overrides\) must be an integer >= 0, got -1",
+            r"methods\[grpo\].seeds entries \(from the overrides\) must be an integer in \[0, 4294967295\] "
+            r"\(numpy's seed range\), got -1",
+        ),
+        # as training's seed: a larger one passed the dry run, and each run failed at its final evaluation
+        (
+            ["eval.seed=99999999999999999999"],
+            r"^eval.seed must be an integer in \[0, 4294967295\] \(numpy's seed range\), got 99999999999999999999$",
+        ),
+        (
+            ["eval.seed=-1"],
+            r"^eval.seed must be an integer in \[0, 4294967295\] \(numpy's seed range\), got -1$",
+        ),
+        (
+            ["seeds=[4294967296]"],
+            r"^seeds entries must be an integer in \[0, 4294967295\] \(numpy's seed range\), got 4294967296$",
         ),
         (["eval.at_steps=5"], r"eval.at_steps \(from the overrides\) must be a list, got 5"),
         (["eval.at_steps=[0, 4]"], r"eval.at_steps entries must be an integer >= 1, got 0"),

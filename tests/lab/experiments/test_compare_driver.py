@@ -26,14 +26,15 @@ def _config(out: Path, *overrides: str) -> Any:
 
 @pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The specs of the runs the driver starts; each fake worker writes results.json with its spec's fingerprint."""
+    """The specs of the runs the driver starts (with ``"options"``: the worker's options before the spec); each fake
+    worker writes results.json with its spec's fingerprint."""
     specs: list[dict[str, Any]] = []
 
     class FakeWorker:
         def __init__(self, argv: list[str], **kwargs: Any) -> None:
             spec_path = Path(argv[-1])
             spec = json.loads(spec_path.read_text())
-            specs.append(spec)
+            specs.append({**spec, "options": argv[3:-1]})  # python -m <worker> [options] RUN_SPEC.json
             results = {"label": spec["label"], "seed": spec["seed"], "fingerprint": spec["fingerprint"]}
             (spec_path.parent / "results.json").write_text(
                 json.dumps({**results, "metrics": {"mean@8": 0.5}})
@@ -66,8 +67,52 @@ def test_redo_retrains_runs_whose_training_settings_changed(
     assert [(s["label"], s["seed"]) for s in launched] == [("grpo", 0), ("band-kl", 0)]
     for plan, spec in zip(old, launched, strict=True):
         assert spec["fingerprint"] != plan.fingerprint
-        assert not (plan.run_dir / "train_config.yaml").exists()  # the old run was discarded
+        assert spec["options"] == [
+            "--overwrite"
+        ]  # the old run is discarded, as bandpo train --overwrite does
         assert json.loads((plan.run_dir / "results.json").read_text())["fingerprint"] == spec["fingerprint"]
+
+
+def test_redo_removes_only_bandpos_files_of_the_runs_it_retrains(
+    tmp_path: Path, launched: list[dict[str, Any]]
+) -> None:
+    """``--redo`` removed a retrained run's whole folder (``shutil.rmtree``), the user's notes in it too: now only
+    the comparison's own files of the earlier run go here, the training run's in its process (``--overwrite``, as
+    ``bandpo train --overwrite``), and the driver names what it leaves."""
+    out = tmp_path / "cmp"
+    old = make_planned_runs(_config(out), train_files=True)
+    for plan in old:
+        (plan.run_dir / "my_notes.md").write_text("# my notes")
+        (plan.run_dir / "scratch").mkdir()
+        for name in ("train_done.json", "heldout.jsonl", "evals_at_steps.jsonl"):
+            (plan.run_dir / name).write_text("{}\n")
+        (plan.run_dir / "train.log").write_text("the earlier run's log\n")
+    log = io.StringIO()
+    driver.run_compare(_config(out, "train.overrides.learning_rate=0.5"), redo=True, progress=False, log=log)
+    for plan in old:
+        assert (plan.run_dir / "my_notes.md").read_text() == "# my notes"
+        assert (plan.run_dir / "scratch").is_dir()
+        for name in ("train_done.json", "heldout.jsonl", "evals_at_steps.jsonl"):
+            assert not (plan.run_dir / name).exists(), name
+        assert "the earlier run's log" not in (plan.run_dir / "train.log").read_text()
+        # the training run's files are the run process's to discard (train --overwrite), not the driver's
+        assert (plan.run_dir / "run_info.json").is_file()
+        assert (
+            f"  {plan.method.label} seed 0: --redo: retraining from scratch in {plan.run_dir} (its earlier run's "
+            "checkpoints, logs and results are discarded); left as they are (not bandpo's): my_notes.md, scratch/\n"
+        ) in log.getvalue()
+    assert [s["options"] for s in launched] == [["--overwrite"], ["--overwrite"]]
+
+
+def test_the_run_process_takes_overwrite_before_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--overwrite`` (from ``--redo``) reaches :func:`run_one`, which trains from scratch with it."""
+    from bandpo_lab.experiments.compare import worker
+
+    calls: list[tuple[str, bool]] = []
+    monkeypatch.setattr(worker, "run_one", lambda spec, overwrite=False: calls.append((spec, overwrite)) or 0)
+    assert worker.main(["--overwrite", "spec.json"]) == 0 and worker.main(["spec.json"]) == 0
+    assert calls == [("spec.json", True), ("spec.json", False)]
+    assert worker.main(["spec.json", "--overwrite"]) == 2 and worker.main([]) == 2
 
 
 def test_an_unknown_eval_split_or_dataset_is_refused_before_training(

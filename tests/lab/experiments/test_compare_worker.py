@@ -176,3 +176,49 @@ def test_an_evaluation_waiting_for_a_save_that_a_later_callback_cancels_runs_bef
     assert _drive(tmp_path / "end", monkeypatch, max_steps=4, after=StopNow(), steps=[2], ends=False) == [
         ("eval", 2, 2)
     ]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_run_retrained_by_redo_trains_as_train_overwrite_does(
+    overwrite: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--redo`` removed the run's whole folder, the user's files in it too; now its process trains with
+    ``overwrite`` (``bandpo train --overwrite``'s discard of the earlier run), even where a finished run's
+    ``train_done.json`` is left; without, it resumes."""
+    from synthetic_runs import CONFIGS
+
+    from bandpo_lab.experiments.compare import load_compare_config, plan_runs, worker
+
+    config = load_compare_config(
+        CONFIGS / "compare-tiny.yaml",
+        [
+            f"output_dir={tmp_path}",
+            "seeds=[0]",
+            "baseline=false",
+            "curves.every=0",
+            "methods=[{method: grpo}]",
+        ],
+    )
+    plan = plan_runs(config)[0]
+    plan.run_dir.mkdir(parents=True)
+    spec = plan.run_dir / "run_spec.json"
+    spec.write_text(json.dumps(plan.spec(config)))
+    calls: list[dict[str, Any]] = []
+
+    class Stop(Exception):
+        pass
+
+    def train(config: Any, **kwargs: Any) -> None:
+        calls.append(kwargs)
+        raise Stop
+
+    monkeypatch.setattr("bandpo_lab.training.run.train", train)
+    with pytest.raises(Stop):
+        worker.main([*(["--overwrite"] if overwrite else []), str(spec)])
+    assert (calls[0]["resume"], calls[0]["overwrite"]) == (not overwrite, overwrite)
+    (plan.run_dir / "train_done.json").write_text("{}")
+    (plan.run_dir / "config.json").write_text("{}")
+    if overwrite:
+        with pytest.raises(Stop):
+            worker.run_one(spec, overwrite=True)
+        assert len(calls) == 2

@@ -27,6 +27,7 @@ from bandpo_lab.config import (
     unknown_key,
     where,
 )
+from bandpo_lab.training.trainer_checks import SEED_MAX
 
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -37,9 +38,9 @@ class CompareError(ValueError):
 
 def _check_seeds(name: str, entries: str, seeds: Any) -> None:
     if not isinstance(seeds, list) or not seeds:
-        raise CompareError(f"{name} must be a non-empty list of integers >= 0, got {seeds!r}")
+        raise CompareError(f"{name} must be a non-empty list of integers in [0, {SEED_MAX}], got {seeds!r}")
     for seed in seeds:
-        check_int_in(entries, seed, 0, error=CompareError)
+        check_int_in(entries, seed, 0, SEED_MAX, note=" (numpy's seed range)", error=CompareError)
 
 
 @dataclass
@@ -145,6 +146,8 @@ class EvalSpec:
     def __post_init__(self) -> None:
         from bandpo_lab.eval.errors import EvalError
 
+        # numpy's, as training's seed: a larger one passed and each run failed at its final evaluation
+        check_int_in("eval.seed", self.seed, 0, SEED_MAX, note=" (numpy's seed range)", error=CompareError)
         try:
             settings = self.settings()
         except EvalError as err:

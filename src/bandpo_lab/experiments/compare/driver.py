@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +15,13 @@ import bandpo_lab
 from bandpo_lab._files import write_json
 from bandpo_lab.experiments.compare.baseline import evaluate_baseline
 from bandpo_lab.experiments.compare.config import CompareConfig, CompareError
-from bandpo_lab.experiments.compare.layout import LOG_FILE, RESULTS_FILE, RUN_SPEC_FILE
+from bandpo_lab.experiments.compare.layout import (
+    LOG_FILE,
+    OVERWRITE_FLAG,
+    RESULTS_FILE,
+    RUN_SPEC_FILE,
+    discard_compare_files,
+)
 from bandpo_lab.experiments.compare.plan import (
     check_eval_data,
     check_plans,
@@ -112,8 +117,15 @@ def run_compare(
             for plan in todo:
                 run = f"{plan.method.label} seed {plan.seed}"
                 bar.set_postfix_str(run)
-                if plan.status == "stale":
-                    shutil.rmtree(plan.run_dir, ignore_errors=True)
+                fresh = plan.status == "stale"  # --redo: its earlier run goes, the user's files stay
+                if fresh and plan.run_dir.is_dir():
+                    left = discard_compare_files(plan.run_dir)
+                    kept = f"; left as they are (not bandpo's): {', '.join(left)}" if left else ""
+                    bar.write(
+                        f"  {run}: --redo: retraining from scratch in {plan.run_dir} (its earlier run's "
+                        f"checkpoints, logs and results are discarded){kept}",
+                        file=log,
+                    )
                 plan.run_dir.mkdir(parents=True, exist_ok=True)
                 spec_path = plan.run_dir / RUN_SPEC_FILE
                 write_json(spec_path, plan.spec(config))
@@ -122,7 +134,9 @@ def run_compare(
                 with log_path.open("a") as out:
                     out.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {run}\n")
                     out.flush()
-                    worker = [sys.executable, "-m", "bandpo_lab.experiments.compare.worker", str(spec_path)]
+                    # --redo: the training run's own files go as bandpo train --overwrite discards them
+                    worker = [sys.executable, "-m", "bandpo_lab.experiments.compare.worker"]
+                    worker += [*([OVERWRITE_FLAG] if fresh else []), str(spec_path)]
                     proc = subprocess.Popen(worker, stdout=out, stderr=subprocess.STDOUT, env=env)
                     try:
                         rc = proc.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,69 @@ REPORT_DIR = "report"
 RUN_DIR_FILES = (RUN_SPEC_FILE, LOG_FILE, RESULTS_FILE, TRAIN_DONE_FILE, HELDOUT_FILE, AT_STEPS_FILE)
 """The comparison's own files in a run directory, beside the training run's: the run trains there among them
 (:func:`bandpo_lab.training.run.prepare`'s ``caller_files``)."""
+
+OVERWRITE_FLAG = "--overwrite"
+"""The run process's option (before ``RUN_SPEC.json``) to train from scratch, discarding the earlier run in its
+directory as ``bandpo train --overwrite`` does (``bandpo compare --redo``); without it, the run resumes."""
+
+
+_TRAINED_MODEL_FILES = frozenset(
+    {
+        "generation_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "merges.txt",
+        "chat_template.jinja",
+        "training_args.bin",
+    }
+)
+"""What ``Trainer.save_model`` writes beside the model config, the weights and the tokenizer files."""
+
+_SHARDS = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
+"""A shard of sharded weights, beside their index."""
+
+
+def discard_compare_files(run_dir: Path) -> list[str]:
+    """Remove the comparison's own files (:data:`RUN_DIR_FILES`) of an earlier run from ``run_dir`` (``--redo``; the
+    training run's own checkpoints, logs and run info go as ``bandpo train --overwrite`` discards them, in the
+    run's process). Returns the names of the entries that neither the comparison nor a training run writes (a
+    user's notes), left as they are."""
+    from bandpo_lab.eval.models import WEIGHT_FILES
+    from bandpo_lab.training.checkpoints import CHECKPOINT_PATTERN
+    from bandpo_lab.training.layout import (
+        CONFIG_FILE,
+        LOCK_FILE,
+        METRICS_FILE,
+        MODEL_CONFIG_FILE,
+        RUN_INFO_FILE,
+        TOKENIZER_FILES,
+    )
+
+    for name in RUN_DIR_FILES:
+        path = run_dir / name
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+    ours = {
+        *RUN_DIR_FILES,
+        CONFIG_FILE,
+        LOCK_FILE,
+        METRICS_FILE,
+        RUN_INFO_FILE,
+        MODEL_CONFIG_FILE,
+        *TOKENIZER_FILES,
+        *WEIGHT_FILES,
+        *_TRAINED_MODEL_FILES,
+        "runs",  # TensorBoard's
+    }
+    try:
+        entries = sorted(run_dir.iterdir())
+    except OSError:
+        return []
+    return [
+        p.name + ("/" if p.is_dir() else "")
+        for p in entries
+        if p.name not in ours and not _SHARDS.match(p.name) and not CHECKPOINT_PATTERN.match(p.name)
+    ]
 
 
 def written_by_compare(folder: Path) -> bool:

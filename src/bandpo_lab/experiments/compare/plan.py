@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from bandpo_lab._files import file_lock, read_json_object, write_json
+from bandpo_lab._files import file_lock, read_json_object, shared_folder_problem, write_json
+from bandpo_lab.eval.models import model_folder_problem
 from bandpo_lab.experiments.compare.config import CompareConfig, CompareError, MethodSpec
 from bandpo_lab.experiments.compare.layout import (
     BASELINE_DIR,
@@ -37,12 +38,20 @@ COMPARE_ENTRIES = (PLAN_FILE, COMPARE_CONFIG_FILE, BASELINE_DIR, REPORT_DIR, "ru
 def output_dir_owner_problem(output_dir: str | Path) -> str | None:
     """Why a comparison may not write into ``output_dir``, or ``None``: it is new, an earlier comparison's (its
     ``compare_plan.json``, or a run's ``run_spec.json``), or holds none of :data:`COMPARE_ENTRIES` (the user's
-    other files stay beside the comparison's). A user's ``report/`` would have its ``report.md`` replaced."""
+    other files stay beside the comparison's). A user's ``report/`` would have its ``report.md`` replaced. Never a
+    model's folder, nor the working or home directory (or one above them) holding other files
+    (:func:`~bandpo_lab.eval.models.model_folder_problem`, :func:`~bandpo_lab._files.shared_folder_problem`)."""
+    problem = model_folder_problem(output_dir, "output_dir", "compare")
+    if problem is not None:
+        return problem
     out = Path(output_dir)
     if not out.is_dir():
         return None
     if written_by_compare(out):
         return None
+    problem = shared_folder_problem(output_dir, "output_dir", "compare")
+    if problem is not None:
+        return problem
     taken = [name for name in COMPARE_ENTRIES if (out / name).exists()]
     if not taken:
         return None

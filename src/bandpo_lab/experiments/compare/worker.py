@@ -16,6 +16,7 @@ from bandpo_lab.experiments.compare.config import CompareError, EvalSpec
 from bandpo_lab.experiments.compare.layout import (
     AT_STEPS_FILE,
     HELDOUT_FILE,
+    OVERWRITE_FLAG,
     RESULTS_FILE,
     RUN_DIR_FILES,
     TRAIN_DONE_FILE,
@@ -138,9 +139,10 @@ def late_metrics(
 
 
 # ------------------------------------------------------------------------------------------- one run (child)
-def run_one(spec_path: str | Path) -> int:
-    """Train the run of ``run_spec.json`` in its directory (resuming; skipped once ``train_done.json`` is there),
-    evaluate its final policy and write ``results.json`` (atomically, last)."""
+def run_one(spec_path: str | Path, overwrite: bool = False) -> int:
+    """Train the run of ``run_spec.json`` in its directory (resuming; skipped once ``train_done.json`` is there;
+    ``overwrite``: from scratch, the earlier run's checkpoints, logs and run info discarded as ``bandpo train
+    --overwrite`` discards them), evaluate its final policy and write ``results.json`` (atomically, last)."""
     import torch
 
     from bandpo_lab.eval.evaluate import evaluate_model_dir
@@ -158,7 +160,7 @@ def run_one(spec_path: str | Path) -> int:
     at_steps = evals.at_steps
     start = time.time()
     done_marker = run_dir / TRAIN_DONE_FILE
-    if not (done_marker.is_file() and (run_dir / MODEL_CONFIG_FILE).is_file()):
+    if overwrite or not (done_marker.is_file() and (run_dir / MODEL_CONFIG_FILE).is_file()):
         callbacks = []
         if curves.get("every", 0):
             data = eval_dataset(evals, spec["train_config"], curves.get("max_problems"))
@@ -169,7 +171,9 @@ def run_one(spec_path: str | Path) -> int:
             callbacks.append(
                 _heldout_callback(run_dir / AT_STEPS_FILE, data, evals.settings(), steps=at_steps, ends=False)
             )
-        train(config, resume=True, callbacks=callbacks, caller_files=RUN_DIR_FILES)
+        train(
+            config, resume=not overwrite, overwrite=overwrite, callbacks=callbacks, caller_files=RUN_DIR_FILES
+        )
         write_json(done_marker, {"wall_time_s": round(time.time() - start, 2), "finished": time.time()})
     train_info = json.loads(done_marker.read_text())
     eval_start = time.time()
@@ -217,11 +221,21 @@ def headline(metrics: Mapping[str, Any], k: int) -> str:
     return ", ".join(parts) or "no metrics"
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
+def main(argv: Sequence[str]) -> int:
+    """``python -m bandpo_lab.experiments.compare.worker [--overwrite] RUN_SPEC.json``: :func:`run_one`."""
+    args = list(argv)
+    overwrite = args[:1] == [OVERWRITE_FLAG]
+    if overwrite:
+        args = args[1:]
+    if len(args) != 1:
         print(
-            "usage: python -m bandpo_lab.experiments.compare.worker RUN_SPEC.json (started by bandpo compare)",
+            f"usage: python -m bandpo_lab.experiments.compare.worker [{OVERWRITE_FLAG}] RUN_SPEC.json (started by "
+            "bandpo compare)",
             file=sys.stderr,
         )
-        sys.exit(2)
-    sys.exit(run_one(sys.argv[1]))
+        return 2
+    return run_one(args[0], overwrite=overwrite)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
