@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 from bandpo_lab._files import RECIPES
 from bandpo_lab.cli._args import add_dry_run, print_plan
+from bandpo_lab.config import OVERRIDES_LABEL
 
 DEFAULT_CONFIG = RECIPES / "tiny.yaml"
 LLM_CONFIG = RECIPES / "smollm2-arith.yaml"
@@ -147,6 +149,24 @@ def _other_commands_run(output_dir: Path) -> str | None:
     return None if command == "demo" else shlex.join([Path(words[0]).name, *words[1:]])
 
 
+_OUTPUT_DIR = re.compile(r"(?<![\w.-])output_dir(?![\w-])")
+_MODEL_PATH = re.compile(r"(?<![\w.-])model\.path(?![\w-])")
+
+
+def _flag_words(message: str, model_flag: bool) -> str:
+    """A training config's error in the demo's words: the ``output_dir`` it sets from ``--output-dir`` (an
+    ``output_dir`` override is refused) named ``--output-dir``, without its origin (``from the overrides``), and
+    ``model.path`` named ``--model`` where ``--model`` set it (``model_flag``)."""
+    if not _OUTPUT_DIR.search(message):
+        return message
+    message = (
+        re.sub(rf"(?:; )?output_dir: {OVERRIDES_LABEL}", "", message).replace("(; ", "(").replace(" ()", "")
+    )
+    message = message.removesuffix(f" ({OVERRIDES_LABEL})")
+    message = _OUTPUT_DIR.sub("--output-dir", message)
+    return _MODEL_PATH.sub("--model", message) if model_flag else message
+
+
 def _evaluate(model_dir: Path, dataset: Any, k: int, max_new_tokens: int, progress: bool) -> dict[str, Any]:
     from bandpo_lab.eval.evaluate import evaluate_model_dir
     from bandpo_lab.eval.settings import EvalSettings
@@ -156,6 +176,7 @@ def _evaluate(model_dir: Path, dataset: Any, k: int, max_new_tokens: int, progre
 
 
 def run(args: argparse.Namespace) -> int:
+    from bandpo_lab._files import expand_path, output_dir_problem
     from bandpo_lab.cli.bounds import usage_error
     from bandpo_lab.cli.train import NO_PROGRESS
     from bandpo_lab.config import recipe_note
@@ -183,7 +204,9 @@ def run(args: argparse.Namespace) -> int:
             "bandpo_lab/recipes/): reinstall bandpo, or pass --config FILE",
         )
     config_file = args.config or str(recipe)
-    output_dir = args.output_dir or ("runs/demo-llm" if real else "runs/demo")
+    output_dir = (
+        args.output_dir if args.output_dir is not None else ("runs/demo-llm" if real else "runs/demo")
+    )
     k = args.k if args.k is not None else (4 if real else 8)  # 0 is refused below, not read as unset
     n_problems = (
         args.eval_problems if args.eval_problems is not None else (LLM_EVAL_PROBLEMS if real else 200)
@@ -199,6 +222,11 @@ def run(args: argparse.Namespace) -> int:
         for flag, value in (("--k", k), ("--eval-problems", n_problems), ("--steps", args.steps)):
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{flag} must be an integer >= 1, got {value!r}")
+        # named --output-dir here: the config's checks would name the override output_dir this becomes
+        path = expand_path(output_dir, "--output-dir", ConfigError) if output_dir.strip() else output_dir
+        problem = output_dir_problem(path, "--output-dir")
+        if problem is not None:
+            raise ConfigError(problem)
         no_progress = NO_PROGRESS[: args.no_progress]  # the run's, not the printed baseline's
         config = load_train_config(config_file, [*overrides, f"output_dir={output_dir}", *no_progress])
         other = _other_commands_run(config.output_dir)
@@ -215,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
             )
         prepared = prepare(config, overwrite=True)
     except ConfigError as err:
-        usage_error("demo", str(err))
+        usage_error("demo", _flag_words(str(err), args.model is not None))
     if config.data.task is None:
         usage_error(
             "demo",

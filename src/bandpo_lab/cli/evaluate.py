@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from bandpo_lab.cli._args import (
+    THREADS_PER_CPU,
     add_dry_run,
     add_list_option,
+    check_threads,
     field_flags,
     flag_message,
     print_plan,
@@ -29,8 +31,8 @@ datasets:
 
 output JSON: {"model", "settings", "datasets": {name: metrics}, "overall": metrics, "wall_time_s"}; metrics are
 n_problems, n_samples, mean@k, pass@j, best@k, maj@k, n_unparsed (samples without an extractable answer),
-n_unparsed_ground_truth (problems left out: the verifier cannot parse their answer), entropy, mean_length,
-truncated_frac.
+n_unparsed_ground_truth (problems left out: the verifier cannot parse their answer; a dataset with no problem
+it can parse is refused before any model loads, --dry-run too), entropy, mean_length, truncated_frac.
 
 output files: --output and --save-samples are two files, never one; neither is written into a folder holding a
   model (config.json + weights: the model evaluated, a folder inside it, another model's) but the default
@@ -111,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "has one, arith: 16; else the model's generation config, else 1024)",
     )
     parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed, in [0, 2**32 - 1]")
     parser.add_argument("--n-bootstrap", type=int, default=1000, help="best@k resamples")
     parser.add_argument("--vllm", action="store_true", help="sample with vLLM (must be installed)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
@@ -119,7 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=None,
-        help="torch CPU threads (1 is fastest on a busy machine; default: torch's)",
+        help=f"torch CPU threads, at most {THREADS_PER_CPU} per CPU core (1 is fastest on a busy machine; default: "
+        "torch's)",
     )
     parser.add_argument(
         "--dtype",
@@ -181,6 +184,24 @@ def _check_datasets(args: argparse.Namespace, specs: list[str], options: dict[st
         )
     for task in dict.fromkeys(tasks) if options is not None else ():
         task_options_for(task, options)  # an unknown key or a value the task refuses, before the model
+
+
+def _check_scorable(args: argparse.Namespace, specs: list[str], datasets: list[Any]) -> None:
+    """``EvalError`` for a dataset none of whose problems the verifier can score (every ground truth unparsable or
+    missing: a wrong ``--answer-column`` or ``--verifier``), naming the ``--dataset`` and the first one."""
+    from bandpo_lab.eval.datasets import unscorable_reason
+    from bandpo_lab.eval.errors import EvalError
+    from bandpo_lab.eval.scorers import TASK_SCORERS
+
+    for spec, dataset in zip(specs, datasets):
+        reason = unscorable_reason(dataset)
+        if reason is not None:
+            column = "--prompt-column" if dataset.verifier in TASK_SCORERS else "--answer-column"
+            now = args.prompt_column if dataset.verifier in TASK_SCORERS else args.answer_column
+            raise EvalError(
+                f"--dataset {spec!r}: {reason}; nothing would be scored: check {column} (now {now!r}) and "
+                f"--verifier (now {dataset.verifier})"
+            )
 
 
 UNPARSED_WARNING_SHARE = 0.9
@@ -274,7 +295,6 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bandpo.validation import check_int_in
     from bandpo_lab._files import expand_path, write_json
     from bandpo_lab.eval.backends import VLLM_MISSING
     from bandpo_lab.eval.datasets import resolve_eval_datasets, task_answer_length
@@ -307,23 +327,20 @@ def _run(args: argparse.Namespace) -> int:
         if problem is not None:
             raise EvalError(problem)
         if args.threads is not None:
-            check_int_in("--threads", args.threads, 1, error=EvalError)
+            check_threads("--threads", args.threads, EvalError)
         _check_datasets(args, specs, options)  # before the model, which "tiny" may warm-start for minutes
         # the files named on the command line, before the model; the default one (in the model's folder) after it
         local = expand_path(args.model, "--model", EvalError)  # a folder; not yet a built-in or tiny model
         _check_outputs(args.output, args.save_samples, local if local.is_dir() else None)
-        # before the datasets: a wrong path fails fast; a dry run builds no built-in or tiny model (None)
-        model = resolve_model_dir(args.model, specs, options, build=not args.dry_run)
+        # a folder is checked now (a wrong path fails fast); a built-in or tiny model (None) is converted or built
+        # only after the datasets passed their checks, and never on a dry run
+        model = resolve_model_dir(args.model, specs, options, build=False)
         # $VARS and ~ expanded as the checks read them: the file checked is the file written
         output = (
             expand_path(args.output) if args.output else None if model is None else model / DEFAULT_RESULTS
         )
-        if model is not None:  # the default file, in the model's folder, and a built-in model's folder
+        if model is not None:  # the default file, in the model's folder
             _check_outputs(output, args.save_samples, model)
-        if args.threads is not None:
-            import torch
-
-            torch.set_num_threads(args.threads)
         datasets = resolve_eval_datasets(
             specs,
             model,
@@ -338,10 +355,19 @@ def _run(args: argparse.Namespace) -> int:
             system_prompt=args.system_prompt,
             chat_template=args.chat_template,
         )
+        _check_scorable(args, specs, datasets)  # else the run samples, then finds nothing to score
         if settings.max_new_tokens is None:  # a built-in task's own answer length (arith: 16)
             settings.max_new_tokens = task_answer_length(datasets)
         if args.dry_run:
             return _plan(args, model, output, datasets, settings)
+        if args.threads is not None:  # not on a dry run; before building the tiny model, which trains it
+            import torch
+
+            torch.set_num_threads(args.threads)
+        if model is None:  # a built-in model converted, or the tiny model built, now
+            model = resolve_model_dir(args.model, specs, options)
+            output = expand_path(args.output) if args.output else model / DEFAULT_RESULTS
+            _check_outputs(output, args.save_samples, model)  # the default file, in its folder
         results = evaluate_model_dir(
             model,
             datasets,

@@ -9,6 +9,7 @@ from bandpo_lab.config.coerce import build_dataclass, coerce_value, dataclass_ty
 from bandpo_lab.config.documents import (
     NULL_TEXTS,
     OVERRIDES_LABEL,
+    TILDE_MARK,
     ConfigError,
     ConfigWarning,
     Layer,
@@ -28,6 +29,7 @@ from bandpo_lab.config.documents import (
 __all__ = [
     "NULL_TEXTS",
     "OVERRIDES_LABEL",
+    "TILDE_MARK",
     "ConfigError",
     "ConfigWarning",
     "Layer",

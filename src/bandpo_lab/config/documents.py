@@ -43,6 +43,10 @@ OVERRIDES_LABEL = "from the overrides"
 NULL_TEXTS = ("null", "~", "None", "NULL", "Null")
 """Texts that mean "no value" where a field admits ``None``."""
 
+TILDE_MARK = " as ~"
+"""The end of a file key's origin (``in my.yaml:3 as ~``) whose value is written ``~``: YAML's null, which a user may
+have meant as the home folder (a path key refuses it: :mod:`bandpo_lab.training.config`)."""
+
 
 @dataclass
 class Layer:
@@ -181,6 +185,22 @@ def _key_lines(node: yaml.Node, prefix: str = "") -> dict[str, int]:
     return lines
 
 
+def _tilde_keys(node: yaml.Node, prefix: str = "") -> set[str]:
+    """The dotted keys of the mappings of a composed YAML document whose value is a plain ``~`` (YAML's null)."""
+    keys: set[str] = set()
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            dotted = f"{prefix}{key_node.value}"
+            if (
+                isinstance(value_node, yaml.ScalarNode)
+                and value_node.tag == "tag:yaml.org,2002:null"
+                and value_node.value == "~"
+            ):
+                keys.add(dotted)
+            keys |= _tilde_keys(value_node, dotted + ".")
+    return keys
+
+
 def shown_path(path: Path) -> str:
     """``path`` as messages show it: relative to the working directory where it lies under it
     (``configs/x.yaml``), else absolute."""
@@ -223,7 +243,11 @@ def _read_file(path: Path, what: str) -> Layer:
     finally:
         loader.dispose()
     lines = _key_lines(node) if node is not None else {}
-    origins = {key: f"in {shown_path(path)}:{line}" for key, line in lines.items()}
+    tildes = _tilde_keys(node) if node is not None else set()
+    origins = {
+        key: f"in {shown_path(path)}:{line}{TILDE_MARK if key in tildes else ''}"
+        for key, line in lines.items()
+    }
     return Layer(data, origins)
 
 

@@ -146,6 +146,33 @@ def load_eval_dataset(
     )
 
 
+def unscorable_reason(dataset: EvalDataset) -> str | None:
+    """Why no problem of ``dataset`` can be scored, or ``None`` where one can: its verifier's check (the one
+    :func:`bandpo_lab.eval.evaluate.evaluate_model` leaves a problem out by) refuses every ground truth (a task
+    verifier: every prompt), named with the first problem's. Stops at the first problem that passes."""
+    _, check = get_scorer(dataset.verifier)
+    first = None
+    for index, problem in enumerate(dataset.problems):
+        try:
+            check(raw_prompt_text(problem["prompt"]), problem.get("answer"))
+        except (TypeError, ValueError) as err:
+            first = first or (index, problem, err)
+            continue
+        return None
+    if first is None:
+        return None
+    index, problem, err = first
+    what = (
+        f"the prompt {raw_prompt_text(problem['prompt'])!r}"[:200]
+        if dataset.verifier in TASK_SCORERS
+        else f"the ground truth {problem.get('answer')!r}"[:200]
+    )
+    return (
+        f"the {dataset.verifier} verifier can score none of its {len(dataset.problems)} problems (problem {index}: "
+        f"{what}: {err})"
+    )
+
+
 def _is_task(spec: str, split: str) -> bool:
     """Whether ``spec`` names a built-in task (and is not an existing path); ``EvalError`` for a spec that is not a
     non-empty string or a split the task does not have."""

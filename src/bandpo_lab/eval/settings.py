@@ -9,6 +9,7 @@ from bandpo.validation import check_int_in
 from bandpo_lab.decode import check_temperature
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.runtime import check_precision
+from bandpo_lab.training.trainer_checks import SEED_MAX
 
 BACKENDS = ("transformers", "vllm")  # vLLM: pip install vllm
 
@@ -51,7 +52,7 @@ class EvalSettings:
     """How to sample and score, as ``bandpo eval``'s flags of the same names say: ``k`` samples per problem (all of
     them in mean@k, best@k, maj@k), the pass@j values ``ks`` (:func:`parse_ks`), ``temperature`` (0: greedy),
     ``max_new_tokens`` (``None``: the model's generation config's, else 1024), ``batch_size`` prompts per call,
-    ``seed`` (``None``: unseeded), ``n_bootstrap`` of best@k, ``backend`` (:data:`BACKENDS`), the CPU sampling
+    ``seed`` (in [0, 2**32 - 1] as a training run's; ``None``: unseeded), ``n_bootstrap`` of best@k, ``backend`` (:data:`BACKENDS`), the CPU sampling
     ``precision`` (:mod:`bandpo_lab.runtime`) and a ``progress`` bar.
     """
 
@@ -75,7 +76,7 @@ class EvalSettings:
         self.batch_size = check_int_in("batch_size", self.batch_size, 1, error=EvalError)
         self.n_bootstrap = check_int_in("n_bootstrap", self.n_bootstrap, 1, error=EvalError)
         if self.seed is not None:
-            self.seed = check_int_in("seed", self.seed, 0, note=" or None", error=EvalError)
+            self.seed = check_int_in("seed", self.seed, 0, SEED_MAX, note=" or None", error=EvalError)
         try:
             self.precision = check_precision(self.precision)
         except ValueError as err:

@@ -22,6 +22,7 @@ from bandpo.integrations.trl_spec import check_trl_delta
 from bandpo_lab._files import COMPARE_KEYS, expand_path, output_dir_problem, recipe_kind, same_or_inside
 from bandpo_lab.config import (
     NULL_TEXTS,
+    TILDE_MARK,
     ConfigError,
     build_dataclass,
     config_file,
@@ -60,6 +61,38 @@ def _valid_keys() -> list[str]:
         keys.append(name)
         keys.extend(f"{name}.{f}" for f in dataclass_types(cls))
     return keys
+
+
+def _check_not_null(data: Mapping[str, Any], origins: Mapping[str, str], source: str | None) -> None:
+    """``ConfigError`` for a path a file or override sets to null where null is not a meaningful value: YAML reads
+    ``~`` as null, not as the home folder, and null would silently stand for the default. ``output_dir``: any null;
+    ``model.cache_dir``: a null written ``~`` (a run's saved ``train_config.yaml`` writes ``cache_dir: null``,
+    which stays the default cache)."""
+    model = data.get("model")
+    for key, value in (
+        ("output_dir", data.get("output_dir", "")),
+        ("model.cache_dir", model.get("cache_dir", "") if isinstance(model, Mapping) else ""),
+    ):
+        if key not in origins or not (value is None or value in NULL_TEXTS):
+            continue
+        if key == "model.cache_dir" and not (value == "~" or origins[key].endswith(TILDE_MARK)):
+            continue  # null spelled out: the default cache, as a saved run config writes it
+        if key == "output_dir":
+            default = str(_default_output_dir(source))
+        else:
+            from bandpo_lab.training.tasks import default_cache_dir
+
+            default = str(default_cache_dir())
+        shown = "null" if value is None else repr(value)
+        raise ConfigError(
+            f"{key} ({origins[key]}) must be a directory path, got {shown} (YAML reads ~ as null, not as your home "
+            f"folder): quote a path ('~/runs/x'), or leave {key} out for its default ({default})"
+        )
+
+
+def _default_output_dir(source: str | None) -> Path:
+    """``runs/<config file stem>`` (``runs/bandpo`` without a file): where a run goes without ``output_dir``."""
+    return Path(_DEFAULT_OUTPUT_ROOT) / (Path(source).stem if source else "bandpo")
 
 
 @dataclass
@@ -170,6 +203,7 @@ class TrainConfig:
     ) -> TrainConfig:
         """Validate keys and convert values. ``origins`` maps dotted keys to where they were set (for errors)."""
         origins = origins or {}
+        _check_not_null(data, origins, source)
         field_types = trainer_field_types()
         trainer: dict[str, Any] = {}
         sections: dict[str, Any] = {}
@@ -244,8 +278,7 @@ class TrainConfig:
         value = self.trainer.get("output_dir")
         if value:
             return expand_path(value, located("output_dir", self.where("output_dir")), ConfigError)
-        stem = Path(self.source).stem if self.source else "bandpo"
-        return Path(_DEFAULT_OUTPUT_ROOT) / stem
+        return _default_output_dir(self.source)
 
     def trainer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the method's config class: the config's fields, the method's own, bandpo's defaults

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from bandpo_lab.config import NULL_TEXTS, ConfigError, ConfigWarning, Layer, merge, where
+from bandpo_lab.config import NULL_TEXTS, TILDE_MARK, ConfigError, ConfigWarning, Layer, merge, where
 from bandpo_lab.training.config_method import DEFAULT_CLIP_RULE
 from bandpo_lab.training.methods import METHOD_KEY, METHODS, switch_keys
 from bandpo_lab.training.trl_fields import RENAMED_FIELDS
@@ -59,7 +59,10 @@ def _switch_notice(layer: Layer, old: str, dropped: Mapping[str, tuple[Any, str]
     new = layer.values[selector]
     keys = ", ".join(f"{key}={value!r}" for key, (value, _) in dropped.items())
     files = [
-        re.sub(r":\d+$", "", at) for _, ats in dropped.values() if ats != "default" for at in ats.split(", ")
+        re.sub(rf":\d+(?:{re.escape(TILDE_MARK)})?$", "", at)
+        for _, ats in dropped.values()
+        if ats != "default"
+        for at in ats.split(", ")
     ]
     places = f" ({', '.join(dict.fromkeys(files))})" if files else ""
     return (

@@ -211,9 +211,7 @@ def load_problems(
                             f"{cfg.answer_column!r}: {row!r}"
                         )
                 else:
-                    problem["answer"] = (
-                        [str(v) for v in answer] if isinstance(answer, (list, tuple)) else str(answer)
-                    )
+                    problem["answer"] = _ground_truth(answer, index, where, cfg.answer_column)
             for column in cfg.keep_columns:
                 value = lookup_column(row, column)
                 if value is MISSING:
@@ -223,6 +221,24 @@ def load_problems(
             if cfg.max_samples is not None and len(problems) >= cfg.max_samples:
                 return _answers_alike(problems)
     return _answers_alike(problems)
+
+
+def _ground_truth(answer: Any, index: int, where: str, column: str) -> str | list[str]:
+    """``answer`` as the text the rewards match a reply against, as ``bandpo eval``'s verifiers read a ground truth
+    (:func:`bandpo_lab.rewards.answers.ground_truth_strs`): numbers written out (``1e-05`` -> ``"0.00001"``, never
+    ``str``'s scientific notation, which no reply matches), a list kept a list. ``ConfigError`` naming the row for
+    what eval refuses too: not a string, finite number or non-empty list of them (NaN, a mapping, a bool), or text
+    that is empty once normalised."""
+    from bandpo_lab.rewards.answers import ground_truth_strs, normalized_ground_truth
+
+    try:
+        texts = ground_truth_strs(answer)
+        for text in texts:
+            normalized_ground_truth(text)
+    except ValueError as err:
+        message = f"row {index} of {where}: data.answer_column {column!r}: {err} (bandpo eval cannot score it either)"
+        raise ConfigError(message if len(message) <= 400 else message[:397] + "...") from None
+    return texts if isinstance(answer, (list, tuple)) else texts[0]
 
 
 def _answers_alike(problems: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -156,8 +156,12 @@ def check_model(config: TrainConfig) -> str | None:
         if spec.check_model_options is not None:
             try:
                 spec.check_model_options(model.warm_start)
-            except ValueError as err:
-                raise ConfigError(str(err)) from err
+            except (
+                ValueError
+            ) as err:  # named with its key (model.warm_start.n_layers must be ...) and where it was set
+                key = str(err).partition(" ")[0]
+                at = f" ({config.where(key)})" if key.startswith("model.warm_start.") else ""
+                raise ConfigError(f"{err}{at}") from err
         cache_dir(config)  # where the task's model will be built: checked now
         return None
     if model.warm_start:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bandpo.registry import Registry
-from bandpo_lab.config import build_dataclass
+from bandpo_lab.config import ConfigError, build_dataclass
 from bandpo_lab.rewards import REWARDS, register_reward
 from bandpo_lab.tasks.arith import ArithConfig, make_arith_splits
 from bandpo_lab.tasks.countdown import CountdownConfig, countdown_reward_func, make_splits
@@ -68,9 +68,25 @@ TASKS: Registry[TaskSpec] = Registry("task")
 
 
 def _warm_start_config(options: CountdownConfig, model_options: Mapping[str, Any]) -> Any:
+    """The ``WarmStartConfig`` of ``model.warm_start``; a value it refuses is named with its key there
+    (``model.warm_start.n_layers must be ...``), as a wrong type or an unknown key already is."""
+    import dataclasses
+
     from bandpo_lab.tasks.tiny_model import WarmStartConfig
 
-    return build_dataclass(WarmStartConfig, model_options, "model.warm_start", task=options)
+    try:
+        return build_dataclass(WarmStartConfig, model_options, "model.warm_start", task=options)
+    except ConfigError:
+        raise
+    except (
+        ValueError
+    ) as err:  # WarmStartConfig's own checks: "n_layers must be ...", "hidden_size / n_heads ..."
+        message = str(err)
+        name = message.partition(" ")[0]
+        fields = {f.name for f in dataclasses.fields(WarmStartConfig)}
+        raise ConfigError(
+            f"model.warm_start.{message}" if name in fields else f"model.warm_start: {message}"
+        ) from None
 
 
 def _countdown_model(

@@ -68,7 +68,7 @@ VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
     ("logging_steps", _interval, f"{_INTERVAL} (0 logs nothing: set logging_strategy: 'no')"),
     ("eval_steps", _or_null(_interval), f"{_INTERVAL}, or null for logging_steps"),
     ("num_train_epochs", _number(lambda v: v > 0), "a finite number > 0"),
-    ("learning_rate", _number(lambda v: v >= 0), "a finite number >= 0"),
+    ("learning_rate", _number(lambda v: v > 0), "a finite number > 0 (0 would update nothing)"),
     ("warmup_steps", _number(lambda v: v >= 0), "a number >= 0 (below 1: a fraction of the steps)"),
     ("weight_decay", _number(lambda v: v >= 0), "a finite number >= 0"),
     ("adam_beta1", _number(lambda v: 0 <= v < 1), "a number in [0, 1)"),

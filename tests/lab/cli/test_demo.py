@@ -397,3 +397,35 @@ def test_demo_into_a_folder_of_other_files_names_its_own_flag(
         "writes only into a new or empty folder or an earlier demo's run; choose another --output-dir\n"
     )
     assert sorted(p.name for p in out.iterdir()) == ["README.md"]
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("notes.txt", "--output-dir {out!r} is a file; it must be a directory (or not exist yet)"),
+        ("", "--output-dir must be a directory path, got ''"),
+        (
+            "model/sub",
+            "--output-dir {out!r} is inside the model folder --model {model!r}: the run would write over the model it "
+            "trains; choose an --output-dir outside the model folder that does not hold it",
+        ),
+    ],
+    ids=["a-file", "empty", "inside-the-model"],
+)
+def test_demo_output_dir_problems_name_the_flag(
+    where: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output-dir notes.txt`` was refused as "output_dir ... (from the overrides)", a key and an override the
+    user never wrote; an empty one silently became runs/demo."""
+    from bandpo_lab.cli.main import main
+
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "model").mkdir()
+    out = str(tmp_path / where) if where else ""
+    model_args = ["--model", str(tmp_path / "model")] if where.startswith("model") else []
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--dry-run", *model_args, "--output-dir", out])
+    assert exc.value.code == 2
+    expected = message.format(out=out, model=str(tmp_path / "model"))
+    assert capsys.readouterr().err == f"bandpo demo: error: {expected}\n"
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -153,7 +153,14 @@ def test_eval_errors_name_the_problem(
             "task_options for task 'countdown': n_test must be an integer >= 1",
         ),
         # flags and files named on the command line (checked after the warm start before)
-        (["--threads", "0"], "--threads must be an integer >= 1, got 0"),
+        (["--threads", "0"], "--threads must be an integer in [1, "),
+        # torch.set_num_threads(100000) crashed the process (a segmentation fault), on a dry run too
+        (["--threads", "100000"], "--threads must be an integer in [1, "),
+        # the seed a training run takes: torch.manual_seed overflowed once the model had loaded
+        (
+            ["--seed", "99999999999999999999"],
+            "--seed must be an integer in [0, 4294967295] or None, got 99999999999999999999",
+        ),
         (["--output", "{tmp}"], "--output '{tmp}' is a directory; it must be a file path"),
         (["--save-samples", "{tmp}"], "--save-samples '{tmp}' is a directory; it must be a file path"),
         (["--output", ""], "--output must be a file path, got ''"),
@@ -190,6 +197,84 @@ def test_eval_dataset_flags_are_checked_before_the_model(
     assert main(["eval", "--model", "tiny", *[a.format(**fill) for a in args], "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"bandpo eval: error: {message.format(**fill)}") and err.count("\n") == 1
+
+
+def test_threads_are_bounded_by_the_cpus_and_a_dry_run_sets_none(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--threads 100000 --dry-run`` printed the plan, then torch.set_num_threads segfaulted (rc 139): the count
+    is bounded (the message says by what) and a dry run sets no threads."""
+    import torch
+
+    from bandpo_lab.cli._args import THREADS_PER_CPU
+    from bandpo_lab.cli.main import main
+
+    def set_num_threads(n: int) -> None:
+        pytest.fail(f"torch.set_num_threads({n}) on a dry run")
+
+    monkeypatch.setattr(torch, "set_num_threads", set_num_threads)
+    cpus = os.cpu_count() or 1
+    base = [
+        "eval",
+        "--model",
+        str(model_dir),
+        "--k",
+        "2",
+        "--max-problems",
+        "2",
+        "--dry-run",
+        "--no-progress",
+    ]
+    assert main([*base, "--threads", "100000"]) == 2
+    assert capsys.readouterr().err == (
+        f"bandpo eval: error: --threads must be an integer in [1, {THREADS_PER_CPU * cpus}] ({THREADS_PER_CPU} per "
+        f"CPU core; this machine has {cpus}), got 100000\n"
+    )
+    assert main([*base, "--threads", str(THREADS_PER_CPU * cpus)]) == 0
+    assert "dry run: the plan" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer", [float("nan"), "", {"x": 1}], ids=["nan", "empty", "mapping"])
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_a_dataset_with_no_scorable_ground_truth_is_refused_before_any_model(
+    answer: Any,
+    dry_run: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It passed the dry run; the run built or loaded the model, sampled, then failed "no problem could be
+    scored". Refused in one line naming the dataset, the first ground truth and the flags to check; ``--model
+    tiny`` is never built (nor a built-in model converted)."""
+    from bandpo_lab.cli.main import main
+    from bandpo_lab.eval import models
+
+    real = models.resolve_model_dir
+
+    def resolve_model_dir(
+        model: Any, datasets: Any = (), task_options: Any = None, build: bool = True
+    ) -> Any:
+        if build:
+            pytest.fail("the model was built before the datasets were checked")
+        return real(model, datasets, task_options, build)
+
+    monkeypatch.setattr(models, "resolve_model_dir", resolve_model_dir)
+    monkeypatch.setattr(
+        "bandpo_lab.eval.evaluate.evaluate_model_dir", lambda *a, **k: pytest.fail("the model was loaded")
+    )
+    data = tmp_path / "bad.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1=", "answer": answer}) + "\n")
+    args = ["eval", "--model", "tiny", "--dataset", "countdown", "--dataset", str(data), *dry_run]
+    assert main([*args, "--max-problems", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"bandpo eval: error: --dataset {str(data)!r}: the dapo verifier can score none of its 1 problems (problem "
+        f"0: the ground truth {answer!r}: "
+    )
+    assert (
+        err.endswith("check --answer-column (now 'answer') and --verifier (now dapo)\n")
+        and err.count("\n") == 1
+    )
 
 
 def _refused_before_the_model(

@@ -178,3 +178,24 @@ def test_an_eval_prompt_template_without_prompt_or_with_another_field_is_refused
         EvalError, match=r"^prompt_template must be a format string whose only field is \{prompt\}"
     ):
         load_eval_dataset("nope.jsonl", prompt_template="Q: {question}")  # before the missing file
+
+
+def test_unscorable_reason_names_the_first_ground_truth_and_stops_at_a_scorable_one() -> None:
+    """``bandpo eval`` refuses a dataset with this reason before any model loads (it sampled, then scored nothing)."""
+    from bandpo_lab.eval.datasets import EvalDataset, unscorable_reason
+
+    def dataset(answers: list[Any], verifier: str = "dapo") -> EvalDataset:
+        problems = [{"prompt": "1,2,3:6=", "answer": a} for a in answers]
+        return EvalDataset(name="d", source="d.jsonl", verifier=verifier, problems=problems)
+
+    assert (
+        unscorable_reason(dataset([float("nan"), "", "6"])) is None
+    )  # one is enough: the others are left out
+    assert (
+        unscorable_reason(dataset([None], verifier="countdown")) is None
+    )  # a task verifier reads the prompt
+    reason = unscorable_reason(dataset([{"x": 1}, None]))
+    assert reason is not None and reason.startswith(
+        "the dapo verifier can score none of its 2 problems (problem 0: the ground truth {'x': 1}: ground_truth must "
+        "be a string, a finite number or a non-empty list of them"
+    )

@@ -26,3 +26,14 @@ def test_settings_and_ks() -> None:
     with pytest.raises(EvalError, match=r"backend must be one of transformers, vllm, got 'tgi'"):
         EvalSettings(backend="tgi")
     assert EvalSettings(k=8, ks=[1, 2]).ks == (1, 2)
+
+
+def test_seed_takes_the_training_runs_range() -> None:
+    """A seed beyond it passed, and torch.manual_seed overflowed once the model had loaded."""
+    from bandpo_lab.training.trainer_checks import SEED_MAX
+
+    assert EvalSettings(seed=SEED_MAX).seed == SEED_MAX
+    with pytest.raises(
+        EvalError, match=rf"^seed must be an integer in \[0, {SEED_MAX}\] or None, got {SEED_MAX + 1}$"
+    ):
+        EvalSettings(seed=SEED_MAX + 1)

@@ -185,6 +185,41 @@ def test_default_output_dir_is_named_after_the_config(tmp_path: Path) -> None:
     assert load_train_config(path).output_dir == Path("runs/my-run")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "text", "key", "at"),
+    [
+        (["output_dir=~"], "", "output_dir", "from the overrides"),
+        (["output_dir=null"], "", "output_dir", "from the overrides"),
+        ([], "output_dir: ~\n", "output_dir", "in {file}:2 as ~"),
+        ([], "output_dir: null\n", "output_dir", "in {file}:2"),
+        (["model.cache_dir=~"], "", "model.cache_dir", "from the overrides"),
+        ([], "model:\n  cache_dir: ~\n", "model.cache_dir", "in {file}:3 as ~"),
+    ],
+)
+def test_a_null_path_is_refused_naming_the_key_and_yamls_tilde(
+    tmp_path: Path, overrides: list[str], text: str, key: str, at: str
+) -> None:
+    """``output_dir: ~`` (YAML's null) silently became the default output_dir (the dry run said "ok ... output_dir
+    runs/tiny"), and ``model.cache_dir: ~`` the default cache, where an empty value is refused."""
+    path = write_yaml(tmp_path / "my.yaml", f"base: {TINY}\n{text}")
+    with pytest.raises(ConfigError) as info:
+        load_train_config(path, overrides)
+    message = str(info.value)
+    assert message.startswith(f"{key} ({at.format(file=shown_path(path))}) must be a directory path, got ")
+    assert "YAML reads ~ as null, not as your home folder" in message and "quote a path" in message
+
+
+def test_a_saved_run_configs_null_cache_dir_stays_the_default() -> None:
+    """A run's train_config.yaml writes ``cache_dir: null`` (null spelled out): it loads again, as the default."""
+    config = load_train_config(TINY)
+    assert "cache_dir: null" in config.to_yaml()
+    again = TrainConfig.from_dict(
+        yaml.safe_load(config.to_yaml()), origins={"model.cache_dir": "in saved.yaml:3"}
+    )
+    assert again.model.cache_dir is None
+    assert load_train_config(TINY, ["model.cache_dir=null"]).model.cache_dir is None
+
+
 # --------------------------------------------------------------------------------------------- config errors
 @pytest.mark.parametrize(
     ("overrides", "match"),
@@ -436,6 +471,15 @@ def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
         (
             ["model.warm_start.n_layer=2"],
             r"unknown config key 'model.warm_start.n_layer' \(did you mean 'model.warm_start.n_layers'\?\)",
+        ),
+        # the warm start's own checks named the bare field ("n_layers must be ..."), not model.warm_start
+        (
+            ["model.warm_start.n_layers=0"],
+            r"^model.warm_start.n_layers must be an integer in \[1, 64\], got 0 \(from the overrides\)$",
+        ),
+        (
+            ["model.warm_start={hidden_size: 10, n_heads: 4}"],
+            r"^model.warm_start.hidden_size / n_heads must be an even integer .* \(from the overrides\)$",
         ),
         (["model.path=/does/not/exist"], r"model.path '/does/not/exist' does not exist"),
         (["model.path=nobody/no-such-model"], r"not a local directory and not in the Hugging Face cache"),

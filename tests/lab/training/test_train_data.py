@@ -138,6 +138,57 @@ def test_missing_columns_name_the_columns_there(tmp_path: Path) -> None:
         )
 
 
+def test_numeric_answers_are_written_out_and_scored_as_eval_scores_them(tmp_path: Path) -> None:
+    """str() gave '1e-05' and '1e+16', which no reply matches: the correct reply scored -1 in training while bandpo
+    eval's verifier marked it correct."""
+    from bandpo_lab.eval.scorers import get_scorer
+    from bandpo_lab.rewards.verifiers import verify_dapo
+
+    rows = [
+        {"prompt": "tiny=", "answer": 1e-05},
+        {"prompt": "big=", "answer": 1e16},
+        {"prompt": "int=", "answer": 7},
+        {"prompt": "list=", "answer": [0.5, "1/2"]},
+    ]
+    problems = load_problems(data_config(write_jsonl(tmp_path / "sci.jsonl", rows)), need_answer=True)
+    assert [p["answer"] for p in problems] == [
+        ["0.00001"],
+        ["10000000000000000"],
+        ["7"],
+        ["0.5", "1/2"],
+    ]  # one list answer makes every answer a list
+    score, _ = get_scorer("dapo")
+    for row, problem, reply in zip(
+        rows, problems, ["Answer: 0.00001", "Answer: 10000000000000000", "Answer: 7", "Answer: 1/2"]
+    ):
+        assert verify_dapo(reply, problem["answer"]).correct  # training's reward
+        assert score("", reply, row["answer"])[0]  # eval's
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        (float("nan"), "got nan"),
+        ({"x": 1}, "got {'x': 1}"),
+        ("", "'' is empty after normalisation"),
+        (True, "got True"),
+        ([], "got []"),
+    ],
+)
+def test_answers_eval_cannot_score_are_refused_naming_file_row_and_value(
+    tmp_path: Path, answer: Any, shown: str
+) -> None:
+    """NaN scored +1 for the reply 'Answer: nan' and a mapping never matched; bandpo eval refuses both."""
+    path = write_jsonl(
+        tmp_path / "d.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": answer}]
+    )
+    with pytest.raises(ConfigError) as info:
+        load_problems(data_config(path), need_answer=True)
+    message = str(info.value)
+    assert message.startswith(f"row 1 of data.path {str(path)!r}: data.answer_column 'answer': ")
+    assert shown in message and "bandpo eval" in message
+
+
 def test_bad_rows(tmp_path: Path) -> None:
     path = write_jsonl(
         tmp_path / "d.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": None}]

@@ -23,7 +23,11 @@ TINY = CONFIGS / "tiny.yaml"
     [
         (["temperature=0"], r"^temperature must be a finite number > 0 .*, got 0.0$"),
         (["per_device_train_batch_size=0"], r"^per_device_train_batch_size must be an integer >= 1, got 0$"),
-        (["learning_rate=-1"], r"^learning_rate must be a finite number >= 0, got -1.0$"),
+        (["learning_rate=-1"], r"^learning_rate must be a finite number > 0 .*, got -1.0$"),
+        (
+            ["learning_rate=0"],
+            r"^learning_rate must be a finite number > 0 \(0 would update nothing\), got 0.0$",
+        ),
         (
             ["max_steps=0"],
             r"^max_steps must be an integer in \[1, 1000000000\], or -1 .*\(0 trains no step\), got 0$",
@@ -202,7 +206,8 @@ def test_the_choices_are_those_the_installed_trl_branches_on() -> None:
     [
         ("temperature=0", "temperature must be a finite number > 0 (TRL divides the logits by it), got 0.0"),
         ("per_device_train_batch_size=0", "per_device_train_batch_size must be an integer >= 1, got 0"),
-        ("learning_rate=-1", "learning_rate must be a finite number >= 0, got -1.0"),
+        ("learning_rate=-1", "learning_rate must be a finite number > 0 (0 would update nothing), got -1.0"),
+        ("learning_rate=0", "learning_rate must be a finite number > 0 (0 would update nothing), got 0.0"),
     ],
 )
 def test_dry_run_names_the_key_in_one_line(
