@@ -11,16 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from bandpo_lab.cli._args import (
-    THREADS_PER_CPU,
     add_dry_run,
     add_list_option,
-    check_threads,
     field_flags,
     flag_message,
     print_plan,
     progress_bars,
     yaml_mapping,
 )
+from bandpo_lab.runtime.threads import THREADS_PER_CPU, check_threads
 
 EPILOG = """\
 datasets:

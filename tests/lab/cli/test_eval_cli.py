@@ -206,8 +206,8 @@ def test_threads_are_bounded_by_the_cpus_and_a_dry_run_sets_none(
     is bounded (the message says by what) and a dry run sets no threads."""
     import torch
 
-    from bandpo_lab.cli._args import THREADS_PER_CPU
     from bandpo_lab.cli.main import main
+    from bandpo_lab.runtime import THREADS_PER_CPU
 
     def set_num_threads(n: int) -> None:
         pytest.fail(f"torch.set_num_threads({n}) on a dry run")

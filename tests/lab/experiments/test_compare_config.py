@@ -167,6 +167,10 @@ def test_overrides() -> None:
         (["baseline='false'"], r"^baseline must be true or false, got 'false'$"),
         (["baseline=nope"], r"^baseline must be true or false, got 'nope'$"),
         (["baseline=[0]"], r"^baseline must be true or false, got \[0\]$"),
+        (
+            ["num_threads=100000"],
+            r"^num_threads must be an integer in \[1, \d+\] \(4 per CPU core; this machine has \d+\), got 100000$",
+        ),
     ],
 )
 def test_config_errors_name_the_key_and_value(overrides: list[str], message: str) -> None:

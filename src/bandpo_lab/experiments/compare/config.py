@@ -27,6 +27,7 @@ from bandpo_lab.config import (
     unknown_key,
     where,
 )
+from bandpo_lab.runtime.threads import check_threads
 from bandpo_lab.training.trainer_checks import SEED_MAX
 
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -230,7 +231,7 @@ class CompareConfig:
                 f"reference must be one of the method labels ({', '.join(labels)}), got {self.reference!r}"
             )
         if self.num_threads is not None:
-            check_int_in("num_threads", self.num_threads, 1, error=CompareError)
+            check_threads("num_threads", self.num_threads, CompareError)
         check_int_in("report.smooth", self.smooth, 1, error=CompareError)
         if not isinstance(self.output_dir, str) or not self.output_dir.strip():
             raise CompareError(
