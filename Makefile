@@ -49,8 +49,9 @@ $(BARE_VENV)/.installed: pyproject.toml setup.py
 	$(BARE_VENV)/bin/python -m pip install -q $(TORCH_CPU) pytest hypothesis
 	touch $@
 
-# The library itself, installed again whenever a file of it changed (else the tests would run a stale copy).
-$(BARE_VENV)/.package: $(BARE_VENV)/.installed $(shell find src/bandpo -name '*.py')
+# The package (the library and the lab, whose missing-extra messages tests/test_optional.py checks here), installed
+# again whenever a file of either changed (else the tests would run a stale copy).
+$(BARE_VENV)/.package: $(BARE_VENV)/.installed $(shell find src/bandpo src/bandpo_lab -name '*.py')
 	$(BARE_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
 	$(BARE_VENV)/bin/python -m pip check
 	touch $@

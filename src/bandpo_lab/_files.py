@@ -11,7 +11,7 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -300,4 +300,52 @@ def shared_folder_problem(path: str | Path, name: str, command: str) -> str | No
     return (
         f"{name} {str(path)!r} is {how}{shown}, which holds other files: bandpo {command} would write its own "
         "among them; choose a new or empty folder for it"
+    )
+
+
+MODEL_CONFIG_FILE = "config.json"
+"""The saved model's config (transformers' ``CONFIG_NAME``): present once the final model is saved."""
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
+
+
+def has_weights(names: Sequence[str]) -> bool:
+    """Whether the file names ``names`` of a folder include a model's weights (:data:`WEIGHT_FILES`, shards)."""
+    return any(n in names for n in WEIGHT_FILES) or any(n.endswith(".safetensors") for n in names)
+
+
+def holds_model(folder: Path) -> bool:
+    """Whether ``folder`` holds ``config.json`` and weights, as ``bandpo_lab.eval.models.check_model_dir`` asks."""
+    try:
+        names = [c.name for c in folder.iterdir()] if folder.is_dir() else []
+    except OSError:
+        return False
+    return MODEL_CONFIG_FILE in names and has_weights(names)
+
+
+def model_folder_problem(
+    path: str | Path, name: str, command: str, *, is_file: bool = False, model: str | Path | None = None
+) -> str | None:
+    """Why ``bandpo <command>`` may not write ``path`` (``name``: the setting or option), in one line, or ``None``:
+    the folder it writes into (``path``, or with ``is_file`` its folder) holds a model (``config.json`` and weights,
+    :func:`holds_model`) or lies inside the command's own ``model`` folder. ``bandpo eval``'s
+    rule: no file among a model's. ``path``: as written (:func:`expand_path` applied by the caller)."""
+    folder = Path(path).parent if is_file else Path(path)
+    try:
+        local = None if model is None else expand_path(model)
+        found = local if local is not None and local.is_dir() and same_or_inside(folder, local) else None
+    except ValueError:  # a $VAR that is not set: refused with its own message where the model is resolved
+        found = None
+    found = found or (folder if holds_model(folder) else None)
+    if found is None:
+        return None
+    how = "is" if not is_file and found.resolve() == folder.resolve() else "is inside"
+    return (
+        f"{name} {str(path)!r} {how} the model folder {str(found)!r}: bandpo {command} writes no file among a "
+        "model's; write it elsewhere"
     )

@@ -20,6 +20,7 @@ from bandpo_lab._files import (
     expand_path,
     file_lock,
     flock,
+    model_folder_problem,
     output_dir_problem,
     output_file_problem,
     read_json_object,
@@ -281,3 +282,24 @@ def test_the_working_or_home_directory_holding_files_is_no_output_folder(
         f"output_dir '{home}' is the home directory,"
     )
     assert shared_folder_problem("out", "output_dir", "compare") is None  # a folder of its own, inside
+
+
+def test_a_model_folder_takes_no_file_of_a_command(tmp_path: Path) -> None:
+    """The folder a command writes into may not hold a model, nor lie inside the command's own model folder."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
+    assert model_folder_problem(model, "output_dir", "compare") == (
+        f"output_dir '{model}' is the model folder '{model}': bandpo compare writes no file among a model's; write it "
+        "elsewhere"
+    )
+    assert model_folder_problem(model / "f.png", "--output", "plot-bounds", is_file=True) == (
+        f"--output '{model / 'f.png'}' is inside the model folder '{model}': bandpo plot-bounds writes no file among a "
+        "model's; write it elsewhere"
+    )
+    assert model_folder_problem(model / "sub", "--output-dir", "probe", model=model) is not None
+    assert (
+        model_folder_problem(model / "sub", "--output-dir", "probe") is None
+    )  # another model's: a new folder
+    assert model_folder_problem(tmp_path / "f.png", "--output", "plot-bounds", is_file=True) is None

@@ -25,8 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bandpo_lab._files import expand_path, output_file_problem
-    from bandpo_lab.eval.models import model_folder_problem
+    from bandpo_lab._files import expand_path, model_folder_problem, output_file_problem
     from bandpo_lab.plots import MARKED_FORMATS, default_rules, figure_formats, is_bandpo_figure, plot_bounds
 
     check_listed("plot-bounds", "--divergence", args.divergence, "divergence")

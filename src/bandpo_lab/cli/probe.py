@@ -111,10 +111,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bandpo._optional import MissingDependencyError, pyplot
-    from bandpo_lab._files import expand_path, output_dir_problem
+    from bandpo_lab._files import expand_path, model_folder_problem, output_dir_problem
     from bandpo_lab.cli.bounds import usage_error
     from bandpo_lab.eval.errors import EvalError
-    from bandpo_lab.eval.models import ATTENTION_AUTO, model_folder_problem
+    from bandpo_lab.eval.models import ATTENTION_AUTO
     from bandpo_lab.experiments.llm_probe import ProbeConfig
     from bandpo_lab.training.preflight import attention_problem
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from bandpo_lab._files import expand_path, read_utf8, same_or_inside
+from bandpo_lab._files import WEIGHT_FILES, expand_path, has_weights, read_utf8
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.training.checkpoints import checkpoint_dirs, weights_problem
 from bandpo_lab.training.layout import CONFIG_FILE, MODEL_CONFIG_FILE, TOKENIZER_FILES
@@ -16,49 +16,6 @@ from bandpo_lab.training.sections import DTYPES
 ATTENTION_AUTO = "auto"
 """``load_model``'s default attention: the training run's (:func:`attention_of_run`; a saved model does not record
 it), else transformers' default."""
-
-WEIGHT_FILES = (
-    "model.safetensors",
-    "pytorch_model.bin",
-    "model.safetensors.index.json",
-    "pytorch_model.bin.index.json",
-)
-
-
-def _has_weights(names: Sequence[str]) -> bool:
-    return any(n in names for n in WEIGHT_FILES) or any(n.endswith(".safetensors") for n in names)
-
-
-def holds_model(folder: Path) -> bool:
-    """Whether ``folder`` holds ``config.json`` and weights, as :func:`check_model_dir` asks."""
-    try:
-        names = [c.name for c in folder.iterdir()] if folder.is_dir() else []
-    except OSError:
-        return False
-    return MODEL_CONFIG_FILE in names and _has_weights(names)
-
-
-def model_folder_problem(
-    path: str | Path, name: str, command: str, *, is_file: bool = False, model: str | Path | None = None
-) -> str | None:
-    """Why ``bandpo <command>`` may not write ``path`` (``name``: the setting or option), in one line, or ``None``:
-    the folder it writes into (``path``, or with ``is_file`` its folder) holds a model (``config.json`` and weights,
-    :func:`holds_model`) or lies inside the command's own ``model`` folder. ``bandpo eval``'s
-    rule: no file among a model's. ``path``: as written (:func:`expand_path` applied by the caller)."""
-    folder = Path(path).parent if is_file else Path(path)
-    try:
-        local = None if model is None else expand_path(model)
-        found = local if local is not None and local.is_dir() and same_or_inside(folder, local) else None
-    except ValueError:  # a $VAR that is not set: refused with its own message where the model is resolved
-        found = None
-    found = found or (folder if holds_model(folder) else None)
-    if found is None:
-        return None
-    how = "is" if not is_file and found.resolve() == folder.resolve() else "is inside"
-    return (
-        f"{name} {str(path)!r} {how} the model folder {str(found)!r}: bandpo {command} writes no file among a "
-        "model's; write it elsewhere"
-    )
 
 
 def check_model_dir(path: str | Path) -> tuple[Path, Path]:
@@ -89,7 +46,7 @@ def check_model_dir(path: str | Path) -> tuple[Path, Path]:
         json.loads((p / MODEL_CONFIG_FILE).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise EvalError(f"model directory {str(path)!r}: config.json is not valid JSON ({err})") from err
-    if not _has_weights(names):
+    if not has_weights(names):
         raise EvalError(
             f"model directory {str(path)!r} is not a model: it has config.json but no weights (looked for "
             f"{', '.join(WEIGHT_FILES)}); it holds: {', '.join(names[:20])}"

@@ -9,8 +9,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from bandpo_lab._files import expand_path, output_file_problem, read_json_object, same_or_inside
-from bandpo_lab.eval.models import holds_model
+from bandpo_lab._files import expand_path, holds_model, output_file_problem, read_json_object, same_or_inside
 
 DEFAULT_RESULTS = "eval_results.json"  # in the model's folder: the one output a model folder takes
 RESULT_KEYS = frozenset({"model", "settings", "datasets", "overall"})  # of a results JSON

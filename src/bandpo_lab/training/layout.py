@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bandpo_lab import _files
+
 CONFIG_FILE = "train_config.yaml"
 """The config as run (``bandpo train --config`` takes it back; ``--resume`` compares against it)."""
 
@@ -17,7 +19,7 @@ LOCK_FILE = ".bandpo-train.lock"
 TRAINER_STATE = "trainer_state.json"
 """Written last into each ``checkpoint-<step>/`` by transformers (its absence marks an unfinished save)."""
 
-MODEL_CONFIG_FILE = "config.json"
+MODEL_CONFIG_FILE = _files.MODEL_CONFIG_FILE
 """The saved model's config (transformers' ``CONFIG_NAME``): present once the final model is saved."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bandpo_lab.eval.errors import EvalError
-from bandpo_lab.eval.models import check_model_dir, model_folder_problem, resolve_model_dir
+from bandpo_lab.eval.models import check_model_dir, resolve_model_dir
 
 
 def test_check_model_dir_errors(tmp_path: Path, model_dir: Path) -> None:
@@ -204,24 +204,3 @@ def test_load_model_refuses_a_bad_attention_naming_it(model_dir: Path, value: st
     with pytest.raises(EvalError, match=match) as err:
         load_model(model_dir, device="cpu", attn_implementation=value)
     assert repr(value) in str(err.value)
-
-
-def test_a_model_folder_takes_no_file_of_a_command(tmp_path: Path) -> None:
-    """The folder a command writes into may not hold a model, nor lie inside the command's own model folder."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    (model / "model.safetensors").write_bytes(b"weights")
-    assert model_folder_problem(model, "output_dir", "compare") == (
-        f"output_dir '{model}' is the model folder '{model}': bandpo compare writes no file among a model's; write it "
-        "elsewhere"
-    )
-    assert model_folder_problem(model / "f.png", "--output", "plot-bounds", is_file=True) == (
-        f"--output '{model / 'f.png'}' is inside the model folder '{model}': bandpo plot-bounds writes no file among a "
-        "model's; write it elsewhere"
-    )
-    assert model_folder_problem(model / "sub", "--output-dir", "probe", model=model) is not None
-    assert (
-        model_folder_problem(model / "sub", "--output-dir", "probe") is None
-    )  # another model's: a new folder
-    assert model_folder_problem(tmp_path / "f.png", "--output", "plot-bounds", is_file=True) is None

@@ -52,7 +52,7 @@ def discard_compare_files(run_dir: Path) -> list[str]:
     training run's own checkpoints, logs and run info go as ``bandpo train --overwrite`` discards them, in the
     run's process). Returns the names of the entries that neither the comparison nor a training run writes (a
     user's notes), left as they are."""
-    from bandpo_lab.eval.models import WEIGHT_FILES
+    from bandpo_lab._files import WEIGHT_FILES
     from bandpo_lab.training.checkpoints import CHECKPOINT_PATTERN
     from bandpo_lab.training.layout import (
         CONFIG_FILE,

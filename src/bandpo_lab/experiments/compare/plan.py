@@ -14,8 +14,13 @@ from typing import Any
 
 import yaml
 
-from bandpo_lab._files import file_lock, read_json_object, shared_folder_problem, write_json
-from bandpo_lab.eval.models import model_folder_problem
+from bandpo_lab._files import (
+    file_lock,
+    model_folder_problem,
+    read_json_object,
+    shared_folder_problem,
+    write_json,
+)
 from bandpo_lab.experiments.compare.config import CompareConfig, CompareError, MethodSpec
 from bandpo_lab.experiments.compare.layout import (
     BASELINE_DIR,
@@ -40,7 +45,7 @@ def output_dir_owner_problem(output_dir: str | Path) -> str | None:
     ``compare_plan.json``, or a run's ``run_spec.json``), or holds none of :data:`COMPARE_ENTRIES` (the user's
     other files stay beside the comparison's). A user's ``report/`` would have its ``report.md`` replaced. Never a
     model's folder, nor the working or home directory (or one above them) holding other files
-    (:func:`~bandpo_lab.eval.models.model_folder_problem`, :func:`~bandpo_lab._files.shared_folder_problem`)."""
+    (:func:`~bandpo_lab._files.model_folder_problem`, :func:`~bandpo_lab._files.shared_folder_problem`)."""
     problem = model_folder_problem(output_dir, "output_dir", "compare")
     if problem is not None:
         return problem
