@@ -131,6 +131,22 @@ def test_an_unknown_eval_split_or_dataset_is_refused_before_training(
     assert launched == []
 
 
+def test_an_eval_dataset_with_no_scorable_answer_is_refused_before_training(
+    tmp_path: Path, launched: list[dict[str, Any]]
+) -> None:
+    """An ``eval.dataset`` file whose every ground truth the verifier refuses (NaN, a mapping): each run trained,
+    then its evaluation scored nothing."""
+    data = tmp_path / "nan.jsonl"
+    data.write_text('{"prompt": "2+2?", "answer": NaN}\n{"prompt": "3+3?", "answer": {"x": 1}}\n')
+    with pytest.raises(
+        CompareError, match=r"^eval: dataset .*: the \w+ verifier can score none of its 2 problems"
+    ):
+        driver.run_compare(
+            _config(tmp_path / "cmp", f"eval.dataset={data}"), progress=False, log=io.StringIO()
+        )
+    assert launched == []
+
+
 def test_bf16_evaluations_on_a_cpu_without_it_are_refused_before_training(
     tmp_path: Path, launched: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

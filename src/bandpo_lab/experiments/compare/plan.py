@@ -276,10 +276,12 @@ def check_eval_data(config: CompareConfig, plans: Sequence[RunPlan]) -> None:
     ``eval.precision`` suits the machine (:func:`bandpo_lab.runtime.bf16_problem`).
 
     Raises:
-        CompareError: an unknown dataset or split, a missing file or column (``eval: ...``); bf16 on such a CPU.
+        CompareError: an unknown dataset or split, a missing file or column, a dataset whose verifier can score
+            none of its problems (``eval: ...``); bf16 on such a CPU.
     """
     import torch
 
+    from bandpo_lab.eval.datasets import unscorable_reason
     from bandpo_lab.experiments.compare.worker import eval_dataset
     from bandpo_lab.runtime import bf16_problem
 
@@ -293,7 +295,10 @@ def check_eval_data(config: CompareConfig, plans: Sequence[RunPlan]) -> None:
         key = json.dumps([data.get("task"), data.get("task_options")], sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)
-            eval_dataset(config.eval, plan.train_config, config.eval.max_problems)
+            dataset = eval_dataset(config.eval, plan.train_config, config.eval.max_problems)
+            reason = unscorable_reason(dataset)  # else every run trains, then its evaluation scores nothing
+            if reason is not None:
+                raise CompareError(f"eval: dataset {dataset.name!r}: {reason}")
 
 
 # ------------------------------------------------------------------------------------------------ the driver
