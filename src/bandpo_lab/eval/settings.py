@@ -9,7 +9,7 @@ from bandpo.validation import check_int_in
 from bandpo_lab.decode import check_temperature
 from bandpo_lab.eval.errors import EvalError
 from bandpo_lab.runtime import check_precision
-from bandpo_lab.training.trainer_checks import SEED_MAX
+from bandpo_lab.runtime.seeds import check_seed
 
 BACKENDS = ("transformers", "vllm")  # vLLM: pip install vllm
 
@@ -76,7 +76,7 @@ class EvalSettings:
         self.batch_size = check_int_in("batch_size", self.batch_size, 1, error=EvalError)
         self.n_bootstrap = check_int_in("n_bootstrap", self.n_bootstrap, 1, error=EvalError)
         if self.seed is not None:
-            self.seed = check_int_in("seed", self.seed, 0, SEED_MAX, note=" or None", error=EvalError)
+            self.seed = check_seed("seed", self.seed, note=" or None", error=EvalError)
         try:
             self.precision = check_precision(self.precision)
         except ValueError as err:

@@ -22,7 +22,7 @@ from bandpo.losses.diagnostics import FIXED_INTERVAL
 from bandpo.validation import check_int_in, check_positive_number
 from bandpo_lab.experiments.llm_probe_report import BIN_NAMES, P_OLD_BINS, pool, summarize_probe
 from bandpo_lab.runtime import FLOAT32, Precision, check_precision, precision_for
-from bandpo_lab.training.trainer_checks import SEED_MAX
+from bandpo_lab.runtime.seeds import SEED_MAX, check_seed
 
 DEFAULT_RULES = ("grpo", "band", "band_upper", "band_lower")
 """The rules ``bandpo probe`` compares unless told others: GRPO, Band and Band's two sides alone, which
@@ -61,7 +61,7 @@ class ProbeConfig:
                 f"group_size), got {self.minibatches}"
             )
         # numpy's range, as training's seed; batch b is seeded seed + b
-        check_int_in("seed", self.seed, 0, SEED_MAX, note=" (numpy's seed range)")
+        check_seed("seed", self.seed)
         if self.seed + self.batches - 1 > SEED_MAX:
             raise ValueError(
                 f"seed must be at most {SEED_MAX - self.batches + 1} with batches {self.batches} (batch b is seeded "

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bandpo.validation import is_finite_real, is_int_in
+from bandpo_lab.runtime.seeds import SEED_RANGE, is_seed
 from bandpo_lab.training.config import ConfigError
 
 Predicate = Callable[[Any], bool]
@@ -30,9 +31,6 @@ def _or_null(ok: Predicate) -> Predicate:
 def _one_of(*choices: str) -> Predicate:
     return lambda v: isinstance(v, str) and v in choices
 
-
-SEED_MAX = 2**32 - 1
-"""numpy's largest seed: transformers seeds numpy with ``seed``."""
 
 MAX_STEPS = 10**9
 """The largest step count a config may give: a billion optimizer steps is years of training; more is a typo."""
@@ -81,7 +79,7 @@ VALUE_RULES: tuple[tuple[str, Predicate, str], ...] = (
     ("top_k", _or_null(_integer(0)), "an integer >= 0 (0: no top-k filtering)"),
     ("min_p", _or_null(_number(lambda v: 0 <= v <= 1)), "a number in [0, 1] or null"),
     ("repetition_penalty", _number(lambda v: v > 0), "a finite number > 0 (1: no penalty)"),
-    ("seed", lambda v: is_int_in(v, 0, SEED_MAX), f"an integer in [0, {SEED_MAX}] (numpy's seed range)"),
+    ("seed", is_seed, SEED_RANGE),
     ("dataloader_num_workers", _integer(0), "an integer >= 0 (0: load in the main process)"),
     ("ref_model_sync_steps", _integer(1), "an integer >= 1 (with sync_ref_model: the steps between syncs)"),
     ("scale_rewards", _one_of(*SCALE_REWARDS), f"one of {', '.join(SCALE_REWARDS)}"),

@@ -30,10 +30,11 @@ def test_settings_and_ks() -> None:
 
 def test_seed_takes_the_training_runs_range() -> None:
     """A seed beyond it passed, and torch.manual_seed overflowed once the model had loaded."""
-    from bandpo_lab.training.trainer_checks import SEED_MAX
+    from bandpo_lab.runtime.seeds import SEED_MAX
 
     assert EvalSettings(seed=SEED_MAX).seed == SEED_MAX
     with pytest.raises(
-        EvalError, match=rf"^seed must be an integer in \[0, {SEED_MAX}\] or None, got {SEED_MAX + 1}$"
+        EvalError,
+        match=rf"^seed must be an integer in \[0, {SEED_MAX}\] or None \(numpy\'s seed range\), got {SEED_MAX + 1}$",
     ):
         EvalSettings(seed=SEED_MAX + 1)

@@ -27,8 +27,8 @@ from bandpo_lab.config import (
     unknown_key,
     where,
 )
+from bandpo_lab.runtime.seeds import SEED_MAX, check_seed
 from bandpo_lab.runtime.threads import check_threads
-from bandpo_lab.training.trainer_checks import SEED_MAX
 
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -41,7 +41,7 @@ def _check_seeds(name: str, entries: str, seeds: Any) -> None:
     if not isinstance(seeds, list) or not seeds:
         raise CompareError(f"{name} must be a non-empty list of integers in [0, {SEED_MAX}], got {seeds!r}")
     for seed in seeds:
-        check_int_in(entries, seed, 0, SEED_MAX, note=" (numpy's seed range)", error=CompareError)
+        check_seed(entries, seed, error=CompareError)
 
 
 @dataclass
@@ -148,7 +148,7 @@ class EvalSpec:
         from bandpo_lab.eval.errors import EvalError
 
         # numpy's, as training's seed: a larger one passed and each run failed at its final evaluation
-        check_int_in("eval.seed", self.seed, 0, SEED_MAX, note=" (numpy's seed range)", error=CompareError)
+        check_seed("eval.seed", self.seed, error=CompareError)
         try:
             settings = self.settings()
         except EvalError as err:
