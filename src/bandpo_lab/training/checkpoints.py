@@ -12,16 +12,12 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bandpo_lab.training.layout import TRAINER_STATE
-
-CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
-"""Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
+from bandpo_lab.training.layout import CHECKPOINT_PATTERN, CHECKPOINT_STATE, TRAINER_STATE
 
 SAFETENSORS_MAX_HEADER = 100_000_000
 """The largest header length the safetensors library reads (its ``MAX_HEADER_SIZE``, in bytes)."""
 
 _TORCH_STATE = re.compile(r"(optimizer|scheduler)\.pt|rng_state.*\.pth")
-_TRAINING_ONLY = re.compile(r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$")
 
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
@@ -187,5 +183,5 @@ def copy_model_files(checkpoint: Path, output_dir: Path) -> None:
     """Copy what ``Trainer.save_model`` writes (no optimizer, scheduler, RNG or trainer state) from ``checkpoint``
     to ``output_dir``."""
     for path in checkpoint.iterdir():
-        if path.is_file() and not _TRAINING_ONLY.match(path.name):
+        if path.is_file() and not CHECKPOINT_STATE.match(path.name):
             shutil.copy2(path, output_dir / path.name)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from bandpo_lab import _files
 
 CONFIG_FILE = "train_config.yaml"
@@ -24,3 +27,73 @@ MODEL_CONFIG_FILE = _files.MODEL_CONFIG_FILE
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 """The files of a saved tokenizer, one of which a model folder holds (``AutoTokenizer.from_pretrained`` reads it)."""
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+"""Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
+
+CHECKPOINT_STATE = re.compile(
+    r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$"
+)
+"""The files of a checkpoint that only a resumed training reads (optimizer, scheduler, scaler, RNG and trainer
+state); the rest of it is what ``Trainer.save_model`` writes."""
+
+OWN_FILES = (RUN_INFO_FILE, METRICS_FILE, CONFIG_FILE)
+"""The files bandpo writes at the top of a run's folder (its run info, logs and config as run)."""
+
+SAVED_MODEL_FILES = frozenset(
+    {
+        "generation_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "merges.txt",
+        "chat_template.jinja",
+        "training_args.bin",
+    }
+)
+"""What ``Trainer.save_model`` writes beside the model config, the weights and the tokenizer files."""
+
+WEIGHT_SHARD = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
+"""A shard of sharded weights, beside their index."""
+
+TENSORBOARD_DIR = "runs"
+"""The folder TensorBoard's writer makes in ``output_dir`` (``runs/<date>_<host>/``)."""
+
+
+MODEL_CARD_FILE = "README.md"
+"""The model card TRL's trainer writes in ``output_dir`` with each checkpoint (``create_model_card``); a run
+leaves a ``README.md`` that is not one as it is (:func:`is_model_card`)."""
+
+_RUN_FILES = frozenset(
+    {
+        *OWN_FILES,
+        LOCK_FILE,
+        MODEL_CONFIG_FILE,
+        *TOKENIZER_FILES,
+        *_files.WEIGHT_FILES,
+        *SAVED_MODEL_FILES,
+        TENSORBOARD_DIR,
+    }
+)
+
+
+def is_model_card(path: Path) -> bool:
+    """Whether the file ``path`` is a model card TRL wrote: YAML front matter (between ``---`` lines) whose tags
+    list ``trl``. A user's ``README.md`` is not one."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    front = re.match(r"---\n(.*?)\n---\n", head, re.S)
+    return front is not None and re.search(r"^- trl$", front.group(1), re.M) is not None
+
+
+def written_by_training(entry: Path) -> bool:
+    """Whether ``entry``, at the top of a run's ``output_dir``, is one a training run writes there: bandpo's own
+    files and lock, the final model (config, weights and their shards, tokenizer, what ``save_model`` writes
+    beside them), checkpoints, TensorBoard's folder and TRL's model card (a ``README.md`` that is one). A
+    comparison's ``--redo`` names the other entries as a user's (left as they are)."""
+    name = entry.name
+    if name == MODEL_CARD_FILE:
+        return is_model_card(entry)
+    return name in _RUN_FILES or bool(WEIGHT_SHARD.match(name) or CHECKPOINT_PATTERN.match(name))

@@ -32,7 +32,15 @@ from bandpo_lab.training.checkpoints import checkpoint_dirs, copy_model_files, s
 from bandpo_lab.training.config import ConfigError, TrainConfig
 from bandpo_lab.training.data import build_prompt_dataset, load_problems
 from bandpo_lab.training.expected_warnings import silence_expected_warnings, tied_weight_keys
-from bandpo_lab.training.layout import CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_INFO_FILE
+from bandpo_lab.training.layout import (
+    LOCK_FILE,
+    METRICS_FILE,
+    MODEL_CARD_FILE,
+    OWN_FILES,
+    RUN_INFO_FILE,
+    TENSORBOARD_DIR,
+    is_model_card,
+)
 from bandpo_lab.training.lock import OutputDirLock, check_unlocked
 from bandpo_lab.training.resume import ConfigChanges, ResumePlan, plan_resume
 from bandpo_lab.training.rewards import answer_columns, build_rewards, check_rewards_on
@@ -193,10 +201,6 @@ def foreign_files(output_dir: Path, caller_files: Collection[str] = ()) -> str |
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-OWN_FILES = (RUN_INFO_FILE, METRICS_FILE, CONFIG_FILE)
-"""The files bandpo writes at the top of a run's folder (its run info, logs and config as run)."""
-
-
 def _check_foreign_names(output_dir: Path, foreign: str | None) -> None:
     """``--resume`` in another trainer's folder (``foreign``: its entries, ``None`` for a bandpo run's or a new
     folder) writes bandpo's own files there (:data:`OWN_FILES`), and reads a ``train_config.yaml`` as the config the
@@ -291,6 +295,16 @@ def _trainer_class(base: type) -> type:
             with self.precision.exact(), completion_tokens_only():
                 super()._fill_missing_old_log_probs()
 
+        def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+            # TRL writes its model card over output_dir's README.md with each checkpoint: not over a user's
+            card = Path(self.args.output_dir) / MODEL_CARD_FILE
+            if card.exists() and not is_model_card(card):
+                if self.is_world_process_zero() and not getattr(self, "_card_kept", False):
+                    print(f"bandpo train: {card} is not a model card TRL wrote: left as it is", flush=True)
+                self._card_kept = True
+                return
+            super().create_model_card(*args, **kwargs)
+
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
             safe = [f for f in self.reward_funcs if isinstance(f, SafeRewardFunc)]
             before = [f.n_failures for f in safe]
@@ -368,7 +382,7 @@ def _discard_earlier_run(output_dir: Path) -> None:
             shutil.rmtree(child)
     for name in (METRICS_FILE, RUN_INFO_FILE):
         (output_dir / name).unlink(missing_ok=True)
-    board = output_dir / "runs"
+    board = output_dir / TENSORBOARD_DIR
     if board.is_dir() and not board.is_symlink():
         for child in board.iterdir():
             files = [p for p in child.rglob("*") if p.is_file()]

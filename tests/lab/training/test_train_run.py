@@ -18,7 +18,13 @@ from bandpo_lab.rewards import REWARDS, register_reward
 from bandpo_lab.tasks.countdown import CountdownConfig, make_splits
 from bandpo_lab.training.callbacks import read_metrics
 from bandpo_lab.training.config import load_train_config
-from bandpo_lab.training.layout import CONFIG_FILE, RUN_INFO_FILE
+from bandpo_lab.training.layout import (
+    CONFIG_FILE,
+    MODEL_CARD_FILE,
+    RUN_INFO_FILE,
+    is_model_card,
+    written_by_training,
+)
 from bandpo_lab.training.run import train
 
 TINY = CONFIGS / "tiny.yaml"
@@ -79,6 +85,9 @@ def test_train_from_files_survives_a_failing_reward(
     assert all(k in first for k in ("clip/frac", "band/hi_mean", "policy/entropy"))
     assert sampled == [16]  # one generation round of 16 completions, by the shared-prefill sampler
     assert (out / "config.json").is_file() and (out / "checkpoint-2").is_dir()
+    # every entry the run wrote is one the layout names a training run's (compare --redo lists the others as a user's)
+    assert [p.name for p in out.iterdir() if not written_by_training(p)] == []
+    assert is_model_card(out / MODEL_CARD_FILE)  # TRL's, written with checkpoint-2
     assert load_train_config(out / CONFIG_FILE).to_dict() == config.to_dict()  # the config as run
     info = json.loads((out / RUN_INFO_FILE).read_text())
     assert info["model_path"] == str(warm_model_dir) and info["n_prompts"] == 40
@@ -136,6 +145,7 @@ def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(
     old_board.mkdir(parents=True)
     (old_board / "events.out.tfevents.1.oldhost.0").write_bytes(b"old curves")
     (out / "runs" / "notes.txt").write_text("not TensorBoard's: kept")
+    (out / MODEL_CARD_FILE).write_text("# my notes on this run\n")  # not TRL's model card: kept
     (out / "checkpoint-9").mkdir()
     (out / "metrics.jsonl").write_text(json.dumps({"step": 9, "loss": 1.0}) + "\n")
     fake_run_info(out)
@@ -148,6 +158,8 @@ def test_overwrite_discards_the_earlier_run_with_its_tensorboard_folders(
     assert len(list((out / "runs").glob("*/events.out.tfevents.*"))) == 1  # this run's curves only
     assert not (out / "checkpoint-9").exists()
     assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1]
+    assert (out / "checkpoint-1").is_dir()  # saved with TRL's model card, but for the user's README.md
+    assert (out / MODEL_CARD_FILE).read_text() == "# my notes on this run\n"
 
 
 def test_overwrite_keeps_a_users_checkpoint_best_folder(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -31,54 +30,17 @@ OVERWRITE_FLAG = "--overwrite"
 directory as ``bandpo train --overwrite`` does (``bandpo compare --redo``); without it, the run resumes."""
 
 
-_TRAINED_MODEL_FILES = frozenset(
-    {
-        "generation_config.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "merges.txt",
-        "chat_template.jinja",
-        "training_args.bin",
-    }
-)
-"""What ``Trainer.save_model`` writes beside the model config, the weights and the tokenizer files."""
-
-_SHARDS = re.compile(r"^(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)$")
-"""A shard of sharded weights, beside their index."""
-
-
 def discard_compare_files(run_dir: Path) -> list[str]:
     """Remove the comparison's own files (:data:`RUN_DIR_FILES`) of an earlier run from ``run_dir`` (``--redo``; the
     training run's own checkpoints, logs and run info go as ``bandpo train --overwrite`` discards them, in the
     run's process). Returns the names of the entries that neither the comparison nor a training run writes (a
     user's notes), left as they are."""
-    from bandpo_lab._files import WEIGHT_FILES
-    from bandpo_lab.training.checkpoints import CHECKPOINT_PATTERN
-    from bandpo_lab.training.layout import (
-        CONFIG_FILE,
-        LOCK_FILE,
-        METRICS_FILE,
-        MODEL_CONFIG_FILE,
-        RUN_INFO_FILE,
-        TOKENIZER_FILES,
-    )
+    from bandpo_lab.training.layout import written_by_training
 
     for name in RUN_DIR_FILES:
         path = run_dir / name
         if path.is_file() or path.is_symlink():
             path.unlink()
-    ours = {
-        *RUN_DIR_FILES,
-        CONFIG_FILE,
-        LOCK_FILE,
-        METRICS_FILE,
-        RUN_INFO_FILE,
-        MODEL_CONFIG_FILE,
-        *TOKENIZER_FILES,
-        *WEIGHT_FILES,
-        *_TRAINED_MODEL_FILES,
-        "runs",  # TensorBoard's
-    }
     try:
         entries = sorted(run_dir.iterdir())
     except OSError:
@@ -86,7 +48,7 @@ def discard_compare_files(run_dir: Path) -> list[str]:
     return [
         p.name + ("/" if p.is_dir() else "")
         for p in entries
-        if p.name not in ours and not _SHARDS.match(p.name) and not CHECKPOINT_PATTERN.match(p.name)
+        if p.name not in RUN_DIR_FILES and not written_by_training(p)
     ]
 
 
