@@ -78,19 +78,14 @@ def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | P
         folder = _model_folder(path, model)
         # the default results file: in the evaluated model's own folder only, never another model's
         default = flag == "--output" and path.name == DEFAULT_RESULTS
-        if (
-            folder is not None
-            and default
-            and not _same_folder(path.parent, model)
-            and holds_model(path.parent)
-        ):
-            evaluated = "" if model is None else f" {str(model)!r}"
-            return (
-                f"{flag} {str(raw)!r} is {DEFAULT_RESULTS} in the model folder {str(path.parent)!r}, not in the "
-                f"folder of the model evaluated (--model{evaluated}): bandpo eval writes {DEFAULT_RESULTS} only "
-                "into the evaluated model's own folder; write it elsewhere"
-            )
         if folder is not None and not (default and _same_folder(path.parent, model)):
+            if default and holds_model(path.parent):
+                evaluated = "" if model is None else f" {str(model)!r}"
+                return (
+                    f"{flag} {str(raw)!r} is {DEFAULT_RESULTS} in the model folder {str(path.parent)!r}, not in "
+                    f"the folder of the model evaluated (--model{evaluated}): bandpo eval writes {DEFAULT_RESULTS} "
+                    "only into the evaluated model's own folder; write it elsewhere"
+                )
             return (
                 f"{flag} {str(raw)!r} is inside the model folder {str(folder)!r}: bandpo eval writes no file among "
                 f"a model's but its default results file {DEFAULT_RESULTS}; write it elsewhere"
