@@ -28,8 +28,9 @@ def group_advantages(
         check_values: refuse a NaN or infinite reward (one device->host sync); ``False`` skips it.
 
     Returns:
-        (B,) float advantages (float32 for integer or bool rewards, else the rewards' dtype). Groups whose rewards
-        are all equal get exactly 0 (no signal, no 1/eps blow-up); G = 1 gives 0.
+        (B,) float advantages (float32 for integer or bool rewards, else the rewards' dtype), computed in float64
+        (finite for any finite float32 rewards; without ``normalize_std``, ``r - mean`` beyond the dtype's range is
+        inf). Groups whose rewards are all equal get exactly 0 (no signal, no 1/eps blow-up); G = 1 gives 0.
 
     Raises:
         TypeError: ``rewards`` not a tensor of a float, integer or bool dtype.
@@ -56,9 +57,10 @@ def group_advantages(
                 f"rewards must hold finite numbers (a NaN or inf makes its whole group's advantages NaN); found "
                 f"{n} other value(s), the first rewards[{first}] = {rewards[first].item()!r}"
             )
-    g = rewards.view(-1, group_size)  # (n_groups, G)
+    # in float64: a float32 group's sum or squares overflow from about 1e38 / G and 1e19 (NaN advantages)
+    g = rewards.view(-1, group_size).double()  # (n_groups, G)
     centred = g - g.mean(dim=1, keepdim=True)
     constant = (g == g[:, :1]).all(dim=1, keepdim=True)  # (n_groups, 1)
     if normalize_std and group_size > 1:
         centred = centred / (g.std(dim=1, keepdim=True) + eps)
-    return torch.where(constant, torch.zeros_like(centred), centred).view(-1)
+    return torch.where(constant, torch.zeros_like(centred), centred).view(-1).to(rewards.dtype)
