@@ -29,7 +29,7 @@ def group_advantages(
 
     Returns:
         (B,) float advantages (float32 for integer or bool rewards, else the rewards' dtype), computed in float64
-        (finite for any finite float32 rewards; without ``normalize_std``, ``r - mean`` beyond the dtype's range is
+        (float32 on MPS, which has no float64; finite for any finite float32 rewards; without ``normalize_std``, ``r - mean`` beyond the dtype's range is
         inf). Groups whose rewards are all equal get exactly 0 (no signal, no 1/eps blow-up); G = 1 gives 0.
 
     Raises:
@@ -57,8 +57,9 @@ def group_advantages(
                 f"rewards must hold finite numbers (a NaN or inf makes its whole group's advantages NaN); found "
                 f"{n} other value(s), the first rewards[{first}] = {rewards[first].item()!r}"
             )
-    # in float64: a float32 group's sum or squares overflow from about 1e38 / G and 1e19 (NaN advantages)
-    g = rewards.view(-1, group_size).double()  # (n_groups, G)
+    # in float64 (a float32 group's sum overflows from about 1e38 / G: NaN advantages), but on a device without it
+    wide = torch.float32 if rewards.device.type == "mps" else torch.float64
+    g = rewards.view(-1, group_size).to(wide)  # (n_groups, G)
     centred = g - g.mean(dim=1, keepdim=True)
     constant = (g == g[:, :1]).all(dim=1, keepdim=True)  # (n_groups, 1)
     if normalize_std and group_size > 1:
