@@ -29,8 +29,9 @@ def group_advantages(
 
     Returns:
         (B,) float advantages (float32 for integer or bool rewards, else the rewards' dtype), computed in float64
-        (float32 on MPS, which has no float64; finite for any finite float32 rewards; without ``normalize_std``, ``r - mean`` beyond the dtype's range is
-        inf). Groups whose rewards are all equal get exactly 0 (no signal, no 1/eps blow-up); G = 1 gives 0.
+        (float32 on MPS, which has no float64): finite for any finite float32 rewards (without ``normalize_std``,
+        an ``r - mean`` beyond the dtype's range is inf). Groups whose rewards are all equal get exactly 0 (no
+        signal, no 1/eps blow-up); G = 1 gives 0.
 
     Raises:
         TypeError: ``rewards`` not a tensor of a float, integer or bool dtype.
