@@ -28,10 +28,11 @@ def group_advantages(
         check_values: refuse a NaN or infinite reward (one device->host sync); ``False`` skips it.
 
     Returns:
-        (B,) float advantages (float32 for integer or bool rewards, else the rewards' dtype), computed in float64
-        (float32 on MPS, which has no float64): finite for any finite float32 rewards (without ``normalize_std``,
-        an ``r - mean`` beyond the dtype's range is inf). Groups whose rewards are all equal get exactly 0 (no
-        signal, no 1/eps blow-up); G = 1 gives 0.
+        (B,) float advantages (float32 for integer or bool rewards, else the rewards' dtype). A group whose mean
+        or deviation overflows that dtype (float32: rewards near 3.4e38 / G) is computed in float64, so any finite
+        float32 rewards give finite advantages (but on MPS, which has no float64; and without ``normalize_std`` an
+        ``r - mean`` beyond the dtype's range is inf). Groups whose rewards are all equal get exactly 0 (no signal,
+        no 1/eps blow-up); G = 1 gives 0.
 
     Raises:
         TypeError: ``rewards`` not a tensor of a float, integer or bool dtype.
@@ -58,11 +59,19 @@ def group_advantages(
                 f"rewards must hold finite numbers (a NaN or inf makes its whole group's advantages NaN); found "
                 f"{n} other value(s), the first rewards[{first}] = {rewards[first].item()!r}"
             )
-    # in float64 (a float32 group's sum overflows from about 1e38 / G: NaN advantages), but on a device without it
-    wide = torch.float32 if rewards.device.type == "mps" else torch.float64
-    g = rewards.view(-1, group_size).to(wide)  # (n_groups, G)
-    centred = g - g.mean(dim=1, keepdim=True)
+    g = rewards.view(-1, group_size)  # (n_groups, G)
     constant = (g == g[:, :1]).all(dim=1, keepdim=True)  # (n_groups, 1)
-    if normalize_std and group_size > 1:
-        centred = centred / (g.std(dim=1, keepdim=True) + eps)
-    return torch.where(constant, torch.zeros_like(centred), centred).view(-1).to(rewards.dtype)
+
+    def advantages_in(dtype: torch.dtype) -> Tensor:  # (n_groups, G) in the rewards' dtype
+        x = g.to(dtype)
+        centred = x - x.mean(dim=1, keepdim=True)
+        if normalize_std and group_size > 1:
+            centred = centred / (x.std(dim=1, keepdim=True) + eps)
+        return centred.to(rewards.dtype)
+
+    out = advantages_in(rewards.dtype)
+    # A group whose sum overflows the rewards' dtype (float32: |r| near 3.4e38 / G) has a NaN mean: redone in
+    # float64 (none on MPS), only there, so the others keep their bits (results computed before stay as they were)
+    if rewards.dtype != torch.float64 and rewards.device.type != "mps":
+        out = torch.where(torch.isfinite(out), out, advantages_in(torch.float64))
+    return torch.where(constant, torch.zeros_like(out), out).view(-1)
