@@ -1,6 +1,7 @@
 """How a real-model RL step runs on a CPU: the ``precision`` setting and its contexts (:mod:`.precision`), TRL's
-fused LM head on the scored positions only (:mod:`.fused_head`), and glibc's allocator kept from returning freed
-memory during training (:mod:`.allocator`), the CPU thread count a command takes (:mod:`.threads`), and the seed range every command takes (:mod:`.seeds`). Their public names are importable from here.
+fused LM head on the scored positions only (:mod:`.fused_head`), glibc's allocator kept from returning freed
+memory during training (:mod:`.allocator`), the CPU thread count a command takes (:mod:`.threads`), and the seed
+range of runs, evaluations and the probe (:mod:`.seeds`). Their public names are importable from here.
 """
 
 from bandpo_lab.runtime.allocator import freed_memory_kept, freed_memory_returned

@@ -1,4 +1,6 @@
-"""The seed range every command takes (:func:`check_seed`)."""
+"""The seed range of training runs, evaluations and the probe (:func:`check_seed`): ``np.random.seed``'s, which
+transformers' ``set_seed`` calls. (The tasks' seeds go to ``random.Random`` and the bootstrap's to
+``np.random.default_rng``, which take any integer >= 0.)"""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from transformers import (
 )
 
 from bandpo.validation import check_int_in, check_number_in
+from bandpo_lab.runtime.seeds import check_seed
 from bandpo_lab.tasks.countdown import OPERATORS, CountdownConfig, join_expression, make_splits, solutions
 
 PAD_TOKEN = "<pad>"
@@ -113,7 +114,7 @@ class WarmStartConfig:
         check_int_in("warmup_steps", self.warmup_steps, 0)
         check_number_in("weight_decay", self.weight_decay, 0.0, 1.0)
         check_number_in("demo_accuracy", self.demo_accuracy, 0.0, 1.0)
-        check_int_in("seed", self.seed, 0)
+        check_seed("seed", self.seed)  # transformers seeds numpy with it
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict of the fields (JSON-serializable)."""

@@ -1,4 +1,5 @@
-"""The names of the files bandpo writes in a training run's ``output_dir``, beside transformers' own."""
+"""The names of the files in a training run's ``output_dir``: bandpo's own, and those transformers and TRL write
+there (the final model, checkpoints, TensorBoard's folder, TRL's model card): :func:`written_by_training`."""
 
 from __future__ import annotations
 
@@ -77,15 +78,21 @@ _RUN_FILES = frozenset(
 
 
 def is_model_card(path: Path) -> bool:
-    """Whether the file ``path`` is a model card TRL wrote: YAML front matter (between ``---`` lines) whose tags
-    list ``trl``. A user's ``README.md`` is not one."""
+    """Whether the file ``path`` is a model card TRL wrote: it opens with YAML front matter (a ``---`` line, then
+    the lines up to the next ``---`` line) whose tags list ``trl``. A user's ``README.md`` is not one (but notes
+    added below TRL's own front matter are: TRL writes its card over them with the next checkpoint)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(4096)
+        with open(path, encoding="utf-8-sig", errors="replace") as f:  # a BOM, CRLF or CR read alike
+            if f.readline().rstrip("\n") != "---":
+                return False
+            tagged = False
+            for _, line in zip(range(10_000), f):  # the front matter's lines, up to its closing ---
+                if line.rstrip("\n") == "---":
+                    return tagged
+                tagged = tagged or line.rstrip("\n") == "- trl"
     except OSError:
-        return False
-    front = re.match(r"---\n(.*?)\n---\n", head, re.S)
-    return front is not None and re.search(r"^- trl$", front.group(1), re.M) is not None
+        pass
+    return False  # no closing line: no front matter
 
 
 def written_by_training(entry: Path) -> bool:

@@ -84,6 +84,10 @@ def test_redo_removes_only_bandpos_files_of_the_runs_it_retrains(
     for plan in old:
         (plan.run_dir / "my_notes.md").write_text("# my notes")
         (plan.run_dir / "scratch").mkdir()
+        # TRL's model card, written with each checkpoint: the training run's, not listed as the user's
+        (plan.run_dir / "README.md").write_text(
+            "---\nlibrary_name: transformers\ntags:\n- grpo\n- trl\n---\n# Card\n"
+        )
         for name in ("train_done.json", "heldout.jsonl", "evals_at_steps.jsonl"):
             (plan.run_dir / name).write_text("{}\n")
         (plan.run_dir / "train.log").write_text("the earlier run's log\n")

@@ -80,7 +80,11 @@ def test_build_model_default_shape_and_seed() -> None:
         ({"demo_accuracy": 1.5}, r"demo_accuracy must be a finite number in \[0.0, 1.0\], got 1.5"),
         ({"hidden_size": 100, "n_heads": 3}, r"hidden_size / n_heads must be an even integer.*100.*3"),
         ({"n_layers": 0}, r"n_layers must be an integer in \[1, 64\], got 0"),
-        ({"seed": -2}, r"seed must be an integer >= 0, got -2"),
+        ({"seed": -2}, r"seed must be an integer in \[0, 4294967295\] \(numpy's seed range\), got -2"),
+        (
+            {"seed": 2**32},
+            r"seed must be an integer in \[0, 4294967295\] \(numpy's seed range\), got 4294967296",
+        ),
         ({"task": {"n_train": 5}}, r"task must be a CountdownConfig, got dict"),
     ],
 )

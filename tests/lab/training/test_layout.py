@@ -49,13 +49,17 @@ def test_a_users_entries_and_a_comparisons_are_not(name: str, tmp_path: Path) ->
         ("# my notes\n\n- trl\n", False),  # a list item, not a tag of front matter
         ("---\ntitle: notes\n---\n\n- trl\n", False),
         ("---\ntags:\n- trl\n", False),  # no end to the front matter
+        ("---\n---\n- trl\n---\n", False),  # empty front matter, then a user's text
+        ("\ufeff" + TRL_CARD, True),  # a BOM
+        (TRL_CARD.replace("\n", "\r\n"), True),  # Windows' line ends
+        ("---\n" + "description: x\n" * 500 + "tags:\n- trl\n---\n", True),  # longer than 4 KiB
         ("", False),
     ],
 )
 def test_a_readme_is_the_runs_only_where_it_is_trls_model_card(text: str, card: bool, tmp_path: Path) -> None:
     path = tmp_path / MODEL_CARD_FILE
     assert not written_by_training(path) and not is_model_card(path)  # absent
-    path.write_text(text)
+    path.write_bytes(text.encode())
     assert is_model_card(path) is card and written_by_training(path) is card
 
 
