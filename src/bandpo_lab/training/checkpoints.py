@@ -17,7 +17,9 @@ from bandpo_lab.training.layout import CHECKPOINT_PATTERN, CHECKPOINT_STATE, TRA
 SAFETENSORS_MAX_HEADER = 100_000_000
 """The largest header length the safetensors library reads (its ``MAX_HEADER_SIZE``, in bytes)."""
 
-_TORCH_STATE = re.compile(r"(optimizer|scheduler)\.pt|rng_state.*\.pth")
+_TORCH_STATE = re.compile(r"(optimizer|scheduler|scaler)\.pt|rng_state.*\.pth")
+"""The ``torch.save`` archives of :data:`~bandpo_lab.training.layout.CHECKPOINT_STATE` (``scaler.pt``: fp16 mixed
+precision's), each checked for its zip directory."""
 
 
 def checkpoint_dirs(output_dir: str | Path) -> list[Path]:

@@ -29,6 +29,13 @@ def only_config_json(path: Path) -> None:  # what the issue found after SIGKILL 
             child.unlink()
 
 
+def _torn_scaler(path: Path) -> None:  # fp16 mixed precision's grad scaler, saved beside the optimizer
+    import torch
+
+    torch.save({"scale": 65536.0}, path / "scaler.pt")
+    truncate(path / "scaler.pt")
+
+
 BREAKS: dict[str, tuple[Callable[[Path], None], str]] = {
     "only config.json": (only_config_json, r"no trainer_state.json"),
     "no trainer state": (lambda p: (p / "trainer_state.json").unlink(), r"no trainer_state.json"),
@@ -39,6 +46,7 @@ BREAKS: dict[str, tuple[Callable[[Path], None], str]] = {
     "truncated optimizer": (lambda p: truncate(p / "optimizer.pt"), r"optimizer.pt is truncated"),
     "no scheduler": (lambda p: (p / "scheduler.pt").unlink(), r"no scheduler state"),
     "truncated rng state": (lambda p: truncate(p / "rng_state.pth"), r"rng_state.pth is truncated"),
+    "truncated grad scaler": (_torn_scaler, r"scaler.pt is truncated"),
 }
 
 
