@@ -19,6 +19,7 @@ from bandpo_lab.cli._args import (
     progress_bars,
     yaml_mapping,
 )
+from bandpo_lab.runtime.seeds import check_seed
 from bandpo_lab.runtime.threads import THREADS_PER_CPU, check_threads
 
 EPILOG = """\
@@ -273,6 +274,8 @@ def _settings(args: argparse.Namespace) -> Any:
     from bandpo_lab.eval.errors import EvalError
     from bandpo_lab.eval.settings import EvalSettings
 
+    # before EvalSettings, whose message also allows None, which no flag gives
+    check_seed("--seed", args.seed, error=EvalError)
     try:
         return EvalSettings(
             k=args.k,

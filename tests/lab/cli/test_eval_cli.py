@@ -159,7 +159,7 @@ def test_eval_errors_name_the_problem(
         # the seed a training run takes: torch.manual_seed overflowed once the model had loaded
         (
             ["--seed", "99999999999999999999"],
-            "--seed must be an integer in [0, 4294967295] or None (numpy's seed range), got 99999999999999999999",
+            "--seed must be an integer in [0, 4294967295] (numpy's seed range), got 99999999999999999999",
         ),
         (["--output", "{tmp}"], "--output '{tmp}' is a directory; it must be a file path"),
         (["--save-samples", "{tmp}"], "--save-samples '{tmp}' is a directory; it must be a file path"),
