@@ -83,10 +83,14 @@ def is_model_card(path: Path) -> bool:
     added below TRL's own front matter are: TRL writes its card over them with the next checkpoint)."""
     try:
         with open(path, encoding="utf-8-sig", errors="replace") as f:  # a BOM, CRLF or CR read alike
-            if f.readline().rstrip("\n") != "---":
+            if f.readline(64).rstrip("\n") != "---":
                 return False
             tagged = False
-            for _, line in zip(range(10_000), f):  # the front matter's lines, up to its closing ---
+            # the front matter's lines, up to its closing --- (4 KiB of a line at most: a file of one long line)
+            for _ in range(10_000):
+                line = f.readline(4096)
+                if not line:  # the end of the file
+                    break
                 if line.rstrip("\n") == "---":
                     return tagged
                 tagged = tagged or line.rstrip("\n") == "- trl"

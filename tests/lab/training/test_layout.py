@@ -53,6 +53,7 @@ def test_a_users_entries_and_a_comparisons_are_not(name: str, tmp_path: Path) ->
         ("\ufeff" + TRL_CARD, True),  # a BOM
         (TRL_CARD.replace("\n", "\r\n"), True),  # Windows' line ends
         ("---\n" + "description: x\n" * 500 + "tags:\n- trl\n---\n", True),  # longer than 4 KiB
+        ("---\n" + "x" * 1_000_000, False),  # one long line, no end: read 4 KiB at a time
         ("", False),
     ],
 )
