@@ -79,7 +79,7 @@ def outputs_problem(outputs: Mapping[str, str | Path | None], model_dir: str | P
         # the default results file: in the evaluated model's own folder only, never another model's
         default = flag == "--output" and path.name == DEFAULT_RESULTS
         if folder is not None and not (default and _same_folder(path.parent, model)):
-            if default and holds_model(path.parent):
+            if default and (folder == path.parent or holds_model(path.parent)):
                 evaluated = "" if model is None else f" {str(model)!r}"
                 return (
                     f"{flag} {str(raw)!r} is {DEFAULT_RESULTS} in the model folder {str(path.parent)!r}, not in "

@@ -33,7 +33,7 @@ CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 """Names of the checkpoint directories transformers writes (``checkpoint-<global step>``)."""
 
 CHECKPOINT_STATE = re.compile(
-    r"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^trainer_state\.json$"
+    rf"^(optimizer|scheduler|scaler|rng_state.*)\.(pt|pth|bin)$|^{re.escape(TRAINER_STATE)}$"
 )
 """The files of a checkpoint that only a resumed training reads (optimizer, scheduler, scaler, RNG and trainer
 state); the rest of it is what ``Trainer.save_model`` writes."""
