@@ -7,6 +7,7 @@
 - :mod:`helpers.numerics`: ``rel_err``, the error in units of a tolerance.
 - :mod:`helpers.skyrl`: whether SkyRL can run here (``needs_skyrl``) and a SkyRL algorithm config (``algorithm``).
 - :mod:`helpers.naive_diagnostics`: the naive references of the loss's diagnostics (library and torch only).
+- :mod:`helpers.cli`: ``bandpo`` run in the test's process (``run_bandpo``, ``exit_status``).
 - :func:`load_script`: a script of ``scripts/`` or ``benchmarks/`` as a module.
 """
 

@@ -1,5 +1,7 @@
-"""`bandpo bounds` and `plot-bounds` through subprocess, as a user runs them (the benchmark, once `bandpo bench`, is
-`benchmarks/bench.py`: tests/benchmarks/test_bench.py)."""
+"""`bandpo bounds` and `plot-bounds`: through subprocess where the process is under test (the table and a PNG as a
+user runs them, a closed pipe), in process for the error paths and the rules on output files, whose messages and
+files do not depend on the process (a subprocess costs about 4 s of CPU). The benchmark, once `bandpo bench`, is
+`benchmarks/bench.py`: tests/benchmarks/test_bench.py."""
 
 from __future__ import annotations
 
@@ -10,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import run_bandpo
 
-def bandpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+
+def bandpo(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
         [sys.executable, "-m", "bandpo_lab.cli.main", *args],
         capture_output=True,
         text=True,
         env=env,
-        cwd=cwd,
         timeout=300,
     )
 
@@ -35,14 +38,15 @@ def test_bounds_table_holds_the_paper_values() -> None:
     assert any(line.startswith("fixed 0.2 ") for line in out.stdout.splitlines())
 
 
-def test_bounds_rejects_bad_p_and_unknown_divergence() -> None:
-    out = bandpo("bounds", "--p", "1.5,1e-320")  # a subnormal p printed inf in the 1/p column
-    assert out.returncode == 2 and out.stderr == (
+def test_bounds_rejects_bad_p_and_unknown_divergence(capsys: pytest.CaptureFixture[str]) -> None:
+    # a subnormal p printed inf in the 1/p column
+    code, _, err = run_bandpo(capsys, "bounds", "--p", "1.5,1e-320")
+    assert code == 2 and err == (
         "bandpo bounds: error: --p values must be in [2.23e-308, 1] (a normal float64 probability), got "
         "[1.5, 1e-320]\n"
     )
-    out = bandpo("bounds", "--divergence", "kll")
-    assert out.returncode == 2 and "unknown divergence 'kll' (did you mean 'kl'?)" in out.stderr
+    code, _, err = run_bandpo(capsys, "bounds", "--divergence", "kll")
+    assert code == 2 and "unknown divergence 'kll' (did you mean 'kl'?)" in err
 
 
 @pytest.mark.parametrize(
@@ -149,7 +153,9 @@ def test_plot_bounds_writes_png(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
-def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
+def test_plot_bounds_refuses_an_out_it_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An existing directory (matplotlib would write ``<dir>.png`` beside it and report the directory), a path
     under a file (a FileExistsError traceback before) and an unwritable place: one line each, status 2."""
     (tmp_path / "a_dir").mkdir()
@@ -163,26 +169,28 @@ def test_plot_bounds_refuses_an_out_it_cannot_write(tmp_path: Path) -> None:
     ]
     if Path("/proc/self").is_dir():  # Linux: nothing can be created in /proc, even by root
         cases.append(("/proc/no-such-dir/b.png", "--output '/proc/no-such-dir/b.png' cannot be written: "))
+    monkeypatch.chdir(tmp_path)
     for out_path, message in cases:
-        out = bandpo("plot-bounds", "--output", out_path, "--divergence", "kl", cwd=tmp_path)
-        assert (out.returncode, out.stdout) == (2, ""), out.stderr
-        assert out.stderr.startswith(f"bandpo plot-bounds: error: {message}") and out.stderr.count("\n") == 1
+        code, out, err = run_bandpo(capsys, "plot-bounds", "--output", out_path, "--divergence", "kl")
+        assert (code, out) == (2, ""), err
+        assert err.startswith(f"bandpo plot-bounds: error: {message}") and err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_file"]  # nothing written
 
 
-def test_plot_bounds_replaces_only_a_figure_it_wrote(tmp_path: Path) -> None:
+def test_plot_bounds_replaces_only_a_figure_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``--output`` naming a user's file replaced it with the figure (notes.png, or a bounds.png of their own); now
     refused in one line with the file intact, while a figure bandpo wrote there is replaced (run twice)."""
     (tmp_path / "notes.png").write_text("mine")
-    out = bandpo("plot-bounds", "--output", "notes.png", "--divergence", "kl", cwd=tmp_path)
-    assert (out.returncode, out.stdout, out.stderr.count("\n")) == (2, "", 1), out.stderr
-    assert out.stderr.startswith(
-        "bandpo plot-bounds: error: --output 'notes.png' exists and is not a figure bandpo"
-    )
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_bandpo(capsys, "plot-bounds", "--output", "notes.png", "--divergence", "kl")
+    assert (code, out, err.count("\n")) == (2, "", 1), err
+    assert err.startswith("bandpo plot-bounds: error: --output 'notes.png' exists and is not a figure bandpo")
     assert (tmp_path / "notes.png").read_text() == "mine"
     for _ in range(2):
-        out = bandpo("plot-bounds", "--output", "fig.pdf", "--divergence", "kl", cwd=tmp_path)
-        assert (out.returncode, out.stdout) == (0, "wrote fig.pdf\n"), out.stderr
+        code, out, err = run_bandpo(capsys, "plot-bounds", "--output", "fig.pdf", "--divergence", "kl")
+        assert (code, out) == (0, "wrote fig.pdf\n"), err
 
 
 @pytest.mark.parametrize(
@@ -190,24 +198,30 @@ def test_plot_bounds_replaces_only_a_figure_it_wrote(tmp_path: Path) -> None:
     [("x.txt", "'.txt'"), ("bnoext", "none"), ("fig.", "none")],
 )
 def test_plot_bounds_refuses_an_output_without_a_figure_suffix(
-    out_path: str, got: str, tmp_path: Path
+    out_path: str,
+    got: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A suffix matplotlib cannot write was a traceback after the plotting (``Format 'txt' is not supported``),
     and no suffix printed ``wrote bnoext`` while matplotlib wrote ``bnoext.png``: one line, status 2, nothing
     written."""
-    out = bandpo("plot-bounds", "--output", out_path, "--divergence", "kl", cwd=tmp_path)
-    assert (out.returncode, out.stdout) == (2, ""), out.stderr
-    assert out.stderr.startswith(
-        f"bandpo plot-bounds: error: --output {out_path!r} must end in a figure suffix, "
-    )
-    assert ".png, " in out.stderr and ".pdf, " in out.stderr and out.stderr.endswith(f"; got {got}\n")
-    assert out.stderr.count("\n") == 1 and not list(tmp_path.iterdir())
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_bandpo(capsys, "plot-bounds", "--output", out_path, "--divergence", "kl")
+    assert (code, out) == (2, ""), err
+    assert err.startswith(f"bandpo plot-bounds: error: --output {out_path!r} must end in a figure suffix, ")
+    assert ".png, " in err and ".pdf, " in err and err.endswith(f"; got {got}\n")
+    assert err.count("\n") == 1 and not list(tmp_path.iterdir())
 
 
-def test_plot_bounds_suffix_picks_the_format(tmp_path: Path) -> None:
-    out = bandpo("plot-bounds", "--output", "fig.SVG", "--divergence", "kl", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout == "wrote fig.SVG\n" and b"<svg" in (tmp_path / "fig.SVG").read_bytes()[:500]
+def test_plot_bounds_suffix_picks_the_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_bandpo(capsys, "plot-bounds", "--output", "fig.SVG", "--divergence", "kl")
+    assert (code, out) == (0, "wrote fig.SVG\n"), err
+    assert b"<svg" in (tmp_path / "fig.SVG").read_bytes()[:500]
 
 
 @pytest.mark.parametrize(("cap", "shown"), [("", "''"), ("ten", "'ten'"), ("0.5", "0.5")])
@@ -223,31 +237,24 @@ def test_a_cap_that_is_no_number_is_quoted(cap: str, shown: str, capsys: pytest.
     )
 
 
-def test_plot_bounds_output_reads_a_tilde_and_variables_as_a_shell_would(tmp_path: Path) -> None:
+def test_plot_bounds_output_reads_a_tilde_and_variables_as_a_shell_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``--output '~/b.png'`` was written to ``./~/b.png`` (and checked there): now where the other commands' paths
     go, ``$HOME/b.png``; a variable that is not set is one line naming it."""
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HOME": str(tmp_path / "home"),
-        "FIGS": str(tmp_path / "figs"),
-    }
-    env.pop("NOT_SET_HERE", None)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FIGS", str(tmp_path / "figs"))
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    monkeypatch.chdir(tmp_path)
     for typed, written in (
         ("~/b.png", tmp_path / "home" / "b.png"),
         ("$FIGS/b.png", tmp_path / "figs" / "b.png"),
     ):
-        out = subprocess.run(
-            [sys.executable, "-m", "bandpo_lab.cli.main", "plot-bounds", "--output", typed],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr
+        code, _, err = run_bandpo(capsys, "plot-bounds", "--output", typed)
+        assert code == 0, err
         assert written.is_file() and not (tmp_path / "~").exists() and not (tmp_path / "$FIGS").exists()
-    out = subprocess.run(
-        [sys.executable, "-m", "bandpo_lab.cli.main", "plot-bounds", "--output", "$NOT_SET_HERE/b.png"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 2 and out.stderr == (
+    code, _, err = run_bandpo(capsys, "plot-bounds", "--output", "$NOT_SET_HERE/b.png")
+    assert code == 2 and err == (
         "bandpo plot-bounds: error: --output '$NOT_SET_HERE/b.png' names the environment variable $NOT_SET_HERE, "
         "which is not set: set it (export NOT_SET_HERE=...) or write the path without it\n"
     )

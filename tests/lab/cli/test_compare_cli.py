@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from helpers import CONFIGS
+from helpers.cli import run_bandpo
 from helpers.tiny import warm_start_overrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,14 +65,8 @@ def test_compare_config_errors(
     overrides: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """In process (the command line itself is run as a subprocess by the end-to-end tests): one line, status 2."""
-    from bandpo_lab.cli.main import main
-
     argv = ["compare", "--config", str(PRESET), f"output_dir={tmp_path}", *overrides, "--dry-run"]
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    err = capsys.readouterr().err
+    code, _, err = run_bandpo(capsys, *argv)
     assert code == 2, err
     assert err.startswith("bandpo compare: error: ") and message in err and err.count("\n") == 1, err
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bandpo_lab.cli.main import COMMANDS, build_parser, main
+from helpers.cli import exit_status
 
 OUTPUT_FILE, OUTPUT_DIR, OUTPUT_KEY = "--output", "--output-dir", "output_dir="
 
@@ -34,14 +35,6 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
     parser = build_parser()
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {name: action.choices[name] for name in COMMANDS}
-
-
-def _status(argv: list[str]) -> int | str | None:
-    """``main(argv)``'s exit status, whether the command returns it or exits (``cli.bounds.usage_error``)."""
-    try:
-        return main(argv)
-    except SystemExit as exc:
-        return exc.code
 
 
 def _renderings(default: object) -> list[str]:
@@ -196,7 +189,7 @@ def test_every_list_option_takes_commas() -> None:
 def test_lists_take_commas_and_the_old_spaces_still_read(capsys: pytest.CaptureFixture[str]) -> None:
     """``bounds --divergence kl,tv --p 0.08,0.5`` prints what ``--divergence kl tv --p 0.08 0.5`` printed; the
     space form still reads, with one line on stderr giving the comma form; ``--help`` shows the commas only."""
-    assert _status(["bounds", "--divergence", "kl,tv", "--p", "0.08,0.5"]) == 0
+    assert exit_status(["bounds", "--divergence", "kl,tv", "--p", "0.08,0.5"]) == 0
     commas = capsys.readouterr()
     assert commas.err == "" and [r.split()[0] for r in commas.out.splitlines()[3:7]] == [
         "kl",
@@ -204,26 +197,26 @@ def test_lists_take_commas_and_the_old_spaces_still_read(capsys: pytest.CaptureF
         "tv",
         "tv",
     ]
-    assert _status(["bounds", "--divergence", "kl", "tv", "--p", "0.08", "0.5"]) == 0
+    assert exit_status(["bounds", "--divergence", "kl", "tv", "--p", "0.08", "0.5"]) == 0
     spaces = capsys.readouterr()
     assert spaces.out == commas.out
     assert spaces.err.splitlines() == [
         "bandpo bounds: --divergence takes commas now: --divergence kl,tv",
         "bandpo bounds: --p takes commas now: --p 0.08,0.5",
     ]
-    assert _status(["bounds", "--help"]) == 0
+    assert exit_status(["bounds", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--divergence NAME[,NAME...]" in out and "0.001,0.01,0.08,0.2" in out and "[NAME ...]" not in out
 
 
 def test_a_bad_list_item_is_named(capsys: pytest.CaptureFixture[str]) -> None:
 
-    assert _status(["bounds", "--divergence", "kl,kll"]) == 2
+    assert exit_status(["bounds", "--divergence", "kl,kll"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "bandpo bounds: error: argument --divergence: unknown divergence 'kll' (did you mean 'kl'?); choose from "
         "kl, reverse_kl, tv, chi2, neyman_chi2, hellinger, js"
     )
-    assert _status(["bounds", "--p", "0.5,x"]) == 2
+    assert exit_status(["bounds", "--p", "0.5,x"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "bandpo bounds: error: argument --p: items must be of type float, comma-separated, got '0.5,x'"
     )
@@ -243,7 +236,7 @@ def test_unknown_flag_names_the_subcommand(command: str, capsys: pytest.CaptureF
 @pytest.mark.parametrize("text", ["{digits: [1", "[1]"], ids=["bad-yaml", "not-a-mapping"])
 def test_task_options_error_is_one_line(command: str, text: str, capsys: pytest.CaptureFixture[str]) -> None:
     """``--task-options`` is YAML in both commands (JSON reads too), with the same one-line error."""
-    assert _status([command, "--model", "x", "--task-options", text]) == 2
+    assert exit_status([command, "--model", "x", "--task-options", text]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(f"bandpo {command}: error: --task-options must be a YAML mapping like '{{")
@@ -277,7 +270,7 @@ def test_output_paths_are_checked_before_the_work(
     file = tmp_path / "a_file"
     file.write_text("x")
     fill = {"tmp": str(tmp_path), "file": str(file)}
-    assert _status([a.format(**fill) for a in argv]) == 2
+    assert exit_status([a.format(**fill) for a in argv]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"bandpo {argv[0]}: error: {message.format(**fill)}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
@@ -295,7 +288,7 @@ def test_unknown_task_option_is_named_as_the_command_spells_it(
     model = "smollm2-135m" if command == "probe" else str(save_countdown_model_dir(tmp_path))
     capsys.readouterr()  # saving the model writes a progress bar
     argv = [command, "--model", model, "--dataset", "arith", "--task-options", "{digitz: [1]}"]
-    assert _status(argv) == 2
+    assert exit_status(argv) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [
         f"bandpo {command}: error: task_options for task 'arith': unknown config key 'task_options.digitz' (did "
@@ -309,17 +302,17 @@ def test_bandpo_version_and_bandpo_help_work(capsys: pytest.CaptureFixture[str])
     ``bandpo --help`` and ``bandpo help COMMAND`` that command's ``--help``."""
     from bandpo import __version__
 
-    assert _status(["--version"]) == 0
+    assert exit_status(["--version"]) == 0
     assert capsys.readouterr().out == f"bandpo {__version__}\n"
-    assert _status(["--help"]) == 0
+    assert exit_status(["--help"]) == 0
     top = capsys.readouterr().out
-    assert _status(["help"]) == 0
+    assert exit_status(["help"]) == 0
     assert capsys.readouterr().out == top and "bandpo help COMMAND" in top
-    assert _status(["bounds", "--help"]) == 0
+    assert exit_status(["bounds", "--help"]) == 0
     bounds = capsys.readouterr().out
-    assert _status(["help", "bounds"]) == 0
+    assert exit_status(["help", "bounds"]) == 0
     assert capsys.readouterr().out == bounds and bounds.startswith("usage: bandpo bounds ")
-    assert _status(["help", "bogus"]) == 2
+    assert exit_status(["help", "bogus"]) == 2
     assert "invalid choice: 'bogus'" in capsys.readouterr().err
 
 
@@ -380,7 +373,7 @@ def test_dry_run_checks_prints_the_plan_and_does_no_work(
             [f"model {model}", "2 batch(es) of 4 prompts", f"outputs results.json, results.md, probe.png in {out}/"],
         ),
     }[command]  # fmt: skip
-    assert _status([*argv, "--dry-run", "--no-progress"]) == 0
+    assert exit_status([*argv, "--dry-run", "--no-progress"]) == 0
     printed = capsys.readouterr().out
     name = argv[0]
     assert printed.startswith(f"bandpo {name}: dry run: the plan ("), printed
@@ -405,7 +398,7 @@ def test_dry_run_makes_the_commands_checks(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A dry run refuses what the command refuses before its work, in the same one line, exit 2."""
-    assert _status([*(a.format(tmp=tmp_path) for a in argv), "--dry-run"]) == 2
+    assert exit_status([*(a.format(tmp=tmp_path) for a in argv), "--dry-run"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert f"bandpo {argv[0]}: error: {message.format(tmp=tmp_path)}" in captured.err.splitlines()[-1]
@@ -423,7 +416,7 @@ def test_task_options_of_nested_aliases_are_refused_in_one_line(
     levels += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
     text = "{x: [" + ", ".join(levels) + "]}"
     started = time.perf_counter()
-    assert _status([command, "--model", "x", "--task-options", text, "--dry-run"]) == 2
+    assert exit_status([command, "--model", "x", "--task-options", text, "--dry-run"]) == 2
     assert time.perf_counter() - started < 5
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(

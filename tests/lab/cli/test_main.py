@@ -1,6 +1,8 @@
-"""``bandpo`` argument parsing (``cli/main.py``) through a subprocess: ``KEY=VALUE`` overrides anywhere on the
-line, split around flags, in every command that takes them (train, compare, demo; eval, bounds and the others take
-none), in their order on the line; an unknown flag is still an error.
+"""``bandpo`` argument parsing (``cli/main.py``): ``KEY=VALUE`` overrides anywhere on the line, split around flags,
+in every command that takes them (train, compare, demo; eval, bounds and the others take none), in their order on
+the line; an unknown flag is still an error. The parsing runs in process (``helpers.cli``); what depends on the
+process runs ``bandpo`` as a subprocess: the one-line format of its warnings on stderr, and an environment without
+the lab's modules.
 
 Each command either prints the resolved config (train's ``--dry-run``) or fails on a bad key placed *after* a
 flag, which proves that the override reached the config layer (before: ``unrecognized arguments``)."""
@@ -15,23 +17,23 @@ from pathlib import Path
 import pytest
 
 from helpers import CONFIGS
+from helpers.cli import run_bandpo
 
 
-def bandpo(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_DISABLED": "true"}
-    command = [sys.executable, "-m", "bandpo_lab.cli.main", *map(str, args)]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-
-
-def test_train_overrides_on_both_sides_of_a_flag_apply_in_order(tmp_path: Path) -> None:
+def test_train_overrides_on_both_sides_of_a_flag_apply_in_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("trl")
     out = tmp_path / "x"
-    proc = bandpo(
-        "train", "--config", CONFIGS / "tiny.yaml", "max_steps=5", "method=cispo", "--dry-run",
-        f"output_dir={out}", "max_steps=7",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
+    from bandpo_lab.config.documents import ConfigWarning
+
+    with pytest.warns(ConfigWarning, match="switches the method from 'band'"):
+        status, stdout, stderr = run_bandpo(
+            capsys, "train", "--config", CONFIGS / "tiny.yaml", "max_steps=5", "method=cispo", "--dry-run",
+            f"output_dir={out}", "max_steps=7",
+        )  # fmt: skip
+    assert status == 0, stderr[-2000:]
+    lines = stdout.splitlines()
     assert "method: cispo" in lines and f"output_dir: {out}" in lines
     assert "max_steps: 7" in lines  # the later override of a key wins, as on an unsplit line
     assert not out.exists()  # a dry run
@@ -51,14 +53,16 @@ def test_train_overrides_on_both_sides_of_a_flag_apply_in_order(tmp_path: Path) 
     ],
     ids=["compare", "demo"],
 )
-def test_an_override_after_a_flag_reaches_the_config(command: list, message: str, tmp_path: Path) -> None:
+def test_an_override_after_a_flag_reaches_the_config(
+    command: list, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("trl")
     out = tmp_path / "out"
     flag = "--output-dir" if command[0] == "demo" else None
     args = [*command, *([flag, out] if flag else [f"output_dir={out}"])]
-    proc = bandpo(*args)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
-    assert "unrecognized arguments" not in proc.stderr and not out.exists()
+    status, _, stderr = run_bandpo(capsys, *args)
+    assert status == 2 and message in stderr, stderr[-2000:]
+    assert "unrecognized arguments" not in stderr and not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -69,10 +73,12 @@ def test_an_override_after_a_flag_reaches_the_config(command: list, message: str
     ],
     ids=["unknown-flag", "no-overrides"],
 )
-def test_unknown_arguments_are_still_errors(args: list, extras: str) -> None:
-    proc = bandpo(*args)
-    assert proc.returncode == 2
-    assert proc.stderr.splitlines()[-1] == f"bandpo {args[0]}: error: unrecognized arguments: {extras}"
+def test_unknown_arguments_are_still_errors(
+    args: list, extras: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, stderr = run_bandpo(capsys, *args)
+    assert status == 2
+    assert stderr.splitlines()[-1] == f"bandpo {args[0]}: error: unrecognized arguments: {extras}"
 
 
 def test_warnings_of_the_library_and_of_the_lab_are_bandpos_own() -> None:

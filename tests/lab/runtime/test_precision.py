@@ -26,6 +26,7 @@ from bandpo_lab.runtime import (
     resolve_precision,
 )
 from helpers import CONFIGS, REPO
+from helpers.cli import exit_status
 
 AMX = "processor : 0\nflags : fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
 AVX2 = "processor : 0\nflags : fpu sse avx2 fma\n"
@@ -149,17 +150,11 @@ def test_training_refuses_bf16_in_its_preflight(tmp_path: Path) -> None:
 def test_eval_and_probe_refuse_bf16_before_the_model(
     command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bandpo_lab.cli.main import main
-
     _no_model(monkeypatch)
     argv = [command, "--model", "tiny", "--precision", "bf16", "--no-progress"]
     if command == "probe":
         argv += ["--output-dir", str(tmp_path / "probe"), "--no-figures"]
-    try:
-        status = main(argv)
-    except SystemExit as exc:
-        status = exc.code
-    assert status == 2
+    assert exit_status(argv) == 2
     assert capsys.readouterr().err == f"bandpo {command}: error: --precision='bf16' {REFUSED}\n"
 
 
