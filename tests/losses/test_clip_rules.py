@@ -272,6 +272,12 @@ def test_cap_one_validator_same_message(cap: object) -> None:
             {"delta": 300.0},  # x max_scale 4
             r"^delta \* max_scale \(the largest per-token radius\) must be a finite number in \(0, 1000\].*got 1200.0$",
         ),
+        (  # the smallest radius too: below 1e-12 reverse KL's Newton step gives NaN
+            "adaptive_band",
+            {"divergence": "reverse_kl", "min_scale": 1e-30},  # x delta 0.05
+            r"^delta \* min_scale \(the smallest per-token radius\) must be at least 1e-12 .*got 5e-32$",
+        ),
+        ("adaptive_band", {"delta": 1e-12}, r"^delta \* min_scale .* must be at least 1e-12 .*got 2\.5e-13$"),
         ("dppo_tv", {"truncation_c": 1.0}, r"truncation_c must be a finite number > 1, got 1.0$"),
         ("dppo_kl", {"truncation_c": 0.5}, r"truncation_c must be a finite number > 1, got 0.5$"),
         ("dppo_kl", {"truncation_c": float("inf")}, r"truncation_c must be a finite number > 1, got inf"),

@@ -308,6 +308,7 @@ class AdaptiveBandClip(ClipRule):
         hi = check_positive_number("max_scale", self.max_scale)
         if lo > hi:
             raise ValueError(f"min_scale must be <= max_scale, got {self.min_scale!r} > {self.max_scale!r}")
+        check_delta("delta * min_scale (the smallest per-token radius)", self.delta * lo, div)
         check_delta("delta * max_scale (the largest per-token radius)", self.delta * hi, div)
         resolve_method(div, "auto", scalar_delta=False)
 
