@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 try:
@@ -12,6 +13,7 @@ import pytest
 
 from bandpo.validation import (
     check_int_in,
+    check_not_none,
     check_number_above,
     check_number_in,
     check_positive_number,
@@ -131,3 +133,24 @@ def test_is_finite_real_is_the_test_behind_the_number_checks(value: object, want
     if not want:
         with pytest.raises(ValueError, match="x must be a finite number"):
             check_number_in("x", value, -10, 10)
+
+
+@dataclasses.dataclass
+class _Section:
+    required: int
+    delta: float = 0.05
+    cap: float | None = 10.0
+    end: float | None = None
+
+
+def test_check_not_none_refuses_null_only_where_the_field_has_no_none() -> None:
+    check_not_none(
+        "sec", {"cap": None, "end": None, "delta": 0.1, "other": None}, _Section
+    )  # allowed / unknown
+    check_not_none("sec", {}, _Section)  # absent keys take their defaults
+    with pytest.raises(
+        ValueError, match=r"^sec\.delta must be set, got None \(leave the key out for its default, 0\.05\)$"
+    ):
+        check_not_none("sec", {"delta": None}, _Section)
+    with pytest.raises(ValueError, match=r"^sec\.required must be set, got None$"):  # no default to name
+        check_not_none("sec", {"required": None}, _Section)

@@ -7,11 +7,16 @@ no tensor imports: importable from anywhere (core to cli). Tensor checks live in
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import typing
+from collections.abc import Mapping
 from numbers import Integral, Real
 
 __all__ = [
     "check_int_in",
+    "check_not_none",
     "check_number_above",
     "check_number_in",
     "check_positive_number",
@@ -86,3 +91,28 @@ def check_int_in(
         allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
         raise error(f"{name} must be {allowed}{note}, got {value!r}")
     return int(value)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=16)
+def _fields_without_none(fields: type) -> dict[str, object]:
+    """The dataclass ``fields``' fields whose type does not admit ``None`` (``delta: float``, not
+    ``cap: float | None``), with their defaults."""
+    hints = typing.get_type_hints(fields)
+    return {
+        field.name: field.default
+        for field in dataclasses.fields(fields)
+        if type(None) not in typing.get_args(hints[field.name]) and hints[field.name] is not type(None)
+    }
+
+
+def check_not_none(section: str, values: Mapping[str, object], fields: type) -> None:
+    """``None`` (a config's ``null``) only where the dataclass ``fields`` types a field ``X | None``: a framework's
+    config section reads ``null`` as an absent key, so a ``delta: null`` would otherwise run with the default
+    radius without a word. Raises ``ValueError`` naming ``<section>.<key>`` and the default an absent key takes,
+    e.g. ``policy_loss.delta must be set, got None (leave the key out for its default, 0.05)``."""
+    for key, default in _fields_without_none(fields).items():
+        if key in values and values[key] is None:
+            hint = (
+                "" if default is dataclasses.MISSING else f" (leave the key out for its default, {default!r})"
+            )
+            raise ValueError(f"{section}.{key} must be set, got None{hint}")

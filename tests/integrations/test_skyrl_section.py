@@ -49,6 +49,14 @@ def test_config_defaults_select_band_and_build_from_cli() -> None:
             "bandpo.diagnostics=all",
             r"trainer\.algorithm\.bandpo\.diagnostics must be one of full, basic, none, got 'all'",
         ),
+        (  # null is not "absent": the default would run without a word
+            "bandpo.delta=null",
+            r"^trainer\.algorithm\.bandpo\.delta must be set, got None \(leave the key out for its default, 0\.05\)$",
+        ),
+        (
+            "bandpo.divergence=null",
+            r"^trainer\.algorithm\.bandpo\.divergence must be set, got None .*'kl'\)$",
+        ),
         ("bandpo.bogus=1", r"(Invalid fields \{'bogus'\} for BandPOLossConfig|unknown field)"),
         (
             "policy_loss_type=bandpo_dcpp",

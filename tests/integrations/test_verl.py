@@ -354,6 +354,14 @@ def test_every_rule_is_a_loss_mode_and_its_parameters_are_checked_when_the_confi
             r": clip_ratio_high must be a finite number in \(0, 1000\]",
         ),
         ("bandpo_dppo_tv", {"clip_ratio_c": 1.0}, r": clip_ratio_c must be a finite number > 1, got 1\.0\b"),
+        *(
+            (
+                mode,
+                {"clip_ratio_c": 0.5},
+                rf"actor\.clip_ratio_c must be a number > 1 \(the dual clip's c of loss_mode '{mode}'\), got 0\.5",
+            )
+            for mode in ("bandpo", "dcpo", "bandpo_grpo")
+        ),
         ("dcpo", {"clip_ratio_low": -0.1}, r": clip_ratio_low must be a finite number >= 0, got -0\.1\b"),
         ("bandpo", {"delta": -1}, r": policy_loss\.delta must be a finite number > 0, got -1"),
     ],
@@ -366,6 +374,27 @@ def test_rule_parameter_errors_name_verls_setting(
     InstantiationException), not at the first update: the actor-level keys too, through ``check_actor_configs``."""
     with pytest.raises(Exception, match=message):
         actor_config(loss_mode, **setting)
+
+
+@pytest.mark.parametrize(
+    ("key", "default"),
+    [
+        ("delta", "0.05"),
+        ("divergence", "'kl'"),
+        ("method", "'auto'"),
+        ("delta_schedule", "'constant'"),
+        ("diagnostics", "'full'"),
+    ],
+)
+def test_null_is_refused_where_the_field_has_no_none(key: str, default: str) -> None:
+    """``null`` in a field typed without ``None`` is refused (verl's config and a plain section alike), not read
+    as an absent key whose default then runs without a word; ``cap: null`` keeps its meaning (no cap)."""
+    message = rf"^policy_loss\.{key} must be set, got None \(leave the key out for its default, {default}\)$"
+    with pytest.raises(ValueError, match=message):
+        bverl.BandPOPolicyLossConfig(loss_mode="bandpo", **{key: None})
+    with pytest.raises(ValueError, match=message):
+        bverl.clip_method_from_config("bandpo", {"policy_loss": {"loss_mode": "bandpo", key: None}})
+    assert bverl.clip_method_from_config("bandpo", {"policy_loss": {"cap": None}}).clip_rule.cap is None
 
 
 def test_the_actor_check_wraps_verls_post_init_once_and_leaves_other_modes_alone() -> None:

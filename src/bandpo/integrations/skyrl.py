@@ -44,6 +44,7 @@ from bandpo.integrations.skyrl_section import (
     schedule_for,
 )
 from bandpo.losses.clip_rules import CLIP_RULES
+from bandpo.losses.inputs import is_dual_clip_c
 from bandpo.losses.method import LOSS_NAME, RULE_PREFIX, entropy_rule, loss_names
 from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.losses.terms import framework_metrics
@@ -271,11 +272,7 @@ def _algorithm_config_post_init(self: Any) -> None:
     if rule is None:
         return
     clip_method_for(rule, self)  # the rule's parameters and its radius schedule
-    if self.bandpo.dual_clip and not (
-        isinstance(self.clip_ratio_c, (int, float))
-        and not isinstance(self.clip_ratio_c, bool)
-        and self.clip_ratio_c > 1
-    ):
+    if self.bandpo.dual_clip and not is_dual_clip_c(self.clip_ratio_c):
         raise ValueError(
             f"trainer.algorithm.clip_ratio_c must be a number > 1 for bandpo's dual clip, got {self.clip_ratio_c!r} "
             f"(or set {_SECTION}.dual_clip=false)"

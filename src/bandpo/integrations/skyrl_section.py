@@ -15,6 +15,7 @@ from typing import Any
 from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA, ClipRule
 from bandpo.losses.method import ClipMethod, clip_method, freeze
 from bandpo.losses.schedule import RadiusSchedule
+from bandpo.validation import check_not_none
 
 __all__ = ["ANCHORS", "SKYRL_NAMES", "clip_method_for", "clip_rule_for", "rule_params", "schedule_for"]
 
@@ -137,6 +138,7 @@ def _check_section(values: Mapping[str, Any]) -> None:
         raise ValueError(
             f"{_SECTION}.rule_kwargs must be a mapping of clip-rule parameters, got {values['rule_kwargs']!r}"
         )
+    check_not_none(_SECTION, values, _LossFields)
 
 
 def _settings(section: Mapping[str, Any], algorithm: Any, total_steps: int | None) -> dict[str, Any]:

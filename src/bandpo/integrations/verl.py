@@ -29,11 +29,13 @@ from bandpo.integrations.verl_env import TrlConflictWarning, trl_conflict
 from bandpo.integrations.verl_steps import record_global_steps, set_global_step, update_step
 from bandpo.losses.clip_rules import PAPER_CAP, PAPER_DELTA, ClipRule, clip_rule_params
 from bandpo.losses.diagnostics import check_diagnostics
+from bandpo.losses.inputs import is_dual_clip_c
 from bandpo.losses.method import ClipMethod, clip_method, entropy_rule, freeze, loss_names
 from bandpo.losses.policy_loss import per_token_policy_loss
 from bandpo.losses.schedule import RadiusSchedule
 from bandpo.losses.terms import TokenTerms, framework_metrics
 from bandpo.registry import did_you_mean
+from bandpo.validation import check_not_none
 
 try:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
@@ -246,7 +248,9 @@ def _settings(policy_loss: Any, config: Any = None) -> dict[str, Any]:
     with a key that is no field of :class:`BandPOPolicyLossConfig` raises, and a plain dict ``config`` with a
     misspelling of a key bandpo reads there (:func:`_check_keys`)."""
     _check_keys(policy_loss, config)
-    settings = {f"policy_loss.{key}": _param(policy_loss, key) for key in _POLICY_LOSS_FIELDS}
+    fields = {key: _param(policy_loss, key) for key in _POLICY_LOSS_FIELDS}
+    check_not_none("policy_loss", fields, BandPOPolicyLossConfig)
+    settings = {f"policy_loss.{key}": value for key, value in fields.items()}
     relax = settings["policy_loss.relax"]
     settings["policy_loss.relax"] = None
     if config is not None:
@@ -301,8 +305,17 @@ def check_actor_config(config: Any) -> None:
         ValueError: as :func:`clip_method_from_config`, naming verl's key.
     """
     mode = _get(_get(config, "policy_loss", None), "loss_mode", None)
-    if isinstance(mode, str) and mode in _MODE_RULES:
-        clip_method_from_config(mode, config)
+    if not (isinstance(mode, str) and mode in _MODE_RULES):
+        return
+    if (
+        clip_method_from_config(mode, config).clip_rule.truncation_c is None
+    ):  # clip_ratio_c is the dual clip's c
+        clip_ratio_c = _get(config, "clip_ratio_c", 3.0)
+        if not is_dual_clip_c(clip_ratio_c):
+            raise ValueError(
+                f"actor.clip_ratio_c must be a number > 1 (the dual clip's c of loss_mode {mode!r}), "
+                f"got {clip_ratio_c!r}"
+            )
 
 
 def check_actor_configs() -> bool:

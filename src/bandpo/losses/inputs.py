@@ -33,6 +33,12 @@ class ObjectiveInputs(NamedTuple):
     ref_log_prob: Tensor | None  #: (B, T) float
 
 
+def is_dual_clip_c(value: object) -> bool:
+    """Whether ``value`` can be the dual clip's ``c`` (``clip_ratio_c``): a real number > 1, not a bool (``inf``
+    keeps the dual clip out of effect). The test behind every adapter's check of its own spelling of ``c``."""
+    return isinstance(value, Real) and not isinstance(value, bool) and value > 1.0
+
+
 class _DefaultClipRatioC(float):
     """The type of :data:`DEFAULT_CLIP_RATIO_C`: a float that tells the default from a value the caller passed."""
 
@@ -134,9 +140,7 @@ def check_objective_inputs(
             f"clip_rule must be a registered clip rule name ({', '.join(CLIP_RULES.names())}) or a ClipRule "
             f"(bandpo.make_clip_rule(name, **params)), got {type(clip_rule).__name__} {clip_rule!r}"
         )
-    if clip_ratio_c is not None and not (
-        isinstance(clip_ratio_c, Real) and not isinstance(clip_ratio_c, bool) and clip_ratio_c > 1.0
-    ):
+    if clip_ratio_c is not None and not is_dual_clip_c(clip_ratio_c):
         raise ValueError(
             f"clip_ratio_c must be a number > 1 (or None to disable dual clip), got {clip_ratio_c!r}"
         )
