@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from numbers import Integral, Real
 
 __all__ = [
+    "check_bool",
     "check_int_in",
     "check_not_none",
     "check_number_above",
@@ -34,6 +35,13 @@ def is_finite_real(value: object) -> bool:
         return math.isfinite(float(value))
     except OverflowError:  # an integer beyond float's range (10**400)
         return False
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` must be ``True`` or ``False`` (a string such as ``"false"`` would be truthy)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def check_positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:

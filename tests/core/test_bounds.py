@@ -408,6 +408,15 @@ def test_per_token_delta_does_not_import_sympy() -> None:
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_the_value_check_switch_is_a_bool(value: object) -> None:
+    """A string such as ``"no"`` would be truthy: refused, as Band's rules refuse it."""
+    with pytest.raises(
+        ValueError, match=rf"^check_values must be True or False, got {re.escape(repr(value))}$"
+    ):
+        bandpo.band_bounds(torch.tensor([-1.0]), 0.05, check_values=value)
+
+
 def test_value_checks_can_be_switched_off() -> None:
     """``check_values=False``: no error and no host sync for a positive log-prob; garbage in, finite clamped garbage
     out (inside [0, 1] and [1, cap]), and the valid token's bounds are the checked call's."""

@@ -380,6 +380,8 @@ def test_loss_accepts_log_probabilities_and_refuses_the_rest(name: str, value: f
         ):
             policy_loss(**args, clip_rule="band")
         policy_loss(**args, clip_rule="band", check_values=False)  # the switch skips the value checks
+        with pytest.raises(ValueError, match=r"^check_values must be True or False, got 'false'$"):
+            policy_loss(**args, clip_rule="band", check_values="false")  # truthy: would check
         return
     for rule in CLIP_RULES.names():
         lp = args["log_prob"].clone().requires_grad_(True)
@@ -843,6 +845,9 @@ def test_group_advantages_refuses_a_non_finite_reward(index: int, value: float) 
     with pytest.raises(ValueError, match=match):
         group_advantages(r, 4)
     assert torch.isnan(group_advantages(r, 4, check_values=False)[index // 4 * 4]).item()
+    for name in ("check_values", "normalize_std"):
+        with pytest.raises(ValueError, match=rf"^{name} must be True or False, got 'no'$"):
+            group_advantages(r, 4, **{name: "no"})
     r[3] = math.nan
     with pytest.raises(ValueError, match=rf"found 2 other value\(s\), the first rewards\[{min(index, 3)}\]"):
         group_advantages(r, 4)

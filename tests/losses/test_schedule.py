@@ -3,6 +3,7 @@ endpoints, monotonicity, validation, and the scheduled rule's solver (no KL tabl
 
 from __future__ import annotations
 
+import fractions
 import itertools
 import math
 
@@ -111,6 +112,8 @@ def test_monotone_between_start_and_end(kind: str, start: float, end: float, hol
             r"^hold_frac must be .* \[0, 1\), got 1\.0$",
         ),
         ({"kind": "hold_then_linear", "end": 0.02, "hold_frac": -0.1}, r"hold_frac must .* got -0\.1$"),
+        ({"kind": "hold_then_linear", "end": 0.02, "hold_frac": "0.3"}, r"hold_frac must .* got '0\.3'$"),
+        ({"kind": "hold_then_linear", "end": 0.02, "hold_frac": True}, r"hold_frac must .* got True$"),
         (
             {"kind": "linear", "end": 0.02, "total_steps": 0},
             r"^total_steps must be an integer >= 1 or None, got 0$",
@@ -125,6 +128,12 @@ def test_bad_input_is_one_line_naming_the_value(kwargs: dict, match: str) -> Non
     with pytest.raises(ValueError, match=match) as err:
         RadiusSchedule(**kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_hold_frac_takes_any_real_number_as_start_and_end_do() -> None:
+    """Any finite real in [0, 1) (``numbers.Real``: a numpy float too), as ``start`` and ``end`` take any."""
+    schedule = RadiusSchedule("hold_then_linear", 0.2, 0.02, hold_frac=fractions.Fraction(1, 4))
+    assert schedule.hold_frac == 0.25 and type(schedule.hold_frac) is float
 
 
 def test_labels_name_the_callers_fields() -> None:

@@ -49,6 +49,7 @@ from bandpo.core.checks import (
 )
 from bandpo.core.divergences import DIVERGENCES, FAST_SOLVERS, Divergence, LogSolver
 from bandpo.registry import Registry
+from bandpo.validation import check_bool
 
 logger = logging.getLogger(__name__)
 
@@ -318,6 +319,7 @@ def band_bounds(
         (``relax`` may widen them to its fixed interval).
     """
     check_float_tensor("old_log_prob", old_log_prob)
+    check_bool("check_values", check_values)
     div = resolve_divergence(divergence)
     scalar_delta = not isinstance(delta, Tensor)
     cdt = _compute_dtype(old_log_prob, compute_dtype)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from bandpo.core.checks import check_float_tensor
-from bandpo.validation import check_int_in, check_positive_number
+from bandpo.validation import check_bool, check_int_in, check_positive_number
 
 
 def group_advantages(
@@ -43,6 +43,8 @@ def group_advantages(
         rewards = rewards.to(torch.float32)  # integer or bool rewards (a verifier's 0/1)
     check_float_tensor("rewards", rewards)
     check_positive_number("eps", eps, allow_zero=True)
+    check_bool("normalize_std", normalize_std)
+    check_bool("check_values", check_values)
     if rewards.dim() != 1:
         raise ValueError(f"rewards must have shape (B,), got {tuple(rewards.shape)}")
     group_size = check_int_in("group_size", group_size, 1)

@@ -23,7 +23,7 @@ from bandpo.core.bounds import band_bounds, resolve_divergence, resolve_method
 from bandpo.core.checks import check_cap, check_delta, check_relax
 from bandpo.core.divergences import Divergence
 from bandpo.registry import Registry, did_you_mean
-from bandpo.validation import check_number_above, check_number_in, check_positive_number
+from bandpo.validation import check_bool, check_number_above, check_number_in, check_positive_number
 
 PAPER_DELTA = 0.05
 """The authors' trust-region radius (BandPO's default and best value): the default of every Band radius."""
@@ -170,8 +170,7 @@ def _check_band_params(divergence: object, delta: object, cap: object, check_val
     div = resolve_divergence(divergence)
     check_delta("delta", delta, div)
     check_cap(cap)
-    if not isinstance(check_values, bool):
-        raise ValueError(f"check_values must be True or False, got {check_values!r}")
+    check_bool("check_values", check_values)
     return div
 
 

@@ -15,7 +15,7 @@ from bandpo.core.checks import FLOAT_DTYPES, check_float_tensor, expand_advantag
 from bandpo.losses.aggregation import LOSS_AGG_MODES
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, make_clip_rule
 from bandpo.losses.kl import KL_ESTIMATORS
-from bandpo.validation import check_number_above, check_positive_number
+from bandpo.validation import check_bool, check_number_above, check_positive_number
 
 
 class ObjectiveInputs(NamedTuple):
@@ -121,6 +121,7 @@ def check_objective_inputs(
     ``ValueError`` naming each argument and its device). Shape, dtype and name checks always run;
     ``check_values`` adds the checks that sync with the host (a 0/1 mask, finite values at real tokens).
     """
+    check_bool("check_values", check_values)
     for name, x in (("log_prob", log_prob), ("old_log_prob", old_log_prob), ("advantages", advantages)):
         check_float_tensor(name, x)
     if log_prob.dim() != 2:

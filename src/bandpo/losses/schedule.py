@@ -33,7 +33,7 @@ from dataclasses import InitVar, dataclass
 from bandpo.core.bounds import resolve_divergence, resolve_method
 from bandpo.losses.clip_rules import CLIP_RULES, ClipRule, clip_rule_params
 from bandpo.registry import Registry
-from bandpo.validation import check_int_in, check_positive_number
+from bandpo.validation import check_int_in, check_positive_number, is_finite_real
 
 __all__ = [
     "RADIUS_SCHEDULES",
@@ -127,7 +127,7 @@ class RadiusSchedule:
                 f"{name('end')} must be set (a finite number > 0) for {name('kind')}={kind!r}, got None"
             )
         hold = self.hold_frac
-        if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0.0 <= hold < 1.0:
+        if not is_finite_real(hold) or not 0.0 <= float(hold) < 1.0:
             raise ValueError(f"{name('hold_frac')} must be a finite number in [0, 1), got {hold!r}")
         object.__setattr__(self, "hold_frac", float(hold))
         if self.total_steps is not None:
