@@ -468,6 +468,28 @@ def test_a_radius_below_the_smallest_is_refused_and_the_smallest_gives_finite_bo
             assert (lo[2:] > 0.99).all() and (hi[3:] < 1.01).all(), (dtype, lo, hi)
 
 
+@pytest.mark.parametrize("name", ["chi2", "neyman_chi2", "reverse_kl"])
+def test_the_unbounded_divergences_take_radii_up_to_the_largest_and_refuse_more(name: str) -> None:
+    """``chi2`` at 1e39 raised inside ``torch.full`` (float32 overflow) and ``neyman_chi2`` at 1e38 gave NaN at
+    p = 1: every divergence now takes at most ``DELTA_MAX``, scalar or per token, and gives finite bounds in the
+    simplex there in every dtype and solver."""
+    from bandpo.core.checks import DELTA_MAX
+
+    logp = torch.tensor([-math.inf, -100.0, -80.0, -10.0, -1.0, -1e-8, 0.0])
+    for delta in (1e31, 1e39):
+        with pytest.raises(
+            ValueError, match=rf"^delta must be at most 1e\+30 \(.*\), got {re.escape(repr(delta))}$"
+        ):
+            bandpo.band_bounds(logp, delta, name)
+    with pytest.raises(ValueError, match=r"^delta must hold radii of at most 1e\+30, found 1e\+31$"):
+        bandpo.band_bounds(logp.double(), torch.full_like(logp.double(), 1e31), name)
+    for dtype in (torch.bfloat16, torch.float32, torch.float64):
+        for method in ("auto", "bisection"):
+            lo, hi = bandpo.band_bounds(logp.to(dtype), DELTA_MAX, name, cap=None, method=method)
+            assert not (lo.isnan().any() or hi.isnan().any()), (dtype, method, lo, hi)
+            assert ((lo >= 0) & (lo <= 1) & (hi >= 1)).all(), (dtype, method, lo, hi)
+
+
 def test_solvers_registry_dispatches_band_bounds() -> None:
     """``SOLVERS`` is the dispatch, not a list of names beside an if-chain: a solver registered there is what
     ``band_bounds(method=name)`` runs, refusals included, and ``auto`` tries the entries in their order."""

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from bandpo.core import solvers
 from bandpo.core.checks import (
+    DELTA_MAX,
     DELTA_MIN,
     check_cap,
     check_delta,
@@ -342,6 +343,8 @@ def band_bounds(
             first = delta_t[out].reshape(-1)[0].item()
             if 0 < first < DELTA_MIN:
                 raise ValueError(f"delta must hold radii of at least {DELTA_MIN:g}, found {first!r}")
+            if DELTA_MAX < first < math.inf and div.max_delta > DELTA_MAX:
+                raise ValueError(f"delta must hold radii of at most {DELTA_MAX:g}, found {first!r}")
             raise ValueError(f"delta must hold finite numbers {delta_range(div)}, found {first!r}")
     cap = check_cap(cap)
     if cap is not None:  # beyond the compute or output dtype's range: its largest number (float16: 65504)

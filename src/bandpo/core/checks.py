@@ -68,19 +68,25 @@ DELTA_MIN = 1e-12
 under 1.5e-6 at p = 1/2: near float32's resolution of 1, and the iterative solvers lose the bound (reverse KL's and
 JS's Newton gave NaN from about 1e-30 in float32, 1e-33 in float64)."""
 
+DELTA_MAX = 1e30
+"""The largest radius any divergence accepts (KL's own limit, 1000, is lower): the unbounded divergences (chi^2,
+Neyman chi^2, reverse KL) have no finite one, and above about 1e38 float32 overflows (``chi2`` raised inside
+``torch.full``, ``neyman_chi2`` gave NaN at p = 1)."""
+
 
 def delta_refused(delta: Tensor, divergence: Divergence) -> Tensor:
     """Where a radius tensor lies outside ``divergence``'s range (:func:`check_delta`): bool, no host sync."""
     return (
         ~torch.isfinite(delta)
         | (delta < DELTA_MIN)
-        | (delta > divergence.max_delta)
+        | (delta > min(divergence.max_delta, DELTA_MAX))
         | (delta >= divergence.saturating_delta)
     )
 
 
 def check_delta(name: str, value: object, divergence: Divergence) -> float:
-    """A trust-region radius of ``divergence``: a finite number in ``(0, divergence.max_delta]`` and below
+    """A trust-region radius of ``divergence``: a finite number in ``[DELTA_MIN, divergence.max_delta]`` (at most
+    :data:`DELTA_MAX` for the unbounded ones) and below
     ``divergence.saturating_delta`` (a bounded divergence: TV < 1, squared Hellinger < 2, JS < log 2; at or
     above, the bounds are the whole simplex ``[0, 1/p]`` for every p, a clip rule that clips nothing).
 
@@ -90,6 +96,10 @@ def check_delta(name: str, value: object, divergence: Divergence) -> float:
     delta = check_positive_number(name, value)
     if delta > divergence.max_delta or delta >= divergence.saturating_delta:
         raise ValueError(f"{name} must be a finite number {delta_range(divergence)}, got {value!r}")
+    if delta > DELTA_MAX:
+        raise ValueError(
+            f"{name} must be at most {DELTA_MAX:g} (larger radii overflow float32), got {value!r}"
+        )
     if delta < DELTA_MIN:
         raise ValueError(
             f"{name} must be at least {DELTA_MIN:g} (below it the bounds differ from 1 by less than the solvers "
