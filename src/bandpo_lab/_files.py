@@ -265,15 +265,26 @@ def output_dir_problem(path: str | Path, name: str = "output_dir") -> str | None
 
 
 def output_file_problem(path: str | Path, name: str) -> str | None:
-    """Why ``path`` cannot be a file a command writes, in one line naming ``name``, or ``None``: it is empty, an
-    existing directory, something above it is a file, or its nearest existing folder takes no new entry
+    """Why ``path`` cannot be a file a command writes, in one line naming ``name``, or ``None``: it is empty, a
+    symbolic link, an existing directory or other file that is not a regular one (``/dev/null``: the atomic write
+    replaces what is at the name), something above it is a file, or its nearest existing folder takes no new entry
     (:func:`_write_problem`)."""
     p = Path(path)
     if not str(path).strip():
         return f"{name} must be a file path, got {str(path)!r}"
     try:
+        if p.is_symlink():  # a link, even to a file: the write would replace the link, not write its target
+            return (
+                f"{name} {str(path)!r} is a symbolic link (to {os.readlink(p)!r}): bandpo writes its file in place of "
+                "what is at that name, so the link would be lost; give the path it points to, or a new file"
+            )
         if p.is_dir():
             return f"{name} {str(path)!r} is a directory; it must be a file path"
+        if p.exists() and not p.is_file():
+            return (
+                f"{name} {str(path)!r} is not a regular file (a device, pipe or socket): bandpo writes its file in "
+                "place of what is at that name; choose a file path"
+            )
     except OSError:
         return None
     return _above_problem(path, name, "its folder must be a directory")

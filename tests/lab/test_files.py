@@ -136,6 +136,29 @@ def test_an_output_where_nothing_can_be_created_is_refused_up_front() -> None:
     )
 
 
+def test_an_output_that_is_a_link_or_no_regular_file_is_refused(tmp_path: Path) -> None:
+    """The atomic write replaces what is at the name: ``--output /dev/null`` (as root) replaced the device by a
+    file, and a symbolic link became a file, its target left as it was. Both are refused; nothing is touched."""
+    target = tmp_path / "keep" / "real.json"
+    target.parent.mkdir()
+    target.write_text("{}")
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    assert output_file_problem(link, "--output") == (
+        f"--output '{link}' is a symbolic link (to '{target}'): bandpo writes its file in place of what is at that "
+        "name, so the link would be lost; give the path it points to, or a new file"
+    )
+    assert output_file_problem(target, "--output") is None  # the file it points to is a regular file
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for special in (fifo, Path("/dev/null")):
+        assert output_file_problem(special, "--output") == (
+            f"--output '{special}' is not a regular file (a device, pipe or socket): bandpo writes its file in "
+            "place of what is at that name; choose a file path"
+        )
+    assert link.is_symlink() and fifo.exists() and not fifo.is_file()
+
+
 def test_output_checks_leave_nothing_behind_and_refuse_an_empty_path(tmp_path: Path) -> None:
     assert output_dir_problem(tmp_path / "a" / "b") is None
     assert output_dir_problem(tmp_path) is None

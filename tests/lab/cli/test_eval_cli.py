@@ -164,6 +164,8 @@ def test_eval_errors_name_the_problem(
         (["--output", "{tmp}"], "--output '{tmp}' is a directory; it must be a file path"),
         (["--save-samples", "{tmp}"], "--save-samples '{tmp}' is a directory; it must be a file path"),
         (["--output", ""], "--output must be a file path, got ''"),
+        # the atomic write would replace the device by a file (as root)
+        (["--output", "/dev/null"], "--output '/dev/null' is not a regular file (a device, pipe or socket)"),
         # the prompt template and the attention (each failed only once the model had loaded)
         (
             ["--prompt-template", "Q: {{question}}"],
