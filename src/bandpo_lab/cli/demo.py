@@ -185,8 +185,9 @@ def run(args: argparse.Namespace) -> int:
     from bandpo_lab.eval.models import resolve_model_dir
     from bandpo_lab.training.config import ConfigError, load_train_config
     from bandpo_lab.training.layout import METRICS_FILE
+    from bandpo_lab.training.preflight import cache_dir
     from bandpo_lab.training.run import foreign_files, prepare, train
-    from bandpo_lab.training.tasks import TASKS, build_task_model, default_cache_dir
+    from bandpo_lab.training.tasks import TASKS, build_task_model
 
     for override in args.overrides:
         if _override_key(override) == "output_dir":
@@ -242,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
                 "a new or empty folder or an earlier demo's run; choose another --output-dir"
             )
         prepared = prepare(config, overwrite=True)
+        cache = cache_dir(config)  # model.cache_dir, as train reads it: one cached model for both evaluations
     except ConfigError as err:
         usage_error("demo", _flag_words(str(err), args.model is not None))
     if config.data.task is None:
@@ -273,13 +275,13 @@ def run(args: argparse.Namespace) -> int:
             task.name,
             config.data.task_options or {},
             config.model.warm_start or {},
-            default_cache_dir(),
+            cache,
             progress=not args.no_progress,
         )
     else:
         print(f"[1/4] model {config.model.path} (a built-in model is converted once, then cached)")
         try:
-            model_dir = resolve_model_dir(str(config.model.path))
+            model_dir = resolve_model_dir(str(config.model.path), cache_dir=cache)
         except EvalError as err:
             usage_error("demo", str(err))
     dataset = load_eval_dataset(

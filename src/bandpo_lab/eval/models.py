@@ -181,12 +181,19 @@ def resolve_model_dir(
     datasets: Sequence[str] = (),
     task_options: Mapping[str, Any] | None = None,
     build: Literal[True] = True,
+    *,
+    cache_dir: Path | None = None,
 ) -> Path: ...
 
 
 @overload
 def resolve_model_dir(
-    model: str | Path, datasets: Sequence[str], task_options: Mapping[str, Any] | None, build: bool
+    model: str | Path,
+    datasets: Sequence[str],
+    task_options: Mapping[str, Any] | None,
+    build: bool,
+    *,
+    cache_dir: Path | None = None,
 ) -> Path | None: ...
 
 
@@ -195,11 +202,14 @@ def resolve_model_dir(
     datasets: Sequence[str] = (),
     task_options: Mapping[str, Any] | None = None,
     build: bool = True,
+    *,
+    cache_dir: Path | None = None,
 ) -> Path | None:
     """``model`` as a model directory checked by :func:`check_model_dir`: a path, a built-in model name
     (:data:`bandpo_lab.models.MODELS`: its converted directory) or ``"tiny"`` (the cached warm-started model of
     the first built-in task among ``datasets``, built with ``task_options``); the last two are converted or built
-    now when not cached. With ``build`` False (a dry run): ``None`` for those two, after ``tiny``'s check.
+    now when not cached, in ``cache_dir`` (``None``: the default cache directory). With ``build`` False (a dry
+    run): ``None`` for those two, after ``tiny``'s check.
 
     Raises:
         EvalError: ``tiny`` without a built-in task that has a tiny model among ``datasets``; a path
@@ -208,11 +218,12 @@ def resolve_model_dir(
     from bandpo_lab.models import ModelUnavailableError, builtin_model_dir, is_builtin_model
     from bandpo_lab.training.tasks import TASKS, build_task_model, default_cache_dir
 
+    cache = default_cache_dir() if cache_dir is None else cache_dir
     if is_builtin_model(str(model)):
         if not build:
             return None
         try:
-            path = builtin_model_dir(str(model), default_cache_dir())
+            path = builtin_model_dir(str(model), cache)
         except ModelUnavailableError as err:
             raise EvalError(f"--model {model}: {err}") from err
         return check_model_dir(path)[0]
@@ -228,7 +239,7 @@ def resolve_model_dir(
             )
         if not build:
             return None
-        path = Path(build_task_model(task, task_options or {}, {}, default_cache_dir()))
+        path = Path(build_task_model(task, task_options or {}, {}, cache))
     else:
         path = Path(model)
     return check_model_dir(path)[0]

@@ -144,7 +144,7 @@ def fake_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr("bandpo_lab.training.run.prepare", lambda config, overwrite: None)
     monkeypatch.setattr("bandpo_lab.training.run.train", train)
     monkeypatch.setattr("bandpo_lab.training.tasks.build_task_model", lambda *args, **kw: tmp_path / "model")
-    monkeypatch.setattr("bandpo_lab.eval.models.resolve_model_dir", lambda model: tmp_path / "model")
+    monkeypatch.setattr("bandpo_lab.eval.models.resolve_model_dir", lambda model, **kw: tmp_path / "model")
     monkeypatch.setattr("bandpo_lab.eval.datasets.load_eval_dataset", lambda *args, **kwargs: None)
     monkeypatch.setattr("bandpo_lab.cli.demo._evaluate", lambda *args: scores)
 
@@ -223,6 +223,29 @@ def test_demo_grpo_command_repeats_the_runs_settings(
     assert (out / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tail share 100.0% " in stdout
     assert json.loads((out / "demo_summary.json").read_text())["training"]["tail_share"] == 1.0
+
+
+@pytest.mark.usefixtures("fake_work")
+@pytest.mark.parametrize("argv", [[], ["--model", "smollm2-135m"]], ids=["tiny", "builtin"])
+def test_demo_takes_its_model_from_model_cache_dir(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The evaluation before RL took its model from the default cache while the training read ``model.cache_dir``:
+    a second build of the warm start, written where the user had sent nothing. Both now read train's cache."""
+    from bandpo_lab.cli.main import main
+
+    seen: list[Path] = []
+    model = tmp_path / "model"
+    monkeypatch.setattr(
+        "bandpo_lab.training.tasks.build_task_model", lambda *a, **kw: seen.append(a[3]) or model
+    )
+    monkeypatch.setattr(
+        "bandpo_lab.eval.models.resolve_model_dir", lambda name, **kw: seen.append(kw["cache_dir"]) or model
+    )
+    monkeypatch.setenv("BANDPO_CACHE_DIR", str(tmp_path / "default-cache"))
+    mine = tmp_path / "mine"
+    assert main(["demo", *argv, "--output-dir", str(tmp_path / "demo"), f"model.cache_dir={mine}"]) == 0
+    assert seen == [mine]
 
 
 @pytest.mark.usefixtures("fake_work")
