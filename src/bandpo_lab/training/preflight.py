@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,12 @@ def check_batch(config: TrainConfig, world_size: int) -> None:
         )
 
 
+def _flash_attention() -> dict[str, Callable[[], bool]]:
+    from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
+
+    return {"flash_attention_2": is_flash_attn_2_available, "flash_attention_3": is_flash_attn_3_available}
+
+
 def attention_problem(value: str | None, name: str, at: str | None = None) -> str | None:
     """Why ``from_pretrained`` would refuse ``attn_implementation=value`` once the model has loaded, or ``None``:
     a name the installed transformers knows (with or without its ``paged|`` prefix) or a Hub kernel (``org/name``)
@@ -91,6 +97,12 @@ def attention_problem(value: str | None, name: str, at: str | None = None) -> st
 
     allowed = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
     if value in allowed or value.removeprefix("paged|") in allowed:
+        available = _flash_attention().get(value.removeprefix("paged|"))
+        if available is not None and not available():
+            return (
+                f"{located(f'{name}={value!r}', at)} needs the flash-attn package and a CUDA GPU, which this machine "
+                f"lacks (transformers' {available.__name__}() is False): use sdpa or eager"
+            )
         return None
     try:
         from transformers.integrations.hub_kernels import is_kernel
@@ -104,14 +116,26 @@ def attention_problem(value: str | None, name: str, at: str | None = None) -> st
     )
 
 
+LIBRARY_SETTINGS: tuple[tuple[str, str, str, str], ...] = (
+    ("use_vllm", "vllm", "vllm", "samples with vLLM"),
+    ("use_liger_kernel", "liger_kernel", "liger-kernel", "computes the loss with Liger's kernels"),
+    ("deepspeed", "deepspeed", "deepspeed", "trains with DeepSpeed"),
+)
+"""(setting, module, pip package, what it does): a setting that, set, needs a library the lab does not install;
+refused before the models load when ``import <module>`` finds nothing (vLLM failed at the first step, DeepSpeed
+with a traceback on a dry run)."""
+
+
 def check_libraries(config: TrainConfig) -> None:
-    """vLLM for ``use_vllm: true``, and an attention implementation transformers knows
-    (``model.attn_implementation`` or ``model_init_kwargs.attn_implementation``)."""
-    if config.trainer.get("use_vllm") and importlib.util.find_spec("vllm") is None:
-        raise ConfigError(
-            f"{located('use_vllm=true', config.where('use_vllm'))} samples with vLLM, which is not installed "
-            "here (import vllm finds nothing): install vllm (pip install vllm) or set use_vllm: false"
-        )
+    """The library each set :data:`LIBRARY_SETTINGS` entry needs, and an attention implementation transformers
+    knows and can run here (``model.attn_implementation`` or ``model_init_kwargs.attn_implementation``)."""
+    for key, module, package, does in LIBRARY_SETTINGS:
+        value = config.trainer.get(key)
+        if value and importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"{located(f'{key}={value!r}', config.where(key))} {does}, which is not installed here (import "
+                f"{module} finds nothing): install it (pip install {package}) or leave {key} unset"
+            )
     init_kwargs = config.trainer.get("model_init_kwargs")
     for key, value in (
         ("model.attn_implementation", config.model.attn_implementation),
@@ -123,6 +147,16 @@ def check_libraries(config: TrainConfig) -> None:
         problem = attention_problem(value, key, config.where(key))
         if problem is not None:
             raise ConfigError(problem)
+
+
+def check_gpu_settings(config: TrainConfig, on_gpu: bool) -> None:
+    """``use_liger_kernel: true`` on a CPU: Liger's Triton kernels need a GPU (the first step stopped with Triton's
+    "0 active drivers"); refused before the model loads."""
+    if config.trainer.get("use_liger_kernel") and not on_gpu:
+        raise ConfigError(
+            f"{located('use_liger_kernel=true', config.where('use_liger_kernel'))} runs Liger's Triton kernels, "
+            "which need a GPU; this run is on the CPU: leave use_liger_kernel unset"
+        )
 
 
 def check_precision_here(config: TrainConfig, on_gpu: bool) -> None:

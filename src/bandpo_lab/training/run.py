@@ -130,10 +130,12 @@ def prepare(
         args = method.config_class()(**config.trainer_kwargs())
     except ConfigError:
         raise
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, ImportError) as err:  # ImportError: a library a setting needs
         raise ConfigError(config.locate(enum_error(str(err), config.trainer))) from err
     check_trainer_components(args)
-    preflight.check_precision_here(config, on_gpu=not args.use_cpu and _cuda_available())
+    on_gpu = not args.use_cpu and _cuda_available()
+    preflight.check_precision_here(config, on_gpu=on_gpu)
+    preflight.check_gpu_settings(config, on_gpu=on_gpu)
     rewards = build_rewards(config, args.reward_weights)
     model_path = preflight.check_model(config)
     keys = answer_columns(rewards)

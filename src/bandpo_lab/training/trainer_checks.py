@@ -5,6 +5,7 @@ scheduler and generation config built without a model, and a run that would trai
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -125,6 +126,37 @@ def check_trainer_values(get: Callable[[str], Any]) -> None:
             "beta > 0, or sync_ref_model=false"
         )
     check_report_to(get("report_to"))
+    for key in MAPPING_SETTINGS:
+        check_mapping(key, get(key))
+
+
+MAPPING_SETTINGS = (
+    "generation_kwargs",
+    "chat_template_kwargs",
+    "model_init_kwargs",
+    "lr_scheduler_kwargs",
+    "gradient_checkpointing_kwargs",
+)
+"""TRL's and transformers' settings that hold keyword arguments: a mapping, or a JSON object as a string
+(transformers reads it); a scalar was kept as a string and failed at the first step (``generation_kwargs=5``:
+``'str' object is not a mapping``). ``deepspeed``, ``fsdp_config`` and ``accelerator_config`` also take a file's
+path, and are left to transformers."""
+
+
+def check_mapping(key: str, value: Any) -> None:
+    """``value`` is ``None``, a mapping, or a string holding a JSON object (``ConfigError`` naming ``key``)."""
+    if value is None or isinstance(value, Mapping):
+        return
+    if isinstance(value, str):
+        try:
+            if isinstance(json.loads(value), dict):
+                return
+        except ValueError:
+            pass
+    raise ConfigError(
+        f"{key} must be a mapping of keyword arguments ({key}: {{name: value}}, or {key}='{{\"name\": value}}' "
+        f"as JSON), got {value!r}"
+    )
 
 
 _ENUM_ERROR = re.compile(r"^(?P<value>.*) is not a valid \w+, please select one of \[(?P<choices>.*)\]$")
@@ -144,13 +176,21 @@ def enum_error(message: str, settings: Mapping[str, Any]) -> str:
 
 def check_report_to(value: Any) -> None:
     """``report_to`` must be null, ``none``, ``all``, or one or a list of transformers' reporting integrations
-    (``ConfigError`` naming them otherwise); whether the integration's library is installed is left to it."""
-    from transformers.integrations import INTEGRATION_TO_CALLBACK
+    whose library is installed (``ConfigError`` naming them otherwise: transformers refused a missing one with a
+    traceback when the trainer was built)."""
+    from transformers.integrations import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
 
     names = [value] if isinstance(value, str) else value
     if value is None or names in (["none"], ["all"]):
         return
     if isinstance(names, list) and all(isinstance(n, str) and n in INTEGRATION_TO_CALLBACK for n in names):
+        available = get_available_reporting_integrations()
+        missing = [n for n in names if n not in available]
+        if missing:
+            raise ConfigError(
+                f"report_to={value!r} names {', '.join(map(repr, missing))}, whose library is not installed here: "
+                f"install it, or report to {', '.join(available) or 'none'} (installed) or none"
+            )
         return
     raise ConfigError(
         f"report_to must be none, all, or one or a list of transformers' reporting integrations "

@@ -494,20 +494,80 @@ def test_prepare_errors(
         prepare(config)
 
 
-def test_dry_run_with_use_vllm_on_a_machine_without_vllm_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "use_vllm=true",
+            "use_vllm=True (from the overrides) samples with vLLM, which is not installed here "
+            "(import vllm finds nothing): install it (pip install vllm) or leave use_vllm unset",
+        ),
+        (
+            "use_liger_kernel=true",
+            "use_liger_kernel=True (from the overrides) computes the loss with Liger's "
+            "kernels, which is not installed here (import liger_kernel finds nothing): install it (pip install "
+            "liger-kernel) or leave use_liger_kernel unset",
+        ),
+        (
+            "deepspeed=ds.json",
+            "deepspeed='ds.json' (from the overrides) trains with DeepSpeed, which is not "
+            "installed here (import deepspeed finds nothing): install it (pip install deepspeed) or leave deepspeed "
+            "unset",
+        ),
+    ],
+)
+def test_dry_run_with_a_setting_whose_library_is_missing_is_refused(
+    override: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """It passed, and the trainer's ImportError came once the model had loaded."""
+    """vLLM passed and the trainer's ImportError came once the model had loaded; DeepSpeed's came as a traceback
+    on a dry run."""
+    from bandpo_lab.training.preflight import LIBRARY_SETTINGS
+
+    module = next(m for key, m, _, _ in LIBRARY_SETTINGS if override.startswith(f"{key}="))
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a)
     )
-    config = load_train_config(TINY, [*run_dir(tmp_path), "use_vllm=true"])
+    config = load_train_config(TINY, [*run_dir(tmp_path), override])
+    with pytest.raises(ConfigError) as err:
+        prepare(config)
+    assert str(err.value) == message
+
+
+def test_liger_kernels_on_a_cpu_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed, Liger's Triton kernels stopped the first step on a CPU ("0 active drivers")."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "liger_kernel" else real(name, *a)
+    )
+    monkeypatch.setattr("bandpo_lab.training.run._cuda_available", lambda: False)
+    with pytest.raises(ConfigError) as err:
+        prepare(load_train_config(TINY, [*run_dir(tmp_path), "use_liger_kernel=true"]))
+    assert str(err.value) == (
+        "use_liger_kernel=true (from the overrides) runs Liger's Triton kernels, which need a GPU; this run is on "
+        "the CPU: leave use_liger_kernel unset"
+    )
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_flash_attention_without_its_library_is_refused(
+    installed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It passed the dry run, and ``from_pretrained`` raised an ImportError once the run had started."""
+
+    def is_flash_attn_2_available() -> bool:
+        return installed
+
+    monkeypatch.setattr("transformers.utils.is_flash_attn_2_available", is_flash_attn_2_available)
+    config = load_train_config(TINY, [*run_dir(tmp_path), "model.attn_implementation=flash_attention_2"])
+    if installed:
+        prepare(config)
+        return
     with pytest.raises(ConfigError) as err:
         prepare(config)
     assert str(err.value) == (
-        "use_vllm=true (from the overrides) samples with vLLM, which is not installed here (import vllm finds "
-        "nothing): install vllm (pip install vllm) or set use_vllm: false"
+        "model.attn_implementation='flash_attention_2' (from the overrides) needs the flash-attn package and a CUDA "
+        "GPU, which this machine lacks (transformers' is_flash_attn_2_available() is False): use sdpa or eager"
     )
 
 

@@ -122,7 +122,7 @@ def test_sync_ref_model_settings_are_refused_before_loading(
         ["report_to=all"],
         ["report_to=[none]"],
         ["report_to=null"],
-        ["report_to=[tensorboard, wandb]"],
+        ["report_to=[tensorboard]"],
         ["ref_model_sync_steps=0", "dataloader_num_workers=0"],  # no sync_ref_model: the steps are not read
         ["sync_ref_model=true", "beta=0.1", "ref_model_sync_steps=8"],
     ],
@@ -130,6 +130,39 @@ def test_sync_ref_model_settings_are_refused_before_loading(
 def test_the_values_trl_and_transformers_take_pass(overrides: list[str], tmp_path: Path) -> None:
     config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=none", *overrides])
     prepare(config)
+
+
+@pytest.mark.parametrize("installed", [["tensorboard"], ["tensorboard", "wandb"]])
+def test_report_to_an_integration_that_is_not_installed_is_refused(
+    installed: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers refused it with a traceback when the trainer was built (``WandbCallback requires wandb``)."""
+    monkeypatch.setattr("transformers.integrations.get_available_reporting_integrations", lambda: installed)
+    config = load_train_config(TINY, [f"output_dir={tmp_path / 'out'}", "report_to=[tensorboard, wandb]"])
+    if "wandb" in installed:
+        prepare(config)
+        return
+    with pytest.raises(ConfigError) as err:
+        prepare(config)
+    assert str(err.value) == (
+        "report_to=['tensorboard', 'wandb'] names 'wandb', whose library is not installed here: install it, or "
+        "report to tensorboard (installed) or none (report_to: from the overrides)"
+    )
+
+
+@pytest.mark.parametrize("key", ["generation_kwargs", "chat_template_kwargs", "model_init_kwargs"])
+def test_keyword_argument_settings_must_be_mappings(key: str, tmp_path: Path) -> None:
+    """A scalar was kept as a string: ``generation_kwargs=5`` failed on a dry run with a traceback,
+    ``chat_template_kwargs=5`` at the first step, ``model_init_kwargs=5`` with a message naming no key. A JSON
+    object as a string is what transformers reads."""
+    out = f"output_dir={tmp_path / 'out'}"
+    with pytest.raises(ConfigError) as err:
+        prepare(load_train_config(TINY, [out, "report_to=none", f"{key}=5"]))
+    assert str(err.value) == (
+        f"{key} must be a mapping of keyword arguments ({key}: {{name: value}}, or {key}='{{\"name\": value}}' as "
+        f"JSON), got '5' ({key}: from the overrides)"
+    )
+    prepare(load_train_config(TINY, [out, "report_to=none", f"{key}={{}}"]))
 
 
 @pytest.mark.parametrize(
