@@ -157,13 +157,12 @@ def _flag_words(message: str, model_flag: bool) -> str:
     """A training config's error in the demo's words: the ``output_dir`` it sets from ``--output-dir`` (an
     ``output_dir`` override is refused) named ``--output-dir``, without its origin (``from the overrides``), and
     ``model.path`` named ``--model`` where ``--model`` set it (``model_flag``)."""
-    if not _OUTPUT_DIR.search(message):
-        return message
-    message = (
-        re.sub(rf"(?:; )?output_dir: {OVERRIDES_LABEL}", "", message).replace("(; ", "(").replace(" ()", "")
-    )
-    message = message.removesuffix(f" ({OVERRIDES_LABEL})")
-    message = _OUTPUT_DIR.sub("--output-dir", message)
+    if _OUTPUT_DIR.search(message):
+        message = (
+            re.sub(rf"(?:; )?output_dir: {OVERRIDES_LABEL}", "", message).replace("(; ", "(").replace(" ()", "")
+        )
+        message = message.removesuffix(f" ({OVERRIDES_LABEL})")
+        message = _OUTPUT_DIR.sub("--output-dir", message)
     return _MODEL_PATH.sub("--model", message) if model_flag else message
 
 

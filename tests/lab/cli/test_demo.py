@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from helpers.cli import exit_status
+
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
@@ -223,6 +225,14 @@ def test_demo_grpo_command_repeats_the_runs_settings(
     assert (out / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tail share 100.0% " in stdout
     assert json.loads((out / "demo_summary.json").read_text())["training"]["tail_share"] == 1.0
+
+
+def test_demo_model_error_names_the_model_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The config's ``model.path`` was renamed ``--model`` only in messages that also named ``output_dir``."""
+    status = exit_status(["demo", "--dry-run", "--model", "nope", "--output-dir", str(tmp_path / "d")])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bandpo demo: error: --model 'nope' does not exist ") and "model.path" not in err
 
 
 @pytest.mark.usefixtures("fake_work")
