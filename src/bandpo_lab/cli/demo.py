@@ -159,7 +159,9 @@ def _flag_words(message: str, model_flag: bool) -> str:
     ``model.path`` named ``--model`` where ``--model`` set it (``model_flag``)."""
     if _OUTPUT_DIR.search(message):
         message = (
-            re.sub(rf"(?:; )?output_dir: {OVERRIDES_LABEL}", "", message).replace("(; ", "(").replace(" ()", "")
+            re.sub(rf"(?:; )?output_dir: {OVERRIDES_LABEL}", "", message)
+            .replace("(; ", "(")
+            .replace(" ()", "")
         )
         message = message.removesuffix(f" ({OVERRIDES_LABEL})")
         message = _OUTPUT_DIR.sub("--output-dir", message)

@@ -149,14 +149,23 @@ def check_libraries(config: TrainConfig) -> None:
             raise ConfigError(problem)
 
 
+_GPU_ONLY = {
+    "use_liger_kernel": "runs Liger's Triton kernels, which need a GPU",  # Triton: "0 active drivers" at step 1
+    "fp16": "is CUDA's float16 autocast, which does nothing on a CPU (the run would train in float32 and save "
+    "fp16: true)",
+}
+"""TRL settings that only a GPU runs, and why: refused on a CPU before the model loads."""
+
+
 def check_gpu_settings(config: TrainConfig, on_gpu: bool) -> None:
-    """``use_liger_kernel: true`` on a CPU: Liger's Triton kernels need a GPU (the first step stopped with Triton's
-    "0 active drivers"); refused before the model loads."""
-    if config.trainer.get("use_liger_kernel") and not on_gpu:
-        raise ConfigError(
-            f"{located('use_liger_kernel=true', config.where('use_liger_kernel'))} runs Liger's Triton kernels, "
-            "which need a GPU; this run is on the CPU: leave use_liger_kernel unset"
-        )
+    """Each set :data:`_GPU_ONLY` setting on a CPU: one line naming it and where it was set."""
+    if on_gpu:
+        return
+    for key, why in _GPU_ONLY.items():
+        if config.trainer.get(key):
+            raise ConfigError(
+                f"{located(f'{key}=true', config.where(key))} {why}; this run is on the CPU: leave {key} unset"
+            )
 
 
 def check_precision_here(config: TrainConfig, on_gpu: bool) -> None:

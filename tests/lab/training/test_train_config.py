@@ -534,18 +534,31 @@ def test_dry_run_with_a_setting_whose_library_is_missing_is_refused(
     assert str(err.value) == message
 
 
-def test_liger_kernels_on_a_cpu_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Installed, Liger's Triton kernels stopped the first step on a CPU ("0 active drivers")."""
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("use_liger_kernel", "runs Liger's Triton kernels, which need a GPU"),
+        (
+            "fp16",
+            "is CUDA's float16 autocast, which does nothing on a CPU (the run would train in float32 and save "
+            "fp16: true)",
+        ),
+    ],
+)
+def test_gpu_only_settings_on_a_cpu_are_refused(
+    key: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installed, Liger's Triton kernels stopped the first step on a CPU ("0 active drivers"); ``fp16: true``
+    trained in float32 and reported success."""
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: object() if name == "liger_kernel" else real(name, *a)
     )
     monkeypatch.setattr("bandpo_lab.training.run._cuda_available", lambda: False)
     with pytest.raises(ConfigError) as err:
-        prepare(load_train_config(TINY, [*run_dir(tmp_path), "use_liger_kernel=true"]))
-    assert str(err.value) == (
-        "use_liger_kernel=true (from the overrides) runs Liger's Triton kernels, which need a GPU; this run is on "
-        "the CPU: leave use_liger_kernel unset"
+        prepare(load_train_config(TINY, [*run_dir(tmp_path), f"{key}=true"]))
+    assert (
+        str(err.value) == f"{key}=true (from the overrides) {why}; this run is on the CPU: leave {key} unset"
     )
 
 
