@@ -307,9 +307,8 @@ def check_actor_config(config: Any) -> None:
     mode = _get(_get(config, "policy_loss", None), "loss_mode", None)
     if not (isinstance(mode, str) and mode in _MODE_RULES):
         return
-    if (
-        clip_method_from_config(mode, config).clip_rule.truncation_c is None
-    ):  # clip_ratio_c is the dual clip's c
+    rule = clip_method_from_config(mode, config).clip_rule
+    if rule.truncation_c is None:  # clip_ratio_c is then the dual clip's c (DPPO's truncation c otherwise)
         clip_ratio_c = _get(config, "clip_ratio_c", 3.0)
         if not is_dual_clip_c(clip_ratio_c):
             raise ValueError(
